@@ -1,0 +1,149 @@
+//! On-disk cache of decoded store blobs, bounded in bytes, least recently used
+//! evicted first. Entries are re-verified against their id on every read.
+
+use super::index::Index;
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub struct DiskCache {
+    dir: PathBuf,
+    max_bytes: u64,
+    index: Arc<Index>,
+    total: AtomicU64,
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+impl DiskCache {
+    pub fn open(dir: PathBuf, max_bytes: u64, index: Arc<Index>) -> Result<DiskCache> {
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        let total = AtomicU64::new(index.cache_total()?);
+        Ok(DiskCache {
+            dir,
+            max_bytes,
+            index,
+            total,
+        })
+    }
+
+    fn path(&self, id: &ObjectId) -> PathBuf {
+        let hex = id.to_hex();
+        self.dir.join(&hex[..2]).join(hex)
+    }
+
+    pub fn used_bytes(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// A cached blob, verified; a damaged entry is dropped and reported as a miss.
+    pub fn get(&self, id: &ObjectId) -> Option<Vec<u8>> {
+        let path = self.path(id);
+        let data = std::fs::read(&path).ok()?;
+        if ObjectId::of(&data) != *id {
+            tracing::warn!("cache entry {} is damaged; dropping it", path.display());
+            self.drop_entry(id, data.len() as u64);
+            return None;
+        }
+        // Bookkeeping only: a failure here must not fail the read.
+        let _ = self.index.cache_touch(id, data.len() as u64, now_ns());
+        Some(data)
+    }
+
+    /// Adds a verified blob. Cache failures are logged, never fatal.
+    pub fn put(&self, id: &ObjectId, data: &[u8]) {
+        if data.len() as u64 > self.max_bytes / 4 {
+            return;
+        }
+        let path = self.path(id);
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(path.parent().expect("has parent"))?;
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            std::fs::write(&tmp, data)?;
+            std::fs::rename(&tmp, &path)
+        };
+        if let Err(e) = write() {
+            tracing::warn!("cannot write cache entry {}: {e}", path.display());
+            return;
+        }
+        if self
+            .index
+            .cache_touch(id, data.len() as u64, now_ns())
+            .is_ok()
+        {
+            self.total.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+        if self.used_bytes() > self.max_bytes
+            && let Err(e) = self.evict()
+        {
+            tracing::warn!("cache eviction failed: {e}");
+        }
+    }
+
+    fn drop_entry(&self, id: &ObjectId, size: u64) {
+        let _ = std::fs::remove_file(self.path(id));
+        let _ = self.index.cache_forget(id);
+        let _ = self
+            .total
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                Some(t.saturating_sub(size))
+            });
+    }
+
+    /// Evicts least recently used entries down to 90% of the bound.
+    fn evict(&self) -> Result<()> {
+        let goal = self.max_bytes / 10 * 9;
+        while self.used_bytes() > goal {
+            let oldest = self.index.cache_oldest(256)?;
+            if oldest.is_empty() {
+                self.total.store(0, Ordering::Relaxed);
+                break;
+            }
+            for (id, size) in oldest {
+                self.drop_entry(&id, size);
+                if self.used_bytes() <= goal {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_and_least_recently_used_goes_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let index = Arc::new(Index::open(&tmp.path().join("index.sqlite")).unwrap());
+        let cache = DiskCache::open(tmp.path().join("blobs"), 10_000, index).unwrap();
+        let blobs: Vec<Vec<u8>> = (0..12u8).map(|i| vec![i; 1000]).collect();
+        let ids: Vec<ObjectId> = blobs.iter().map(|b| ObjectId::of(b)).collect();
+        for (i, b) in blobs.iter().enumerate().take(9) {
+            cache.put(&ids[i], b);
+        }
+        assert!(cache.get(&ids[0]).is_some()); // now recently used
+        for i in 9..12 {
+            cache.put(&ids[i], &blobs[i]);
+        }
+        assert!(cache.used_bytes() <= 10_000);
+        assert!(cache.get(&ids[0]).is_some(), "recently used entry kept");
+        assert!(
+            cache.get(&ids[1]).is_none(),
+            "least recently used entry evicted"
+        );
+        assert!(cache.get(&ids[11]).is_some());
+        // A damaged entry is never served.
+        std::fs::write(cache.path(&ids[11]), b"garbage").unwrap();
+        assert!(cache.get(&ids[11]).is_none());
+    }
+}

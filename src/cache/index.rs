@@ -1,0 +1,224 @@
+//! The SQLite index: versions seen, where each known blob lives (for dedup), a
+//! stat cache for unchanged source files, and the disk cache's LRU bookkeeping.
+
+use crate::error::Result;
+use crate::id::ObjectId;
+use crate::snapshot::Record;
+use crate::store::pack::BlobRef;
+use rusqlite::{Connection, OptionalExtension, params};
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+pub struct Index {
+    conn: Mutex<Connection>,
+}
+
+/// What identifies an unchanged source file (as git's index does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatKey {
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub ino: u64,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS records(
+    dataset TEXT NOT NULL, version INTEGER NOT NULL, hash BLOB NOT NULL, body BLOB NOT NULL,
+    PRIMARY KEY(dataset, version)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS blobs(
+    id BLOB PRIMARY KEY, pack BLOB NOT NULL, offset INTEGER NOT NULL, len INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS indexed_trees(id BLOB PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS stat_cache(
+    path BLOB PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER, ino INTEGER,
+    chunks BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cached(id BLOB PRIMARY KEY, size INTEGER NOT NULL, used INTEGER NOT NULL) WITHOUT ROWID;
+";
+
+fn blob_row(row: &rusqlite::Row, id: ObjectId) -> rusqlite::Result<BlobRef> {
+    Ok(BlobRef {
+        id,
+        pack: ObjectId::from_bytes(row.get(0)?),
+        offset: row.get(1)?,
+        len: row.get(2)?,
+    })
+}
+
+impl Index {
+    pub fn open(path: &Path) -> Result<Index> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Index {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn latest_version(&self, dataset: &str) -> Result<u64> {
+        let v: Option<u64> = self.conn().query_row(
+            "SELECT MAX(version) FROM records WHERE dataset = ?1",
+            [dataset],
+            |r| r.get(0),
+        )?;
+        Ok(v.unwrap_or(0))
+    }
+
+    /// The stored bytes' hash of a known record.
+    pub fn record_hash(&self, dataset: &str, version: u64) -> Result<Option<ObjectId>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT hash FROM records WHERE dataset = ?1 AND version = ?2",
+                params![dataset, version],
+                |r| r.get::<_, [u8; 32]>(0),
+            )
+            .optional()?
+            .map(ObjectId::from_bytes))
+    }
+
+    pub fn insert_record(
+        &self,
+        dataset: &str,
+        version: u64,
+        hash: ObjectId,
+        body: &[u8],
+    ) -> Result<()> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO records(dataset, version, hash, body) VALUES (?1, ?2, ?3, ?4)",
+            params![dataset, version, hash.as_bytes(), body],
+        )?;
+        Ok(())
+    }
+
+    pub fn records(&self, dataset: &str) -> Result<Vec<Record>> {
+        let conn = self.conn();
+        let mut stmt =
+            conn.prepare_cached("SELECT body FROM records WHERE dataset = ?1 ORDER BY version")?;
+        let bodies = stmt
+            .query_map([dataset], |r| r.get::<_, Vec<u8>>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        bodies
+            .iter()
+            .map(|b| Record::decode(b, &format!("record of {dataset}")))
+            .collect()
+    }
+
+    pub fn blob(&self, id: &ObjectId) -> Result<Option<BlobRef>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT pack, offset, len FROM blobs WHERE id = ?1")?;
+        Ok(stmt
+            .query_row([id.as_bytes()], |row| blob_row(row, *id))
+            .optional()?)
+    }
+
+    /// Records committed blob locations; the first location known for an id wins,
+    /// which keeps trees of unchanged content byte-identical across versions.
+    pub fn insert_blobs<'a>(&self, blobs: impl IntoIterator<Item = &'a BlobRef>) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR IGNORE INTO blobs(id, pack, offset, len) VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for b in blobs {
+                stmt.execute(params![b.id.as_bytes(), b.pack.as_bytes(), b.offset, b.len])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn tree_indexed(&self, id: &ObjectId) -> Result<bool> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT 1 FROM indexed_trees WHERE id = ?1")?;
+        Ok(stmt.exists([id.as_bytes()])?)
+    }
+
+    pub fn mark_trees_indexed<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a ObjectId>,
+    ) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut stmt =
+                tx.prepare_cached("INSERT OR IGNORE INTO indexed_trees(id) VALUES (?1)")?;
+            for id in ids {
+                stmt.execute([id.as_bytes()])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn stat_lookup(&self, path: &[u8], key: StatKey) -> Result<Option<Vec<BlobRef>>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT chunks FROM stat_cache WHERE path = ?1 AND size = ?2 AND mtime_ns = ?3
+             AND ctime_ns = ?4 AND ino = ?5",
+        )?;
+        let chunks: Option<Vec<u8>> = stmt
+            .query_row(
+                params![path, key.size, key.mtime_ns, key.ctime_ns, key.ino],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(chunks.and_then(|c| serde_json::from_slice(&c).ok()))
+    }
+
+    pub fn stat_store(&self, entries: &[(Vec<u8>, StatKey, Vec<BlobRef>)]) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO stat_cache(path, size, mtime_ns, ctime_ns, ino, chunks)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for (path, k, chunks) in entries {
+                let json = serde_json::to_vec(chunks).expect("serializable");
+                stmt.execute(params![path, k.size, k.mtime_ns, k.ctime_ns, k.ino, json])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn cache_touch(&self, id: &ObjectId, size: u64, now: i64) -> Result<()> {
+        self.conn()
+            .prepare_cached("INSERT OR REPLACE INTO cached(id, size, used) VALUES (?1, ?2, ?3)")?
+            .execute(params![id.as_bytes(), size, now])?;
+        Ok(())
+    }
+
+    pub fn cache_total(&self) -> Result<u64> {
+        Ok(self
+            .conn()
+            .query_row("SELECT COALESCE(SUM(size), 0) FROM cached", [], |r| {
+                r.get(0)
+            })?)
+    }
+
+    /// Least recently used cache entries first.
+    pub fn cache_oldest(&self, limit: usize) -> Result<Vec<(ObjectId, u64)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT id, size FROM cached ORDER BY used LIMIT ?1")?;
+        let rows = stmt
+            .query_map([limit as i64], |r| {
+                Ok((ObjectId::from_bytes(r.get(0)?), r.get(1)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    pub fn cache_forget(&self, id: &ObjectId) -> Result<()> {
+        self.conn()
+            .execute("DELETE FROM cached WHERE id = ?1", [id.as_bytes()])?;
+        Ok(())
+    }
+}

@@ -1,0 +1,294 @@
+//! Argument parsing and user-facing output. The library never prints; this
+//! module turns its results and errors into text and exit codes.
+
+mod show;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use detafs::commit::{self, CommitRequest};
+use detafs::repo::{self, Options, Repo};
+use detafs::{Error, gc, read, verify};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Exit codes beyond 0 (success), 1 (error) and 2 (usage).
+const EXIT_CONFLICT: u8 = 3;
+const EXIT_NOTHING: u8 = 4;
+
+#[derive(Parser)]
+#[command(
+    name = "detafs",
+    version,
+    about = "Versioned datasets in an object store"
+)]
+struct Cli {
+    /// Store location: a path or file:// URL. Default: an embedded store
+    /// under the user's data directory.
+    #[arg(long, global = true, env = "DETAFS_STORE")]
+    store: Option<String>,
+    /// Directory for the local index and object cache.
+    #[arg(long, global = true, env = "DETAFS_CACHE")]
+    cache_dir: Option<PathBuf>,
+    /// Bound on the on-disk object cache, e.g. 512MiB or 2GB.
+    #[arg(long, global = true, default_value = "1GiB")]
+    cache_size: bytesize::ByteSize,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create the store (idempotent).
+    Init,
+    /// Create or list datasets.
+    #[command(subcommand)]
+    Dataset(DatasetCmd),
+    /// Record a directory's contents as the next version of a dataset.
+    Commit {
+        name: String,
+        /// Directory whose contents become the new version.
+        #[arg(long)]
+        from: PathBuf,
+        /// Commit message.
+        #[arg(short, long)]
+        message: String,
+        /// Author recorded in the version (default: the current user).
+        #[arg(long)]
+        author: Option<String>,
+    },
+    /// Show a dataset's history.
+    Log {
+        name: String,
+        /// One JSON array, for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a directory (or show a file) of a version.
+    Ls {
+        name: String,
+        /// v3, 3 or latest.
+        version: String,
+        path: Option<String>,
+    },
+    /// Print a file of a version to stdout.
+    Cat {
+        name: String,
+        version: String,
+        path: String,
+    },
+    /// Show what changed between two versions.
+    Diff {
+        name: String,
+        from: String,
+        to: String,
+        /// Summary with sizes.
+        #[arg(long)]
+        stat: bool,
+    },
+    /// Write a version's files to a new or empty directory.
+    Export {
+        name: String,
+        version: String,
+        dir: PathBuf,
+    },
+    /// Audit the store: hash chain, every object present and intact.
+    Verify { name: Option<String> },
+    /// Delete objects no version reaches, older than the grace period.
+    Gc {
+        /// e.g. 1h, 30m, 0s.
+        #[arg(long, default_value = "1h")]
+        grace: humantime::Duration,
+        /// List what would be deleted, delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Rebuild the local index from the store.
+    Reindex,
+}
+
+#[derive(Subcommand)]
+enum DatasetCmd {
+    /// Create an empty dataset.
+    Create { name: String },
+    /// List datasets.
+    List,
+}
+
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    match execute(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            let code = match err.downcast_ref::<Error>() {
+                Some(Error::Conflict { .. }) => EXIT_CONFLICT,
+                Some(Error::NothingToCommit(_)) => EXIT_NOTHING,
+                _ => 1,
+            };
+            eprintln!("detafs: {err:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn bar(len: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::with_draw_target(Some(len), indicatif::ProgressDrawTarget::stderr());
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{msg:>10} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+fn options(cli: &Cli) -> Options {
+    Options {
+        store: cli.store.clone(),
+        cache_dir: cli.cache_dir.clone(),
+        cache_size: cli.cache_size.as_u64(),
+    }
+}
+
+fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
+    let opts = options(&cli);
+    let open = || Repo::open(&opts).context("cannot open the store");
+    match cli.command {
+        Command::Init => {
+            let url = opts
+                .store
+                .clone()
+                .unwrap_or_else(|| repo::default_store().to_string_lossy().into_owned());
+            let store = detafs::store::Store::open(&url, true)?;
+            let (_, created) = store.init()?;
+            println!(
+                "{} store at {url}",
+                if created { "created" } else { "already a" }
+            );
+        }
+        Command::Dataset(DatasetCmd::Create { name }) => {
+            open()?.create_dataset(&name)?;
+            println!("created dataset {name}");
+        }
+        Command::Dataset(DatasetCmd::List) => {
+            for name in open()?.datasets()? {
+                println!("{name}");
+            }
+        }
+        Command::Commit {
+            name,
+            from,
+            message,
+            author,
+        } => {
+            let repo = open()?;
+            let total = dir_size(&from);
+            let req = CommitRequest {
+                dataset: &name,
+                from: &from,
+                message: &message,
+                author: &author.unwrap_or_else(commit::current_user),
+            };
+            let pb = bar(total, "commit");
+            let record = commit::commit(&repo, &req, pb.clone());
+            pb.finish_and_clear();
+            println!("v{}", record?.version);
+        }
+        Command::Log { name, json } => show::log(&open()?, &name, json)?,
+        Command::Ls {
+            name,
+            version,
+            path,
+        } => show::ls(&open()?, &name, &version, path.as_deref().unwrap_or(""))?,
+        Command::Cat {
+            name,
+            version,
+            path,
+        } => show::cat(&open()?, &name, &version, &path)?,
+        Command::Diff {
+            name,
+            from,
+            to,
+            stat,
+        } => show::diff(&open()?, &name, &from, &to, stat)?,
+        Command::Export { name, version, dir } => {
+            let repo = open()?;
+            let record = repo.version(&name, &version)?;
+            let pb = bar(read::tree_size(&repo, &record.tree)?, "export");
+            read::export(&repo, &record.tree, &dir, &pb)?;
+            pb.finish_and_clear();
+            eprintln!("exported {name} v{} to {}", record.version, dir.display());
+        }
+        Command::Verify { name } => {
+            let repo = open()?;
+            let pb = bar(0, "verify");
+            let report = verify::verify(&repo, name.as_deref(), &pb)?;
+            pb.finish_and_clear();
+            for p in &report.problems {
+                println!("{p}");
+            }
+            for g in &report.garbage {
+                println!("garbage: {} ({} bytes, unreachable)", g.key, g.size);
+            }
+            eprintln!(
+                "checked {} versions, {} objects: {} problems, {} garbage objects",
+                report.versions,
+                report.blobs,
+                report.problems.len(),
+                report.garbage.len()
+            );
+            if !report.problems.is_empty() {
+                return Ok(ExitCode::from(1));
+            }
+        }
+        Command::Gc { grace, dry_run } => {
+            let repo = open()?;
+            let doomed = gc::gc(&repo, grace.into(), dry_run)?;
+            let bytes: u64 = doomed.iter().map(|l| l.size).sum();
+            for l in &doomed {
+                println!(
+                    "{} {}",
+                    if dry_run { "would delete" } else { "deleted" },
+                    l.key
+                );
+            }
+            eprintln!(
+                "{} {} unreachable objects ({bytes} bytes)",
+                if dry_run { "would delete" } else { "deleted" },
+                doomed.len()
+            );
+        }
+        Command::Reindex => {
+            let state = open()?.state_dir.clone();
+            std::fs::remove_dir_all(&state)
+                .with_context(|| format!("cannot remove {}", state.display()))?;
+            let repo = open()?;
+            let mut versions = 0;
+            for ds in repo.datasets()? {
+                for r in repo.sync(&ds)? {
+                    repo.index_tree(&r.tree)?;
+                    versions += 1;
+                }
+            }
+            eprintln!("reindexed {versions} versions");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Bytes under a directory, for the progress bar (0 if unreadable: the commit
+/// itself reports errors).
+fn dir_size(dir: &std::path::Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
+}

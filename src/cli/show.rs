@@ -1,0 +1,163 @@
+//! Read-only commands: log, ls, cat, diff.
+
+use detafs::repo::Repo;
+use detafs::snapshot::diff::{self, ChangeKind};
+use detafs::snapshot::{Mtime, Node};
+use detafs::{Error, read};
+use serde_json::json;
+use std::io::Write;
+
+fn when(m: Mtime) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(m.0.max(0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn human(bytes: u64) -> String {
+    bytesize::ByteSize(bytes).display().iec().to_string()
+}
+
+pub fn log(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<()> {
+    let records = repo.sync(name)?;
+    if as_json {
+        let rows: Vec<_> = records
+            .iter()
+            .map(|r| {
+                json!({
+                    "version_id": format!("v{}", r.version),
+                    "version": r.version,
+                    "timestamp": r.time,
+                    "author": r.author,
+                    "message": r.message,
+                    "files_added": r.stats.files_added,
+                    "files_changed": r.stats.files_changed,
+                    "files_removed": r.stats.files_removed,
+                    "delta_size": r.stats.bytes_added,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    for r in records.iter().rev() {
+        println!(
+            "v{:<4} {}  {:<12} +{} ~{} -{}  {:>10}  {}",
+            r.version,
+            r.time,
+            r.author,
+            r.stats.files_added,
+            r.stats.files_changed,
+            r.stats.files_removed,
+            human(r.stats.bytes_added),
+            r.message
+        );
+    }
+    Ok(())
+}
+
+fn no_path(version: u64, path: &str) -> Error {
+    Error::NoPath {
+        version: format!("v{version}"),
+        path: path.to_string(),
+    }
+}
+
+fn line(out: &mut impl Write, node: &Node, name: &[u8]) -> std::io::Result<()> {
+    let (kind, mode) = match node {
+        Node::File { mode, .. } => ('-', *mode),
+        Node::Dir { mode, .. } => ('d', *mode),
+        Node::Symlink { .. } => ('l', 0o777),
+    };
+    write!(
+        out,
+        "{kind}{:04o} {:>12} {} ",
+        mode,
+        node.size(),
+        when(node.mtime())
+    )?;
+    out.write_all(name)?;
+    if let Node::Symlink { target, .. } = node {
+        out.write_all(b" -> ")?;
+        out.write_all(target)?;
+    }
+    out.write_all(b"\n")
+}
+
+pub fn ls(repo: &Repo, name: &str, version: &str, path: &str) -> anyhow::Result<()> {
+    let record = repo.version(name, version)?;
+    let node = repo
+        .lookup(&record.tree, path.as_bytes())?
+        .ok_or_else(|| no_path(record.version, path))?;
+    let mut out = std::io::stdout().lock();
+    match &node {
+        Node::Dir { tree, .. } => {
+            use detafs::snapshot::diff::TreeSource;
+            for e in &repo.tree(tree)?.entries {
+                line(&mut out, &e.node, &e.name)?;
+            }
+        }
+        other => line(&mut out, other, path.as_bytes())?,
+    }
+    Ok(())
+}
+
+pub fn cat(repo: &Repo, name: &str, version: &str, path: &str) -> anyhow::Result<()> {
+    let record = repo.version(name, version)?;
+    match repo.lookup(&record.tree, path.as_bytes())? {
+        Some(Node::File { chunks, .. }) => {
+            let mut out = std::io::stdout().lock();
+            match read::read_file(repo, &chunks, &mut out) {
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(e) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("cannot read {path} of {name} v{}", record.version)));
+                }
+                Ok(()) => {}
+            }
+            Ok(())
+        }
+        Some(_) => Err(Error::InvalidInput(format!("{path} is not a regular file")).into()),
+        None => Err(no_path(record.version, path).into()),
+    }
+}
+
+pub fn diff(repo: &Repo, name: &str, from: &str, to: &str, stat: bool) -> anyhow::Result<()> {
+    let (a, b) = (repo.version(name, from)?, repo.version(name, to)?);
+    let changes = diff::diff(repo, Some(&a.tree), Some(&b.tree))?;
+    let mut out = std::io::stdout().lock();
+    let (mut plus, mut minus) = (0u64, 0u64);
+    for c in &changes {
+        let (tag, old, new) = (
+            match c.kind {
+                ChangeKind::Added => 'A',
+                ChangeKind::Modified => 'M',
+                ChangeKind::Removed => 'D',
+            },
+            c.old.as_ref().map_or(0, Node::size),
+            c.new.as_ref().map_or(0, Node::size),
+        );
+        plus += new.saturating_sub(old);
+        minus += old.saturating_sub(new);
+        if stat {
+            write!(out, "{tag} {:>12} -> {:<12} ", old, new)?;
+        } else {
+            write!(out, "{tag} ")?;
+        }
+        out.write_all(&c.path)?;
+        out.write_all(b"\n")?;
+    }
+    if stat {
+        let count = |k| changes.iter().filter(|c| c.kind == k).count();
+        writeln!(
+            out,
+            "{} files changed: {} added, {} modified, {} removed; +{} -{} bytes",
+            changes.len(),
+            count(ChangeKind::Added),
+            count(ChangeKind::Modified),
+            count(ChangeKind::Removed),
+            plus,
+            minus
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,160 @@
+//! Commit: snapshot a directory, then publish it as the next version.
+//!
+//! Data and trees are uploaded first; creating the version record with a
+//! conditional create is the commit point. Losing the race for a number means
+//! re-reading the winner: disjoint changes are rebased (three-way merge) and
+//! the next number is tried; overlapping changes are a conflict.
+
+pub mod scan;
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::repo::Repo;
+use crate::snapshot::diff::{self, ChangeKind, TreeSource};
+use crate::snapshot::{Record, Stats};
+use crate::store::keys;
+use crate::store::pack::BlobRef;
+use indicatif::ProgressBar;
+use scan::Scanner;
+use std::path::Path;
+
+const MAX_ATTEMPTS: u32 = 100;
+
+pub struct CommitRequest<'a> {
+    pub dataset: &'a str,
+    pub from: &'a Path,
+    pub message: &'a str,
+    pub author: &'a str,
+}
+
+/// The user running this process, for the record's author.
+pub fn current_user() -> String {
+    for var in ["USER", "LOGNAME"] {
+        if let Ok(u) = std::env::var(var)
+            && !u.is_empty()
+        {
+            return u;
+        }
+    }
+    format!("uid:{}", unsafe { libc::getuid() })
+}
+
+pub fn commit(repo: &Repo, req: &CommitRequest, progress: ProgressBar) -> Result<Record> {
+    if req.message.trim().is_empty() {
+        return Err(Error::InvalidInput("empty commit message".into()));
+    }
+    if req.author.trim().is_empty() {
+        return Err(Error::InvalidInput("empty author".into()));
+    }
+    let meta = std::fs::metadata(req.from).map_err(|e| Error::io(req.from.display(), e))?;
+    if !meta.is_dir() {
+        return Err(Error::InvalidInput(format!(
+            "{} is not a directory",
+            req.from.display()
+        )));
+    }
+    let base = repo.sync(req.dataset)?.pop();
+    if let Some(b) = &base {
+        repo.index_tree(&b.tree)?;
+    }
+    let mut scanner = Scanner::new(repo, progress);
+    let root = scanner.scan_dir(req.from)?;
+    if let Some(b) = &base
+        && b.tree.id == root.id
+    {
+        return Err(Error::NothingToCommit(b.version));
+    }
+    publish(repo, req, scanner, base, root)
+}
+
+/// Claims the next version number for `ours`, rebasing onto versions that
+/// landed meanwhile. Fails without side effects visible to readers.
+fn publish(
+    repo: &Repo,
+    req: &CommitRequest,
+    mut scanner: Scanner,
+    base: Option<Record>,
+    ours: BlobRef,
+) -> Result<Record> {
+    let stat_rows = std::mem::take(&mut scanner.stat_rows);
+    // Everything a record reaches must be durable before the record exists.
+    let mut bytes_added = scanner.finish()?;
+    let base_version = base.as_ref().map_or(0, |b| b.version);
+    let mut parent = base.clone();
+    for _ in 0..MAX_ATTEMPTS {
+        let root = match &parent {
+            Some(p) if p.version != base_version => {
+                // Lost a race: replay our changes (base → ours) onto the winner.
+                let mut sink = Scanner::new(repo, ProgressBar::hidden());
+                let merged = diff::merge(
+                    repo,
+                    &mut sink,
+                    base.as_ref().map(|b| &b.tree),
+                    &ours,
+                    &p.tree,
+                )?;
+                bytes_added += sink.finish()?;
+                merged.map_err(|paths| Error::Conflict {
+                    winner: p.version,
+                    paths,
+                })?
+            }
+            _ => ours,
+        };
+        let version = parent.as_ref().map_or(1, |p| p.version + 1);
+        let parent_hash = match &parent {
+            Some(p) => Some(record_hash(repo, req.dataset, p.version)?),
+            None => None,
+        };
+        let record = Record {
+            format: crate::store::FORMAT,
+            dataset: req.dataset.to_string(),
+            version,
+            parent: parent_hash,
+            tree: root,
+            time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            author: req.author.to_string(),
+            message: req.message.to_string(),
+            stats: Stats {
+                bytes_added,
+                ..stats(repo, parent.as_ref().map(|p| &p.tree), &root)?
+            },
+        };
+        let body = record.encode();
+        fail::fail_point!("before-record");
+        if repo
+            .store
+            .put_create(&keys::record(req.dataset, version), body.clone().into())?
+        {
+            fail::fail_point!("after-record");
+            repo.index
+                .insert_record(req.dataset, version, ObjectId::of(&body), &body)?;
+            repo.index_tree(&root)?;
+            repo.index.stat_store(&stat_rows)?;
+            return Ok(record);
+        }
+        parent = repo.sync(req.dataset)?.pop();
+    }
+    Err(Error::TooManyRetries(MAX_ATTEMPTS))
+}
+
+fn record_hash(repo: &Repo, dataset: &str, version: u64) -> Result<ObjectId> {
+    repo.index
+        .record_hash(dataset, version)?
+        .ok_or_else(|| Error::NoVersion {
+            dataset: dataset.to_string(),
+            version: format!("v{version}"),
+        })
+}
+
+fn stats(repo: &dyn TreeSource, parent: Option<&BlobRef>, root: &BlobRef) -> Result<Stats> {
+    let mut s = Stats::default();
+    for c in diff::diff(repo, parent, Some(root))? {
+        match c.kind {
+            ChangeKind::Added => s.files_added += 1,
+            ChangeKind::Modified => s.files_changed += 1,
+            ChangeKind::Removed => s.files_removed += 1,
+        }
+    }
+    Ok(s)
+}

@@ -1,0 +1,184 @@
+//! Turns a local directory into trees and chunks: walks it, chunks and hashes
+//! every file, packs what the store does not hold yet.
+
+use crate::cache::index::StatKey;
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::repo::Repo;
+use crate::snapshot::chunker;
+use crate::snapshot::diff::TreeSink;
+use crate::snapshot::{Entry, Mtime, Node, Tree};
+use crate::store::pack::{self, BlobRef, PackWriter};
+use indicatif::ProgressBar;
+use std::collections::HashMap;
+use std::fs::{File, Metadata};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+/// Target pack size: large enough that a commit of many small files costs few
+/// PUTs, small enough to bound memory (a few packs are in flight at once).
+pub const PACK_SIZE: usize = 16 << 20;
+
+pub struct Scanner<'r> {
+    repo: &'r Repo,
+    data: PackWriter<'r>,
+    trees: PackWriter<'r>,
+    /// Blobs written by this commit, so repeated content is stored once.
+    written: HashMap<ObjectId, BlobRef>,
+    /// Stat-cache rows to save once the commit has landed.
+    pub stat_rows: Vec<(Vec<u8>, StatKey, Vec<BlobRef>)>,
+    /// Files changed within this window before the scan are not stat-cached:
+    /// a later write in the same timestamp tick would go unnoticed.
+    racy_after_ns: i64,
+    progress: ProgressBar,
+}
+
+fn mtime_of(m: &Metadata) -> Mtime {
+    Mtime(m.mtime(), m.mtime_nsec() as u32)
+}
+
+fn stat_key(m: &Metadata) -> StatKey {
+    StatKey {
+        size: m.size(),
+        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+        ino: m.ino(),
+    }
+}
+
+impl<'r> Scanner<'r> {
+    pub fn new(repo: &'r Repo, progress: ProgressBar) -> Self {
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as i64)
+            .unwrap_or(i64::MAX);
+        Scanner {
+            repo,
+            data: PackWriter::new(&repo.store, PACK_SIZE),
+            trees: PackWriter::new(&repo.store, PACK_SIZE),
+            written: HashMap::new(),
+            stat_rows: Vec::new(),
+            racy_after_ns: now_ns - 2_000_000_000,
+            progress,
+        }
+    }
+
+    /// Waits until every pack written so far is durable; returns bytes written.
+    pub fn finish(self) -> Result<u64> {
+        let data = self.data.finish()?;
+        let trees = self.trees.finish()?;
+        Ok(data.iter().chain(&trees).map(|(_, size)| size).sum())
+    }
+
+    /// Where a blob with this id already lives, in this commit or the store.
+    fn known(&self, id: &ObjectId) -> Result<Option<BlobRef>> {
+        if let Some(r) = self.written.get(id) {
+            return Ok(Some(*r));
+        }
+        self.repo.index.blob(id)
+    }
+
+    fn put_chunk(&mut self, data: &[u8]) -> Result<BlobRef> {
+        let id = ObjectId::of(data);
+        if let Some(r) = self.known(&id)? {
+            return Ok(r);
+        }
+        let r = self.data.add(id, &pack::encode(data, false))?;
+        self.written.insert(id, r);
+        Ok(r)
+    }
+
+    /// Snapshots directory `dir` and everything under it; returns its tree.
+    pub fn scan_dir(&mut self, dir: &Path) -> Result<BlobRef> {
+        let read = std::fs::read_dir(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let mut entries = Vec::new();
+        for item in read {
+            let item = item.map_err(|e| Error::io(dir.display(), e))?;
+            let path = item.path();
+            let meta =
+                std::fs::symlink_metadata(&path).map_err(|e| Error::io(path.display(), e))?;
+            let ft = meta.file_type();
+            let node = if ft.is_dir() {
+                Node::Dir {
+                    mode: meta.mode() & 0o7777,
+                    mtime: mtime_of(&meta),
+                    tree: self.scan_dir(&path)?,
+                }
+            } else if ft.is_file() {
+                self.scan_file(&path, &meta)?
+            } else if ft.is_symlink() {
+                let target = std::fs::read_link(&path).map_err(|e| Error::io(path.display(), e))?;
+                Node::Symlink {
+                    mtime: mtime_of(&meta),
+                    target: target.as_os_str().as_bytes().to_vec(),
+                }
+            } else {
+                let kind = if ft.is_fifo() {
+                    "FIFO"
+                } else if ft.is_socket() {
+                    "socket"
+                } else {
+                    "device"
+                };
+                tracing::warn!("skipping {} ({kind}: not a regular file)", path.display());
+                continue;
+            };
+            entries.push(Entry {
+                name: item.file_name().as_bytes().to_vec(),
+                node,
+            });
+        }
+        self.put_tree(&Tree::new(entries))
+    }
+
+    fn scan_file(&mut self, path: &Path, meta: &Metadata) -> Result<Node> {
+        let key = stat_key(meta);
+        let path_bytes = std::path::absolute(path)
+            .map_err(|e| Error::io(path.display(), e))?
+            .as_os_str()
+            .as_bytes()
+            .to_vec();
+        let cached = self.repo.index.stat_lookup(&path_bytes, key)?;
+        let (chunks, size) = match cached {
+            Some(chunks) => (chunks, key.size),
+            None => {
+                let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
+                let (mut chunks, mut size) = (Vec::new(), 0);
+                for chunk in chunker::chunks(file) {
+                    let chunk = chunk.map_err(|e| Error::io(path.display(), e))?;
+                    size += chunk.len() as u64;
+                    chunks.push(self.put_chunk(&chunk)?);
+                }
+                (chunks, size)
+            }
+        };
+        self.progress.inc(size);
+        if key.mtime_ns < self.racy_after_ns
+            && key.ctime_ns < self.racy_after_ns
+            && size == key.size
+        {
+            self.stat_rows.push((path_bytes, key, chunks.clone()));
+        }
+        Ok(Node::File {
+            mode: meta.mode() & 0o7777,
+            mtime: mtime_of(meta),
+            size,
+            chunks,
+        })
+    }
+}
+
+impl TreeSink for Scanner<'_> {
+    fn put_tree(&mut self, tree: &Tree) -> Result<BlobRef> {
+        let json = tree.encode();
+        let id = ObjectId::of(&json);
+        if let Some(r) = self.known(&id)? {
+            return Ok(r);
+        }
+        let r = self.trees.add(id, &pack::encode(&json, true))?;
+        self.written.insert(id, r);
+        self.repo.remember_tree(&r, tree.clone(), &json);
+        Ok(r)
+    }
+}

@@ -1,0 +1,99 @@
+//! The library's error type. The CLI adds context and maps kinds to exit codes;
+//! the mount (later) maps them to errno values.
+
+use crate::id::ObjectId;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("object store: {key}: {source}")]
+    Store {
+        key: String,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error("local index: {0}")]
+    Index(#[from] rusqlite::Error),
+    #[error("{0}")]
+    InvalidInput(String),
+    #[error("{0} is not a detafs store (run `detafs init` to create one)")]
+    NotAStore(String),
+    #[error(
+        "store {url} uses format {found}, newer than this detafs understands ({supported}); upgrade detafs"
+    )]
+    FormatTooNew {
+        url: String,
+        found: u32,
+        supported: u32,
+    },
+    #[error("no dataset named {0:?} (see `detafs dataset list`)")]
+    NoDataset(String),
+    #[error("dataset {0:?} already exists")]
+    DatasetExists(String),
+    #[error("dataset {dataset:?} has no version {version}")]
+    NoVersion { dataset: String, version: String },
+    #[error("{path}: no such file or directory in {version}")]
+    NoPath { version: String, path: String },
+    #[error("{kind} object {id} is missing from the store (pack {pack})")]
+    Missing {
+        kind: &'static str,
+        id: ObjectId,
+        pack: ObjectId,
+    },
+    #[error("{kind} object {id} is corrupt (pack {pack}): {detail}")]
+    Corrupt {
+        kind: &'static str,
+        id: ObjectId,
+        pack: ObjectId,
+        detail: String,
+    },
+    #[error("malformed {what}: {detail}")]
+    Malformed { what: String, detail: String },
+    #[error(
+        "conflict: v{winner} was committed meanwhile and also changed {}; nothing was committed",
+        .paths.join(", ")
+    )]
+    Conflict { winner: u64, paths: Vec<String> },
+    #[error("nothing to commit: the content equals v{0}")]
+    NothingToCommit(u64),
+    #[error("gave up claiming a version number after {0} attempts")]
+    TooManyRetries(u32),
+}
+
+impl Error {
+    pub fn io(path: impl std::fmt::Display, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.to_string(),
+            source,
+        }
+    }
+
+    pub fn store(key: impl std::fmt::Display, source: object_store::Error) -> Self {
+        Error::Store {
+            key: key.to_string(),
+            source,
+        }
+    }
+
+    pub fn malformed(what: impl std::fmt::Display, detail: impl std::fmt::Display) -> Self {
+        Error::Malformed {
+            what: what.to_string(),
+            detail: detail.to_string(),
+        }
+    }
+
+    /// True when the stored data itself is damaged or gone (not a usage or network error).
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            Error::Missing { .. } | Error::Corrupt { .. } | Error::Malformed { .. }
+        )
+    }
+}

@@ -1,0 +1,59 @@
+//! `gc`: the only code that deletes. Removes packs that no version record
+//! reaches and that are older than a grace period, so packs of a commit still
+//! in flight (on this host or another) are never touched.
+
+use crate::error::Result;
+use crate::id::ObjectId;
+use crate::repo::Repo;
+use crate::snapshot::Node;
+use crate::snapshot::diff::TreeSource;
+use crate::store::{Listed, keys};
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
+
+/// Packs reached by any version of any dataset. Fails if any tree cannot be
+/// read: deleting on a partial view could delete live data.
+pub fn reachable_packs(repo: &Repo) -> Result<HashSet<ObjectId>> {
+    let mut packs = HashSet::new();
+    let mut seen = HashSet::new();
+    for ds in repo.datasets()? {
+        for record in repo.sync(&ds)? {
+            let mut todo = vec![record.tree];
+            while let Some(r) = todo.pop() {
+                if !seen.insert(r.id) {
+                    continue;
+                }
+                packs.insert(r.pack);
+                for e in &repo.tree(&r)?.entries {
+                    match &e.node {
+                        Node::Dir { tree, .. } => todo.push(*tree),
+                        Node::File { chunks, .. } => packs.extend(chunks.iter().map(|c| c.pack)),
+                        Node::Symlink { .. } => {}
+                    }
+                }
+            }
+        }
+    }
+    Ok(packs)
+}
+
+/// Unreachable packs older than `grace`; deleted unless `dry_run`.
+pub fn gc(repo: &Repo, grace: Duration, dry_run: bool) -> Result<Vec<Listed>> {
+    let reachable = reachable_packs(repo)?;
+    let cutoff = SystemTime::now()
+        .checked_sub(grace)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let doomed: Vec<Listed> = repo
+        .store
+        .list(keys::PACKS, None)?
+        .into_iter()
+        .filter(|l| keys::pack_id(&l.key).is_some_and(|id| !reachable.contains(&id)))
+        .filter(|l| l.modified < cutoff)
+        .collect();
+    if !dry_run {
+        for l in &doomed {
+            repo.store.delete(&l.key)?;
+        }
+    }
+    Ok(doomed)
+}

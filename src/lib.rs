@@ -1,0 +1,18 @@
+//! detafs: versioned datasets as content-addressed snapshots in an object store.
+//!
+//! Layers, top to bottom: `commit`, `read`, `verify`, `gc` (dataset operations)
+//! over `repo` (datasets, versions, tree loading) over `snapshot` (the model) and
+//! `cache` (local index and caches) over `store` (object_store).
+
+pub mod cache;
+pub mod commit;
+pub mod error;
+pub mod gc;
+pub mod id;
+pub mod read;
+pub mod repo;
+pub mod snapshot;
+pub mod store;
+pub mod verify;
+
+pub use error::{Error, Result};

@@ -1,0 +1,122 @@
+//! Reading versions: file contents (streamed, verified) and whole-tree export.
+
+use crate::error::{Error, Result};
+use crate::repo::Repo;
+use crate::snapshot::diff::TreeSource;
+use crate::snapshot::{Mtime, Node};
+use crate::store::pack::{self, BlobKind, BlobRef};
+use filetime::FileTime;
+use indicatif::ProgressBar;
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+/// Largest single range read; also bounds memory to a few times this.
+const RUN_BYTES: u64 = 8 << 20;
+
+/// Streams a file's chunks to `out`, every chunk verified. One thread fetches
+/// ahead while this one writes, so reading and writing overlap.
+pub fn read_file(repo: &Repo, chunks: &[BlobRef], out: &mut dyn Write) -> Result<()> {
+    let runs = pack::runs(chunks, RUN_BYTES);
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::sync_channel(2);
+        s.spawn(move || {
+            for run in runs {
+                let res = pack::read_run(&repo.store, run, BlobKind::Chunk);
+                let failed = res.is_err();
+                if tx.send(res).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        for res in rx {
+            for chunk in res? {
+                out.write_all(&chunk).map_err(|e| Error::io("output", e))?;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn set_mtime(path: &Path, m: Mtime, symlink: bool) -> Result<()> {
+    let t = FileTime::from_unix_time(m.0, m.1);
+    let res = if symlink {
+        filetime::set_symlink_file_times(path, t, t)
+    } else {
+        filetime::set_file_times(path, t, t)
+    };
+    res.map_err(|e| Error::io(path.display(), e))
+}
+
+/// Writes a version's tree under `dest` (which must be absent or empty):
+/// contents, modes and mtimes, byte for byte.
+pub fn export(repo: &Repo, root: &BlobRef, dest: &Path, progress: &ProgressBar) -> Result<()> {
+    match std::fs::read_dir(dest) {
+        Ok(mut it) => {
+            if it.next().is_some() {
+                return Err(Error::InvalidInput(format!(
+                    "{} is not empty; export needs an empty or new directory",
+                    dest.display()
+                )));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dest).map_err(|e| Error::io(dest.display(), e))?
+        }
+        Err(e) => return Err(Error::io(dest.display(), e)),
+    }
+    export_tree(repo, root, dest, progress)
+}
+
+fn export_tree(repo: &Repo, tree: &BlobRef, dir: &Path, progress: &ProgressBar) -> Result<()> {
+    for entry in &repo.tree(tree)?.entries {
+        let path = dir.join(OsStr::from_bytes(&entry.name));
+        match &entry.node {
+            Node::File {
+                mode,
+                mtime,
+                chunks,
+                size,
+            } => {
+                let mut f =
+                    std::fs::File::create(&path).map_err(|e| Error::io(path.display(), e))?;
+                read_file(repo, chunks, &mut f).map_err(|e| match e {
+                    Error::Io { source, .. } => Error::io(path.display(), source),
+                    other => other,
+                })?;
+                drop(f);
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
+                    .map_err(|e| Error::io(path.display(), e))?;
+                set_mtime(&path, *mtime, false)?;
+                progress.inc(*size);
+            }
+            Node::Dir { mode, mtime, tree } => {
+                std::fs::create_dir(&path).map_err(|e| Error::io(path.display(), e))?;
+                export_tree(repo, tree, &path, progress)?;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
+                    .map_err(|e| Error::io(path.display(), e))?;
+                set_mtime(&path, *mtime, false)?;
+            }
+            Node::Symlink { mtime, target } => {
+                std::os::unix::fs::symlink(OsStr::from_bytes(target), &path)
+                    .map_err(|e| Error::io(path.display(), e))?;
+                set_mtime(&path, *mtime, true)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Total bytes of regular files under a tree (for progress bars).
+pub fn tree_size(repo: &Repo, tree: &BlobRef) -> Result<u64> {
+    let mut total = 0;
+    for e in &repo.tree(tree)?.entries {
+        total += match &e.node {
+            Node::Dir { tree, .. } => tree_size(repo, tree)?,
+            n => n.size(),
+        };
+    }
+    Ok(total)
+}

@@ -1,0 +1,251 @@
+//! The dataset layer's entry point: a store plus its local index and caches.
+//! Knows datasets, their version records, and how to load trees.
+
+use crate::cache::disk::DiskCache;
+use crate::cache::index::Index;
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::snapshot::diff::TreeSource;
+use crate::snapshot::{Node, Record, Tree};
+use crate::store::pack::{self, BlobKind, BlobRef};
+use crate::store::{Store, keys};
+use lru::LruCache;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+pub struct Options {
+    /// A path or URL; `None` is the embedded default store.
+    pub store: Option<String>,
+    pub cache_dir: Option<PathBuf>,
+    pub cache_size: u64,
+}
+
+pub struct Repo {
+    pub store: Store,
+    pub index: Arc<Index>,
+    pub disk: DiskCache,
+    /// This store's local index and cache (deleting it loses nothing).
+    pub state_dir: PathBuf,
+    trees: Mutex<LruCache<ObjectId, Arc<Tree>>>,
+}
+
+/// The embedded default store, under the user's data directory.
+pub fn default_store() -> PathBuf {
+    dirs::data_dir()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("detafs/store")
+}
+
+fn default_cache() -> PathBuf {
+    dirs::cache_dir()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("detafs")
+}
+
+pub fn validate_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput(format!(
+            "invalid dataset name {name:?}: use letters, digits, '-', '_' and '.', not starting with '.'"
+        )))
+    }
+}
+
+impl Repo {
+    /// Opens an initialised store. The embedded default store is created on
+    /// first use, so a new user needs no configuration.
+    pub fn open(opts: &Options) -> Result<Repo> {
+        let (store, info) = match &opts.store {
+            Some(url) => {
+                let store = Store::open(url, false)?;
+                let info = store.info()?;
+                (store, info)
+            }
+            None => {
+                let store = Store::open(&default_store().to_string_lossy(), true)?;
+                let (info, _) = store.init()?;
+                (store, info)
+            }
+        };
+        let dir = opts
+            .cache_dir
+            .clone()
+            .unwrap_or_else(default_cache)
+            .join(&info.store_id);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        let index = Arc::new(Index::open(&dir.join("index.sqlite"))?);
+        let disk = DiskCache::open(dir.join("blobs"), opts.cache_size, index.clone())?;
+        Ok(Repo {
+            store,
+            index,
+            disk,
+            state_dir: dir,
+            trees: Mutex::new(LruCache::new(NonZeroUsize::new(4096).expect("nonzero"))),
+        })
+    }
+
+    pub fn create_dataset(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let body =
+            serde_json::to_vec_pretty(&serde_json::json!({ "name": name })).expect("serializable");
+        if !self.store.put_create(&keys::dataset(name), body.into())? {
+            return Err(Error::DatasetExists(name.to_string()));
+        }
+        Ok(())
+    }
+
+    pub fn datasets(&self) -> Result<Vec<String>> {
+        self.store.list_dirs("datasets/")
+    }
+
+    pub fn check_dataset(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        match self.store.get(&keys::dataset(name))? {
+            Some(_) => Ok(()),
+            None => Err(Error::NoDataset(name.to_string())),
+        }
+    }
+
+    /// Reads records newer than the newest one indexed (records are immutable,
+    /// so nothing older is re-read) and returns all versions, oldest first.
+    pub fn sync(&self, name: &str) -> Result<Vec<Record>> {
+        self.check_dataset(name)?;
+        let known = self.index.latest_version(name)?;
+        let offset = (known > 0).then(|| keys::record(name, known));
+        for listed in self.store.list(&keys::records(name), offset.as_deref())? {
+            let Some(bytes) = self.store.get(&listed.key)? else {
+                continue;
+            };
+            let record = Record::decode(&bytes, &listed.key)?;
+            if keys::record(name, record.version) != listed.key || record.dataset != name {
+                return Err(Error::malformed(
+                    &listed.key,
+                    "record does not match its key",
+                ));
+            }
+            self.index
+                .insert_record(name, record.version, ObjectId::of(&bytes), &bytes)?;
+        }
+        self.index.records(name)
+    }
+
+    /// Resolves `v3`, `3` or `latest`.
+    pub fn version(&self, name: &str, spec: &str) -> Result<Record> {
+        let records = self.sync(name)?;
+        let no_version = || Error::NoVersion {
+            dataset: name.to_string(),
+            version: spec.to_string(),
+        };
+        let found = if spec == "latest" {
+            records.last()
+        } else {
+            let n: u64 = spec
+                .strip_prefix('v')
+                .unwrap_or(spec)
+                .parse()
+                .map_err(|_| {
+                    Error::InvalidInput(format!("bad version {spec:?}: use v3, 3 or latest"))
+                })?;
+            records.iter().find(|r| r.version == n)
+        };
+        found.cloned().ok_or_else(no_version)
+    }
+
+    /// The node at `path` (slash-separated, relative) in a version's tree.
+    pub fn lookup(&self, root: &BlobRef, path: &[u8]) -> Result<Option<Node>> {
+        let mut node = Node::Dir {
+            mode: 0o755,
+            mtime: Default::default(),
+            tree: *root,
+        };
+        for part in path
+            .split(|&b| b == b'/')
+            .filter(|p| !p.is_empty() && *p != b".")
+        {
+            let Node::Dir { tree, .. } = &node else {
+                return Ok(None);
+            };
+            match self.tree(tree)?.get(part) {
+                Some(n) => node = n.clone(),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(node))
+    }
+
+    /// Remembers a tree just written, so it is not fetched back.
+    pub fn remember_tree(&self, r: &BlobRef, tree: Tree, encoded: &[u8]) {
+        self.disk.put(&r.id, encoded);
+        self.trees
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .put(r.id, Arc::new(tree));
+    }
+
+    /// Records where every blob under `root` lives, for dedup by later commits.
+    /// Trees already indexed are skipped, so this costs only what is new.
+    pub fn index_tree(&self, root: &BlobRef) -> Result<()> {
+        let mut blobs = Vec::new();
+        let mut trees = Vec::new();
+        let mut todo = vec![*root];
+        while let Some(r) = todo.pop() {
+            if self.index.tree_indexed(&r.id)? || trees.contains(&r.id) {
+                continue;
+            }
+            blobs.push(r);
+            trees.push(r.id);
+            for e in &self.tree(&r)?.entries {
+                match &e.node {
+                    Node::Dir { tree, .. } => todo.push(*tree),
+                    Node::File { chunks, .. } => blobs.extend_from_slice(chunks),
+                    Node::Symlink { .. } => {}
+                }
+            }
+        }
+        self.index.insert_blobs(&blobs)?;
+        self.index.mark_trees_indexed(&trees)
+    }
+}
+
+impl TreeSource for Repo {
+    fn tree(&self, r: &BlobRef) -> Result<Arc<Tree>> {
+        if let Some(t) = self
+            .trees
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&r.id)
+        {
+            return Ok(t.clone());
+        }
+        let bytes = match self.disk.get(&r.id) {
+            Some(b) => b,
+            None => {
+                let b = pack::read_blob(&self.store, r, BlobKind::Tree)?;
+                self.disk.put(&r.id, &b);
+                b
+            }
+        };
+        let tree = Arc::new(Tree::decode(&bytes).map_err(|e| match e {
+            Error::Malformed { detail, .. } => Error::Corrupt {
+                kind: "tree",
+                id: r.id,
+                pack: r.pack,
+                detail,
+            },
+            other => other,
+        })?);
+        self.trees
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .put(r.id, tree.clone());
+        Ok(tree)
+    }
+}

@@ -1,0 +1,214 @@
+//! Comparing trees: a two-way diff (for `log`, `diff` and commit stats) and a
+//! three-way merge (to rebase a commit that lost the race for its number).
+
+use super::tree::{Entry, Node, Tree};
+use crate::error::Result;
+use crate::store::pack::BlobRef;
+use std::sync::Arc;
+
+/// Loads trees by reference (through the caches).
+pub trait TreeSource {
+    fn tree(&self, r: &BlobRef) -> Result<Arc<Tree>>;
+}
+
+/// Stores new trees.
+pub trait TreeSink {
+    fn put_tree(&mut self, tree: &Tree) -> Result<BlobRef>;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeKind {
+    Added,
+    Removed,
+    Modified,
+}
+
+/// A file or symlink that differs. Directories are expanded into their contents.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub path: Vec<u8>,
+    pub kind: ChangeKind,
+    pub old: Option<Node>,
+    pub new: Option<Node>,
+}
+
+/// Changes that turn tree `a` (or nothing) into tree `b`, in path order.
+pub fn diff(src: &dyn TreeSource, a: Option<&BlobRef>, b: Option<&BlobRef>) -> Result<Vec<Change>> {
+    let mut out = Vec::new();
+    diff_dirs(src, a, b, &[], &mut out)?;
+    Ok(out)
+}
+
+fn load(src: &dyn TreeSource, r: Option<&BlobRef>) -> Result<Arc<Tree>> {
+    match r {
+        Some(r) => src.tree(r),
+        None => Ok(Arc::new(Tree::default())),
+    }
+}
+
+fn join(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+    if prefix.is_empty() {
+        return name.to_vec();
+    }
+    let mut p = prefix.to_vec();
+    p.push(b'/');
+    p.extend_from_slice(name);
+    p
+}
+
+fn diff_dirs(
+    src: &dyn TreeSource,
+    a: Option<&BlobRef>,
+    b: Option<&BlobRef>,
+    prefix: &[u8],
+    out: &mut Vec<Change>,
+) -> Result<()> {
+    if let (Some(x), Some(y)) = (a, b)
+        && x.id == y.id
+    {
+        return Ok(());
+    }
+    let (ta, tb) = (load(src, a)?, load(src, b)?);
+    for (name, old, new) in union(&ta.entries, &tb.entries) {
+        let path = join(prefix, name);
+        let subtree = |n: Option<&Node>| match n {
+            Some(Node::Dir { tree, .. }) => Some(*tree),
+            _ => None,
+        };
+        // Directories on either side are walked; what is not a directory is compared.
+        let (dir_old, dir_new) = (subtree(old), subtree(new));
+        if dir_old.is_some() || dir_new.is_some() {
+            diff_dirs(src, dir_old.as_ref(), dir_new.as_ref(), &path, out)?;
+        }
+        let leaf = |n: Option<&Node>| n.filter(|n| !n.is_dir()).cloned();
+        let (old, new) = (leaf(old), leaf(new));
+        let kind = match (&old, &new) {
+            (None, None) => continue,
+            (None, Some(_)) => ChangeKind::Added,
+            (Some(_), None) => ChangeKind::Removed,
+            (Some(o), Some(n)) if o.same(n) => continue,
+            (Some(_), Some(_)) => ChangeKind::Modified,
+        };
+        out.push(Change {
+            path,
+            kind,
+            old,
+            new,
+        });
+    }
+    Ok(())
+}
+
+/// Entries of two sorted lists side by side, by name.
+fn union<'a>(
+    a: &'a [Entry],
+    b: &'a [Entry],
+) -> impl Iterator<Item = (&'a [u8], Option<&'a Node>, Option<&'a Node>)> {
+    let (mut i, mut j) = (0, 0);
+    std::iter::from_fn(move || {
+        let next = match (a.get(i), b.get(j)) {
+            (None, None) => return None,
+            (Some(x), None) => (x, true, false),
+            (None, Some(y)) => (y, false, true),
+            (Some(x), Some(y)) => match x.name.cmp(&y.name) {
+                std::cmp::Ordering::Less => (x, true, false),
+                std::cmp::Ordering::Greater => (y, false, true),
+                std::cmp::Ordering::Equal => (x, true, true),
+            },
+        };
+        let (e, in_a, in_b) = next;
+        let item = (
+            e.name.as_slice(),
+            in_a.then(|| &a[i].node),
+            in_b.then(|| &b[j].node),
+        );
+        i += in_a as usize;
+        j += in_b as usize;
+        Some(item)
+    })
+}
+
+fn same(a: Option<&Node>, b: Option<&Node>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(x), Some(y)) => x.same(y),
+        _ => false,
+    }
+}
+
+/// Three-way merge: applies the changes `base → ours` onto `theirs`. Returns the
+/// merged root, or the paths both sides changed differently.
+pub fn merge(
+    src: &dyn TreeSource,
+    sink: &mut dyn TreeSink,
+    base: Option<&BlobRef>,
+    ours: &BlobRef,
+    theirs: &BlobRef,
+) -> Result<Result<BlobRef, Vec<String>>> {
+    let mut conflicts = Vec::new();
+    let tree = merge_dirs(src, sink, base, ours, theirs, &[], &mut conflicts)?;
+    if !conflicts.is_empty() {
+        return Ok(Err(conflicts));
+    }
+    Ok(Ok(sink.put_tree(&tree)?))
+}
+
+fn merge_dirs(
+    src: &dyn TreeSource,
+    sink: &mut dyn TreeSink,
+    base: Option<&BlobRef>,
+    ours: &BlobRef,
+    theirs: &BlobRef,
+    prefix: &[u8],
+    conflicts: &mut Vec<String>,
+) -> Result<Tree> {
+    let (tb, to, tt) = (load(src, base)?, src.tree(ours)?, src.tree(theirs)?);
+    let mut names: Vec<&[u8]> = tb
+        .entries
+        .iter()
+        .chain(&to.entries)
+        .chain(&tt.entries)
+        .map(|e| e.name.as_slice())
+        .collect();
+    names.sort();
+    names.dedup();
+    let mut entries = Vec::new();
+    for name in names {
+        let (b, o, t) = (tb.get(name), to.get(name), tt.get(name));
+        let picked = if same(o, b) {
+            t.cloned()
+        } else if same(t, b) || same(o, t) {
+            o.cloned()
+        } else if let (
+            Some(Node::Dir {
+                mode,
+                mtime,
+                tree: o_tree,
+            }),
+            Some(Node::Dir { tree: t_tree, .. }),
+        ) = (o, t)
+        {
+            let b_tree = match b {
+                Some(Node::Dir { tree, .. }) => Some(tree),
+                _ => None,
+            };
+            let path = join(prefix, name);
+            let merged = merge_dirs(src, sink, b_tree, o_tree, t_tree, &path, conflicts)?;
+            Some(Node::Dir {
+                mode: *mode,
+                mtime: *mtime,
+                tree: sink.put_tree(&merged)?,
+            })
+        } else {
+            conflicts.push(String::from_utf8_lossy(&join(prefix, name)).into_owned());
+            o.cloned()
+        };
+        if let Some(node) = picked {
+            entries.push(Entry {
+                name: name.to_vec(),
+                node,
+            });
+        }
+    }
+    Ok(Tree::new(entries))
+}

@@ -1,0 +1,9 @@
+//! The snapshot model: chunks, trees, version records, and how trees compare.
+
+pub mod chunker;
+pub mod diff;
+pub mod record;
+pub mod tree;
+
+pub use record::{Record, Stats};
+pub use tree::{Entry, Mtime, Node, Tree};

@@ -1,0 +1,295 @@
+//! The store layer: every object detafs keeps, reached through `object_store`.
+//!
+//! This is the only module that imports `object_store`, and the one place where
+//! synchronous callers cross into the tokio runtime (`block_on`, `spawn`).
+
+pub mod pack;
+
+use crate::error::{Error, Result};
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::SystemTime;
+use tokio::runtime::Runtime;
+
+/// The store format this build reads and writes.
+pub const FORMAT: u32 = 1;
+const MARKER: &str = "detafs.json";
+
+/// Contents of the marker object at the root of every store.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoreInfo {
+    pub format: u32,
+    /// Random id: names this store's local cache, so a store re-created at the
+    /// same URL never inherits a stale cache.
+    pub store_id: String,
+}
+
+/// An object listed in the store.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub key: String,
+    pub size: u64,
+    pub modified: SystemTime,
+}
+
+/// Key layout (docs/format.md).
+pub mod keys {
+    use crate::id::ObjectId;
+
+    pub fn dataset(name: &str) -> String {
+        format!("datasets/{name}/dataset.json")
+    }
+    pub fn records(name: &str) -> String {
+        format!("datasets/{name}/records/")
+    }
+    pub fn record(name: &str, version: u64) -> String {
+        format!("datasets/{name}/records/{version:020}.json")
+    }
+    pub const PACKS: &str = "packs/";
+    pub fn pack(id: &ObjectId) -> String {
+        let hex = id.to_hex();
+        format!("packs/{}/{hex}", &hex[..2])
+    }
+    /// The pack id named by a pack key, if it is one.
+    pub fn pack_id(key: &str) -> Option<ObjectId> {
+        key.strip_prefix(PACKS)?.rsplit('/').next()?.parse().ok()
+    }
+}
+
+pub struct Store {
+    inner: Arc<dyn ObjectStore>,
+    url: String,
+    rt: Arc<Runtime>,
+}
+
+impl Store {
+    /// Opens the store at `url` (a path or `file://` URL) without checking its
+    /// contents. A local folder is created only when `create` is set (by `init`).
+    pub fn open(url: &str, create: bool) -> Result<Store> {
+        let inner: Arc<dyn ObjectStore> = match url.split_once("://") {
+            None => Arc::new(local(url, create)?),
+            Some(("file", path)) => Arc::new(local(path, create)?),
+            Some((scheme, _)) => {
+                return Err(Error::InvalidInput(format!(
+                    "{url}: unsupported store scheme {scheme:?} (use a local path or file://)"
+                )));
+            }
+        };
+        Store::from_object_store(inner, url)
+    }
+
+    /// Wraps an existing object store (tests inject faults this way).
+    pub fn from_object_store(inner: Arc<dyn ObjectStore>, url: &str) -> Result<Store> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("tokio runtime", e))?;
+        Ok(Store {
+            inner,
+            url: url.to_string(),
+            rt: Arc::new(rt),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Creates the store marker; idempotent, refuses a location holding anything else.
+    pub fn init(&self) -> Result<(StoreInfo, bool)> {
+        if let Some(info) = self.try_info()? {
+            return Ok((info, false));
+        }
+        if let Some(first) = self.first_key()? {
+            return Err(Error::InvalidInput(format!(
+                "{} is not empty and not a detafs store (it holds {first}); refusing to init",
+                self.url
+            )));
+        }
+        let info = StoreInfo {
+            format: FORMAT,
+            store_id: hex::encode(rand::random::<[u8; 16]>()),
+        };
+        let body = serde_json::to_vec_pretty(&info).expect("serializable");
+        if !self.put_create(MARKER, body.into())? {
+            // Another process initialised it first: use theirs.
+            return Ok((self.info()?, false));
+        }
+        Ok((info, true))
+    }
+
+    /// Reads and checks the store marker.
+    pub fn info(&self) -> Result<StoreInfo> {
+        self.try_info()?
+            .ok_or_else(|| Error::NotAStore(self.url.clone()))
+    }
+
+    fn try_info(&self) -> Result<Option<StoreInfo>> {
+        let Some(bytes) = self.get(MARKER)? else {
+            return Ok(None);
+        };
+        let info: StoreInfo = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::malformed(format!("{} {MARKER}", self.url), e))?;
+        if info.format > FORMAT {
+            return Err(Error::FormatTooNew {
+                url: self.url.clone(),
+                found: info.format,
+                supported: FORMAT,
+            });
+        }
+        Ok(Some(info))
+    }
+
+    fn first_key(&self) -> Result<Option<String>> {
+        let mut stream = self.inner.list(None);
+        let first = self
+            .rt
+            .block_on(stream.try_next())
+            .map_err(|e| Error::store(&self.url, e))?;
+        Ok(first.map(|m| m.location.to_string()))
+    }
+
+    /// Whole object, or `None` if it does not exist.
+    pub fn get(&self, key: &str) -> Result<Option<Bytes>> {
+        let path = Path::from(key);
+        let res = self.rt.block_on(async {
+            match self.inner.get(&path).await {
+                Ok(r) => r.bytes().await.map(Some),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        });
+        res.map_err(|e| Error::store(key, e))
+    }
+
+    /// A byte range of an object. A missing object is `Ok(None)`.
+    pub fn get_range(&self, key: &str, range: Range<u64>) -> Result<Option<Bytes>> {
+        let path = Path::from(key);
+        let want = range.end - range.start;
+        match self.rt.block_on(self.inner.get_range(&path, range)) {
+            Ok(b) if b.len() as u64 == want => Ok(Some(b)),
+            Ok(b) => Err(Error::malformed(
+                key,
+                format!("short read: {} of {want} bytes", b.len()),
+            )),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(Error::store(key, e)),
+        }
+    }
+
+    /// Creates `key` only if it does not exist. Returns false when it already did.
+    /// This conditional create is the commit point of every version.
+    pub fn put_create(&self, key: &str, body: Bytes) -> Result<bool> {
+        let path = Path::from(key);
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        match self
+            .rt
+            .block_on(self.inner.put_opts(&path, PutPayload::from(body), opts))
+        {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(Error::store(key, e)),
+        }
+    }
+
+    /// Uploads an immutable object on the runtime; the caller awaits the handle.
+    pub fn spawn_put(&self, key: String, body: Bytes) -> tokio::task::JoinHandle<Result<()>> {
+        let inner = self.inner.clone();
+        self.rt.spawn(async move {
+            let path = Path::from(key.as_str());
+            inner
+                .put(&path, PutPayload::from(body))
+                .await
+                .map(|_| ())
+                .map_err(|e| Error::store(&key, e))
+        })
+    }
+
+    /// Waits for an upload started by `spawn_put`.
+    pub fn wait(&self, handle: tokio::task::JoinHandle<Result<()>>) -> Result<()> {
+        self.rt
+            .block_on(handle)
+            .map_err(|e| Error::io("upload task", std::io::Error::other(e)))?
+    }
+
+    /// Lists keys under `prefix` that sort after `offset`, sorted.
+    pub fn list(&self, prefix: &str, offset: Option<&str>) -> Result<Vec<Listed>> {
+        let prefix_path = Path::from(prefix);
+        let stream = match offset {
+            Some(o) => self
+                .inner
+                .list_with_offset(Some(&prefix_path), &Path::from(o)),
+            None => self.inner.list(Some(&prefix_path)),
+        };
+        let metas: Vec<_> = self
+            .rt
+            .block_on(stream.try_collect::<Vec<_>>())
+            .map_err(|e| Error::store(prefix, e))?;
+        let mut out: Vec<Listed> = metas
+            .into_iter()
+            .map(|m| Listed {
+                key: m.location.to_string(),
+                size: m.size,
+                modified: m.last_modified.into(),
+            })
+            .filter(|l| offset.is_none_or(|o| l.key.as_str() > o))
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    /// Names directly under `prefix` (one level, like `ls`).
+    pub fn list_dirs(&self, prefix: &str) -> Result<Vec<String>> {
+        let path = Path::from(prefix);
+        let res = self
+            .rt
+            .block_on(self.inner.list_with_delimiter(Some(&path)))
+            .map_err(|e| Error::store(prefix, e))?;
+        let mut names: Vec<String> = res
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    pub fn delete(&self, key: &str) -> Result<()> {
+        let path = Path::from(key);
+        match self.rt.block_on(self.inner.delete(&path)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(Error::store(key, e)),
+        }
+    }
+}
+
+fn local(path: &str, create: bool) -> Result<LocalFileSystem> {
+    if path.is_empty() {
+        return Err(Error::InvalidInput("empty store path".into()));
+    }
+    let p = std::path::Path::new(path);
+    if p.exists() && !p.is_dir() {
+        return Err(Error::InvalidInput(format!(
+            "{path} is not a directory, so it cannot be a store"
+        )));
+    }
+    if !p.exists() {
+        if !create {
+            return Err(Error::NotAStore(path.to_string()));
+        }
+        std::fs::create_dir_all(p).map_err(|e| Error::io(path, e))?;
+    }
+    LocalFileSystem::new_with_prefix(p)
+        .map(|fs| fs.with_fsync(true).with_automatic_cleanup(true))
+        .map_err(|e| Error::store(path, e))
+}

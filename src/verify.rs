@@ -1,0 +1,320 @@
+//! `verify`: the consistency audit. Reads every record and every object they
+//! reach straight from the store (bypassing local caches), checks the hash
+//! chain and every blob's hash, and names what is damaged and what it affects.
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::repo::Repo;
+use crate::snapshot::{Node, Record, Tree};
+use crate::store::pack::{self, BlobKind, BlobRef};
+use crate::store::{Listed, keys};
+use indicatif::ProgressBar;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProblemKind {
+    Missing,
+    Corrupt,
+    BrokenChain,
+}
+
+#[derive(Debug)]
+pub struct Problem {
+    pub kind: ProblemKind,
+    pub object: String,
+    pub detail: String,
+    /// `v3:path/to/file`, a few samples.
+    pub affects: Vec<String>,
+    pub more: usize,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            ProblemKind::Missing => "missing",
+            ProblemKind::Corrupt => "corrupt",
+            ProblemKind::BrokenChain => "broken chain",
+        };
+        write!(f, "{kind}: {}: {}", self.object, self.detail)?;
+        if !self.affects.is_empty() {
+            write!(f, "; affects {}", self.affects.join(", "))?;
+            if self.more > 0 {
+                write!(f, " (+{} more)", self.more)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub problems: Vec<Problem>,
+    /// Objects no record reaches (crash debris); only known when all datasets are checked.
+    pub garbage: Vec<Listed>,
+    pub versions: usize,
+    pub blobs: usize,
+}
+
+const SAMPLES: usize = 5;
+
+#[derive(Default)]
+struct Affects {
+    samples: Vec<String>,
+    more: usize,
+}
+
+impl Affects {
+    fn add(&mut self, what: String) {
+        if self.samples.len() < SAMPLES {
+            self.samples.push(what);
+        } else {
+            self.more += 1;
+        }
+    }
+    fn merge(&mut self, other: &Affects) {
+        for s in &other.samples {
+            if !self.samples.contains(s) {
+                self.add(s.clone());
+            }
+        }
+        self.more += other.more;
+    }
+}
+
+struct Walker<'r> {
+    repo: &'r Repo,
+    trees: HashMap<ObjectId, Option<std::sync::Arc<Tree>>>,
+    /// Chunks to check, grouped by pack, with who refers to them.
+    chunks: BTreeMap<ObjectId, HashMap<(ObjectId, u64), (BlobRef, Affects)>>,
+    reachable: HashSet<ObjectId>,
+    report: Report,
+}
+
+fn problem_of(err: &Error) -> ProblemKind {
+    match err {
+        Error::Missing { .. } => ProblemKind::Missing,
+        _ => ProblemKind::Corrupt,
+    }
+}
+
+impl Walker<'_> {
+    fn walk(&mut self, r: &BlobRef, version: u64, prefix: &str) {
+        self.reachable.insert(r.pack);
+        let tree = match self.trees.get(&r.id) {
+            Some(t) => t.clone(),
+            None => {
+                let loaded = pack::read_blob(&self.repo.store, r, BlobKind::Tree)
+                    .and_then(|b| Tree::decode(&b));
+                self.report.blobs += 1;
+                let t = match loaded {
+                    Ok(t) => Some(std::sync::Arc::new(t)),
+                    Err(e) => {
+                        self.report.problems.push(Problem {
+                            kind: problem_of(&e),
+                            object: format!("tree {} in {}", r.id, keys::pack(&r.pack)),
+                            detail: e.to_string(),
+                            affects: vec![format!("v{version}:{prefix}/")],
+                            more: 0,
+                        });
+                        None
+                    }
+                };
+                self.trees.insert(r.id, t.clone());
+                t
+            }
+        };
+        let Some(tree) = tree else { return };
+        for e in &tree.entries {
+            let path = format!("{prefix}{}", String::from_utf8_lossy(&e.name));
+            match &e.node {
+                Node::Dir { tree, .. } => self.walk(tree, version, &format!("{path}/")),
+                Node::File { chunks, .. } => {
+                    for c in chunks {
+                        self.reachable.insert(c.pack);
+                        self.chunks
+                            .entry(c.pack)
+                            .or_default()
+                            .entry((c.id, c.offset))
+                            .or_insert_with(|| (*c, Affects::default()))
+                            .1
+                            .add(format!("v{version}:{path}"));
+                    }
+                }
+                Node::Symlink { .. } => {}
+            }
+        }
+    }
+
+    fn chain_problem(&mut self, object: String, detail: String) {
+        self.report.problems.push(Problem {
+            kind: ProblemKind::BrokenChain,
+            object,
+            detail,
+            affects: vec![],
+            more: 0,
+        });
+    }
+
+    fn check_records(&mut self, dataset: &str) -> Result<()> {
+        let mut prev: Option<(u64, ObjectId)> = None;
+        for listed in self.repo.store.list(&keys::records(dataset), None)? {
+            let number = listed
+                .key
+                .rsplit('/')
+                .next()
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(|n| n.parse::<u64>().ok());
+            let Some(n) = number else {
+                self.chain_problem(listed.key.clone(), "not a version record name".into());
+                continue;
+            };
+            let Some(bytes) = self.repo.store.get(&listed.key)? else {
+                continue;
+            };
+            let hash = ObjectId::of(&bytes);
+            let expected = prev.map_or(1, |(v, _)| v + 1);
+            if n != expected {
+                self.chain_problem(
+                    format!("{dataset} v{expected}..v{}", n - 1),
+                    "version records missing from the store".into(),
+                );
+            }
+            if let Some(known) = self.repo.index.record_hash(dataset, n)?
+                && known != hash
+            {
+                self.chain_problem(
+                    listed.key.clone(),
+                    format!("record v{n} differs from the one this host saw"),
+                );
+            }
+            let record = match Record::decode(&bytes, &listed.key) {
+                Ok(r) if r.version == n && r.dataset == dataset => r,
+                Ok(_) => {
+                    self.chain_problem(listed.key.clone(), "record does not match its key".into());
+                    prev = Some((n, hash));
+                    continue;
+                }
+                Err(e) => {
+                    self.report.problems.push(Problem {
+                        kind: ProblemKind::Corrupt,
+                        object: listed.key.clone(),
+                        detail: e.to_string(),
+                        affects: vec![format!("{dataset} v{n}")],
+                        more: 0,
+                    });
+                    prev = Some((n, hash));
+                    continue;
+                }
+            };
+            let parent_ok = match prev {
+                Some((pv, ph)) if pv + 1 == n => record.parent == Some(ph),
+                None if n == 1 => record.parent.is_none(),
+                _ => true, // the gap is already reported
+            };
+            if !parent_ok {
+                self.chain_problem(
+                    listed.key.clone(),
+                    format!("parent hash does not match record v{}", n - 1),
+                );
+            }
+            self.report.versions += 1;
+            self.walk(&record.tree, n, &format!("{dataset}/"));
+            prev = Some((n, hash));
+        }
+        let known = self.repo.index.latest_version(dataset)?;
+        let in_store = prev.map_or(0, |(v, _)| v);
+        if known > in_store {
+            self.chain_problem(
+                format!("{dataset} v{}..v{known}", in_store + 1),
+                "known to this host but missing from the store".into(),
+            );
+        }
+        Ok(())
+    }
+
+    fn check_chunks(&mut self, progress: &ProgressBar) -> Result<()> {
+        for (pack_id, blobs) in std::mem::take(&mut self.chunks) {
+            let key = keys::pack(&pack_id);
+            let bytes = self.repo.store.get(&key)?;
+            self.report.blobs += blobs.len();
+            let Some(bytes) = bytes else {
+                let mut affects = Affects::default();
+                for (_, a) in blobs.values() {
+                    affects.merge(a);
+                }
+                self.report.problems.push(Problem {
+                    kind: ProblemKind::Missing,
+                    object: key,
+                    detail: format!("pack of {} chunks is missing", blobs.len()),
+                    affects: affects.samples,
+                    more: affects.more,
+                });
+                continue;
+            };
+            let mut sorted: Vec<_> = blobs.into_values().collect();
+            sorted.sort_by_key(|(r, _)| r.offset);
+            for (r, affects) in sorted {
+                progress.inc(r.len as u64);
+                let slice = bytes.get(r.offset as usize..r.end() as usize);
+                let res = match slice {
+                    Some(s) => pack::decode(&r, BlobKind::Chunk, s).map(|_| ()),
+                    None => Err(Error::Corrupt {
+                        kind: "chunk",
+                        id: r.id,
+                        pack: r.pack,
+                        detail: "pack is shorter than the chunk's location".into(),
+                    }),
+                };
+                if let Err(e) = res {
+                    self.report.problems.push(Problem {
+                        kind: ProblemKind::Corrupt,
+                        object: format!("chunk {} in {key}", r.id),
+                        detail: e.to_string(),
+                        affects: affects.samples,
+                        more: affects.more,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks one dataset, or all of them (and then also lists garbage).
+pub fn verify(repo: &Repo, dataset: Option<&str>, progress: &ProgressBar) -> Result<Report> {
+    let datasets = match dataset {
+        Some(name) => {
+            repo.check_dataset(name)?;
+            vec![name.to_string()]
+        }
+        None => repo.datasets()?,
+    };
+    let mut w = Walker {
+        repo,
+        trees: HashMap::new(),
+        chunks: BTreeMap::new(),
+        reachable: HashSet::new(),
+        report: Report::default(),
+    };
+    for ds in &datasets {
+        w.check_records(ds)?;
+    }
+    let total: u64 = w
+        .chunks
+        .values()
+        .flat_map(|m| m.values())
+        .map(|(r, _)| r.len as u64)
+        .sum();
+    progress.set_length(total);
+    w.check_chunks(progress)?;
+    if dataset.is_none() {
+        w.report.garbage = repo
+            .store
+            .list(keys::PACKS, None)?
+            .into_iter()
+            .filter(|l| keys::pack_id(&l.key).is_none_or(|id| !w.reachable.contains(&id)))
+            .collect();
+    }
+    Ok(w.report)
+}
