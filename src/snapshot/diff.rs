@@ -212,3 +212,193 @@ fn merge_dirs(
     }
     Ok(Tree::new(entries))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::ObjectId;
+    use crate::snapshot::Mtime;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, HashMap};
+
+    /// Trees in memory, keyed by id.
+    #[derive(Default)]
+    struct Mem(HashMap<ObjectId, Arc<Tree>>);
+
+    impl TreeSource for Mem {
+        fn tree(&self, r: &BlobRef) -> Result<Arc<Tree>> {
+            Ok(self.0[&r.id].clone())
+        }
+    }
+
+    impl TreeSink for Mem {
+        fn put_tree(&mut self, tree: &Tree) -> Result<BlobRef> {
+            let id = ObjectId::of(&tree.encode());
+            self.0.insert(id, Arc::new(tree.clone()));
+            Ok(BlobRef {
+                id,
+                pack: id,
+                offset: 8,
+                len: 1,
+            })
+        }
+    }
+
+    fn file(content: &str) -> Node {
+        Node::File {
+            mode: 0o644,
+            mtime: Mtime(1, 0),
+            size: content.len() as u64,
+            chunks: vec![BlobRef {
+                id: ObjectId::of(content.as_bytes()),
+                pack: ObjectId::from_bytes([0; 32]),
+                offset: 8,
+                len: content.len() as u32 + 1,
+            }],
+        }
+    }
+
+    /// Builds nested trees from `path -> content` (paths with '/').
+    fn build(mem: &mut Mem, files: &BTreeMap<String, String>) -> BlobRef {
+        let mut here: BTreeMap<String, Node> = BTreeMap::new();
+        let mut subdirs: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for (path, content) in files {
+            match path.split_once('/') {
+                Some((dir, rest)) => {
+                    subdirs
+                        .entry(dir.to_string())
+                        .or_default()
+                        .insert(rest.to_string(), content.clone());
+                }
+                None => {
+                    here.insert(path.clone(), file(content));
+                }
+            }
+        }
+        for (dir, sub) in subdirs {
+            let tree = build(mem, &sub);
+            here.insert(
+                dir,
+                Node::Dir {
+                    mode: 0o755,
+                    mtime: Mtime(2, 0),
+                    tree,
+                },
+            );
+        }
+        let entries = here
+            .into_iter()
+            .map(|(name, node)| Entry {
+                name: name.into_bytes(),
+                node,
+            })
+            .collect();
+        mem.put_tree(&Tree::new(entries)).unwrap()
+    }
+
+    /// Flattens a tree back to `path -> content id`.
+    fn flatten(mem: &Mem, r: &BlobRef) -> BTreeMap<String, ObjectId> {
+        diff(mem, None, Some(r))
+            .unwrap()
+            .into_iter()
+            .map(|c| {
+                let Some(Node::File { chunks, .. }) = c.new else {
+                    panic!("not a file")
+                };
+                (String::from_utf8(c.path).unwrap(), chunks[0].id)
+            })
+            .collect()
+    }
+
+    fn map(items: &[(&str, &str)]) -> BTreeMap<String, String> {
+        items
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn diff_reports_files_in_subdirectories() {
+        let mut mem = Mem::default();
+        let a = build(&mut mem, &map(&[("x", "1"), ("d/y", "2"), ("d/z", "3")]));
+        let b = build(
+            &mut mem,
+            &map(&[("x", "1"), ("d/y", "changed"), ("e/w", "4")]),
+        );
+        let got: Vec<(String, ChangeKind)> = diff(&mem, Some(&a), Some(&b))
+            .unwrap()
+            .into_iter()
+            .map(|c| (String::from_utf8(c.path).unwrap(), c.kind))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("d/y".into(), ChangeKind::Modified),
+                ("d/z".into(), ChangeKind::Removed),
+                ("e/w".into(), ChangeKind::Added),
+            ]
+        );
+        assert!(diff(&mem, Some(&a), Some(&a)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn merge_of_disjoint_changes_keeps_both_and_overlap_conflicts() {
+        let mut mem = Mem::default();
+        let base = build(&mut mem, &map(&[("a", "1"), ("d/b", "2"), ("d/c", "3")]));
+        let ours = build(
+            &mut mem,
+            &map(&[("a", "1"), ("d/b", "ours"), ("d/c", "3"), ("n", "new")]),
+        );
+        let theirs = build(&mut mem, &map(&[("d/b", "2"), ("d/c", "theirs")]));
+        let merged = merge(&mem.clone_mem(), &mut mem, Some(&base), &ours, &theirs)
+            .unwrap()
+            .unwrap_or_else(|c| panic!("conflict {c:?}"));
+        let expected = build(
+            &mut mem,
+            &map(&[("d/b", "ours"), ("d/c", "theirs"), ("n", "new")]),
+        );
+        assert_eq!(flatten(&mem, &merged), flatten(&mem, &expected));
+
+        let clash = build(
+            &mut mem,
+            &map(&[("a", "1"), ("d/b", "clash"), ("d/c", "3")]),
+        );
+        let res = merge(&mem.clone_mem(), &mut mem, Some(&base), &ours, &clash).unwrap();
+        assert_eq!(res, Err(vec!["d/b".to_string()]));
+    }
+
+    impl Mem {
+        fn clone_mem(&self) -> Mem {
+            Mem(self.0.clone())
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Merging disjoint edits equals applying both edits to the base.
+        #[test]
+        fn merge_equals_applying_both_edit_sets(
+            base in prop::collection::btree_map("[a-c](/[a-c]){0,2}", "[0-9]", 0..10),
+            ours_edits in prop::collection::btree_map("[a-c](/[a-c]){0,2}", prop::option::of("[0-9]"), 0..5),
+            theirs_edits in prop::collection::btree_map("[d-f](/[a-c]){0,2}", prop::option::of("[0-9]"), 0..5),
+        ) {
+            // A path can't be both a file and a directory.
+            let all: Vec<&String> = base.keys().chain(ours_edits.keys()).chain(theirs_edits.keys()).collect();
+            prop_assume!(!all.iter().any(|a| all.iter().any(|b| b.starts_with(&format!("{a}/")))));
+            let apply = |m: &BTreeMap<String, String>, edits: &BTreeMap<String, Option<String>>| {
+                let mut m = m.clone();
+                for (k, v) in edits {
+                    match v { Some(v) => { m.insert(k.clone(), v.clone()); } None => { m.remove(k); } }
+                }
+                m
+            };
+            let mut mem = Mem::default();
+            let b = build(&mut mem, &base);
+            let o = build(&mut mem, &apply(&base, &ours_edits));
+            let t = build(&mut mem, &apply(&base, &theirs_edits));
+            let both = build(&mut mem, &apply(&apply(&base, &ours_edits), &theirs_edits));
+            let merged = merge(&mem.clone_mem(), &mut mem, Some(&b), &o, &t).unwrap().unwrap();
+            prop_assert_eq!(flatten(&mem, &merged), flatten(&mem, &both));
+        }
+    }
+}

@@ -1,0 +1,469 @@
+//! End-to-end tests of the command line on temporary stores.
+
+mod common;
+
+use common::{Env, fingerprint, noise, sample_tree};
+use std::os::unix::ffi::OsStrExt;
+
+#[test]
+fn versions_export_byte_identical_with_modes_and_mtimes() {
+    let env = Env::new();
+    let src = env.path("src");
+    sample_tree(&src, 1);
+    let mut expected = Vec::new();
+    assert_eq!(env.commit(&src, "first"), "v1");
+    expected.push(fingerprint(&src));
+
+    std::fs::write(src.join("a.csv"), b"id,v\n1,2\n2,3\n").unwrap();
+    std::fs::remove_file(src.join("empty")).unwrap();
+    std::fs::write(src.join("sub/new.txt"), b"new").unwrap();
+    assert_eq!(env.commit(&src, "second"), "v2");
+    expected.push(fingerprint(&src));
+
+    std::fs::remove_dir_all(src.join("sub")).unwrap();
+    assert_eq!(env.commit(&src, "third"), "v3");
+    expected.push(fingerprint(&src));
+
+    for (i, want) in expected.iter().enumerate() {
+        let out = env.path(&format!("export{i}"));
+        env.ok(&[
+            "export",
+            "ds",
+            &format!("v{}", i + 1),
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(&fingerprint(&out), want, "export of v{}", i + 1);
+    }
+    // A non-UTF-8 name round-trips through ls.
+    let ls = env.run(&["ls", "ds", "1"]).stdout;
+    assert!(ls.windows(5).any(|w| w == b"caf\xe9-"));
+
+    let log = env.log();
+    assert_eq!(log.len(), 3);
+    assert_eq!(log[1]["files_added"], 1);
+    assert_eq!(log[1]["files_changed"], 1);
+    assert_eq!(log[1]["files_removed"], 1);
+    assert_eq!(log[2]["files_removed"], 3);
+    assert_eq!(log[0]["message"], "first");
+    assert!(log[0]["delta_size"].as_u64().unwrap() > 1_500_000);
+    assert!(!log[0]["author"].as_str().unwrap().is_empty());
+    let text = env.ok(&["log", "ds"]);
+    assert!(text.starts_with("v3 "), "newest first: {text}");
+
+    assert_eq!(env.ok(&["cat", "ds", "2", "sub/new.txt"]), "new");
+    assert_eq!(
+        env.ok(&["cat", "ds", "latest", "a.csv"]),
+        "id,v\n1,2\n2,3\n"
+    );
+    let diff = env.ok(&["diff", "ds", "v1", "v2"]);
+    assert_eq!(diff, "M a.csv\nD empty\nA sub/new.txt\n");
+    let stat = env.ok(&["diff", "ds", "v1", "v2", "--stat"]);
+    assert!(
+        stat.contains("3 files changed: 1 added, 1 modified, 1 removed"),
+        "{stat}"
+    );
+    env.ok(&["verify"]);
+}
+
+#[test]
+fn unchanged_data_costs_nothing_and_a_middle_edit_costs_a_few_chunks() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut big = noise(8 << 20, 7);
+    std::fs::write(src.join("big.bin"), &big).unwrap();
+    env.commit(&src, "v1");
+
+    // Same content in a second file and a touched mtime: no new chunk data.
+    std::fs::write(src.join("copy.bin"), &big).unwrap();
+    env.commit(&src, "copy");
+    let log = env.log();
+    assert!(
+        log[1]["delta_size"].as_u64().unwrap() < 10_000,
+        "{:?}",
+        log[1]
+    );
+
+    let mid = big.len() / 2;
+    big[mid..mid + 100_000].fill(1);
+    std::fs::write(src.join("big.bin"), &big).unwrap();
+    env.commit(&src, "edit");
+    let added = env.log()[2]["delta_size"].as_u64().unwrap();
+    assert!(
+        added < 100_000 + 2 * 256 * 1024 + 20_000,
+        "edit stored {added} bytes"
+    );
+
+    // Nothing changed: refused with its own exit code, no version made.
+    let (code, err) = env.fails(&[
+        "commit",
+        "ds",
+        "--from",
+        src.to_str().unwrap(),
+        "-m",
+        "again",
+    ]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("nothing to commit"), "{err}");
+    assert_eq!(env.log().len(), 3);
+}
+
+#[test]
+fn twenty_thousand_small_files_make_few_objects() {
+    let env = Env::new();
+    let src = env.path("src");
+    for d in 0..100 {
+        let dir = src.join(format!("d{d:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..200 {
+            std::fs::write(
+                dir.join(format!("f{f}.txt")),
+                noise(1000 + f * 7, d * 1000 + f as u64),
+            )
+            .unwrap();
+        }
+    }
+    env.commit(&src, "many");
+    let objects = env.objects("packs").len();
+    assert!(objects <= 20, "{objects} pack objects for 20,000 files");
+    let out = env.path("out");
+    env.ok(&["export", "ds", "v1", out.to_str().unwrap()]);
+    assert_eq!(fingerprint(&out), fingerprint(&src));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_changes_nothing() {
+    let env = Env::new();
+    let src = env.path("src");
+    sample_tree(&src, 3);
+    env.commit(&src, "first");
+    let before = common::walk_files(&env.store);
+    let s = src.to_str().unwrap();
+
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["log", "nope"], "no dataset named \"nope\""),
+        (
+            vec!["commit", "nope", "--from", s, "-m", "x"],
+            "no dataset named",
+        ),
+        (vec!["cat", "ds", "v9", "a.csv"], "has no version v9"),
+        (vec!["cat", "ds", "banana", "a.csv"], "bad version"),
+        (
+            vec!["cat", "ds", "v1", "missing.txt"],
+            "missing.txt: no such file",
+        ),
+        (vec!["cat", "ds", "v1", "sub"], "not a regular file"),
+        (
+            vec!["commit", "ds", "--from", "/nonexistent/dir", "-m", "x"],
+            "/nonexistent/dir",
+        ),
+        (
+            vec!["commit", "ds", "--from", s, "-m", "  "],
+            "empty commit message",
+        ),
+        (vec!["dataset", "create", "ds"], "already exists"),
+        (vec!["dataset", "create", "../evil"], "invalid dataset name"),
+        (vec!["diff", "ds", "v1", "v7"], "has no version v7"),
+    ];
+    for (args, want) in cases {
+        let (code, err) = env.fails(&args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: expected {want:?} in {err:?}");
+        assert_eq!(
+            err.trim().lines().count(),
+            1,
+            "one-line error for {args:?}: {err}"
+        );
+    }
+    // A file inside DIR: commit --from it is not a directory.
+    let (_, err) = env.fails(&["commit", "ds", "--from", &format!("{s}/a.csv"), "-m", "x"]);
+    assert!(err.contains("not a directory"), "{err}");
+    // Export into a non-empty directory.
+    let (_, err) = env.fails(&["export", "ds", "v1", s]);
+    assert!(err.contains("not empty"), "{err}");
+    assert_eq!(common::walk_files(&env.store), before, "store unchanged");
+    assert_eq!(env.log().len(), 1);
+}
+
+#[test]
+fn stores_that_are_not_stores_are_refused() {
+    let env = Env::empty();
+    let junk = env.path("junk");
+    std::fs::create_dir_all(&junk).unwrap();
+    std::fs::write(junk.join("photo.jpg"), b"x").unwrap();
+    let j = junk.to_str().unwrap();
+    let (_, err) = env.fails(&["--store", j, "init"]);
+    assert!(err.contains("not empty and not a detafs store"), "{err}");
+    let (_, err) = env.fails(&["--store", j, "dataset", "list"]);
+    assert!(err.contains("is not a detafs store"), "{err}");
+    let missing = env.path("missing-store");
+    let (_, err) = env.fails(&["--store", missing.to_str().unwrap(), "log", "ds"]);
+    assert!(err.contains("is not a detafs store"), "{err}");
+    assert!(!missing.exists(), "a read command created the store folder");
+    let (_, err) = env.fails(&["--store", "ftp://example/x", "dataset", "list"]);
+    assert!(err.contains("unsupported store scheme"), "{err}");
+
+    // init is idempotent; a newer format is refused.
+    env.ok(&["init"]);
+    assert!(env.ok(&["init"]).contains("already"));
+    std::fs::write(
+        env.store.join("detafs.json"),
+        br#"{"format": 99, "store_id": "x"}"#,
+    )
+    .unwrap();
+    let (_, err) = env.fails(&["dataset", "list"]);
+    assert!(
+        err.contains("format 99") && err.contains("upgrade"),
+        "{err}"
+    );
+}
+
+#[test]
+fn special_files_are_skipped_with_a_warning() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("ok.txt"), b"ok").unwrap();
+    let fifo = src.join("pipe");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let out = env.run(&["commit", "ds", "--from", src.to_str().unwrap(), "-m", "m"]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("skipping") && err.contains("pipe") && err.contains("FIFO"),
+        "{err}"
+    );
+    let ls = env.ok(&["ls", "ds", "v1"]);
+    assert!(ls.contains("ok.txt") && !ls.contains("pipe"), "{ls}");
+}
+
+#[test]
+fn unreadable_file_is_named_and_nothing_is_committed() {
+    // Root reads everything, so run detafs as an unprivileged user.
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("fine.txt"), b"ok").unwrap();
+    std::fs::write(src.join("secret.txt"), b"no").unwrap();
+    let status = std::process::Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(env.dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::set_permissions(
+        src.join("secret.txt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o000),
+    )
+    .unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_detafs"))
+        .args(["commit", "ds", "--from", src.to_str().unwrap(), "-m", "m"])
+        .env("DETAFS_STORE", &env.store)
+        .env("DETAFS_CACHE", env.path("cache-nobody"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "commit of an unreadable file succeeded"
+    );
+    assert!(
+        err.contains("secret.txt") && err.contains("ermission denied"),
+        "{err}"
+    );
+    assert!(env.log().is_empty());
+}
+
+#[test]
+fn progress_output_is_silent_when_piped() {
+    let env = Env::new();
+    let src = env.path("src");
+    sample_tree(&src, 5);
+    let out = env.run(&["commit", "ds", "--from", src.to_str().unwrap(), "-m", "m"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "v1\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
+fn flipped_byte_is_named_by_verify_and_never_served() {
+    let env = Env::new();
+    let src = env.path("src");
+    sample_tree(&src, 9);
+    env.commit(&src, "first");
+    // Find the pack holding big.bin's data: the largest pack.
+    let mut packs = env.objects("packs");
+    packs.sort_by_key(|p| std::fs::metadata(p).unwrap().len());
+    let pack = packs.last().unwrap().clone();
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let n = bytes.len() / 2;
+    bytes[n] ^= 0x40;
+    std::fs::write(&pack, bytes).unwrap();
+
+    let out = env.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = String::from_utf8_lossy(&out.stdout);
+    let name = pack.file_name().unwrap().to_str().unwrap();
+    assert!(
+        report.contains("corrupt: chunk") && report.contains(name),
+        "{report}"
+    );
+    assert!(report.contains("v1:ds/sub/big.bin"), "{report}");
+    assert_eq!(
+        report.lines().filter(|l| l.starts_with("corrupt")).count(),
+        1,
+        "{report}"
+    );
+
+    let out = env.run(&["cat", "ds", "v1", "sub/big.bin"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("corrupt") && err.contains("sub/big.bin"),
+        "{err}"
+    );
+    let good = common::noise(1_500_000, 9);
+    assert!(
+        out.stdout.len() < good.len(),
+        "served the whole file despite corruption"
+    );
+    assert_eq!(
+        &out.stdout[..],
+        &good[..out.stdout.len()],
+        "served wrong bytes"
+    );
+    // Other files still read.
+    assert_eq!(env.ok(&["cat", "ds", "v1", "sub/deeper/note.txt"]), "deep");
+}
+
+#[test]
+fn missing_pack_and_broken_chain_are_reported() {
+    let env = Env::new();
+    let src = env.path("src");
+    sample_tree(&src, 2);
+    env.commit(&src, "one");
+    std::fs::write(src.join("more.txt"), b"more").unwrap();
+    env.commit(&src, "two");
+    std::fs::write(src.join("more.txt"), b"even more").unwrap();
+    env.commit(&src, "three");
+    env.ok(&["verify"]);
+
+    // Rewrite v2's message: v3's parent hash no longer matches.
+    let rec = env
+        .store
+        .join("datasets/ds/records/00000000000000000002.json");
+    let text = std::fs::read_to_string(&rec)
+        .unwrap()
+        .replace("\"two\"", "\"TWO\"");
+    std::fs::write(&rec, text).unwrap();
+    let out = env.run(&["verify", "ds"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("broken chain") && report.contains("00000000000000000003.json"),
+        "{report}"
+    );
+
+    // Remove the last record: this host knew v3, the store lost it.
+    std::fs::remove_file(
+        env.store
+            .join("datasets/ds/records/00000000000000000003.json"),
+    )
+    .unwrap();
+    let report = String::from_utf8_lossy(&env.run(&["verify", "ds"]).stdout).into_owned();
+    assert!(
+        report.contains("v3..v3") && report.contains("missing from the store"),
+        "{report}"
+    );
+
+    // Delete the largest pack: missing, naming versions and paths.
+    let mut packs = env.objects("packs");
+    packs.sort_by_key(|p| std::fs::metadata(p).unwrap().len());
+    std::fs::remove_file(packs.last().unwrap()).unwrap();
+    let report = String::from_utf8_lossy(&env.run(&["verify"]).stdout).into_owned();
+    assert!(
+        report.contains("missing: packs/") && report.contains("sub/big.bin"),
+        "{report}"
+    );
+}
+
+#[test]
+fn gc_deletes_only_unreachable_objects_past_grace() {
+    let env = Env::new();
+    let src = env.path("src");
+    sample_tree(&src, 4);
+    env.commit(&src, "one");
+    // Debris: a pack no record reaches.
+    let debris = env
+        .store
+        .join("packs/00/00aa000000000000000000000000000000000000000000000000000000000000");
+    std::fs::create_dir_all(debris.parent().unwrap()).unwrap();
+    std::fs::write(&debris, b"DTFSPAK1junk").unwrap();
+    let out = env.run(&["verify"]);
+    assert!(out.status.success(), "garbage is not an error");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("garbage: packs/00/00aa"));
+
+    // Within the grace period nothing is deleted.
+    assert!(!env.ok(&["gc"]).contains("00aa"));
+    assert!(debris.exists());
+    let dry = env.ok(&["gc", "--grace", "0s", "--dry-run"]);
+    assert!(dry.contains("would delete packs/00/00aa"), "{dry}");
+    assert!(debris.exists());
+    env.ok(&["gc", "--grace", "0s"]);
+    assert!(!debris.exists());
+    let out = env.path("out");
+    env.ok(&["export", "ds", "v1", out.to_str().unwrap()]);
+    assert_eq!(fingerprint(&out), fingerprint(&src));
+    let verify = env.ok(&["verify"]);
+    assert!(!verify.contains("garbage"), "{verify}");
+}
+
+#[test]
+fn local_state_can_be_deleted_and_rebuilt() {
+    let env = Env::new();
+    let src = env.path("src");
+    sample_tree(&src, 6);
+    env.commit(&src, "one");
+    std::fs::write(src.join("x"), b"x").unwrap();
+    env.commit(&src, "two");
+    std::fs::remove_dir_all(&env.cache).unwrap();
+    assert_eq!(env.log().len(), 2);
+    env.ok(&["reindex"]);
+    assert_eq!(env.log().len(), 2);
+    // Dedup still works after the rebuild: re-committing the same data adds no chunks.
+    std::fs::write(src.join("y"), b"y").unwrap();
+    env.commit(&src, "three");
+    assert!(env.log()[2]["delta_size"].as_u64().unwrap() < 10_000);
+    env.ok(&["verify"]);
+}
+
+#[test]
+fn several_datasets_share_a_store() {
+    let env = Env::new();
+    env.ok(&["dataset", "create", "other"]);
+    let list = env.ok(&["dataset", "list"]);
+    assert_eq!(list, "ds\nother\n");
+    let src = env.path("src");
+    sample_tree(&src, 8);
+    env.commit(&src, "in ds");
+    env.ok(&[
+        "commit",
+        "other",
+        "--from",
+        src.to_str().unwrap(),
+        "-m",
+        "same data",
+    ]);
+    let other: Vec<serde_json::Value> =
+        serde_json::from_str(&env.ok(&["log", "other", "--json"])).unwrap();
+    assert!(
+        other[0]["delta_size"].as_u64().unwrap() < 10_000,
+        "data shared across datasets"
+    );
+    // gc with two datasets keeps both.
+    env.ok(&["gc", "--grace", "0s"]);
+    env.ok(&["verify"]);
+}

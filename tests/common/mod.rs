@@ -1,0 +1,173 @@
+//! Helpers for end-to-end tests: a temporary store and cache, the real
+//! `detafs` binary, and a fingerprint of a directory tree.
+#![allow(dead_code)]
+
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub store: PathBuf,
+    pub cache: PathBuf,
+}
+
+impl Env {
+    /// A fresh, initialised store with one dataset `ds`.
+    pub fn new() -> Env {
+        let env = Env::empty();
+        env.ok(&["init"]);
+        env.ok(&["dataset", "create", "ds"]);
+        env
+    }
+
+    pub fn empty() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let cache = dir.path().join("cache");
+        Env { dir, store, cache }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn command(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_detafs"));
+        c.env("DETAFS_STORE", &self.store)
+            .env("DETAFS_CACHE", &self.cache)
+            .env_remove("FAILPOINTS");
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().unwrap()
+    }
+
+    /// Runs and asserts success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "detafs {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs and asserts failure; returns (exit code, stderr).
+    pub fn fails(&self, args: &[&str]) -> (i32, String) {
+        let out = self.run(args);
+        assert!(
+            !out.status.success(),
+            "detafs {args:?} unexpectedly succeeded"
+        );
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    pub fn commit(&self, dir: &Path, msg: &str) -> String {
+        self.ok(&["commit", "ds", "--from", dir.to_str().unwrap(), "-m", msg])
+            .trim()
+            .to_string()
+    }
+
+    pub fn log(&self) -> Vec<serde_json::Value> {
+        serde_json::from_str(&self.ok(&["log", "ds", "--json"])).unwrap()
+    }
+
+    /// All store objects (relative keys) under `prefix`.
+    pub fn objects(&self, prefix: &str) -> Vec<PathBuf> {
+        walk_files(&self.store.join(prefix))
+    }
+}
+
+pub fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// path → (kind, mode, mtime ns, content hash or link target); the root's own
+/// metadata is not part of a version.
+pub fn fingerprint(root: &Path) -> BTreeMap<Vec<u8>, String> {
+    let mut out = BTreeMap::new();
+    fp(root, root, &mut out);
+    out
+}
+
+fn fp(root: &Path, dir: &Path, out: &mut BTreeMap<Vec<u8>, String>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        let rel = p
+            .strip_prefix(root)
+            .unwrap()
+            .as_os_str()
+            .as_bytes()
+            .to_vec();
+        let mtime = m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128;
+        let desc = if m.is_dir() {
+            fp(root, &p, out);
+            format!("dir {:o} {mtime}", m.mode() & 0o7777)
+        } else if m.file_type().is_symlink() {
+            let t = std::fs::read_link(&p).unwrap();
+            format!("link {mtime} {:?}", t)
+        } else {
+            let data = std::fs::read(&p).unwrap();
+            format!(
+                "file {:o} {mtime} {}",
+                m.mode() & 0o7777,
+                hex::encode(Sha256::digest(&data))
+            )
+        };
+        out.insert(rel, desc);
+    }
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A small dataset with the awkward cases: nested dirs, empty file and dir,
+/// symlink, executable, non-UTF-8 name, a multi-chunk file.
+pub fn sample_tree(dir: &Path, seed: u64) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir.join("sub/deeper")).unwrap();
+    std::fs::create_dir_all(dir.join("empty-dir")).unwrap();
+    std::fs::write(dir.join("a.csv"), format!("id,v\n1,{seed}\n")).unwrap();
+    std::fs::write(dir.join("empty"), b"").unwrap();
+    std::fs::write(dir.join("sub/big.bin"), noise(1_500_000, seed)).unwrap();
+    std::fs::write(dir.join("sub/deeper/note.txt"), b"deep").unwrap();
+    let run = dir.join("run.sh");
+    std::fs::write(&run, b"#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink("a.csv", dir.join("link")).unwrap();
+    let odd = std::ffi::OsStr::from_bytes(b"caf\xe9-latin1.txt");
+    std::fs::write(dir.join(odd), b"not utf-8 name").unwrap();
+}
