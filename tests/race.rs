@@ -1,0 +1,150 @@
+//! Two `detafs commit` processes on one dataset at once: disjoint changes both
+//! land as consecutive versions; changes to the same path give exactly one
+//! version and a conflict, never a lost or half-written version.
+
+mod common;
+
+use common::{Env, fingerprint, sample_tree};
+use std::path::Path;
+use std::process::{Child, Stdio};
+
+fn spawn_commit(env: &Env, dir: &Path, msg: &str, failpoints: &str) -> Child {
+    let mut c = env.command();
+    c.args(["commit", "ds", "--from", dir.to_str().unwrap(), "-m", msg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if !failpoints.is_empty() {
+        c.env("FAILPOINTS", failpoints);
+    }
+    c.spawn().unwrap()
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    let st = std::process::Command::new("cp")
+        .args(["-a"])
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// `before-record=sleep(..)` makes both committers scan the same base and reach
+/// the commit point together; the rounds without it race naturally.
+const FORCED: &str = "before-record=sleep(300)";
+
+#[test]
+fn disjoint_concurrent_commits_both_land_consecutively() {
+    let env = Env::new();
+    let base = env.path("base");
+    sample_tree(&base, 1);
+    env.commit(&base, "base");
+    for round in 0..6 {
+        let fp = if round % 2 == 0 { FORCED } else { "" };
+        let (a, b) = (
+            env.path(&format!("a{round}")),
+            env.path(&format!("b{round}")),
+        );
+        copy_tree(&base, &a);
+        copy_tree(&base, &b);
+        std::fs::write(a.join(format!("from-a-{round}.txt")), b"a").unwrap();
+        std::fs::write(b.join(format!("from-b-{round}.txt")), b"b").unwrap();
+        std::fs::write(b.join("sub/deeper/note.txt"), format!("b{round}")).unwrap();
+        let n = env.log().len();
+        let (ca, cb) = (
+            spawn_commit(&env, &a, "a", fp),
+            spawn_commit(&env, &b, "b", fp),
+        );
+        let (oa, ob) = (
+            ca.wait_with_output().unwrap(),
+            cb.wait_with_output().unwrap(),
+        );
+        for o in [&oa, &ob] {
+            assert!(
+                o.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let mut got = [
+            String::from_utf8(oa.stdout).unwrap().trim().to_string(),
+            String::from_utf8(ob.stdout).unwrap().trim().to_string(),
+        ];
+        got.sort();
+        assert_eq!(
+            got,
+            [format!("v{}", n + 1), format!("v{}", n + 2)],
+            "round {round}"
+        );
+        // The newer version holds both changes.
+        let out = env.path(&format!("out{round}"));
+        env.ok(&["export", "ds", "latest", out.to_str().unwrap()]);
+        let fp_out = fingerprint(&out);
+        assert!(fp_out.contains_key(format!("from-a-{round}.txt").as_bytes()));
+        assert!(fp_out.contains_key(format!("from-b-{round}.txt").as_bytes()));
+        assert_eq!(
+            std::fs::read_to_string(out.join("sub/deeper/note.txt")).unwrap(),
+            format!("b{round}")
+        );
+        // Next round starts from the merged state.
+        std::fs::remove_dir_all(&base).unwrap();
+        copy_tree(&out, &base);
+    }
+    assert!(env.run(&["verify"]).status.success());
+}
+
+#[test]
+fn conflicting_concurrent_commits_give_one_version_and_one_conflict() {
+    let env = Env::new();
+    let base = env.path("base");
+    sample_tree(&base, 2);
+    env.commit(&base, "base");
+    for round in 0..6 {
+        let fp = if round % 2 == 0 { FORCED } else { "" };
+        let (a, b) = (
+            env.path(&format!("a{round}")),
+            env.path(&format!("b{round}")),
+        );
+        let current = env.path(&format!("cur{round}"));
+        env.ok(&["export", "ds", "latest", current.to_str().unwrap()]);
+        copy_tree(&current, &a);
+        copy_tree(&current, &b);
+        std::fs::write(a.join("a.csv"), format!("id\n{round}a\n")).unwrap();
+        std::fs::write(b.join("a.csv"), format!("id\n{round}b\n")).unwrap();
+        let n = env.log().len();
+        let (ca, cb) = (
+            spawn_commit(&env, &a, "a", fp),
+            spawn_commit(&env, &b, "b", fp),
+        );
+        let (oa, ob) = (
+            ca.wait_with_output().unwrap(),
+            cb.wait_with_output().unwrap(),
+        );
+        let codes = [oa.status.code(), ob.status.code()];
+        let log = env.log();
+        if codes == [Some(0), Some(0)] {
+            // Not concurrent after all: the second saw the first as its base
+            // and replaced a.csv, a plain sequential history.
+            assert!(fp.is_empty(), "forced race did not conflict");
+            assert_eq!(log.len(), n + 2);
+            continue;
+        }
+        assert!(
+            codes.contains(&Some(0)) && codes.contains(&Some(3)),
+            "round {round}: {codes:?}"
+        );
+        let (winner, loser) = if codes[0] == Some(0) {
+            ("a", &ob)
+        } else {
+            ("b", &oa)
+        };
+        let err = String::from_utf8_lossy(&loser.stderr);
+        assert!(err.contains("conflict") && err.contains("a.csv"), "{err}");
+        assert_eq!(log.len(), n + 1, "round {round}: exactly one new version");
+        assert_eq!(
+            env.ok(&["cat", "ds", "latest", "a.csv"]),
+            format!("id\n{round}{winner}\n")
+        );
+    }
+    assert!(env.run(&["verify"]).status.success());
+}
