@@ -82,11 +82,14 @@ impl Affects {
     }
 }
 
+/// The chunks of one pack to check, by (id, offset), with who refers to them.
+type PackChunks = HashMap<(ObjectId, u64), (BlobRef, Affects)>;
+
 struct Walker<'r> {
     repo: &'r Repo,
     trees: HashMap<ObjectId, Option<std::sync::Arc<Tree>>>,
     /// Chunks to check, grouped by pack, with who refers to them.
-    chunks: BTreeMap<ObjectId, HashMap<(ObjectId, u64), (BlobRef, Affects)>>,
+    chunks: BTreeMap<ObjectId, PackChunks>,
     reachable: HashSet<ObjectId>,
     report: Report,
 }

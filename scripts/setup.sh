@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what detafs needs on a fresh Debian/Ubuntu machine, if missing.
+# Sourced by quickstart.sh and test.sh.
+set -euo pipefail
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+missing=()
+command -v cc >/dev/null || missing+=(build-essential)
+command -v openssl >/dev/null || missing+=(openssl)
+command -v setpriv >/dev/null || missing+=(util-linux)
+command -v python3 >/dev/null || missing+=(python3)
+command -v bc >/dev/null || missing+=(bc)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}" >&2
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null || {
+  echo "cargo not found: install Rust from https://rustup.rs, then re-run" >&2
+  exit 1
+}
