@@ -19,8 +19,11 @@ since() { echo "$(now) - $1" | bc; }
 results=$ROOT/results.txt; : > "$results"
 
 for run in $(seq "$RUNS"); do
-  rm -rf "$ROOT/work" "$ROOT/store" "$ROOT/cache"
+  rm -rf "$ROOT/work" "$ROOT/store" "$ROOT/cache" "$ROOT/export" "$ROOT/cp"
   cp -a "$ROOT/data" "$ROOT/work"; sync
+  # ext4 allocates inodes slowly for a while after mass deletes: let that pass
+  # so the export and `cp -a` figures compare like with like.
+  sleep "${BENCH_SETTLE:-40}"
   bytes=$(du -sb --apparent-size "$ROOT/work" | cut -f1)
   t=$(now); find "$ROOT/work" -type f -print0 | xargs -0 cat | openssl dgst -sha256 >/dev/null; sha=$(since "$t")
   "$BIN" init >/dev/null; "$BIN" dataset create bench >/dev/null
@@ -33,8 +36,14 @@ for run in $(seq "$RUNS"); do
   t=$(now)
   /usr/bin/time -f "%M" -o "$ROOT/rss2" "$BIN" commit bench --from "$ROOT/work" -m v2 >/dev/null
   v2=$(since "$t"); rss2=$(cat "$ROOT/rss2")
+  t=$(now); cp -a "$ROOT/work" "$ROOT/cp"; sync; cp_s=$(since "$t")
+  t=$(now)
+  /usr/bin/time -f "%M" -o "$ROOT/rss3" "$BIN" export bench v1 "$ROOT/export" 2>/dev/null; sync
+  export_s=$(since "$t"); rss3=$(cat "$ROOT/rss3")
+  /usr/bin/time -f "%M" -o "$ROOT/rss4" "$BIN" cat bench v1 big.bin | sha256sum >/dev/null
+  rss4=$(cat "$ROOT/rss4")
   delta=$("$BIN" log bench --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[1]["delta_size"])')
-  echo "$run $bytes $sha $v1 $rss $objects $same $changed $v2 $delta $rss2" | tee -a "$results" >&2
+  echo "$run $bytes $sha $v1 $rss $objects $same $changed $v2 $delta $rss2 $export_s $rss3 $rss4 $cp_s" | tee -a "$results" >&2
 done
 
 python3 - "$results" <<'PY'
@@ -42,7 +51,7 @@ import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
 med = lambda i: statistics.median(r[i] for r in rows)
 mib = 1 << 20
-n, sha, v1, rss, objs, same, changed, v2, delta, rss2 = (med(i) for i in range(1, 11))
+n, sha, v1, rss, objs, same, changed, v2, delta, rss2, exp, rss3, rss4, cp = (med(i) for i in range(1, 15))
 print(f"| runs | {len(rows)} (medians) |")
 print("|---|---|")
 print(f"| dataset | {n / mib:.0f} MiB, {int(objs)} pack objects after v1 |")
@@ -52,5 +61,7 @@ print(f"| commit v1 peak RSS | {rss / 1024:.0f} MiB |")
 print(f"| no-change commit | {same:.2f} s |")
 print(f"| small edit: bytes changed | {changed / mib:.2f} MiB |")
 print(f"| commit v2 | {v2:.2f} s, peak RSS {rss2 / 1024:.0f} MiB |")
+print(f"| export v1 (then sync) | {exp:.2f} s, peak RSS {rss3 / 1024:.0f} MiB; `cp -a` of the same tree (then sync): {cp:.2f} s |")
+print(f"| cat of the 512 MiB file | peak RSS {rss4 / 1024:.0f} MiB |")
 print(f"| v2 bytes added to the store | {delta / mib:.2f} MiB = {delta / changed:.2f}x the bytes changed |")
 PY

@@ -8,6 +8,7 @@ use crate::repo::Repo;
 use crate::snapshot::Node;
 use crate::snapshot::diff::TreeSource;
 use crate::store::{Listed, keys};
+use indicatif::ProgressBar;
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
@@ -38,7 +39,12 @@ pub fn reachable_packs(repo: &Repo) -> Result<HashSet<ObjectId>> {
 }
 
 /// Unreachable packs older than `grace`; deleted unless `dry_run`.
-pub fn gc(repo: &Repo, grace: Duration, dry_run: bool) -> Result<Vec<Listed>> {
+pub fn gc(
+    repo: &Repo,
+    grace: Duration,
+    dry_run: bool,
+    progress: &ProgressBar,
+) -> Result<Vec<Listed>> {
     let reachable = reachable_packs(repo)?;
     let cutoff = SystemTime::now()
         .checked_sub(grace)
@@ -51,8 +57,10 @@ pub fn gc(repo: &Repo, grace: Duration, dry_run: bool) -> Result<Vec<Listed>> {
         .filter(|l| l.modified < cutoff)
         .collect();
     if !dry_run {
+        progress.set_length(doomed.iter().map(|l| l.size).sum());
         for l in &doomed {
             repo.store.delete(&l.key)?;
+            progress.inc(l.size);
         }
     }
     Ok(doomed)

@@ -20,6 +20,16 @@ const RUN_BYTES: u64 = 8 << 20;
 /// ahead while this one writes, so reading and writing overlap.
 pub fn read_file(repo: &Repo, chunks: &[BlobRef], out: &mut dyn Write) -> Result<()> {
     let runs = pack::runs(chunks, RUN_BYTES);
+    let write = |out: &mut dyn Write, data: Vec<Vec<u8>>| -> Result<()> {
+        for chunk in data {
+            out.write_all(&chunk).map_err(|e| Error::io("output", e))?;
+        }
+        Ok(())
+    };
+    if let [run] = runs[..] {
+        // Small files: one read, no helper thread.
+        return write(out, pack::read_run(&repo.store, run, BlobKind::Chunk)?);
+    }
     std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::sync_channel(2);
         s.spawn(move || {
@@ -32,9 +42,7 @@ pub fn read_file(repo: &Repo, chunks: &[BlobRef], out: &mut dyn Write) -> Result
             }
         });
         for res in rx {
-            for chunk in res? {
-                out.write_all(&chunk).map_err(|e| Error::io("output", e))?;
-            }
+            write(out, res?)?;
         }
         Ok(())
     })

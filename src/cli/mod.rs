@@ -245,7 +245,9 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Gc { grace, dry_run } => {
             let repo = open()?;
-            let doomed = gc::gc(&repo, grace.into(), dry_run)?;
+            let pb = bar(0, "gc");
+            let doomed = gc::gc(&repo, grace.into(), dry_run, &pb)?;
+            pb.finish_and_clear();
             let bytes: u64 = doomed.iter().map(|l| l.size).sum();
             for l in &doomed {
                 println!(
