@@ -43,16 +43,7 @@ fn failpoints_before_the_record_leave_no_version() {
         let before = fingerprint(&src);
 
         let out = env
-            .command()
-            .args([
-                "commit",
-                "ds",
-                "--from",
-                src.to_str().unwrap(),
-                "-m",
-                "doomed",
-            ])
-            .env("FAILPOINTS", format!("{fp}=panic"))
+            .commit_command(&src, "doomed", &format!("{fp}=panic"))
             .output()
             .unwrap();
         assert!(!out.status.success(), "{fp}: commit survived its failpoint");
@@ -77,16 +68,7 @@ fn failpoint_after_the_record_means_the_commit_landed() {
     let src = env.path("src");
     sample_tree(&src, 2);
     let out = env
-        .command()
-        .args([
-            "commit",
-            "ds",
-            "--from",
-            src.to_str().unwrap(),
-            "-m",
-            "landed",
-        ])
-        .env("FAILPOINTS", "after-record=panic")
+        .commit_command(&src, "landed", "after-record=panic")
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -5,18 +5,23 @@
 mod common;
 
 use common::{Env, fingerprint, sample_tree};
-use std::path::Path;
-use std::process::{Child, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
 
-fn spawn_commit(env: &Env, dir: &Path, msg: &str, failpoints: &str) -> Child {
-    let mut c = env.command();
-    c.args(["commit", "ds", "--from", dir.to_str().unwrap(), "-m", msg])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if !failpoints.is_empty() {
-        c.env("FAILPOINTS", failpoints);
-    }
-    c.spawn().unwrap()
+/// Starts `detafs commit` from `a` and from `b` at once; waits for both.
+fn commit_both(env: &Env, a: &Path, b: &Path, failpoints: &str) -> (Output, Output) {
+    let spawn = |dir: &Path, msg: &str| {
+        env.commit_command(dir, msg, failpoints)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (ca, cb) = (spawn(a, "a"), spawn(b, "b"));
+    (
+        ca.wait_with_output().unwrap(),
+        cb.wait_with_output().unwrap(),
+    )
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -27,6 +32,17 @@ fn copy_tree(from: &Path, to: &Path) {
         .status()
         .unwrap();
     assert!(st.success());
+}
+
+/// Two working copies of `from` for the two committers of a round.
+fn two_copies(env: &Env, from: &Path, round: u32) -> (PathBuf, PathBuf) {
+    let (a, b) = (
+        env.path(&format!("a{round}")),
+        env.path(&format!("b{round}")),
+    );
+    copy_tree(from, &a);
+    copy_tree(from, &b);
+    (a, b)
 }
 
 /// `before-record=sleep(..)` makes both committers scan the same base and reach
@@ -41,24 +57,12 @@ fn disjoint_concurrent_commits_both_land_consecutively() {
     env.commit(&base, "base");
     for round in 0..6 {
         let fp = if round % 2 == 0 { FORCED } else { "" };
-        let (a, b) = (
-            env.path(&format!("a{round}")),
-            env.path(&format!("b{round}")),
-        );
-        copy_tree(&base, &a);
-        copy_tree(&base, &b);
+        let (a, b) = two_copies(&env, &base, round);
         std::fs::write(a.join(format!("from-a-{round}.txt")), b"a").unwrap();
         std::fs::write(b.join(format!("from-b-{round}.txt")), b"b").unwrap();
         std::fs::write(b.join("sub/deeper/note.txt"), format!("b{round}")).unwrap();
         let n = env.log().len();
-        let (ca, cb) = (
-            spawn_commit(&env, &a, "a", fp),
-            spawn_commit(&env, &b, "b", fp),
-        );
-        let (oa, ob) = (
-            ca.wait_with_output().unwrap(),
-            cb.wait_with_output().unwrap(),
-        );
+        let (oa, ob) = commit_both(&env, &a, &b, fp);
         for o in [&oa, &ob] {
             assert!(
                 o.status.success(),
@@ -101,25 +105,13 @@ fn conflicting_concurrent_commits_give_one_version_and_one_conflict() {
     env.commit(&base, "base");
     for round in 0..6 {
         let fp = if round % 2 == 0 { FORCED } else { "" };
-        let (a, b) = (
-            env.path(&format!("a{round}")),
-            env.path(&format!("b{round}")),
-        );
         let current = env.path(&format!("cur{round}"));
         env.ok(&["export", "ds", "latest", current.to_str().unwrap()]);
-        copy_tree(&current, &a);
-        copy_tree(&current, &b);
+        let (a, b) = two_copies(&env, &current, round);
         std::fs::write(a.join("a.csv"), format!("id\n{round}a\n")).unwrap();
         std::fs::write(b.join("a.csv"), format!("id\n{round}b\n")).unwrap();
         let n = env.log().len();
-        let (ca, cb) = (
-            spawn_commit(&env, &a, "a", fp),
-            spawn_commit(&env, &b, "b", fp),
-        );
-        let (oa, ob) = (
-            ca.wait_with_output().unwrap(),
-            cb.wait_with_output().unwrap(),
-        );
+        let (oa, ob) = commit_both(&env, &a, &b, fp);
         let codes = [oa.status.code(), ob.status.code()];
         let log = env.log();
         if codes == [Some(0), Some(0)] {

@@ -77,6 +77,16 @@ impl Env {
             .to_string()
     }
 
+    /// `detafs commit ds --from DIR -m MSG` with the given FAILPOINTS (fail crate syntax).
+    pub fn commit_command(&self, dir: &Path, msg: &str, failpoints: &str) -> Command {
+        let mut c = self.command();
+        c.args(["commit", "ds", "--from", dir.to_str().unwrap(), "-m", msg]);
+        if !failpoints.is_empty() {
+            c.env("FAILPOINTS", failpoints);
+        }
+        c
+    }
+
     pub fn log(&self) -> Vec<serde_json::Value> {
         serde_json::from_str(&self.ok(&["log", "ds", "--json"])).unwrap()
     }
