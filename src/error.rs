@@ -65,9 +65,46 @@ pub enum Error {
     NothingToCommit(u64),
     #[error("gave up claiming a version number after {0} attempts")]
     TooManyRetries(u32),
+    /// A file-system operation that cannot be done as asked (mapped to an errno by the mount).
+    #[error("{path}: {kind}")]
+    Fs { kind: FsError, path: String },
+    #[error(
+        "staging of {0:?} is in use by another detafs process (a mount or a commit); try again or commit through that mount"
+    )]
+    StagingBusy(String),
+}
+
+/// Why a file-system operation was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("invalid argument")]
+    Invalid,
+    #[error("operation not supported")]
+    NotSupported,
+    #[error("read-only file system")]
+    ReadOnly,
+    #[error("permission denied")]
+    NotPermitted,
 }
 
 impl Error {
+    pub fn fs(kind: FsError, path: impl std::fmt::Display) -> Self {
+        Error::Fs {
+            kind,
+            path: path.to_string(),
+        }
+    }
+
     pub fn io(path: impl std::fmt::Display, source: std::io::Error) -> Self {
         Error::Io {
             path: path.to_string(),

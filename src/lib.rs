@@ -7,11 +7,14 @@
 pub mod cache;
 pub mod commit;
 pub mod error;
+pub mod fs;
+pub mod fuse;
 pub mod gc;
 pub mod id;
 pub mod read;
 pub mod repo;
 pub mod snapshot;
+pub mod staging;
 pub mod store;
 pub mod verify;
 

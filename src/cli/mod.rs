@@ -1,11 +1,12 @@
 //! Argument parsing and user-facing output. The library never prints; this
 //! module turns its results and errors into text and exit codes.
 
+mod mount;
 mod show;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use detafs::commit::{self, CommitRequest};
+use detafs::commit::{self, CommitMeta};
 use detafs::repo::{self, Options, Repo};
 use detafs::{Error, gc, read, verify};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -30,6 +31,9 @@ struct Cli {
     /// Directory for the local index and object cache.
     #[arg(long, global = true, env = "DETAFS_CACHE")]
     cache_dir: Option<PathBuf>,
+    /// Where staged (uncommitted) changes live. Default: under the user's data directory.
+    #[arg(long, global = true, env = "DETAFS_STAGING")]
+    staging_dir: Option<PathBuf>,
     /// Bound on the on-disk object cache, e.g. 512MiB or 2GB.
     #[arg(long, global = true, default_value = "1GiB")]
     cache_size: bytesize::ByteSize,
@@ -44,12 +48,13 @@ enum Command {
     /// Create or list datasets.
     #[command(subcommand)]
     Dataset(DatasetCmd),
-    /// Record a directory's contents as the next version of a dataset.
+    /// Record the next version of a dataset: DIR's contents with --from,
+    /// otherwise the dataset's staging area (through its mount if one is up).
     Commit {
         name: String,
         /// Directory whose contents become the new version.
         #[arg(long)]
-        from: PathBuf,
+        from: Option<PathBuf>,
         /// Commit message.
         #[arg(short, long)]
         message: String,
@@ -105,6 +110,27 @@ enum Command {
     },
     /// Rebuild the local index from the store.
     Reindex,
+    /// Mount a dataset: versions/ read-only, staging/ writable, .detafs/ control files.
+    Mount {
+        name: String,
+        mountpoint: PathBuf,
+        /// Detach once the mount is ready (prints the daemon's pid).
+        #[arg(long)]
+        daemon: bool,
+        /// Let other users access the mount (needs user_allow_other for non-root).
+        #[arg(long)]
+        allow_other: bool,
+        /// No staging/: versions only.
+        #[arg(long)]
+        read_only: bool,
+        /// How often to look for versions committed elsewhere.
+        #[arg(long, default_value = "2s")]
+        poll_interval: humantime::Duration,
+    },
+    /// Unmount a detafs mount (also a stale one whose daemon was killed).
+    Umount { mountpoint: PathBuf },
+    /// Show staged changes of a dataset (like `git status --porcelain`).
+    Status { name: String },
 }
 
 #[derive(Subcommand)]
@@ -154,6 +180,10 @@ fn options(cli: &Cli) -> Options {
 
 fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
     let opts = options(&cli);
+    let staging = cli
+        .staging_dir
+        .clone()
+        .unwrap_or_else(mount::default_staging);
     let open = || Repo::open(&opts).context("cannot open the store");
     match cli.command {
         Command::Init => {
@@ -184,17 +214,21 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             author,
         } => {
             let repo = open()?;
-            let total = dir_size(&from);
-            let req = CommitRequest {
+            let meta = CommitMeta {
                 dataset: &name,
-                from: &from,
                 message: &message,
                 author: &author.unwrap_or_else(commit::current_user),
             };
-            let pb = bar(total, "commit");
-            let record = commit::commit(&repo, &req, pb.clone());
-            pb.finish_and_clear();
-            println!("v{}", record?.version);
+            let record = match from {
+                Some(from) => {
+                    let pb = bar(dir_size(&from), "commit");
+                    let record = commit::commit_dir(&repo, &meta, &from, pb.clone());
+                    pb.finish_and_clear();
+                    record?
+                }
+                None => mount::commit_staging(&repo, &staging, &name, &meta)?,
+            };
+            println!("v{}", record.version);
         }
         Command::Log { name, json } => show::log(&open()?, &name, json)?,
         Command::Ls {
@@ -261,6 +295,30 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 if dry_run { "would delete" } else { "deleted" },
                 doomed.len()
             );
+        }
+        Command::Mount {
+            name,
+            mountpoint,
+            daemon,
+            allow_other,
+            read_only,
+            poll_interval,
+        } => {
+            let args = mount::MountArgs {
+                name,
+                mountpoint,
+                daemon,
+                allow_other,
+                read_only,
+                poll_interval: poll_interval.into(),
+            };
+            mount::mount(open()?, &staging, &args)?;
+        }
+        Command::Umount { mountpoint } => mount::umount(&mountpoint)?,
+        Command::Status { name } => {
+            for (tag, path) in mount::status(&open()?, &staging, &name)? {
+                println!("{tag} {path}");
+            }
         }
         Command::Reindex => {
             let state = open()?.state_dir.clone();

@@ -20,11 +20,23 @@ use std::path::Path;
 
 const MAX_ATTEMPTS: u32 = 100;
 
-pub struct CommitRequest<'a> {
+/// What a commit records besides the tree.
+pub struct CommitMeta<'a> {
     pub dataset: &'a str,
-    pub from: &'a Path,
     pub message: &'a str,
     pub author: &'a str,
+}
+
+impl CommitMeta<'_> {
+    pub fn check(&self) -> Result<()> {
+        if self.message.trim().is_empty() {
+            return Err(Error::InvalidInput("empty commit message".into()));
+        }
+        if self.author.trim().is_empty() {
+            return Err(Error::InvalidInput("empty author".into()));
+        }
+        Ok(())
+    }
 }
 
 /// The user running this process, for the record's author.
@@ -46,43 +58,45 @@ pub fn user_name(uid: u32) -> String {
     format!("uid:{uid}")
 }
 
-pub fn commit(repo: &Repo, req: &CommitRequest, progress: ProgressBar) -> Result<Record> {
-    if req.message.trim().is_empty() {
-        return Err(Error::InvalidInput("empty commit message".into()));
-    }
-    if req.author.trim().is_empty() {
-        return Err(Error::InvalidInput("empty author".into()));
-    }
-    let meta = std::fs::metadata(req.from).map_err(|e| Error::io(req.from.display(), e))?;
-    if !meta.is_dir() {
+/// Records the contents of directory `from` as the next version.
+pub fn commit_dir(
+    repo: &Repo,
+    meta: &CommitMeta,
+    from: &Path,
+    progress: ProgressBar,
+) -> Result<Record> {
+    meta.check()?;
+    let stat = std::fs::metadata(from).map_err(|e| Error::io(from.display(), e))?;
+    if !stat.is_dir() {
         return Err(Error::InvalidInput(format!(
             "{} is not a directory",
-            req.from.display()
+            from.display()
         )));
     }
-    let base = repo.sync(req.dataset)?.pop();
+    let base = repo.sync(meta.dataset)?.pop();
     if let Some(b) = &base {
         repo.index_tree(&b.tree)?;
     }
     let mut scanner = Scanner::new(repo, progress);
-    let root = scanner.scan_dir(req.from)?;
-    if let Some(b) = &base
-        && b.tree.id == root.id
-    {
-        return Err(Error::NothingToCommit(b.version));
-    }
-    publish(repo, req, scanner, base, root)
+    let root = scanner.scan_dir(from)?;
+    publish(repo, meta, scanner, base, root)
 }
 
-/// Claims the next version number for `ours`, rebasing onto versions that
-/// landed meanwhile. Fails without side effects visible to readers.
-fn publish(
+/// Claims the next version number for `ours` (built on `base` by `scanner`),
+/// rebasing onto versions that landed meanwhile. Fails without side effects
+/// visible to readers.
+pub fn publish(
     repo: &Repo,
-    req: &CommitRequest,
+    req: &CommitMeta,
     mut scanner: Scanner,
     base: Option<Record>,
     ours: BlobRef,
 ) -> Result<Record> {
+    if let Some(b) = &base
+        && b.tree.id == ours.id
+    {
+        return Err(Error::NothingToCommit(b.version));
+    }
     let stat_rows = std::mem::take(&mut scanner.stat_rows);
     // Everything a record reaches must be durable before the record exists.
     let mut bytes_added = scanner.finish()?;

@@ -141,19 +141,12 @@ impl<'r> Scanner<'r> {
             .to_vec();
         let cached = self.repo.index.stat_lookup(&path_bytes, key)?;
         let (chunks, size) = match cached {
-            Some(chunks) => (chunks, key.size),
-            None => {
-                let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
-                let (mut chunks, mut size) = (Vec::new(), 0);
-                for chunk in chunker::chunks(file) {
-                    let chunk = chunk.map_err(|e| Error::io(path.display(), e))?;
-                    size += chunk.len() as u64;
-                    chunks.push(self.put_chunk(&chunk)?);
-                }
-                (chunks, size)
+            Some(chunks) => {
+                self.progress.inc(key.size);
+                (chunks, key.size)
             }
+            None => self.chunk_file(path)?,
         };
-        self.progress.inc(size);
         if key.mtime_ns < self.racy_after_ns
             && key.ctime_ns < self.racy_after_ns
             && size == key.size
@@ -166,6 +159,21 @@ impl<'r> Scanner<'r> {
             size,
             chunks,
         })
+    }
+}
+
+impl Scanner<'_> {
+    /// Chunks a file's current content into the data packs.
+    pub fn chunk_file(&mut self, path: &Path) -> Result<(Vec<BlobRef>, u64)> {
+        let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
+        let (mut chunks, mut size) = (Vec::new(), 0);
+        for chunk in chunker::chunks(file) {
+            let chunk = chunk.map_err(|e| Error::io(path.display(), e))?;
+            size += chunk.len() as u64;
+            self.progress.inc(chunk.len() as u64);
+            chunks.push(self.put_chunk(&chunk)?);
+        }
+        Ok((chunks, size))
     }
 }
 

@@ -62,10 +62,14 @@ pub mod keys {
     }
 }
 
+/// Blocking requests (e.g. from the mount) in flight at once.
+const WORK_PERMITS: usize = 64;
+
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
     url: String,
     rt: Arc<Runtime>,
+    work: Arc<tokio::sync::Semaphore>,
 }
 
 impl Store {
@@ -95,6 +99,7 @@ impl Store {
             inner,
             url: url.to_string(),
             rt: Arc::new(rt),
+            work: Arc::new(tokio::sync::Semaphore::new(WORK_PERMITS)),
         })
     }
 
@@ -213,6 +218,24 @@ impl Store {
                 .map(|_| ())
                 .map_err(|e| Error::store(&key, e))
         })
+    }
+
+    /// Runs blocking work (which may itself wait on the store) on the
+    /// runtime's blocking pool, with a bound on how much runs at once. The
+    /// mount uses this so no kernel request waits behind another one.
+    pub fn spawn_work(&self, work: impl FnOnce() + Send + 'static) {
+        let permits = self.work.clone();
+        self.rt.spawn(async move {
+            let Ok(_permit) = permits.acquire_owned().await else {
+                return;
+            };
+            let _ = tokio::task::spawn_blocking(work).await;
+        });
+    }
+
+    /// Waits for a signal or for `done` to become true (polled), on the runtime.
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
     }
 
     /// Waits for an upload started by `spawn_put`.

@@ -33,6 +33,12 @@ impl BlobRef {
     pub fn end(&self) -> u64 {
         self.offset + self.len as u64
     }
+
+    /// Bytes of data in a file chunk. Format 1 stores chunks raw (one encoding
+    /// byte, then the data), so readers can seek without fetching.
+    pub fn data_size(&self) -> u64 {
+        self.len.saturating_sub(1) as u64
+    }
 }
 
 /// What a blob holds, for messages.

@@ -1,0 +1,229 @@
+//! `detafs mount`, `detafs umount`, and committing staging from the CLI.
+
+use anyhow::{Context, bail};
+use detafs::Error;
+use detafs::commit::CommitMeta;
+use detafs::fs::{MountFs, MountOptions};
+use detafs::fuse::{SessionOptions, serve};
+use detafs::repo::Repo;
+use detafs::snapshot::Record;
+use detafs::staging::{Staging, staging_dir};
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Written next to a staging area while a mount serves it, so `detafs commit`
+/// from another shell can commit through the mount instead.
+const MOUNT_FILE: &str = "mounted-at";
+
+pub struct MountArgs {
+    pub name: String,
+    pub mountpoint: PathBuf,
+    pub daemon: bool,
+    pub allow_other: bool,
+    pub read_only: bool,
+    pub poll_interval: Duration,
+}
+
+fn staging_root(repo: &Repo, root: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    Ok(staging_dir(root, &repo.store.info()?.store_id, name))
+}
+
+/// Is `path` a mount point whose daemon is gone?
+fn stale(path: &Path) -> bool {
+    matches!(std::fs::metadata(path), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
+fn is_mounted(path: &Path) -> bool {
+    let Ok(canon) = std::fs::canonicalize(path) else {
+        return false;
+    };
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| Path::new(&m.replace("\\040", " ")) == canon)
+}
+
+pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Result<()> {
+    let mp = &args.mountpoint;
+    if stale(mp) {
+        bail!(
+            "{} is a stale detafs mount (its daemon is gone); run `detafs umount {}` first",
+            mp.display(),
+            mp.display()
+        );
+    }
+    let meta = std::fs::metadata(mp).with_context(|| format!("mount point {}", mp.display()))?;
+    if !meta.is_dir() {
+        bail!("mount point {} is not a directory", mp.display());
+    }
+    if is_mounted(mp) {
+        bail!("{} is already a mount point", mp.display());
+    }
+    repo.check_dataset(&args.name)?;
+    if args.daemon {
+        return daemonize(&repo, staging_base, args);
+    }
+    let dir = staging_root(&repo, staging_base, &args.name)?;
+    let staging = if args.read_only {
+        None
+    } else {
+        Some(Staging::open(&repo, &dir, &args.name)?)
+    };
+    let opts = MountOptions {
+        read_only: args.read_only,
+        uid: unsafe { libc::getuid() },
+        gid: unsafe { libc::getgid() },
+    };
+    let fs = Arc::new(MountFs::new(repo, &args.name, staging, opts)?);
+    let session = SessionOptions {
+        allow_other: args.allow_other,
+        fs_name: format!("detafs:{}", args.name),
+        poll_interval: args.poll_interval,
+    };
+    let marker = dir.join(MOUNT_FILE);
+    let absolute = std::path::absolute(mp)?;
+    serve(fs, mp, &session, || {
+        if !args.read_only {
+            let _ = std::fs::write(&marker, absolute.as_os_str().as_encoded_bytes());
+        }
+        eprintln!("mounted {} at {}", args.name, mp.display());
+    })
+    .with_context(|| format!("cannot mount at {}", mp.display()))?;
+    let _ = std::fs::remove_file(&marker);
+    Ok(())
+}
+
+/// Starts the mount as a detached child and returns once it is live.
+fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let log_dir = staging_root(repo, staging_base, &args.name)?;
+    std::fs::create_dir_all(&log_dir)?;
+    let log_path = log_dir.join("mount.log");
+    let log = std::fs::File::create(&log_path)?;
+    let argv: Vec<String> = std::env::args().filter(|a| a != "--daemon").collect();
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.args(&argv[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe; it detaches the child from our terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    loop {
+        if is_mounted(&args.mountpoint) {
+            println!("{}", child.id());
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait()? {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            bail!("mount daemon exited ({status}): {}", log.trim());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn umount(mountpoint: &Path) -> anyhow::Result<()> {
+    let was_stale = stale(mountpoint);
+    if !was_stale && !is_mounted(mountpoint) {
+        bail!("{} is not mounted", mountpoint.display());
+    }
+    let mut args = vec!["-u"];
+    if was_stale {
+        args.push("-z");
+    }
+    let out = std::process::Command::new("fusermount3")
+        .args(&args)
+        .arg(mountpoint)
+        .output()
+        .context("cannot run fusermount3 (install fuse3)")?;
+    if !out.status.success() {
+        bail!(
+            "cannot unmount {}: {}",
+            mountpoint.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// `detafs commit NAME -m MSG` without `--from`: commits staging, through
+/// the mount when one is serving it.
+pub fn commit_staging(
+    repo: &Repo,
+    staging_base: &Path,
+    name: &str,
+    meta: &CommitMeta,
+) -> anyhow::Result<Record> {
+    meta.check()?;
+    repo.check_dataset(name)?;
+    let dir = staging_root(repo, staging_base, name)?;
+    match Staging::open(repo, &dir, name) {
+        Ok(st) => Ok(st.commit(
+            repo,
+            meta,
+            &HashSet::new(),
+            indicatif::ProgressBar::hidden(),
+        )?),
+        Err(Error::StagingBusy(_)) => {
+            let mp = std::fs::read_to_string(dir.join(MOUNT_FILE))
+                .map_err(|_| Error::StagingBusy(name.to_string()))?;
+            let mp = PathBuf::from(mp);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(mp.join(".detafs/commit"))
+                .with_context(|| format!("cannot reach the mount at {}", mp.display()))?;
+            if let Err(e) = f.write_all(meta.message.as_bytes()) {
+                let reason =
+                    std::fs::read_to_string(mp.join(".detafs/last-error")).unwrap_or_default();
+                let reason = reason.trim();
+                bail!(
+                    "commit through the mount at {} failed: {}",
+                    mp.display(),
+                    if reason.is_empty() {
+                        e.to_string()
+                    } else {
+                        reason.to_string()
+                    }
+                );
+            }
+            Ok(repo
+                .sync(name)?
+                .pop()
+                .expect("a version was just committed"))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Paths changed in staging (`detafs status NAME`), read without a mount.
+pub fn status(repo: &Repo, staging_base: &Path, name: &str) -> anyhow::Result<Vec<(char, String)>> {
+    repo.check_dataset(name)?;
+    let dir = staging_root(repo, staging_base, name)?;
+    match Staging::open(repo, &dir, name) {
+        Ok(st) => Ok(st.status(repo)?),
+        Err(Error::StagingBusy(_)) => {
+            let mp = PathBuf::from(std::fs::read_to_string(dir.join(MOUNT_FILE))?);
+            let text = std::fs::read_to_string(mp.join(".detafs/status"))?;
+            Ok(text
+                .lines()
+                .filter_map(|l| Some((l.chars().next()?, l.get(2..)?.to_string())))
+                .collect())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub fn default_staging() -> PathBuf {
+    dirs::data_dir()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("detafs/staging")
+}

@@ -1,0 +1,147 @@
+//! `.detafs/`: control files. Contents are generated when a file is opened and
+//! served with direct I/O and zero TTL, so readers never see stale status.
+
+use super::{Attr, DirEntry, FileKind, Handle, MountFs, Opened, lock};
+use crate::error::{Error, FsError, Result};
+use crate::snapshot::Mtime;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const COMMIT: u64 = 5;
+const STATUS: u64 = 6;
+const LOG: u64 = 7;
+const HEALTH: u64 = 8;
+const LAST_ERROR: u64 = 9;
+
+const FILES: [(&[u8], u64); 5] = [
+    (b"commit", COMMIT),
+    (b"status", STATUS),
+    (b"log", LOG),
+    (b"health", HEALTH),
+    (b"last-error", LAST_ERROR),
+];
+
+pub(super) fn is_control(ino: u64) -> bool {
+    (COMMIT..=LAST_ERROR).contains(&ino)
+}
+
+pub(super) fn entries() -> Vec<DirEntry> {
+    FILES
+        .iter()
+        .map(|(name, ino)| DirEntry {
+            ino: *ino,
+            kind: FileKind::File,
+            name: name.to_vec(),
+        })
+        .collect()
+}
+
+pub(super) fn lookup(fs: &MountFs, name: &[u8]) -> Result<Attr> {
+    FILES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, ino)| attr(fs, *ino))
+        .ok_or_else(|| super::not_found(name))
+}
+
+pub(super) fn attr(fs: &MountFs, ino: u64) -> Attr {
+    Attr {
+        ino,
+        kind: FileKind::File,
+        size: 0,
+        perm: if ino == COMMIT { 0o222 } else { 0o444 },
+        nlink: 1,
+        uid: fs.opts.uid,
+        gid: fs.opts.gid,
+        mtime: Mtime(0, 0),
+        ttl: Duration::ZERO,
+    }
+}
+
+pub(super) fn open(fs: &MountFs, ino: u64, writing: bool, _uid: u32) -> Result<Opened> {
+    let handle = match (ino, writing) {
+        (COMMIT, true) => Handle::Commit,
+        (COMMIT, false) => Handle::Text(Arc::new(vec![])),
+        (_, true) => {
+            return Err(Error::fs(
+                FsError::NotPermitted,
+                ".detafs/ files are read-only",
+            ));
+        }
+        (STATUS, _) => Handle::Text(Arc::new(status(fs)?)),
+        (LOG, _) => Handle::Text(Arc::new(log(fs)?)),
+        (HEALTH, _) => Handle::Text(Arc::new(health(fs))),
+        _ => Handle::Text(Arc::new(lock(&fs.last_error).clone().into_bytes())),
+    };
+    Ok(Opened {
+        fh: fs.add_handle(handle),
+        keep_cache: false,
+        direct_io: true,
+    })
+}
+
+/// `echo MESSAGE > .detafs/commit`: returns once the version is durable.
+pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32) -> Result<()> {
+    let message = String::from_utf8_lossy(data);
+    match fs.commit_staging(&message, uid) {
+        Ok(record) => {
+            tracing::info!("committed v{} ({})", record.version, record.message);
+            lock(&fs.last_error).clear();
+            Ok(())
+        }
+        Err(e) => {
+            tracing::warn!("commit failed: {e}");
+            *lock(&fs.last_error) = format!("{e}\n");
+            Err(e)
+        }
+    }
+}
+
+fn status(fs: &MountFs) -> Result<Vec<u8>> {
+    let st = fs.staging()?;
+    let mut out = String::new();
+    for (tag, path) in st.status(&fs.repo)? {
+        out.push_str(&format!("{tag} {path}\n"));
+    }
+    Ok(out.into_bytes())
+}
+
+fn log(fs: &MountFs) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for r in fs.versions.read().unwrap_or_else(|p| p.into_inner()).iter() {
+        let line = serde_json::json!({
+            "version_id": format!("v{}", r.version),
+            "version": r.version,
+            "timestamp": r.time,
+            "author": r.author,
+            "message": r.message,
+            "files_added": r.stats.files_added,
+            "files_changed": r.stats.files_changed,
+            "files_removed": r.stats.files_removed,
+            "delta_size": r.stats.bytes_added,
+        });
+        out.extend(serde_json::to_vec(&line).expect("serializable"));
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
+fn health(fs: &MountFs) -> Vec<u8> {
+    let t = Instant::now();
+    let probe = fs.repo.store.info();
+    let latency_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let body = serde_json::json!({
+        "status": if probe.is_ok() { "ok" } else { "degraded" },
+        "store": fs.repo.store.url(),
+        "store_reachable": probe.is_ok(),
+        "store_error": probe.err().map(|e| e.to_string()),
+        "store_latency_ms": (latency_ms * 10.0).round() / 10.0,
+        "dataset": fs.dataset,
+        "versions": fs.versions.read().unwrap_or_else(|p| p.into_inner()).len(),
+        "cache_bytes": fs.repo.disk.used_bytes(),
+        "staging": fs.staging.is_some(),
+    });
+    let mut v = serde_json::to_vec_pretty(&body).expect("serializable");
+    v.push(b'\n');
+    v
+}

@@ -1,0 +1,898 @@
+//! The mounted file system, without the kernel: inode numbering, attributes,
+//! the read-only `versions/` tree, the writable `staging/` overlay and the
+//! `.detafs/` control files. `crate::fuse` only translates kernel requests
+//! into these calls and errors into errno values.
+
+mod control;
+
+use crate::commit::{CommitMeta, user_name};
+use crate::error::{Error, FsError, Result};
+use crate::id::ObjectId;
+use crate::repo::Repo;
+use crate::snapshot::diff::TreeSource;
+use crate::snapshot::{Mtime, Node, Record};
+use crate::staging::{self, Kind, SNode, Staging};
+use crate::store::pack::{self, BlobKind, BlobRef};
+use lru::LruCache;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::num::NonZeroUsize;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+pub const ROOT: u64 = 1;
+const VERSIONS: u64 = 2;
+const CONTROL: u64 = 3;
+const LATEST: u64 = 4;
+/// Staging inodes are staging node ids with this bit set.
+const STAGING_BIT: u64 = 1 << 62;
+/// Version inodes are allocated from here on.
+const FIRST_VERSION_INO: u64 = 1 << 20;
+
+/// Versions never change: let the kernel keep what it learns.
+const IMMUTABLE_TTL: Duration = Duration::from_secs(24 * 3600);
+const MUTABLE_TTL: Duration = Duration::from_secs(1);
+
+/// Bytes fetched per store request when a version file is read sequentially.
+const READ_AHEAD: u64 = 4 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    Dir,
+    File,
+    Symlink,
+}
+
+#[derive(Clone, Debug)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub size: u64,
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: Mtime,
+    pub ttl: Duration,
+}
+
+pub struct DirEntry {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub name: Vec<u8>,
+}
+
+/// How a file was opened.
+pub struct Opened {
+    pub fh: u64,
+    /// Contents never change: keep the page cache across opens.
+    pub keep_cache: bool,
+    /// Generated on open (control files): bypass the page cache.
+    pub direct_io: bool,
+}
+
+enum Handle {
+    Version {
+        chunks: Arc<[BlobRef]>,
+        starts: Arc<[u64]>,
+        path: Arc<str>,
+    },
+    Upper {
+        file: Arc<File>,
+        node: u64,
+        writable: bool,
+    },
+    Text(Arc<Vec<u8>>),
+    Commit,
+}
+
+/// What a version inode stands for.
+#[derive(Clone)]
+struct VEntry {
+    version: u64,
+    node: Node,
+    /// `versions/`-relative path, for messages.
+    path: Arc<str>,
+}
+
+#[derive(Default)]
+struct VersionInodes {
+    entries: HashMap<u64, VEntry>,
+    by_name: HashMap<(u64, Vec<u8>), u64>,
+    next: u64,
+}
+
+pub struct MountOptions {
+    pub read_only: bool,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+pub struct MountFs {
+    repo: Repo,
+    dataset: String,
+    versions: RwLock<Vec<Record>>,
+    inodes: Mutex<VersionInodes>,
+    staging: Option<Mutex<Staging>>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    chunks: Mutex<LruCache<ObjectId, Arc<Vec<u8>>>>,
+    last_error: Mutex<String>,
+    opts: MountOptions,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn name_str(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+fn not_found(name: &[u8]) -> Error {
+    Error::fs(FsError::NotFound, name_str(name))
+}
+
+fn read_only() -> Error {
+    Error::fs(FsError::ReadOnly, "versions/")
+}
+
+fn is_staging(ino: u64) -> bool {
+    ino & STAGING_BIT != 0
+}
+
+fn node_kind(node: &Node) -> FileKind {
+    match node {
+        Node::File { .. } => FileKind::File,
+        Node::Dir { .. } => FileKind::Dir,
+        Node::Symlink { .. } => FileKind::Symlink,
+    }
+}
+
+fn staging_kind(k: Kind) -> FileKind {
+    match k {
+        Kind::File => FileKind::File,
+        Kind::Dir => FileKind::Dir,
+        Kind::Symlink => FileKind::Symlink,
+    }
+}
+
+/// Parses `vN`.
+fn version_name(name: &[u8]) -> Option<u64> {
+    std::str::from_utf8(name.strip_prefix(b"v")?)
+        .ok()?
+        .parse()
+        .ok()
+}
+
+impl MountFs {
+    pub fn new(
+        repo: Repo,
+        dataset: &str,
+        staging: Option<Staging>,
+        opts: MountOptions,
+    ) -> Result<MountFs> {
+        let versions = repo.sync(dataset)?;
+        Ok(MountFs {
+            repo,
+            dataset: dataset.to_string(),
+            versions: RwLock::new(versions),
+            inodes: Mutex::new(VersionInodes {
+                next: FIRST_VERSION_INO,
+                ..Default::default()
+            }),
+            staging: staging.map(Mutex::new),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            chunks: Mutex::new(LruCache::new(NonZeroUsize::new(256).expect("nonzero"))),
+            last_error: Mutex::new(String::new()),
+            opts,
+        })
+    }
+
+    pub fn repo(&self) -> &Repo {
+        &self.repo
+    }
+
+    /// Reads records committed elsewhere; moves a clean staging area along.
+    pub fn poll(&self) -> Result<()> {
+        let records = self.repo.sync(&self.dataset)?;
+        let latest = records.last().cloned();
+        *self.versions.write().unwrap_or_else(|p| p.into_inner()) = records;
+        if let (Some(st), Some(latest)) = (&self.staging, latest)
+            && let Ok(st) = st.try_lock()
+        {
+            st.fast_forward(&self.repo, &latest)?;
+        }
+        Ok(())
+    }
+
+    fn latest(&self) -> Option<u64> {
+        self.versions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .last()
+            .map(|r| r.version)
+    }
+
+    fn record(&self, version: u64) -> Option<Record> {
+        self.versions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|r| r.version == version)
+            .cloned()
+    }
+
+    fn staging(&self) -> Result<MutexGuard<'_, Staging>> {
+        match &self.staging {
+            Some(s) => Ok(lock(s)),
+            None => Err(Error::fs(
+                FsError::ReadOnly,
+                "staging/ (mounted --read-only)",
+            )),
+        }
+    }
+
+    fn dir_attr(&self, ino: u64, mtime: Mtime, ttl: Duration) -> Attr {
+        Attr {
+            ino,
+            kind: FileKind::Dir,
+            size: 0,
+            perm: 0o755,
+            nlink: 2,
+            uid: self.opts.uid,
+            gid: self.opts.gid,
+            mtime,
+            ttl,
+        }
+    }
+
+    fn version_attr(&self, ino: u64, node: &Node) -> Attr {
+        let (perm, nlink) = match node {
+            Node::File { mode, .. } => (*mode, 1),
+            Node::Dir { mode, .. } => (*mode, 2),
+            Node::Symlink { .. } => (0o777, 1),
+        };
+        Attr {
+            ino,
+            kind: node_kind(node),
+            size: node.size(),
+            perm: perm as u16,
+            nlink,
+            uid: self.opts.uid,
+            gid: self.opts.gid,
+            mtime: node.mtime(),
+            ttl: IMMUTABLE_TTL,
+        }
+    }
+
+    fn staging_attr(&self, st: &Staging, n: &SNode) -> Attr {
+        let (size, mtime) = st.size_and_mtime(n);
+        Attr {
+            ino: n.id | STAGING_BIT,
+            kind: staging_kind(n.kind),
+            size,
+            perm: if n.kind == Kind::Symlink {
+                0o777
+            } else {
+                n.mode as u16
+            },
+            nlink: if n.kind == Kind::Dir { 2 } else { 1 },
+            uid: n.uid,
+            gid: n.gid,
+            mtime,
+            ttl: MUTABLE_TTL,
+        }
+    }
+
+    /// The inode for `name` under a version directory, allocated on first sight.
+    fn version_child(&self, parent: u64, name: &[u8], entry: VEntry) -> u64 {
+        let mut t = lock(&self.inodes);
+        if let Some(&ino) = t.by_name.get(&(parent, name.to_vec())) {
+            return ino;
+        }
+        let ino = t.next;
+        t.next += 1;
+        t.entries.insert(ino, entry);
+        t.by_name.insert((parent, name.to_vec()), ino);
+        ino
+    }
+
+    fn version_entry(&self, ino: u64) -> Result<VEntry> {
+        lock(&self.inodes)
+            .entries
+            .get(&ino)
+            .cloned()
+            .ok_or_else(|| Error::fs(FsError::NotFound, format!("inode {ino}")))
+    }
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        if is_staging(parent) {
+            let st = self.staging()?;
+            let n = st
+                .lookup(&self.repo, parent & !STAGING_BIT, name)?
+                .ok_or_else(|| not_found(name))?;
+            return Ok(self.staging_attr(&st, &n));
+        }
+        match parent {
+            ROOT => match name {
+                b"versions" => self.getattr(VERSIONS),
+                b"staging" if self.staging.is_some() => self.getattr(staging::ROOT | STAGING_BIT),
+                b".detafs" => self.getattr(CONTROL),
+                _ => Err(not_found(name)),
+            },
+            VERSIONS => {
+                if name == b"latest" && self.latest().is_some() {
+                    return self.getattr(LATEST);
+                }
+                let record = version_name(name)
+                    .and_then(|v| self.record(v))
+                    .ok_or_else(|| not_found(name))?;
+                let node = Node::Dir {
+                    mode: 0o555,
+                    mtime: Mtime(0, 0),
+                    tree: record.tree,
+                };
+                let ino = self.version_child(
+                    VERSIONS,
+                    name,
+                    VEntry {
+                        version: record.version,
+                        node: node.clone(),
+                        path: name_str(name).into(),
+                    },
+                );
+                Ok(self.version_attr(ino, &node))
+            }
+            CONTROL => control::lookup(self, name),
+            _ => {
+                let parent_entry = self.version_entry(parent)?;
+                let Node::Dir { tree, .. } = &parent_entry.node else {
+                    return Err(Error::fs(FsError::NotDir, name_str(name)));
+                };
+                let node = self
+                    .repo
+                    .tree(tree)?
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| not_found(name))?;
+                let ino = self.version_child(
+                    parent,
+                    name,
+                    VEntry {
+                        version: parent_entry.version,
+                        node: node.clone(),
+                        path: format!("{}/{}", parent_entry.path, name_str(name)).into(),
+                    },
+                );
+                Ok(self.version_attr(ino, &node))
+            }
+        }
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        if is_staging(ino) {
+            let st = self.staging()?;
+            let n = st.node(ino & !STAGING_BIT)?;
+            return Ok(self.staging_attr(&st, &n));
+        }
+        match ino {
+            ROOT | CONTROL => Ok(self.dir_attr(ino, Mtime(0, 0), MUTABLE_TTL)),
+            VERSIONS => Ok(self.dir_attr(ino, Mtime(0, 0), MUTABLE_TTL)),
+            LATEST => {
+                let target = format!("v{}", self.latest().ok_or_else(|| not_found(b"latest"))?);
+                Ok(Attr {
+                    ino,
+                    kind: FileKind::Symlink,
+                    size: target.len() as u64,
+                    perm: 0o777,
+                    nlink: 1,
+                    uid: self.opts.uid,
+                    gid: self.opts.gid,
+                    mtime: Mtime(0, 0),
+                    ttl: Duration::ZERO,
+                })
+            }
+            i if control::is_control(i) => Ok(control::attr(self, i)),
+            _ => {
+                let e = self.version_entry(ino)?;
+                Ok(self.version_attr(ino, &e.node))
+            }
+        }
+    }
+
+    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        let mut out = vec![];
+        if is_staging(ino) {
+            let st = self.staging()?;
+            for n in st.children(&self.repo, ino & !STAGING_BIT)? {
+                out.push(DirEntry {
+                    ino: n.id | STAGING_BIT,
+                    kind: staging_kind(n.kind),
+                    name: n.name,
+                });
+            }
+            return Ok(out);
+        }
+        match ino {
+            ROOT => {
+                out.push(DirEntry {
+                    ino: VERSIONS,
+                    kind: FileKind::Dir,
+                    name: b"versions".to_vec(),
+                });
+                if self.staging.is_some() {
+                    out.push(DirEntry {
+                        ino: staging::ROOT | STAGING_BIT,
+                        kind: FileKind::Dir,
+                        name: b"staging".to_vec(),
+                    });
+                }
+                out.push(DirEntry {
+                    ino: CONTROL,
+                    kind: FileKind::Dir,
+                    name: b".detafs".to_vec(),
+                });
+            }
+            VERSIONS => {
+                let versions: Vec<u64> = self
+                    .versions
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .map(|r| r.version)
+                    .collect();
+                for v in &versions {
+                    let name = format!("v{v}").into_bytes();
+                    let attr = self.lookup(VERSIONS, &name)?;
+                    out.push(DirEntry {
+                        ino: attr.ino,
+                        kind: FileKind::Dir,
+                        name,
+                    });
+                }
+                if !versions.is_empty() {
+                    out.push(DirEntry {
+                        ino: LATEST,
+                        kind: FileKind::Symlink,
+                        name: b"latest".to_vec(),
+                    });
+                }
+            }
+            CONTROL => out.extend(control::entries()),
+            _ => {
+                let e = self.version_entry(ino)?;
+                let Node::Dir { tree, .. } = &e.node else {
+                    return Err(Error::fs(FsError::NotDir, format!("inode {ino}")));
+                };
+                for child in &self.repo.tree(tree)?.entries {
+                    let cino = self.version_child(
+                        ino,
+                        &child.name,
+                        VEntry {
+                            version: e.version,
+                            node: child.node.clone(),
+                            path: format!("{}/{}", e.path, name_str(&child.name)).into(),
+                        },
+                    );
+                    out.push(DirEntry {
+                        ino: cino,
+                        kind: node_kind(&child.node),
+                        name: child.name.clone(),
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        if ino == LATEST {
+            return Ok(
+                format!("v{}", self.latest().ok_or_else(|| not_found(b"latest"))?).into_bytes(),
+            );
+        }
+        if is_staging(ino) {
+            let n = self.staging()?.node(ino & !STAGING_BIT)?;
+            return Ok(n.target);
+        }
+        match self.version_entry(ino)?.node {
+            Node::Symlink { target, .. } => Ok(target),
+            _ => Err(Error::fs(FsError::Invalid, "not a symlink")),
+        }
+    }
+
+    fn add_handle(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.handles).insert(fh, h);
+        fh
+    }
+
+    pub fn open(&self, ino: u64, flags: i32, uid: u32) -> Result<Opened> {
+        let access = flags & libc::O_ACCMODE;
+        let writing = access != libc::O_RDONLY;
+        if control::is_control(ino) {
+            return control::open(self, ino, writing, uid);
+        }
+        if is_staging(ino) {
+            let id = ino & !STAGING_BIT;
+            let st = self.staging()?;
+            let n = st.node(id)?;
+            if n.kind == Kind::Dir {
+                return Err(Error::fs(FsError::IsDir, name_str(&n.name)));
+            }
+            let truncate = flags & libc::O_TRUNC != 0;
+            if !writing && !n.upper {
+                let chunks: Arc<[BlobRef]> = n.chunks.unwrap_or_default().into();
+                let path = format!(
+                    "staging/{} (unchanged since v{})",
+                    name_str(&n.name),
+                    st.base_version()?
+                );
+                let fh = self.add_handle(Handle::Version {
+                    starts: starts(&chunks),
+                    chunks,
+                    path: path.into(),
+                });
+                return Ok(Opened {
+                    fh,
+                    keep_cache: false,
+                    direct_io: false,
+                });
+            }
+            let path = st.copy_up(&self.repo, id, !truncate)?;
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(writing)
+                .truncate(truncate && writing)
+                .open(&path)
+                .map_err(|e| Error::io(path.display(), e))?;
+            let fh = self.add_handle(Handle::Upper {
+                file: Arc::new(file),
+                node: id,
+                writable: writing,
+            });
+            return Ok(Opened {
+                fh,
+                keep_cache: false,
+                direct_io: false,
+            });
+        }
+        if writing {
+            return Err(read_only());
+        }
+        let entry = self.version_entry(ino)?;
+        match entry.node {
+            Node::File { chunks, .. } => {
+                let chunks: Arc<[BlobRef]> = chunks.into();
+                let fh = self.add_handle(Handle::Version {
+                    starts: starts(&chunks),
+                    chunks,
+                    path: entry.path,
+                });
+                Ok(Opened {
+                    fh,
+                    keep_cache: true,
+                    direct_io: false,
+                })
+            }
+            _ => Err(Error::fs(FsError::IsDir, format!("inode {ino}"))),
+        }
+    }
+
+    pub fn release(&self, fh: u64) {
+        lock(&self.handles).remove(&fh);
+    }
+
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let h = match lock(&self.handles).get(&fh) {
+            Some(Handle::Version {
+                chunks,
+                starts,
+                path,
+            }) => Handle::Version {
+                chunks: chunks.clone(),
+                starts: starts.clone(),
+                path: path.clone(),
+            },
+            Some(Handle::Upper {
+                file,
+                node,
+                writable,
+            }) => Handle::Upper {
+                file: file.clone(),
+                node: *node,
+                writable: *writable,
+            },
+            Some(Handle::Text(t)) => Handle::Text(t.clone()),
+            Some(Handle::Commit) => return Ok(vec![]),
+            None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
+        };
+        match h {
+            Handle::Version { chunks, starts, .. } => {
+                self.read_chunks(&chunks, &starts, offset, size as u64)
+            }
+            Handle::Upper { file, .. } => {
+                let mut buf = vec![0; size as usize];
+                let mut got = 0;
+                while got < buf.len() {
+                    match file.read_at(&mut buf[got..], offset + got as u64) {
+                        Ok(0) => break,
+                        Ok(n) => got += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(Error::io("staged file", e)),
+                    }
+                }
+                buf.truncate(got);
+                Ok(buf)
+            }
+            Handle::Text(t) => {
+                let start = (offset as usize).min(t.len());
+                let end = (start + size as usize).min(t.len());
+                Ok(t[start..end].to_vec())
+            }
+            Handle::Commit => Ok(vec![]),
+        }
+    }
+
+    /// Bytes `[offset, offset+size)` of a version file, every chunk verified.
+    /// A missing chunk is fetched with the chunks after it (read-ahead).
+    fn read_chunks(
+        &self,
+        chunks: &[BlobRef],
+        starts: &[u64],
+        offset: u64,
+        size: u64,
+    ) -> Result<Vec<u8>> {
+        let total = starts.last().copied().unwrap_or(0);
+        let end = (offset + size).min(total);
+        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+        if offset >= end {
+            return Ok(out);
+        }
+        let mut i = starts.partition_point(|&s| s <= offset) - 1;
+        while i < chunks.len() && starts[i] < end {
+            let cached = lock(&self.chunks).get(&chunks[i].id).cloned();
+            let data = match cached {
+                Some(d) => d,
+                None => self.fetch_ahead(&chunks[i..])?,
+            };
+            let from = offset.max(starts[i]) - starts[i];
+            let to = end.min(starts[i + 1]) - starts[i];
+            out.extend_from_slice(&data[from as usize..to as usize]);
+            i += 1;
+        }
+        Ok(out)
+    }
+
+    fn fetch_ahead(&self, chunks: &[BlobRef]) -> Result<Arc<Vec<u8>>> {
+        let run = pack::runs(chunks, READ_AHEAD)[0];
+        let blobs = pack::read_run(&self.repo.store, run, BlobKind::Chunk)?;
+        let mut cache = lock(&self.chunks);
+        let mut first = None;
+        for (r, data) in run.iter().zip(blobs) {
+            let data = Arc::new(data);
+            first.get_or_insert_with(|| data.clone());
+            cache.put(r.id, data);
+        }
+        Ok(first.expect("a run is never empty"))
+    }
+
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8], uid: u32) -> Result<usize> {
+        let file = match lock(&self.handles).get(&fh) {
+            Some(Handle::Upper {
+                file,
+                writable: true,
+                ..
+            }) => Some(file.clone()),
+            Some(Handle::Commit) => None,
+            Some(_) => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
+            None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
+        };
+        let Some(file) = file else {
+            return control::commit(self, data, uid).map(|_| data.len());
+        };
+        file.write_all_at(data, offset)
+            .map_err(|e| Error::io("staged file", e))?;
+        Ok(data.len())
+    }
+
+    /// What an open handle reads, for error messages (version and path).
+    pub fn describe(&self, fh: u64) -> String {
+        match lock(&self.handles).get(&fh) {
+            Some(Handle::Version { path, .. }) => format!("versions/{path}"),
+            Some(Handle::Upper { node, .. }) => format!("staged file (node {node})"),
+            _ => format!("handle {fh}"),
+        }
+    }
+
+    pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
+        let file = match lock(&self.handles).get(&fh) {
+            Some(Handle::Upper {
+                file,
+                writable: true,
+                ..
+            }) => file.clone(),
+            Some(Handle::Version { .. }) => return Err(read_only()),
+            _ => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
+        };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&*file);
+        // SAFETY: fd is open for the duration of the call.
+        if unsafe { libc::fallocate(fd, mode, offset as i64, length as i64) } != 0 {
+            return Err(Error::io("staged file", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    pub fn fsync(&self, fh: u64) -> Result<()> {
+        if let Some(Handle::Upper { file, .. }) = lock(&self.handles).get(&fh) {
+            file.sync_all().map_err(|e| Error::io("staged file", e))?;
+        }
+        Ok(())
+    }
+
+    /// Staging inodes open for writing: a commit keeps them staged.
+    fn open_writers(&self) -> HashSet<u64> {
+        lock(&self.handles)
+            .values()
+            .filter_map(|h| match h {
+                Handle::Upper {
+                    node,
+                    writable: true,
+                    ..
+                } => Some(*node),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn staging_parent(&self, parent: u64) -> Result<u64> {
+        if is_staging(parent) {
+            Ok(parent & !STAGING_BIT)
+        } else {
+            Err(read_only())
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn make(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        target: &[u8],
+    ) -> Result<Attr> {
+        let parent = self.staging_parent(parent)?;
+        let st = self.staging()?;
+        let kind = match kind {
+            FileKind::File => Kind::File,
+            FileKind::Dir => Kind::Dir,
+            FileKind::Symlink => Kind::Symlink,
+        };
+        let n = st.create(&self.repo, parent, name, kind, mode, uid, gid, target)?;
+        Ok(self.staging_attr(&st, &n))
+    }
+
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<(Attr, Opened)> {
+        let attr = self.make(parent, name, FileKind::File, mode, uid, gid, b"")?;
+        let opened = self.open(attr.ino, flags & !libc::O_TRUNC, uid)?;
+        Ok((attr, opened))
+    }
+
+    pub fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<()> {
+        let parent = self.staging_parent(parent)?;
+        self.staging()?.remove(&self.repo, parent, name, dir)
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        no_replace: bool,
+    ) -> Result<()> {
+        let (p, np) = (
+            self.staging_parent(parent)?,
+            self.staging_parent(new_parent)?,
+        );
+        self.staging()?
+            .rename(&self.repo, p, name, np, new_name, no_replace)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn setattr(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        mtime: Option<Mtime>,
+        fh: Option<u64>,
+    ) -> Result<Attr> {
+        if control::is_control(ino) {
+            return Ok(control::attr(self, ino)); // `echo > commit` truncates first
+        }
+        if !is_staging(ino) {
+            return Err(read_only());
+        }
+        let id = ino & !STAGING_BIT;
+        let st = self.staging()?;
+        if let Some(size) = size {
+            let open = fh.and_then(|fh| match lock(&self.handles).get(&fh) {
+                Some(Handle::Upper { file, .. }) => Some(file.clone()),
+                _ => None,
+            });
+            let file = match open {
+                Some(f) => f,
+                None => {
+                    let path = st.copy_up(&self.repo, id, size > 0)?;
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&path)
+                        .map_err(|e| Error::io(path.display(), e))?;
+                    Arc::new(f)
+                }
+            };
+            file.set_len(size)
+                .map_err(|e| Error::io("staged file", e))?;
+        }
+        st.set_attr(id, mode, uid, gid, mtime)?;
+        let n = st.node(id)?;
+        Ok(self.staging_attr(&st, &n))
+    }
+
+    /// Free space where staged data lives.
+    pub fn statfs(&self) -> Result<libc::statvfs> {
+        let path = std::ffi::CString::new(self.repo.state_dir.as_os_str().as_encoded_bytes())
+            .expect("no NUL in path");
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: valid C string and out-pointer.
+        if unsafe { libc::statvfs(path.as_ptr(), &mut s) } != 0 {
+            return Err(Error::io("statfs", std::io::Error::last_os_error()));
+        }
+        Ok(s)
+    }
+
+    fn commit_staging(&self, message: &str, uid: u32) -> Result<Record> {
+        let author = user_name(uid);
+        let meta = CommitMeta {
+            dataset: &self.dataset,
+            message: message.trim(),
+            author: &author,
+        };
+        let open = self.open_writers();
+        let record =
+            self.staging()?
+                .commit(&self.repo, &meta, &open, indicatif::ProgressBar::hidden())?;
+        self.poll()?;
+        Ok(record)
+    }
+}
+
+/// Offset of each chunk in the file, plus the total size at the end.
+fn starts(chunks: &[BlobRef]) -> Arc<[u64]> {
+    let mut v = Vec::with_capacity(chunks.len() + 1);
+    let mut at = 0;
+    v.push(0);
+    for c in chunks {
+        at += c.data_size();
+        v.push(at);
+    }
+    v.into()
+}

@@ -1,0 +1,572 @@
+//! The fuser adapter: converts kernel requests into `MountFs` calls, run on
+//! the tokio runtime's blocking pool (so a slow store read never stalls other
+//! requests), and errors into errno values. Nothing else imports fuser.
+
+use crate::error::{Error, FsError};
+use crate::fs::{Attr, FileKind, MountFs};
+use crate::snapshot::Mtime;
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub struct Fuse {
+    fs: Arc<MountFs>,
+}
+
+impl Fuse {
+    pub fn new(fs: Arc<MountFs>) -> Fuse {
+        Fuse { fs }
+    }
+
+    /// Runs `op` off the kernel-reading thread.
+    fn spawn(&self, op: impl FnOnce(&MountFs) + Send + 'static) {
+        let fs = self.fs.clone();
+        self.fs.repo().store.spawn_work(move || op(&fs));
+    }
+}
+
+/// The one place errors become errno values. Store and data damage are EIO,
+/// never ENOENT: a network failure must not look like a missing file.
+pub fn errno(e: &Error) -> Errno {
+    match e {
+        Error::Fs { kind, .. } => Errno::from_i32(match kind {
+            FsError::NotFound => libc::ENOENT,
+            FsError::Exists => libc::EEXIST,
+            FsError::NotEmpty => libc::ENOTEMPTY,
+            FsError::NotDir => libc::ENOTDIR,
+            FsError::IsDir => libc::EISDIR,
+            FsError::Invalid => libc::EINVAL,
+            FsError::NotSupported => libc::EOPNOTSUPP,
+            FsError::ReadOnly => libc::EROFS,
+            FsError::NotPermitted => libc::EPERM,
+        }),
+        Error::Io { source, .. } => Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO)),
+        Error::Conflict { .. } | Error::StagingBusy(_) => Errno::from_i32(libc::EBUSY),
+        Error::NothingToCommit(_) => Errno::from_i32(libc::ENODATA),
+        Error::InvalidInput(_) => Errno::from_i32(libc::EINVAL),
+        Error::NoDataset(_) | Error::NoVersion { .. } | Error::NoPath { .. } => {
+            Errno::from_i32(libc::ENOENT)
+        }
+        Error::Store { .. }
+        | Error::Index(_)
+        | Error::NotAStore(_)
+        | Error::FormatTooNew { .. }
+        | Error::DatasetExists(_)
+        | Error::Missing { .. }
+        | Error::Corrupt { .. }
+        | Error::Malformed { .. }
+        | Error::TooManyRetries(_) => Errno::from_i32(libc::EIO),
+    }
+}
+
+fn fail(op: &str, e: &Error) -> Errno {
+    match e {
+        Error::Fs { .. } => tracing::debug!("{op}: {e}"),
+        _ => tracing::error!("{op}: {e}"),
+    }
+    errno(e)
+}
+
+fn time(m: Mtime) -> SystemTime {
+    if m.0 >= 0 {
+        UNIX_EPOCH + Duration::new(m.0 as u64, m.1)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(m.0.unsigned_abs()) + Duration::from_nanos(m.1 as u64)
+    }
+}
+
+fn mtime_of(t: TimeOrNow) -> Mtime {
+    let t = match t {
+        TimeOrNow::SpecificTime(t) => t,
+        TimeOrNow::Now => SystemTime::now(),
+    };
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Mtime(d.as_secs() as i64, d.subsec_nanos()),
+        Err(e) => {
+            let d = e.duration();
+            let (s, n) = (d.as_secs() as i64, d.subsec_nanos());
+            if n == 0 {
+                Mtime(-s, 0)
+            } else {
+                Mtime(-s - 1, 1_000_000_000 - n)
+            }
+        }
+    }
+}
+
+fn kind(k: FileKind) -> FileType {
+    match k {
+        FileKind::Dir => FileType::Directory,
+        FileKind::File => FileType::RegularFile,
+        FileKind::Symlink => FileType::Symlink,
+    }
+}
+
+fn attr(a: &Attr) -> FileAttr {
+    let t = time(a.mtime);
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: t,
+        mtime: t,
+        ctime: t,
+        crtime: t,
+        kind: kind(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+fn entry(reply: ReplyEntry, res: Result<Attr, Error>, op: &str) {
+    match res {
+        Ok(a) => reply.entry(&a.ttl, &attr(&a), Generation(0)),
+        Err(e) => reply.error(fail(op, &e)),
+    }
+}
+
+fn empty(reply: ReplyEmpty, res: Result<(), Error>, op: &str) {
+    match res {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(fail(op, &e)),
+    }
+}
+
+fn open_flags(keep_cache: bool, direct_io: bool) -> FopenFlags {
+    let mut f = FopenFlags::empty();
+    if keep_cache {
+        f |= FopenFlags::FOPEN_KEEP_CACHE;
+    }
+    if direct_io {
+        f |= FopenFlags::FOPEN_DIRECT_IO;
+    }
+    f
+}
+
+impl Filesystem for Fuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_readahead(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(move |fs| entry(reply, fs.lookup(parent.0, &name), "lookup"));
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.spawn(move |fs| match fs.getattr(ino.0) {
+            Ok(a) => reply.attr(&a.ttl, &attr(&a)),
+            Err(e) => reply.error(fail("getattr", &e)),
+        });
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        self.spawn(move |fs| {
+            let res = fs.setattr(
+                ino.0,
+                mode,
+                uid,
+                gid,
+                size,
+                mtime.map(mtime_of),
+                fh.map(|f| f.0),
+            );
+            match res {
+                Ok(a) => reply.attr(&a.ttl, &attr(&a)),
+                Err(e) => reply.error(fail("setattr", &e)),
+            }
+        });
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.spawn(move |fs| match fs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(fail("readlink", &e)),
+        });
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            // Versions hold files, directories and symlinks only.
+            reply.error(Errno::from_i32(libc::EPERM));
+            return;
+        }
+        let (name, uid, gid) = (name.as_bytes().to_vec(), req.uid(), req.gid());
+        self.spawn(move |fs| {
+            let res = fs.make(
+                parent.0,
+                &name,
+                FileKind::File,
+                mode & !umask,
+                uid,
+                gid,
+                b"",
+            );
+            entry(reply, res, "mknod")
+        });
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let (name, uid, gid) = (name.as_bytes().to_vec(), req.uid(), req.gid());
+        self.spawn(move |fs| {
+            let res = fs.make(parent.0, &name, FileKind::Dir, mode & !umask, uid, gid, b"");
+            entry(reply, res, "mkdir")
+        });
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(move |fs| empty(reply, fs.remove(parent.0, &name, false), "unlink"));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name.as_bytes().to_vec();
+        self.spawn(move |fs| empty(reply, fs.remove(parent.0, &name, true), "rmdir"));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let (name, target) = (
+            link_name.as_bytes().to_vec(),
+            target.as_os_str().as_bytes().to_vec(),
+        );
+        let (uid, gid) = (req.uid(), req.gid());
+        self.spawn(move |fs| {
+            let res = fs.make(parent.0, &name, FileKind::Symlink, 0o777, uid, gid, &target);
+            entry(reply, res, "symlink")
+        });
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            reply.error(Errno::from_i32(libc::EINVAL));
+            return;
+        }
+        let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
+        let (name, newname) = (name.as_bytes().to_vec(), newname.as_bytes().to_vec());
+        self.spawn(move |fs| {
+            empty(
+                reply,
+                fs.rename(parent.0, &name, newparent.0, &newname, no_replace),
+                "rename",
+            )
+        });
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        // Hard links are not versioned (docs/semantics.md).
+        reply.error(Errno::from_i32(libc::EPERM));
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let uid = req.uid();
+        self.spawn(move |fs| match fs.open(ino.0, flags.0, uid) {
+            Ok(o) => reply.opened(FileHandle(o.fh), open_flags(o.keep_cache, o.direct_io)),
+            Err(e) => reply.error(fail("open", &e)),
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.spawn(move |fs| match fs.read(fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(fail(&format!("read of {}", fs.describe(fh.0)), &e)),
+        });
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let (data, uid) = (data.to_vec(), req.uid());
+        self.spawn(move |fs| match fs.write(fh.0, offset, &data, uid) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(fail("write", &e)),
+        });
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(move |fs| empty(reply, fs.fsync(fh.0), "fsync"));
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        self.spawn(move |fs| match fs.readdir(ino.0) {
+            Ok(entries) => {
+                let dots = [
+                    (ino.0, FileKind::Dir, &b"."[..]),
+                    (ino.0, FileKind::Dir, &b".."[..]),
+                ];
+                let all = dots
+                    .into_iter()
+                    .chain(entries.iter().map(|e| (e.ino, e.kind, e.name.as_slice())));
+                for (i, (eino, k, name)) in all.enumerate().skip(offset as usize) {
+                    if reply.add(
+                        INodeNo(eino),
+                        i as u64 + 1,
+                        kind(k),
+                        OsStr::from_bytes(name),
+                    ) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(fail("readdir", &e)),
+        });
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                255,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(fail("statfs", &e)),
+        }
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        // ENOSYS once and the kernel stops asking (`ls -l` asks for every file).
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let (name, uid, gid) = (name.as_bytes().to_vec(), req.uid(), req.gid());
+        self.spawn(
+            move |fs| match fs.create(parent.0, &name, mode & !umask, flags, uid, gid) {
+                Ok((a, o)) => reply.created(
+                    &a.ttl,
+                    &attr(&a),
+                    Generation(0),
+                    FileHandle(o.fh),
+                    open_flags(o.keep_cache, o.direct_io),
+                ),
+                Err(e) => reply.error(fail("create", &e)),
+            },
+        );
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(move |fs| empty(reply, fs.fallocate(fh.0, offset, length, mode), "fallocate"));
+    }
+}
+
+pub struct SessionOptions {
+    pub allow_other: bool,
+    pub fs_name: String,
+    pub poll_interval: Duration,
+}
+
+/// Mounts `fs` at `mountpoint` and serves it until it is unmounted
+/// (`detafs umount`, `fusermount3 -u`) or the process gets SIGINT/SIGTERM.
+/// `ready` runs once the mount is live.
+pub fn serve(
+    fs: Arc<MountFs>,
+    mountpoint: &Path,
+    opts: &SessionOptions,
+    ready: impl FnOnce(),
+) -> std::io::Result<()> {
+    use fuser::{Config, MountOption, SessionACL};
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(opts.fs_name.clone()),
+        MountOption::Subtype("detafs".into()),
+        MountOption::DefaultPermissions,
+    ];
+    if opts.allow_other {
+        config.acl = SessionACL::All;
+    }
+    let mut session = fuser::Session::new(Fuse::new(fs.clone()), mountpoint, &config)?;
+    let mut unmounter = session.unmount_callable();
+    let signals = fs.clone();
+    std::thread::spawn(move || {
+        signals.repo().store.block_on(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (mut int, mut term) = match (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+            ) {
+                (Ok(i), Ok(t)) => (i, t),
+                _ => return,
+            };
+            tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+        });
+        tracing::info!("signal received: unmounting");
+        if let Err(e) = unmounter.unmount() {
+            tracing::error!("unmount failed: {e}");
+        }
+    });
+    let poller = fs.clone();
+    let interval = opts.poll_interval;
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(interval);
+            if let Err(e) = poller.poll() {
+                tracing::warn!("polling for new versions: {e}");
+            }
+        }
+    });
+    ready();
+    session.run()
+}

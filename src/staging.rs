@@ -1,0 +1,820 @@
+//! The staging area: a durable, writable overlay on a dataset's base version.
+//!
+//! Its namespace is a table of nodes in SQLite (one row per staged file or
+//! directory, keyed by a never-reused id that the mount uses as an inode).
+//! A directory row either stands for a whole version subtree it has not
+//! expanded yet (`lower` tree ref) or has its children as rows. A file row
+//! either reads through to a version's chunks (`lower` chunk refs) or has been
+//! copied up into a local file `data/<id>` ("upper"). Deletions are just
+//! removed rows. Everything is on local disk and survives a crash; a commit
+//! only reads it.
+//!
+//! One process at a time owns a staging area (an exclusive `flock`): the mount
+//! daemon while it runs, or `detafs commit` when no mount is up.
+
+use crate::commit::scan::Scanner;
+use crate::commit::{self, CommitMeta};
+use crate::error::{Error, FsError, Result};
+use crate::read;
+use crate::repo::Repo;
+use crate::snapshot::diff::{self, ChangeKind, TreeSink, TreeSource};
+use crate::snapshot::{Entry, Mtime, Node, Record, Tree};
+use crate::store::pack::BlobRef;
+use indicatif::ProgressBar;
+use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+pub const ROOT: u64 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+}
+
+/// One staged file, directory or symlink.
+#[derive(Clone, Debug)]
+pub struct SNode {
+    pub id: u64,
+    pub parent: u64,
+    pub name: Vec<u8>,
+    pub kind: Kind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: Mtime,
+    /// Size of a lower file or symlink; upper files are sized by their local file.
+    pub size: u64,
+    /// File: its chunks in the store, unless copied up.
+    pub chunks: Option<Vec<BlobRef>>,
+    /// Directory not expanded yet: the version subtree it stands for.
+    pub tree: Option<BlobRef>,
+    pub upper: bool,
+    pub target: Vec<u8>,
+}
+
+impl SNode {
+    /// The node as it would appear in a version, if it can be said without
+    /// reading local data (upper files and expanded directories cannot).
+    fn as_version_node(&self) -> Option<Node> {
+        match self.kind {
+            Kind::File if !self.upper => Some(Node::File {
+                mode: self.mode,
+                mtime: self.mtime,
+                size: self.size,
+                chunks: self.chunks.clone().unwrap_or_default(),
+            }),
+            Kind::Dir => self.tree.map(|tree| Node::Dir {
+                mode: self.mode,
+                mtime: self.mtime,
+                tree,
+            }),
+            Kind::Symlink => Some(Node::Symlink {
+                mtime: self.mtime,
+                target: self.target.clone(),
+            }),
+            Kind::File => None,
+        }
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS nodes(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    parent INTEGER NOT NULL, name BLOB NOT NULL,
+    kind INTEGER NOT NULL, mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
+    mtime_s INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,
+    chunks BLOB, tree BLOB, upper INTEGER NOT NULL DEFAULT 0, target BLOB,
+    UNIQUE(parent, name));
+";
+
+const COLUMNS: &str =
+    "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target";
+
+fn kind_code(k: Kind) -> i64 {
+    match k {
+        Kind::File => 0,
+        Kind::Dir => 1,
+        Kind::Symlink => 2,
+    }
+}
+
+fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
+    let json = |i: usize| -> rusqlite::Result<Option<Vec<u8>>> { r.get(i) };
+    Ok(SNode {
+        id: r.get(0)?,
+        parent: r.get(1)?,
+        name: r.get(2)?,
+        kind: match r.get::<_, i64>(3)? {
+            0 => Kind::File,
+            1 => Kind::Dir,
+            _ => Kind::Symlink,
+        },
+        mode: r.get(4)?,
+        uid: r.get(5)?,
+        gid: r.get(6)?,
+        mtime: Mtime(r.get(7)?, r.get(8)?),
+        size: r.get(9)?,
+        chunks: json(10)?.and_then(|b| serde_json::from_slice(&b).ok()),
+        tree: json(11)?.and_then(|b| serde_json::from_slice(&b).ok()),
+        upper: r.get(12)?,
+        target: r.get::<_, Option<Vec<u8>>>(13)?.unwrap_or_default(),
+    })
+}
+
+pub fn now() -> Mtime {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Mtime(d.as_secs() as i64, d.subsec_nanos())
+}
+
+/// Where a dataset's staging lives: `<root>/<store id>/<dataset>`.
+pub fn staging_dir(root: &Path, store_id: &str, dataset: &str) -> PathBuf {
+    root.join(store_id).join(dataset)
+}
+
+pub struct Staging {
+    db: Connection,
+    dir: PathBuf,
+    dataset: String,
+    _lock: File,
+}
+
+impl Staging {
+    /// Opens (creating on first use) and locks the staging area of `dataset`.
+    pub fn open(repo: &Repo, dir: &Path, dataset: &str) -> Result<Staging> {
+        let records = repo.sync(dataset)?;
+        std::fs::create_dir_all(dir.join("data")).map_err(|e| Error::io(dir.display(), e))?;
+        let lock_path = dir.join("lock");
+        let lock = File::create(&lock_path).map_err(|e| Error::io(lock_path.display(), e))?;
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&lock),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } != 0
+        {
+            return Err(Error::StagingBusy(dataset.to_string()));
+        }
+        let db = Connection::open(dir.join("staging.sqlite"))?;
+        db.pragma_update(None, "journal_mode", "WAL")?;
+        db.pragma_update(None, "synchronous", "NORMAL")?;
+        db.execute_batch(SCHEMA)?;
+        let st = Staging {
+            db,
+            dir: dir.to_path_buf(),
+            dataset: dataset.to_string(),
+            _lock: lock,
+        };
+        if st.get(ROOT)?.is_none() {
+            let base = records.last();
+            let m = now();
+            st.db.execute(
+                &format!("INSERT INTO nodes({COLUMNS}) VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, NULL, ?6, 0, NULL)"),
+                params![
+                    ROOT,
+                    unsafe { libc::getuid() },
+                    unsafe { libc::getgid() },
+                    m.0,
+                    m.1,
+                    base.map(|b| serde_json::to_vec(&b.tree).expect("serializable"))
+                ],
+            )?;
+            st.set_base(base.map_or(0, |b| b.version))?;
+        }
+        Ok(st)
+    }
+
+    pub fn dataset(&self) -> &str {
+        &self.dataset
+    }
+
+    /// The version staging was last brought up to date with (0: none).
+    pub fn base_version(&self) -> Result<u64> {
+        Ok(self
+            .db
+            .query_row("SELECT value FROM meta WHERE key = 'base'", [], |r| {
+                r.get(0)
+            })
+            .optional()?
+            .unwrap_or(0))
+    }
+
+    fn set_base(&self, version: u64) -> Result<()> {
+        self.db.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES ('base', ?1)",
+            [version],
+        )?;
+        Ok(())
+    }
+
+    pub fn upper_path(&self, id: u64) -> PathBuf {
+        self.dir.join("data").join(id.to_string())
+    }
+
+    pub fn get(&self, id: u64) -> Result<Option<SNode>> {
+        Ok(self
+            .db
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM nodes WHERE id = ?1"))?
+            .query_row([id], row)
+            .optional()?)
+    }
+
+    pub fn node(&self, id: u64) -> Result<SNode> {
+        self.get(id)?
+            .ok_or_else(|| Error::fs(FsError::NotFound, format!("staging inode {id}")))
+    }
+
+    fn dir_node(&self, id: u64) -> Result<SNode> {
+        let n = self.node(id)?;
+        if n.kind != Kind::Dir {
+            return Err(Error::fs(FsError::NotDir, String::from_utf8_lossy(&n.name)));
+        }
+        Ok(n)
+    }
+
+    /// Turns a directory that stands for a version subtree into rows.
+    fn expand(&self, repo: &Repo, dir: &SNode) -> Result<()> {
+        let Some(tree) = dir.tree else {
+            return Ok(());
+        };
+        let tree = repo.tree(&tree)?;
+        let tx = self.db.unchecked_transaction()?;
+        for e in &tree.entries {
+            self.insert_version_node(dir.id, &e.name, &e.node, dir.uid, dir.gid)?;
+        }
+        tx.execute("UPDATE nodes SET tree = NULL WHERE id = ?1", [dir.id])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn insert_version_node(
+        &self,
+        parent: u64,
+        name: &[u8],
+        node: &Node,
+        uid: u32,
+        gid: u32,
+    ) -> Result<u64> {
+        let (kind, mode, size, chunks, tree, target) = match node {
+            Node::File {
+                mode, size, chunks, ..
+            } => (
+                Kind::File,
+                *mode,
+                *size,
+                Some(serde_json::to_vec(chunks).expect("serializable")),
+                None,
+                None,
+            ),
+            Node::Dir { mode, tree, .. } => (
+                Kind::Dir,
+                *mode,
+                0,
+                None,
+                Some(serde_json::to_vec(tree).expect("serializable")),
+                None,
+            ),
+            Node::Symlink { target, .. } => (
+                Kind::Symlink,
+                0o777,
+                target.len() as u64,
+                None,
+                None,
+                Some(target.clone()),
+            ),
+        };
+        let m = node.mtime();
+        self.db
+            .prepare_cached(
+                "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12)",
+            )?
+            .execute(params![parent, name, kind_code(kind), mode, uid, gid, m.0, m.1, size, chunks, tree, target])?;
+        Ok(self.db.last_insert_rowid() as u64)
+    }
+
+    pub fn lookup(&self, repo: &Repo, parent: u64, name: &[u8]) -> Result<Option<SNode>> {
+        let dir = self.dir_node(parent)?;
+        self.expand(repo, &dir)?;
+        Ok(self
+            .db
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM nodes WHERE parent = ?1 AND name = ?2"
+            ))?
+            .query_row(params![parent, name], row)
+            .optional()?)
+    }
+
+    pub fn children(&self, repo: &Repo, parent: u64) -> Result<Vec<SNode>> {
+        let dir = self.dir_node(parent)?;
+        self.expand(repo, &dir)?;
+        self.rows_under(parent)
+    }
+
+    fn rows_under(&self, parent: u64) -> Result<Vec<SNode>> {
+        let mut stmt = self.db.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM nodes WHERE parent = ?1 ORDER BY name"
+        ))?;
+        let rows = stmt
+            .query_map([parent], row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    fn touch_dir(&self, id: u64) -> Result<()> {
+        let m = now();
+        self.db
+            .prepare_cached("UPDATE nodes SET mtime_s = ?2, mtime_ns = ?3 WHERE id = ?1")?
+            .execute(params![id, m.0, m.1])?;
+        Ok(())
+    }
+
+    /// Creates a file (empty, upper), directory or symlink.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(
+        &self,
+        repo: &Repo,
+        parent: u64,
+        name: &[u8],
+        kind: Kind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        target: &[u8],
+    ) -> Result<SNode> {
+        check_name(name)?;
+        if self.lookup(repo, parent, name)?.is_some() {
+            return Err(Error::fs(FsError::Exists, String::from_utf8_lossy(name)));
+        }
+        let m = now();
+        let upper = kind == Kind::File;
+        self.db
+            .prepare_cached(
+                "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, NULL, ?10, ?11)",
+            )?
+            .execute(params![
+                parent,
+                name,
+                kind_code(kind),
+                mode & 0o7777,
+                uid,
+                gid,
+                m.0,
+                m.1,
+                target.len() as u64,
+                upper,
+                (kind == Kind::Symlink).then_some(target)
+            ])?;
+        let id = self.db.last_insert_rowid() as u64;
+        if upper {
+            let path = self.upper_path(id);
+            File::create(&path).map_err(|e| Error::io(path.display(), e))?;
+        }
+        self.touch_dir(parent)?;
+        self.node(id)
+    }
+
+    /// Removes a file or symlink (`dir == false`) or an empty directory.
+    pub fn remove(&self, repo: &Repo, parent: u64, name: &[u8], dir: bool) -> Result<()> {
+        let node = self
+            .lookup(repo, parent, name)?
+            .ok_or_else(|| Error::fs(FsError::NotFound, String::from_utf8_lossy(name)))?;
+        match (dir, node.kind == Kind::Dir) {
+            (true, false) => return Err(Error::fs(FsError::NotDir, String::from_utf8_lossy(name))),
+            (false, true) => return Err(Error::fs(FsError::IsDir, String::from_utf8_lossy(name))),
+            (true, true) if !self.children(repo, node.id)?.is_empty() => {
+                return Err(Error::fs(FsError::NotEmpty, String::from_utf8_lossy(name)));
+            }
+            _ => {}
+        }
+        self.delete_subtree(&node)?;
+        self.touch_dir(parent)
+    }
+
+    /// Deletes a node and everything under it, with their upper files.
+    /// Open descriptors of upper files keep working (POSIX unlink semantics).
+    fn delete_subtree(&self, node: &SNode) -> Result<()> {
+        for child in self.rows_under(node.id)? {
+            self.delete_subtree(&child)?;
+        }
+        self.db
+            .execute("DELETE FROM nodes WHERE id = ?1", [node.id])?;
+        if node.upper {
+            let _ = std::fs::remove_file(self.upper_path(node.id));
+        }
+        Ok(())
+    }
+
+    pub fn rename(
+        &self,
+        repo: &Repo,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        no_replace: bool,
+    ) -> Result<()> {
+        check_name(new_name)?;
+        let node = self
+            .lookup(repo, parent, name)?
+            .ok_or_else(|| Error::fs(FsError::NotFound, String::from_utf8_lossy(name)))?;
+        if node.kind == Kind::Dir && self.is_ancestor(node.id, new_parent)? {
+            return Err(Error::fs(
+                FsError::Invalid,
+                "cannot move a directory into itself",
+            ));
+        }
+        if let Some(old) = self.lookup(repo, new_parent, new_name)? {
+            if old.id == node.id {
+                return Ok(());
+            }
+            if no_replace {
+                return Err(Error::fs(
+                    FsError::Exists,
+                    String::from_utf8_lossy(new_name),
+                ));
+            }
+            match (node.kind == Kind::Dir, old.kind == Kind::Dir) {
+                (true, false) => {
+                    return Err(Error::fs(
+                        FsError::NotDir,
+                        String::from_utf8_lossy(new_name),
+                    ));
+                }
+                (false, true) => {
+                    return Err(Error::fs(FsError::IsDir, String::from_utf8_lossy(new_name)));
+                }
+                (true, true) if !self.children(repo, old.id)?.is_empty() => {
+                    return Err(Error::fs(
+                        FsError::NotEmpty,
+                        String::from_utf8_lossy(new_name),
+                    ));
+                }
+                _ => {}
+            }
+            self.delete_subtree(&old)?;
+        }
+        self.db.execute(
+            "UPDATE nodes SET parent = ?2, name = ?3 WHERE id = ?1",
+            params![node.id, new_parent, new_name],
+        )?;
+        self.touch_dir(parent)?;
+        self.touch_dir(new_parent)
+    }
+
+    fn is_ancestor(&self, ancestor: u64, mut id: u64) -> Result<bool> {
+        while id != 0 {
+            if id == ancestor {
+                return Ok(true);
+            }
+            id = self.node(id)?.parent;
+        }
+        Ok(false)
+    }
+
+    pub fn set_attr(
+        &self,
+        id: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        mtime: Option<Mtime>,
+    ) -> Result<()> {
+        let n = self.node(id)?;
+        let m = mtime.unwrap_or(n.mtime);
+        self.db.execute(
+            "UPDATE nodes SET mode = ?2, uid = ?3, gid = ?4, mtime_s = ?5, mtime_ns = ?6 WHERE id = ?1",
+            params![
+                id,
+                mode.map_or(n.mode, |m| m & 0o7777),
+                uid.unwrap_or(n.uid),
+                gid.unwrap_or(n.gid),
+                m.0,
+                m.1
+            ],
+        )?;
+        if let (Some(m), true) = (mtime, n.upper) {
+            let t = filetime::FileTime::from_unix_time(m.0, m.1);
+            let path = self.upper_path(id);
+            filetime::set_file_mtime(&path, t).map_err(|e| Error::io(path.display(), e))?;
+        }
+        Ok(())
+    }
+
+    /// Makes a file writable: copies its version content to a local file once
+    /// (or starts it empty when the caller truncates it anyway).
+    pub fn copy_up(&self, repo: &Repo, id: u64, keep_content: bool) -> Result<PathBuf> {
+        let n = self.node(id)?;
+        let path = self.upper_path(id);
+        if n.kind != Kind::File {
+            return Err(Error::fs(FsError::IsDir, String::from_utf8_lossy(&n.name)));
+        }
+        if n.upper {
+            return Ok(path);
+        }
+        let tmp = path.with_extension("copying");
+        let mut f = File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
+        if keep_content {
+            read::read_file(repo, n.chunks.as_deref().unwrap_or_default(), &mut f)?;
+        }
+        f.sync_all().map_err(|e| Error::io(tmp.display(), e))?;
+        let t = filetime::FileTime::from_unix_time(n.mtime.0, n.mtime.1);
+        filetime::set_file_mtime(&tmp, t).map_err(|e| Error::io(tmp.display(), e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io(path.display(), e))?;
+        self.db.execute(
+            "UPDATE nodes SET upper = 1, chunks = NULL WHERE id = ?1",
+            [id],
+        )?;
+        Ok(path)
+    }
+
+    /// Size and mtime as a reader sees them now.
+    pub fn size_and_mtime(&self, n: &SNode) -> (u64, Mtime) {
+        if n.upper
+            && let Ok(m) = std::fs::metadata(self.upper_path(n.id))
+        {
+            return (m.size(), Mtime(m.mtime(), m.mtime_nsec() as u32));
+        }
+        (n.size, n.mtime)
+    }
+
+    /// Staged changes against the base version, like `git status --porcelain`.
+    pub fn status(&self, repo: &Repo) -> Result<Vec<(char, String)>> {
+        let base = repo
+            .sync(&self.dataset)?
+            .into_iter()
+            .find(|r| r.version == self.base_version().unwrap_or(0))
+            .map(|r| r.tree);
+        let mut out = Vec::new();
+        self.status_dir(repo, ROOT, base.as_ref(), "", &mut out)?;
+        Ok(out)
+    }
+
+    fn status_dir(
+        &self,
+        repo: &Repo,
+        id: u64,
+        base: Option<&BlobRef>,
+        prefix: &str,
+        out: &mut Vec<(char, String)>,
+    ) -> Result<()> {
+        let node = self.node(id)?;
+        if let Some(tree) = &node.tree {
+            for c in diff::diff(repo, base, Some(tree))? {
+                let tag = match c.kind {
+                    ChangeKind::Added => 'A',
+                    ChangeKind::Modified => 'M',
+                    ChangeKind::Removed => 'D',
+                };
+                out.push((tag, format!("{prefix}{}", String::from_utf8_lossy(&c.path))));
+            }
+            return Ok(());
+        }
+        let base_tree = match base {
+            Some(b) => repo.tree(b)?,
+            None => std::sync::Arc::new(Tree::default()),
+        };
+        let rows = self.rows_under(id)?;
+        let mut names: Vec<&[u8]> = rows
+            .iter()
+            .map(|r| r.name.as_slice())
+            .chain(base_tree.entries.iter().map(|e| e.name.as_slice()))
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let path = format!("{prefix}{}", String::from_utf8_lossy(name));
+            let row = rows.iter().find(|r| r.name == name);
+            let old = base_tree.get(name);
+            let old_dir = match old {
+                Some(Node::Dir { tree, .. }) => Some(tree),
+                _ => None,
+            };
+            match row {
+                Some(r) if r.kind == Kind::Dir => {
+                    if old.is_some_and(|o| !o.is_dir()) {
+                        out.push(('D', path.clone()));
+                    }
+                    self.status_dir(repo, r.id, old_dir, &format!("{path}/"), out)?;
+                }
+                Some(r) => {
+                    if let Some(t) = old_dir {
+                        for c in diff::diff(repo, Some(t), None)? {
+                            out.push(('D', format!("{path}/{}", String::from_utf8_lossy(&c.path))));
+                        }
+                    }
+                    let same = match (old, r.as_version_node()) {
+                        (Some(o), Some(n)) => o.same(&n),
+                        _ => false,
+                    };
+                    if !same {
+                        let tag = if old.is_some_and(|o| !o.is_dir()) {
+                            'M'
+                        } else {
+                            'A'
+                        };
+                        out.push((tag, path));
+                    }
+                }
+                None => {
+                    if let Some(t) = old_dir {
+                        for c in diff::diff(repo, Some(t), None)? {
+                            out.push(('D', format!("{path}/{}", String::from_utf8_lossy(&c.path))));
+                        }
+                    } else {
+                        out.push(('D', path));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits staging as the next version. `open` lists upper files still
+    /// open for writing: they are committed as they are now and stay staged.
+    /// On any failure staging is left exactly as it was.
+    pub fn commit(
+        &self,
+        repo: &Repo,
+        meta: &CommitMeta,
+        open: &HashSet<u64>,
+        progress: ProgressBar,
+    ) -> Result<Record> {
+        meta.check()?;
+        let records = repo.sync(&self.dataset)?;
+        let base_version = self.base_version()?;
+        let base = records.iter().find(|r| r.version == base_version).cloned();
+        if let Some(b) = &base {
+            repo.index_tree(&b.tree)?;
+        }
+        let mut scanner = Scanner::new(repo, progress);
+        let mut uppers = HashMap::new();
+        let ours = self.build(repo, &mut scanner, ROOT, &mut uppers)?;
+        let record = commit::publish(repo, meta, scanner, base, ours)?;
+        // The version is durable; bring staging to it. Failures from here on
+        // leave staged data in place (it is in the version too).
+        self.after_commit(repo, &ours, &record, uppers, open)?;
+        Ok(record)
+    }
+
+    fn build(
+        &self,
+        repo: &Repo,
+        scanner: &mut Scanner,
+        id: u64,
+        uppers: &mut HashMap<u64, (Vec<BlobRef>, u64, Mtime)>,
+    ) -> Result<BlobRef> {
+        let node = self.node(id)?;
+        if let Some(tree) = node.tree {
+            return Ok(tree);
+        }
+        let mut entries = Vec::new();
+        for r in self.rows_under(id)? {
+            let node = match r.kind {
+                Kind::Dir => Node::Dir {
+                    mode: r.mode,
+                    mtime: r.mtime,
+                    tree: self.build(repo, scanner, r.id, uppers)?,
+                },
+                Kind::File if r.upper => {
+                    let path = self.upper_path(r.id);
+                    let (_, mtime) = self.size_and_mtime(&r);
+                    let (chunks, size) = scanner.chunk_file(&path)?;
+                    uppers.insert(r.id, (chunks.clone(), size, mtime));
+                    Node::File {
+                        mode: r.mode,
+                        mtime,
+                        size,
+                        chunks,
+                    }
+                }
+                _ => r.as_version_node().expect("lower file or symlink"),
+            };
+            entries.push(Entry { name: r.name, node });
+        }
+        scanner.put_tree(&Tree::new(entries))
+    }
+
+    fn after_commit(
+        &self,
+        repo: &Repo,
+        ours: &BlobRef,
+        record: &Record,
+        uppers: HashMap<u64, (Vec<BlobRef>, u64, Mtime)>,
+        open: &HashSet<u64>,
+    ) -> Result<()> {
+        let tx = self.db.unchecked_transaction()?;
+        let mut demoted = Vec::new();
+        for (id, (chunks, size, mtime)) in uppers {
+            if open.contains(&id) {
+                continue;
+            }
+            demoted.push(id);
+            tx.execute(
+                "UPDATE nodes SET upper = 0, chunks = ?2, size = ?3, mtime_s = ?4, mtime_ns = ?5 WHERE id = ?1",
+                params![id, serde_json::to_vec(&chunks).expect("serializable"), size, mtime.0, mtime.1],
+            )?;
+        }
+        // Versions that landed meanwhile were merged in: show their changes too.
+        if record.tree.id != ours.id {
+            self.apply(repo, ROOT, Some(ours), &record.tree)?;
+        }
+        self.set_base(record.version)?;
+        tx.commit()?;
+        for id in demoted {
+            let _ = std::fs::remove_file(self.upper_path(id));
+        }
+        Ok(())
+    }
+
+    /// Moves staging from version `from` to `to`, keeping local changes: a
+    /// node that still equals `from` takes `to`'s content. Used to follow
+    /// versions committed elsewhere and after a rebased commit.
+    fn apply(&self, repo: &Repo, id: u64, from: Option<&BlobRef>, to: &BlobRef) -> Result<()> {
+        let node = self.node(id)?;
+        if let Some(tree) = node.tree {
+            if from.is_some_and(|f| f.id == tree.id) {
+                self.db.execute(
+                    "UPDATE nodes SET tree = ?2 WHERE id = ?1",
+                    params![id, serde_json::to_vec(to).expect("serializable")],
+                )?;
+            }
+            return Ok(());
+        }
+        let old = match from {
+            Some(f) => repo.tree(f)?,
+            None => std::sync::Arc::new(Tree::default()),
+        };
+        let new = repo.tree(to)?;
+        let rows = self.rows_under(id)?;
+        let mut names: Vec<&[u8]> = old
+            .entries
+            .iter()
+            .chain(&new.entries)
+            .map(|e| e.name.as_slice())
+            .collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let (o, n) = (old.get(name), new.get(name));
+            let row = rows.iter().find(|r| r.name == name);
+            let untouched = match (row, o) {
+                (None, None) => true,
+                (Some(r), Some(o)) => r.as_version_node().is_some_and(|v| v.same(o)),
+                _ => false,
+            };
+            if let (Some(r), Some(Node::Dir { tree: ot, .. }), Some(Node::Dir { tree: nt, .. })) =
+                (row, o, n)
+                && r.kind == Kind::Dir
+                && !untouched
+            {
+                self.apply(repo, r.id, Some(ot), nt)?;
+                continue;
+            }
+            if !untouched {
+                continue; // changed locally: staging's version wins
+            }
+            if let Some(r) = row {
+                self.delete_subtree(r)?;
+            }
+            if let Some(n) = n {
+                self.insert_version_node(id, name, n, node.uid, node.gid)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Follows a version committed elsewhere when staging has no changes of its own.
+    pub fn fast_forward(&self, repo: &Repo, latest: &Record) -> Result<bool> {
+        let base_version = self.base_version()?;
+        if latest.version <= base_version || !self.status(repo)?.is_empty() {
+            return Ok(false);
+        }
+        let base = repo
+            .sync(&self.dataset)?
+            .into_iter()
+            .find(|r| r.version == base_version);
+        let tx = self.db.unchecked_transaction()?;
+        self.apply(repo, ROOT, base.as_ref().map(|b| &b.tree), &latest.tree)?;
+        self.set_base(latest.version)?;
+        tx.commit()?;
+        Ok(true)
+    }
+}
+
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.len() > 255
+    {
+        return Err(Error::fs(FsError::Invalid, String::from_utf8_lossy(name)));
+    }
+    Ok(())
+}
