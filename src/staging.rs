@@ -658,7 +658,7 @@ impl Staging {
         }
         let mut scanner = Scanner::new(repo, progress);
         let mut uppers = HashMap::new();
-        let ours = self.build(repo, &mut scanner, ROOT, &mut uppers)?;
+        let ours = self.build(&mut scanner, ROOT, &mut uppers)?;
         let record = commit::publish(repo, meta, scanner, base, ours)?;
         // The version is durable; bring staging to it. Failures from here on
         // leave staged data in place (it is in the version too).
@@ -668,7 +668,6 @@ impl Staging {
 
     fn build(
         &self,
-        repo: &Repo,
         scanner: &mut Scanner,
         id: u64,
         uppers: &mut HashMap<u64, (Vec<BlobRef>, u64, Mtime)>,
@@ -683,7 +682,7 @@ impl Staging {
                 Kind::Dir => Node::Dir {
                     mode: r.mode,
                     mtime: r.mtime,
-                    tree: self.build(repo, scanner, r.id, uppers)?,
+                    tree: self.build(scanner, r.id, uppers)?,
                 },
                 Kind::File if r.upper => {
                     let path = self.upper_path(r.id);

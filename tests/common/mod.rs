@@ -39,6 +39,7 @@ impl Env {
         let mut c = Command::new(env!("CARGO_BIN_EXE_detafs"));
         c.env("DETAFS_STORE", &self.store)
             .env("DETAFS_CACHE", &self.cache)
+            .env("DETAFS_STAGING", self.staging())
             .env_remove("FAILPOINTS");
         c
     }
@@ -180,4 +181,100 @@ pub fn sample_tree(dir: &Path, seed: u64) {
     std::os::unix::fs::symlink("a.csv", dir.join("link")).unwrap();
     let odd = std::ffi::OsStr::from_bytes(b"caf\xe9-latin1.txt");
     std::fs::write(dir.join(odd), b"not utf-8 name").unwrap();
+}
+
+/// A live `detafs mount` of dataset `ds`, unmounted (and its daemon stopped) on drop.
+pub struct Mount<'e> {
+    pub env: &'e Env,
+    pub dir: PathBuf,
+    pub pid: u32,
+}
+
+impl Env {
+    pub fn staging(&self) -> PathBuf {
+        self.dir.path().join("staging-area")
+    }
+
+    pub fn mount(&self, extra: &[&str]) -> Mount<'_> {
+        let dir = self.dir.path().join("mnt");
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = self
+            .command()
+            .args(["mount", "ds"])
+            .arg(&dir)
+            .args(["--daemon", "--poll-interval", "200ms"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let pid = String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        Mount {
+            env: self,
+            dir,
+            pid,
+        }
+    }
+}
+
+impl Mount<'_> {
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    /// The daemon's log (warnings and errors it reported).
+    pub fn log(&self) -> String {
+        let store_id: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(self.env.store.join("detafs.json")).unwrap())
+                .unwrap();
+        let p = self
+            .env
+            .staging()
+            .join(store_id["store_id"].as_str().unwrap())
+            .join("ds/mount.log");
+        std::fs::read_to_string(p).unwrap_or_default()
+    }
+
+    pub fn alive(&self) -> bool {
+        unsafe { libc::kill(self.pid as i32, 0) == 0 }
+    }
+
+    /// Kills the daemon without letting it unmount (a crash).
+    pub fn kill(&self) {
+        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        for _ in 0..100 {
+            if !self.alive() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Mount<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&self.dir)
+            .output();
+        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+    }
+}
+
+pub fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -1,0 +1,483 @@
+//! Real FUSE mounts in temporary directories: versions read back exactly with
+//! ordinary tools, are read-only, staging takes what tools write and commits
+//! atomically, and staged data survives a killed daemon.
+
+mod common;
+
+use common::{Env, fingerprint, noise, run_ok, sample_tree};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
+    r.expect_err("operation should fail")
+        .raw_os_error()
+        .unwrap()
+}
+
+/// Waits (up to 5 s) for `cond`.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A fingerprint with mtimes cut to whole seconds.
+fn to_seconds(fp: std::collections::BTreeMap<Vec<u8>, String>) -> Vec<(Vec<u8>, String)> {
+    fp.into_iter()
+        .map(|(k, v)| {
+            let parts: Vec<String> = v
+                .split(' ')
+                .map(|w| {
+                    if w.len() == 19 && w.bytes().all(|b| b.is_ascii_digit()) {
+                        w[..10].to_string()
+                    } else {
+                        w.to_string()
+                    }
+                })
+                .collect();
+            (k, parts.join(" "))
+        })
+        .collect()
+}
+
+fn commit_via_control(m: &common::Mount, msg: &str) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.path(".detafs/commit"))?;
+    f.write_all(msg.as_bytes())
+}
+
+fn two_versions(env: &Env) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (a, b) = (env.path("src-v1"), env.path("src-v2"));
+    sample_tree(&a, 1);
+    env.commit(&a, "one");
+    run_ok(Command::new("cp").arg("-a").arg(&a).arg(&b));
+    std::fs::write(b.join("sub/big.bin"), noise(3_000_000, 2)).unwrap();
+    std::fs::write(b.join("a.csv"), b"id,v\n1,2\n").unwrap();
+    std::fs::remove_file(b.join("empty")).unwrap();
+    env.commit(&b, "two");
+    (a, b)
+}
+
+#[test]
+fn versions_read_back_exactly_with_ordinary_tools() {
+    let env = Env::new();
+    let (a, b) = two_versions(&env);
+    let m = env.mount(&[]);
+    assert_eq!(fingerprint(&m.path("versions/v1")), fingerprint(&a));
+    assert_eq!(fingerprint(&m.path("versions/v2")), fingerprint(&b));
+    assert_eq!(
+        std::fs::read_link(m.path("versions/latest")).unwrap(),
+        Path::new("v2")
+    );
+
+    let copy = env.path("cp-a");
+    run_ok(
+        Command::new("cp")
+            .arg("-a")
+            .arg(m.path("versions/v1"))
+            .arg(&copy),
+    );
+    assert_eq!(fingerprint(&copy), fingerprint(&a));
+    let synced = env.path("rsync");
+    run_ok(
+        Command::new("rsync")
+            .arg("-a")
+            .arg(format!("{}/", m.path("versions/v2").display()))
+            .arg(&synced),
+    );
+    // rsync and tar (gnu format) keep whole seconds of mtimes.
+    assert_eq!(
+        to_seconds(fingerprint(&synced)),
+        to_seconds(fingerprint(&b))
+    );
+    run_ok(
+        Command::new("diff")
+            .arg("-r")
+            .arg(m.path("versions/v1"))
+            .arg(&a),
+    );
+    let tarball = env.path("v1.tar");
+    run_ok(
+        Command::new("tar")
+            .arg("-C")
+            .arg(m.path("versions/v1"))
+            .arg("-cf")
+            .arg(&tarball)
+            .arg("."),
+    );
+    let untar = env.path("untar");
+    std::fs::create_dir_all(&untar).unwrap();
+    run_ok(
+        Command::new("tar")
+            .arg("-C")
+            .arg(&untar)
+            .arg("-xf")
+            .arg(&tarball),
+    );
+    assert_eq!(to_seconds(fingerprint(&untar)), to_seconds(fingerprint(&a)));
+    let found = run_ok(
+        Command::new("find")
+            .arg(m.path("versions/v1"))
+            .arg("-type")
+            .arg("f"),
+    );
+    assert_eq!(found.lines().count(), 6);
+    let sums = run_ok(Command::new("sha256sum").arg(m.path("versions/v2/sub/big.bin")));
+    let want = run_ok(Command::new("sha256sum").arg(b.join("sub/big.bin")));
+    assert_eq!(sums.split(' ').next(), want.split(' ').next());
+    assert!(m.alive());
+}
+
+#[test]
+fn versions_are_read_only() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    let f = m.path("versions/v1/a.csv");
+    let erofs = libc::EROFS;
+    assert_eq!(
+        errno_of(std::fs::OpenOptions::new().write(true).open(&f)),
+        erofs
+    );
+    assert_eq!(
+        errno_of(std::fs::write(m.path("versions/v1/new.txt"), b"x")),
+        erofs
+    );
+    assert_eq!(errno_of(std::fs::remove_file(&f)), erofs);
+    assert_eq!(
+        errno_of(std::fs::create_dir(m.path("versions/v1/d"))),
+        erofs
+    );
+    assert_eq!(
+        errno_of(std::fs::rename(&f, m.path("versions/v1/b.csv"))),
+        erofs
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        errno_of(std::fs::set_permissions(
+            &f,
+            std::fs::Permissions::from_mode(0o600)
+        )),
+        erofs
+    );
+    assert_eq!(
+        errno_of(std::os::unix::fs::symlink("x", m.path("versions/v1/l"))),
+        erofs
+    );
+    assert_eq!(
+        errno_of(std::fs::remove_dir(m.path("versions/v1/empty-dir"))),
+        erofs
+    );
+    assert_eq!(errno_of(std::fs::write(m.path("versions/v3"), b"x")), erofs);
+}
+
+#[test]
+fn staging_commits_through_control_file_and_cli() {
+    let env = Env::new();
+    let (_, b) = two_versions(&env);
+    let m = env.mount(&[]);
+    // Staging starts as a view of the latest version.
+    assert_eq!(fingerprint(&m.path("staging")), fingerprint(&b));
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        ""
+    );
+
+    let tree = env.path("incoming");
+    sample_tree(&tree, 7);
+    run_ok(
+        Command::new("cp")
+            .arg("-a")
+            .arg(&tree)
+            .arg(m.path("staging/incoming")),
+    );
+    // Editor-style save: write a temp file, rename it over the original.
+    std::fs::write(m.path("staging/a.csv.tmp"), b"id,v\n9,9\n").unwrap();
+    std::fs::rename(m.path("staging/a.csv.tmp"), m.path("staging/a.csv")).unwrap();
+    // Moves across directories, deletes.
+    std::fs::rename(
+        m.path("staging/sub/deeper/note.txt"),
+        m.path("staging/moved-note.txt"),
+    )
+    .unwrap();
+    std::fs::remove_dir_all(m.path("staging/empty-dir")).unwrap();
+    let status = std::fs::read_to_string(m.path(".detafs/status")).unwrap();
+    assert!(status.contains("M a.csv\n"), "{status}");
+    assert!(status.contains("A moved-note.txt\n"), "{status}");
+    assert!(status.contains("D sub/deeper/note.txt\n"), "{status}");
+    assert!(status.contains("A incoming/sub/big.bin\n"), "{status}");
+    let expected = fingerprint(&m.path("staging"));
+
+    commit_via_control(&m, "from the mount\n").unwrap();
+    // Durable when the write returns: the version is in the store already.
+    let log = env.log();
+    assert_eq!(log.len(), 3);
+    assert_eq!(log[2]["message"], "from the mount");
+    let export = env.path("export3");
+    env.ok(&["export", "ds", "v3", export.to_str().unwrap()]);
+    assert_eq!(fingerprint(&export), expected);
+    eventually("v3 in versions/", || m.path("versions/v3").exists());
+    assert_eq!(fingerprint(&m.path("versions/v3")), expected);
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        "",
+        "clean after commit"
+    );
+    assert_eq!(fingerprint(&m.path("staging")), expected);
+
+    // Nothing staged: the commit fails with ENODATA and says why.
+    assert_eq!(errno_of(commit_via_control(&m, "again")), libc::ENODATA);
+    let why = std::fs::read_to_string(m.path(".detafs/last-error")).unwrap();
+    assert!(why.contains("nothing to commit"), "{why}");
+    assert_eq!(errno_of(commit_via_control(&m, "   ")), libc::EINVAL);
+
+    // From another shell, with the mount up: the CLI commits through it.
+    std::fs::write(m.path("staging/cli.txt"), b"cli").unwrap();
+    let v = env.ok(&["commit", "ds", "-m", "from the cli"]);
+    assert_eq!(v.trim(), "v4");
+    assert_eq!(env.ok(&["cat", "ds", "v4", "cli.txt"]), "cli");
+    assert_eq!(env.ok(&["status", "ds"]), "");
+    let log = env.log();
+    assert_eq!(log[3]["files_added"], 1);
+    assert!(m.alive());
+}
+
+#[test]
+fn cli_commits_staging_without_a_mount_and_the_mount_sees_it() {
+    let env = Env::new();
+    two_versions(&env);
+    {
+        let m = env.mount(&[]);
+        std::fs::write(m.path("staging/offline.txt"), b"staged while mounted").unwrap();
+    }
+    // Mount gone: the CLI commits the same staging directly.
+    assert_eq!(env.ok(&["status", "ds"]), "A offline.txt\n");
+    assert_eq!(env.ok(&["commit", "ds", "-m", "no mount"]).trim(), "v3");
+    assert_eq!(
+        env.ok(&["cat", "ds", "v3", "offline.txt"]),
+        "staged while mounted"
+    );
+    let m = env.mount(&[]);
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        ""
+    );
+    // A version committed elsewhere appears without remounting, and clean
+    // staging follows it.
+    let other = env.path("other");
+    env.ok(&["export", "ds", "v3", other.to_str().unwrap()]);
+    std::fs::write(other.join("elsewhere.txt"), b"hi").unwrap();
+    env.commit(&other, "elsewhere");
+    eventually("v4 in versions/", || {
+        m.path("versions/v4/elsewhere.txt").exists()
+    });
+    eventually("staging follows v4", || {
+        m.path("staging/elsewhere.txt").exists()
+    });
+    assert_eq!(
+        std::fs::read_link(m.path("versions/latest")).unwrap(),
+        Path::new("v4")
+    );
+}
+
+#[test]
+fn sqlite_database_in_staging_is_committed_and_readable_from_versions() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    let db = m.path("staging/data.db");
+    run_ok(
+        Command::new("sqlite3")
+            .arg(&db)
+            .arg("create table t(x); insert into t values (1), (2);"),
+    );
+    run_ok(
+        Command::new("sqlite3")
+            .arg(&db)
+            .arg("insert into t values (3); update t set x = x * 10;"),
+    );
+    commit_via_control(&m, "sqlite").unwrap();
+    eventually("v3", || m.path("versions/v3/data.db").exists());
+    let uri = format!(
+        "file:{}?immutable=1",
+        m.path("versions/v3/data.db").display()
+    );
+    let sum = run_ok(
+        Command::new("sqlite3")
+            .arg(&uri)
+            .arg("select sum(x) from t;"),
+    );
+    assert_eq!(sum.trim(), "60");
+}
+
+#[test]
+fn staging_survives_a_killed_daemon_and_a_remount() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    std::fs::write(m.path("staging/precious.bin"), noise(2_000_000, 5)).unwrap();
+    std::fs::write(m.path("staging/a.csv"), b"changed\n").unwrap();
+    std::fs::remove_file(m.path("staging/run.sh")).unwrap();
+    let before = fingerprint(&m.path("staging"));
+    m.kill();
+    drop(m);
+    let m = env.mount(&[]);
+    assert_eq!(fingerprint(&m.path("staging")), before);
+    let status = std::fs::read_to_string(m.path(".detafs/status")).unwrap();
+    assert_eq!(status, "M a.csv\nA precious.bin\nD run.sh\n");
+    commit_via_control(&m, "after crash").unwrap();
+    assert_eq!(env.ok(&["cat", "ds", "v3", "a.csv"]), "changed\n");
+}
+
+#[test]
+fn mounting_over_a_stale_mount_is_refused_with_a_clear_message() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    m.kill();
+    let out = env
+        .command()
+        .args(["mount", "ds"])
+        .arg(&m.dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("stale") && err.contains("detafs umount"),
+        "{err}"
+    );
+    env.ok(&["umount", m.dir.to_str().unwrap()]);
+    let m2 = env.mount(&[]);
+    assert!(m2.path("versions/v2").exists());
+}
+
+#[test]
+fn file_open_for_writing_at_commit_time() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    let mut f = std::fs::File::create(m.path("staging/log.txt")).unwrap();
+    f.write_all(b"first part\n").unwrap();
+    commit_via_control(&m, "while open").unwrap();
+    f.write_all(b"second part\n").unwrap();
+    drop(f);
+    // The commit took the content as it was; the later write stays staged.
+    assert_eq!(env.ok(&["cat", "ds", "v3", "log.txt"]), "first part\n");
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        "M log.txt\n"
+    );
+    commit_via_control(&m, "after close").unwrap();
+    assert_eq!(
+        env.ok(&["cat", "ds", "v4", "log.txt"]),
+        "first part\nsecond part\n"
+    );
+}
+
+#[test]
+fn concurrent_readers_of_two_versions() {
+    let env = Env::new();
+    let (a, b) = two_versions(&env);
+    let m = env.mount(&[]);
+    let files = [
+        ("versions/v1/sub/big.bin", a.join("sub/big.bin")),
+        ("versions/v2/sub/big.bin", b.join("sub/big.bin")),
+    ];
+    std::thread::scope(|s| {
+        for i in 0..6 {
+            let (mounted, original) = &files[i % 2];
+            let path = m.path(mounted);
+            s.spawn(move || {
+                let mut got = Vec::new();
+                std::fs::File::open(&path)
+                    .unwrap()
+                    .read_to_end(&mut got)
+                    .unwrap();
+                assert!(got == std::fs::read(original).unwrap(), "{mounted} differs");
+            });
+        }
+    });
+}
+
+#[test]
+fn a_corrupt_object_is_eio_for_that_file_only_and_logged() {
+    let env = Env::new();
+    let (_, b) = two_versions(&env);
+    let mut packs = env.objects("packs");
+    packs.sort_by_key(|p| std::fs::metadata(p).unwrap().len());
+    let pack = packs.last().unwrap().clone(); // v2's big.bin
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let n = bytes.len() / 2;
+    bytes[n] ^= 1;
+    std::fs::write(&pack, bytes).unwrap();
+    let m = env.mount(&[]);
+    let res = std::fs::read(m.path("versions/v2/sub/big.bin"));
+    assert_eq!(errno_of(res), libc::EIO);
+    assert_eq!(
+        std::fs::read(m.path("versions/v2/a.csv")).unwrap(),
+        std::fs::read(b.join("a.csv")).unwrap()
+    );
+    assert!(m.alive());
+    let log = m.log();
+    let pack_name = pack.file_name().unwrap().to_str().unwrap();
+    assert!(
+        log.contains("versions/v2/sub/big.bin")
+            && log.contains("corrupt")
+            && log.contains(pack_name),
+        "daemon log: {log}"
+    );
+}
+
+#[test]
+fn read_only_mount_has_no_staging() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&["--read-only"]);
+    assert!(m.path("versions/v1/a.csv").exists());
+    assert!(!m.path("staging").exists());
+    assert_eq!(errno_of(commit_via_control(&m, "x")), libc::EROFS);
+}
+
+fn python(args: &[&str]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/analytics.py");
+    run_ok(Command::new("python3").arg(script).args(args))
+}
+
+#[test]
+fn pandas_pyarrow_and_duckdb_read_versions_and_write_staging() {
+    let env = Env::new();
+    let src = env.path("tables");
+    std::fs::create_dir_all(&src).unwrap();
+    python(&["write", src.to_str().unwrap(), "1000"]);
+    env.commit(&src, "1000 rows");
+    python(&["write", src.to_str().unwrap(), "1500"]);
+    env.commit(&src, "1500 rows");
+    let m = env.mount(&[]);
+    let mp = m.dir.to_str().unwrap();
+    let out = python(&["read", mp]);
+    // rows, sum(value) = n(n-1): through pandas CSV, pyarrow Parquet, DuckDB Parquet and CSV.
+    assert_eq!(
+        out,
+        "v1 1000 999000 1000 999000 1000 999000 999000\nv2 1500 2248500 1500 2248500 1500 2248500 2248500\n"
+    );
+    let staged_sum = python(&["stage", mp]);
+    assert_eq!(staged_sum.trim(), (2248500 + 1500).to_string());
+    commit_via_control(&m, "derived results").unwrap();
+    eventually("v3", || m.path("versions/v3/result.parquet").exists());
+    let uri = m.path("versions/v3/result.parquet");
+    let q = format!(
+        "import pandas as pd; print(int(pd.read_parquet('{}').value.sum()))",
+        uri.display()
+    );
+    let sum = run_ok(Command::new("python3").args(["-c", &q]));
+    assert_eq!(sum.trim(), staged_sum.trim());
+}
