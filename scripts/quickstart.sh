@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds detafs, and records a demo dataset with two
-# versions in the embedded default store; then shows its history.
+# Installs what is missing, builds detafs, records a demo dataset with two
+# versions in the embedded default store, and mounts it (DETAFS_DEMO_MNT,
+# default ~/detafs-demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -13,14 +14,35 @@ printf 'id,city,temp\n1,Oslo,3.5\n2,Lima,19.0\n' > "$demo/tables/weather.csv"
 printf '# Demo dataset\nWeather readings.\n' > "$demo/README.md"
 
 "$BIN" dataset list | grep -qx demo || "$BIN" dataset create demo
-"$BIN" commit demo --from "$demo" -m "first readings" || true
-printf '3,Nairobi,24.1\n' >> "$demo/tables/weather.csv"
-"$BIN" commit demo --from "$demo" -m "add Nairobi" || true
+if [ -z "$("$BIN" log demo)" ]; then
+  "$BIN" commit demo --from "$demo" -m "first readings"
+  printf '3,Nairobi,24.1\n' >> "$demo/tables/weather.csv"
+  "$BIN" commit demo --from "$demo" -m "add Nairobi"
+fi
 echo "--- detafs log demo"
 "$BIN" log demo
 echo "--- detafs diff demo v1 latest --stat"
 "$BIN" diff demo v1 latest --stat
 echo "--- detafs cat demo latest tables/weather.csv"
 "$BIN" cat demo latest tables/weather.csv
+
+mnt=${DETAFS_DEMO_MNT:-$HOME/detafs-demo}
+mkdir -p "$mnt"
+if ! grep -q " $mnt fuse" /proc/mounts; then
+  stat "$mnt" >/dev/null 2>&1 || "$BIN" umount "$mnt"   # stale mount of a killed daemon
+  "$BIN" mount demo "$mnt" --daemon >/dev/null
+fi
 echo
-echo "The binary is $BIN; try: $BIN --help"
+echo "--- mounted at $mnt"
+ls -l "$mnt" "$mnt/versions"
+echo "--- head $mnt/versions/v1/tables/weather.csv"
+head "$mnt/versions/v1/tables/weather.csv"
+cat <<EOF
+
+Try:
+  cp some-file.csv $mnt/staging/tables/
+  cat $mnt/.detafs/status
+  echo "my change" > $mnt/.detafs/commit
+  ls $mnt/versions
+Unmount with: $BIN umount $mnt   (the binary: $BIN)
+EOF
