@@ -89,6 +89,8 @@ pub enum FsError {
     IsDir,
     #[error("invalid argument")]
     Invalid,
+    #[error("file name too long")]
+    NameTooLong,
     #[error("operation not supported")]
     NotSupported,
     #[error("read-only file system")]

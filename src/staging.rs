@@ -302,6 +302,12 @@ impl Staging {
     }
 
     pub fn lookup(&self, repo: &Repo, parent: u64, name: &[u8]) -> Result<Option<SNode>> {
+        if name.len() > NAME_MAX {
+            return Err(Error::fs(
+                FsError::NameTooLong,
+                String::from_utf8_lossy(name),
+            ));
+        }
         let dir = self.dir_node(parent)?;
         self.expand(repo, &dir)?;
         Ok(self
@@ -311,6 +317,22 @@ impl Staging {
             ))?
             .query_row(params![parent, name], row)
             .optional()?)
+    }
+
+    /// Subdirectories of a directory (its link count is 2 plus this).
+    pub fn subdirs(&self, repo: &Repo, dir: &SNode) -> Result<u32> {
+        if let Some(tree) = &dir.tree {
+            return Ok(repo
+                .tree(tree)?
+                .entries
+                .iter()
+                .filter(|e| e.node.is_dir())
+                .count() as u32);
+        }
+        Ok(self
+            .db
+            .prepare_cached("SELECT COUNT(*) FROM nodes WHERE parent = ?1 AND kind = 1")?
+            .query_row([dir.id], |r| r.get(0))?)
     }
 
     pub fn children(&self, repo: &Repo, parent: u64) -> Result<Vec<SNode>> {
@@ -810,9 +832,17 @@ impl Staging {
     }
 }
 
+/// The longest file name staging accepts, as on ext4.
+pub const NAME_MAX: usize = 255;
+
 fn check_name(name: &[u8]) -> Result<()> {
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.len() > 255
-    {
+    if name.len() > NAME_MAX {
+        return Err(Error::fs(
+            FsError::NameTooLong,
+            String::from_utf8_lossy(name),
+        ));
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
         return Err(Error::fs(FsError::Invalid, String::from_utf8_lossy(name)));
     }
     Ok(())

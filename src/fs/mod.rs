@@ -310,6 +310,9 @@ impl MountFs {
     }
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        if name.len() > staging::NAME_MAX {
+            return Err(Error::fs(FsError::NameTooLong, name_str(name)));
+        }
         if is_staging(parent) {
             let st = self.staging()?;
             let n = st
@@ -371,6 +374,38 @@ impl MountFs {
                 Ok(self.version_attr(ino, &node))
             }
         }
+    }
+
+    /// Like `getattr`, but a staged file unlinked while open still answers
+    /// through its open handle (POSIX: the file lives until closed).
+    pub fn getattr_open(&self, ino: u64, fh: Option<u64>) -> Result<Attr> {
+        match self.getattr(ino) {
+            Err(Error::Fs {
+                kind: FsError::NotFound,
+                ..
+            }) if fh.is_some() => self.orphan_attr(ino, fh.expect("checked")),
+            other => other,
+        }
+    }
+
+    fn orphan_attr(&self, ino: u64, fh: u64) -> Result<Attr> {
+        let file = match lock(&self.handles).get(&fh) {
+            Some(Handle::Upper { file, .. }) => file.clone(),
+            _ => return Err(Error::fs(FsError::NotFound, format!("inode {ino}"))),
+        };
+        let m = file.metadata().map_err(|e| Error::io("staged file", e))?;
+        use std::os::unix::fs::MetadataExt;
+        Ok(Attr {
+            ino,
+            kind: FileKind::File,
+            size: m.size(),
+            perm: (m.mode() & 0o7777) as u16,
+            nlink: 0,
+            uid: m.uid(),
+            gid: m.gid(),
+            mtime: Mtime(m.mtime(), m.mtime_nsec() as u32),
+            ttl: Duration::ZERO,
+        })
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
@@ -833,6 +868,19 @@ impl MountFs {
         }
         let id = ino & !STAGING_BIT;
         let st = self.staging()?;
+        if st.get(id)?.is_none()
+            && let Some(fh) = fh
+        {
+            // Unlinked while open: only the open file is left to change.
+            drop(st);
+            if let (Some(size), Some(Handle::Upper { file, .. })) =
+                (size, lock(&self.handles).get(&fh))
+            {
+                file.set_len(size)
+                    .map_err(|e| Error::io("staged file", e))?;
+            }
+            return self.orphan_attr(ino, fh);
+        }
         if let Some(size) = size {
             let open = fh.and_then(|fh| match lock(&self.handles).get(&fh) {
                 Some(Handle::Upper { file, .. }) => Some(file.clone()),

@@ -44,6 +44,7 @@ pub fn errno(e: &Error) -> Errno {
             FsError::NotDir => libc::ENOTDIR,
             FsError::IsDir => libc::EISDIR,
             FsError::Invalid => libc::EINVAL,
+            FsError::NameTooLong => libc::ENAMETOOLONG,
             FsError::NotSupported => libc::EOPNOTSUPP,
             FsError::ReadOnly => libc::EROFS,
             FsError::NotPermitted => libc::EPERM,
@@ -167,8 +168,8 @@ impl Filesystem for Fuse {
         self.spawn(move |fs| entry(reply, fs.lookup(parent.0, &name), "lookup"));
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.spawn(move |fs| match fs.getattr(ino.0) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.spawn(move |fs| match fs.getattr_open(ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&a.ttl, &attr(&a)),
             Err(e) => reply.error(fail("getattr", &e)),
         });
