@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Store and commit benchmark (docs/benchmarks.md). Medians of RUNS runs, each
 # beside `openssl dgst -sha256` over the same bytes in the same run.
-#   scripts/bench.sh [RUNS]        (default 3; BENCH_DIR default /var/tmp/detafs-bench)
+#   scripts/bench.sh [RUNS] [store|mount|all]
+#   (default 3 runs, all; BENCH_DIR default /var/tmp/detafs-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
+WHAT=${2:-all}
 ROOT=${BENCH_DIR:-/var/tmp/detafs-bench}
 cargo build --release -q
 BIN=$PWD/${CARGO_TARGET_DIR:-target}/release/detafs
@@ -17,7 +19,9 @@ export DETAFS_STORE=$ROOT/store DETAFS_CACHE=$ROOT/cache
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc; }
 results=$ROOT/results.txt; : > "$results"
+median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
+bench_store() {
 for run in $(seq "$RUNS"); do
   rm -rf "$ROOT/work" "$ROOT/store" "$ROOT/cache" "$ROOT/export" "$ROOT/cp"
   cp -a "$ROOT/data" "$ROOT/work"; sync
@@ -65,3 +69,70 @@ print(f"| export v1 (then sync) | {exp:.2f} s, peak RSS {rss3 / 1024:.0f} MiB; `
 print(f"| cat of the 512 MiB file | peak RSS {rss4 / 1024:.0f} MiB |")
 print(f"| v2 bytes added to the store | {delta / mib:.2f} MiB = {delta / changed:.2f}x the bytes changed |")
 PY
+}
+
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+# Reads through a mount of v1 beside the same operation on the source folder.
+bench_mount() {
+  local mres=$ROOT/mount-results.txt; : > "$mres"
+  rm -rf "$ROOT/mstore" "$ROOT/mcache" "$ROOT/mstaging" "$ROOT/mwork" "$ROOT/mcopy"
+  cp -a "$ROOT/data" "$ROOT/mwork"; sync
+  export DETAFS_STORE=$ROOT/mstore DETAFS_CACHE=$ROOT/mcache DETAFS_STAGING=$ROOT/mstaging
+  "$BIN" init >/dev/null; "$BIN" dataset create bench >/dev/null
+  "$BIN" commit bench --from "$ROOT/mwork" -m v1 >/dev/null
+  local mnt=$ROOT/mnt src=$ROOT/mwork; mkdir -p "$mnt"
+  timed() { local t; t=$(now); "$@" >/dev/null; since "$t"; }
+  for run in $(seq "$RUNS"); do
+    mountpoint -q "$mnt" && "$BIN" umount "$mnt"
+    rm -rf "$ROOT/mcopy" "$ROOT/mstaging"; sync; sleep "${BENCH_SETTLE:-40}"
+    local pid; pid=$("$BIN" mount bench "$mnt" --daemon)
+    local v=$mnt/versions/v1
+    drop_caches; local cold_n; cold_n=$(timed cat "$src/big.bin")
+    drop_caches; local cold_m; cold_m=$(timed cat "$v/big.bin")
+    local warm_n warm_m; cat "$src/big.bin" "$v/big.bin" >/dev/null
+    warm_n=$(timed cat "$src/big.bin"); warm_m=$(timed cat "$v/big.bin")
+    drop_caches; local find_n find_m; find_n=$(timed find "$src/small"); find_m=$(timed find "$v/small")
+    local ls_n ls_m; ls_n=$(timed ls -lR "$src/small"); ls_m=$(timed ls -lR "$v/small")
+    drop_caches
+    local small_n small_m
+    small_n=$(timed sh -c "find '$src/small' -type f -print0 | xargs -0 cat")
+    small_m=$(timed sh -c "find '$v/small' -type f -print0 | xargs -0 cat")
+    local cp_n cp_m commit_m
+    cp_n=$(timed cp -a "$src/small" "$ROOT/mcopy")
+    cp_m=$(timed cp -a "$src/small" "$mnt/staging/small-copy")
+    local t; t=$(now); echo "copy of the small files" > "$mnt/.detafs/commit"; commit_m=$(since "$t")
+    local rss; rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+    "$BIN" umount "$mnt"
+    # Put staging back to v1 for the next run.
+    "$BIN" commit bench --from "$src" -m "reset $run" >/dev/null 2>&1 || true
+    echo "$run $cold_n $cold_m $warm_n $warm_m $find_n $find_m $ls_n $ls_m $small_n $small_m $cp_n $cp_m $commit_m $rss" | tee -a "$mres" >&2
+  done
+  python3 - "$mres" <<'PY'
+import statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
+med = lambda i: statistics.median(r[i] for r in rows)
+mib = 512
+def row(name, i, mb=None):
+    n, m = med(i), med(i + 1)
+    speed = f" ({mb / n:.0f} vs {mb / m:.0f} MiB/s)" if mb else ""
+    print(f"| {name} | {n:.2f} s | {m:.2f} s | {n / m * 100:.0f}% of native{speed} |")
+print(f"| through the mount (runs: {len(rows)}, medians) | native (source folder) | detafs `versions/v1` | mount vs native |")
+print("|---|---|---|---|")
+row("read 512 MiB file, cold (after drop_caches)", 1, mib)
+row("read 512 MiB file, warm", 3, mib)
+row("`find` over 20,000 files (cold)", 5)
+row("`ls -lR` over 20,000 files (after find)", 7)
+row("read all 20,000 small files (cold)", 9)
+n, m = med(11), med(12)
+print(f"| `cp -a` of the 20,000 files into a directory | {n:.2f} s | {m:.2f} s (into `staging/`) | {n / m * 100:.0f}% of native |")
+print(f"| commit of those files from `staging/` | | {med(13):.2f} s | |")
+print(f"| daemon peak RSS | | {med(14) / 1024:.0f} MiB | |")
+PY
+}
+
+case "$WHAT" in
+  store) bench_store ;;
+  mount) bench_mount ;;
+  *) bench_store; bench_mount ;;
+esac
