@@ -20,7 +20,7 @@ const RUN_BYTES: u64 = 8 << 20;
 /// ahead while this one writes, so reading and writing overlap.
 pub fn read_file(repo: &Repo, chunks: &[BlobRef], out: &mut dyn Write) -> Result<()> {
     let runs = pack::runs(chunks, RUN_BYTES);
-    let write = |out: &mut dyn Write, data: Vec<Vec<u8>>| -> Result<()> {
+    let write = |out: &mut dyn Write, data: Vec<bytes::Bytes>| -> Result<()> {
         for chunk in data {
             out.write_all(&chunk).map_err(|e| Error::io("output", e))?;
         }

@@ -22,7 +22,7 @@ pub struct Options {
 }
 
 pub struct Repo {
-    pub store: Store,
+    pub store: Arc<Store>,
     pub index: Arc<Index>,
     pub disk: DiskCache,
     /// This store's local index and cache (deleting it loses nothing).
@@ -84,7 +84,7 @@ impl Repo {
         let index = Arc::new(Index::open(&dir.join("index.sqlite"))?);
         let disk = DiskCache::open(dir.join("blobs"), opts.cache_size, index.clone())?;
         Ok(Repo {
-            store,
+            store: Arc::new(store),
             index,
             disk,
             state_dir: dir,
@@ -226,7 +226,7 @@ impl TreeSource for Repo {
             return Ok(t.clone());
         }
         let bytes = match self.disk.get(&r.id) {
-            Some(b) => b,
+            Some(b) => b.into(),
             None => {
                 let b = pack::read_blob(&self.store, r, BlobKind::Tree)?;
                 self.disk.put(&r.id, &b);

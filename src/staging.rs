@@ -164,6 +164,9 @@ impl Staging {
             return Err(Error::StagingBusy(dataset.to_string()));
         }
         let db = Connection::open(dir.join("staging.sqlite"))?;
+        // Only the holder of the flock above ever opens this database:
+        // skip SQLite's per-transaction file locking.
+        db.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "NORMAL")?;
         db.execute_batch(SCHEMA)?;

@@ -259,10 +259,13 @@ impl Walker<'_> {
             sorted.sort_by_key(|(r, _)| r.offset);
             for (r, affects) in sorted {
                 progress.inc(r.len as u64);
-                let slice = bytes.get(r.offset as usize..r.end() as usize);
-                let res = match slice {
-                    Some(s) => pack::decode(&r, BlobKind::Chunk, s).map(|_| ()),
-                    None => Err(Error::Corrupt {
+                let in_pack = r.end() as usize <= bytes.len();
+                let res = match in_pack {
+                    true => {
+                        let blob = bytes.slice(r.offset as usize..r.end() as usize);
+                        pack::decode(&r, BlobKind::Chunk, blob).map(|_| ())
+                    }
+                    false => Err(Error::Corrupt {
                         kind: "chunk",
                         id: r.id,
                         pack: r.pack,

@@ -5,18 +5,16 @@
 
 mod control;
 
+use crate::cache::chunks::ChunkCache;
 use crate::commit::{CommitMeta, user_name};
 use crate::error::{Error, FsError, Result};
-use crate::id::ObjectId;
 use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
-use crate::snapshot::{Mtime, Node, Record};
+use crate::snapshot::{Mtime, Node, Record, Tree};
 use crate::staging::{self, Kind, SNode, Staging};
-use crate::store::pack::{self, BlobKind, BlobRef};
-use lru::LruCache;
+use crate::store::pack::{self, BlobRef};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -37,6 +35,10 @@ const MUTABLE_TTL: Duration = Duration::from_secs(1);
 
 /// Bytes fetched per store request when a version file is read sequentially.
 const READ_AHEAD: u64 = 4 << 20;
+/// Runs fetched ahead of a sequential reader (in parallel with its reads).
+const PREFETCH_RUNS: usize = 2;
+/// Verified chunks kept in memory for readers of the mount.
+const CHUNK_CACHE_BYTES: usize = 64 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileKind {
@@ -73,12 +75,76 @@ pub struct Opened {
     pub direct_io: bool,
 }
 
+/// An open file whose bytes come from the store (a version file, or an
+/// unchanged file in staging).
+struct StoredFile {
+    chunks: Vec<BlobRef>,
+    /// Offset of each chunk, plus the file size at the end.
+    starts: Vec<u64>,
+    /// Index of the first chunk of each run fetched with one range read.
+    run_starts: Vec<usize>,
+    /// For a one-chunk file: the run of its directory's small files that
+    /// holds it, so reading a folder of small files costs one read per run.
+    sibling_run: Option<Vec<BlobRef>>,
+    /// What it is, for messages (`versions/v3/a/b.csv`).
+    path: String,
+}
+
+impl StoredFile {
+    fn new(chunks: Vec<BlobRef>, siblings: Option<&Tree>, path: String) -> StoredFile {
+        let mut starts = Vec::with_capacity(chunks.len() + 1);
+        let mut at = 0;
+        starts.push(0);
+        for c in &chunks {
+            at += c.data_size();
+            starts.push(at);
+        }
+        let mut run_starts = Vec::new();
+        let mut i = 0;
+        for run in pack::runs(&chunks, READ_AHEAD) {
+            run_starts.push(i);
+            i += run.len();
+        }
+        let sibling_run = match (&chunks[..], siblings) {
+            ([only], Some(tree)) => {
+                let mut all: Vec<BlobRef> = tree
+                    .entries
+                    .iter()
+                    .filter_map(|e| match &e.node {
+                        Node::File { chunks, .. } if chunks.len() == 1 => Some(chunks[0]),
+                        _ => None,
+                    })
+                    .collect();
+                all.sort_by_key(|r| (r.pack, r.offset));
+                all.dedup_by_key(|r| (r.pack, r.offset));
+                pack::runs(&all, READ_AHEAD)
+                    .into_iter()
+                    .find(|run| run.iter().any(|r| r == only))
+                    .map(<[BlobRef]>::to_vec)
+            }
+            _ => None,
+        };
+        StoredFile {
+            chunks,
+            starts,
+            run_starts,
+            sibling_run,
+            path,
+        }
+    }
+
+    fn run(&self, r: usize) -> &[BlobRef] {
+        let end = self
+            .run_starts
+            .get(r + 1)
+            .copied()
+            .unwrap_or(self.chunks.len());
+        &self.chunks[self.run_starts[r]..end]
+    }
+}
+
 enum Handle {
-    Version {
-        chunks: Arc<[BlobRef]>,
-        starts: Arc<[u64]>,
-        path: Arc<str>,
-    },
+    Stored(Arc<StoredFile>),
     Upper {
         file: Arc<File>,
         node: u64,
@@ -95,6 +161,8 @@ struct VEntry {
     node: Node,
     /// `versions/`-relative path, for messages.
     path: Arc<str>,
+    /// The directory holding it (its small files are read together).
+    parent_tree: Option<BlobRef>,
 }
 
 #[derive(Default)]
@@ -118,7 +186,7 @@ pub struct MountFs {
     staging: Option<Mutex<Staging>>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
-    chunks: Mutex<LruCache<ObjectId, Arc<Vec<u8>>>>,
+    chunks: Arc<ChunkCache>,
     last_error: Mutex<String>,
     opts: MountOptions,
 }
@@ -175,6 +243,7 @@ impl MountFs {
         opts: MountOptions,
     ) -> Result<MountFs> {
         let versions = repo.sync(dataset)?;
+        let chunks = ChunkCache::new(repo.store.clone(), CHUNK_CACHE_BYTES);
         Ok(MountFs {
             repo,
             dataset: dataset.to_string(),
@@ -186,7 +255,7 @@ impl MountFs {
             staging: staging.map(Mutex::new),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            chunks: Mutex::new(LruCache::new(NonZeroUsize::new(256).expect("nonzero"))),
+            chunks,
             last_error: Mutex::new(String::new()),
             opts,
         })
@@ -346,6 +415,7 @@ impl MountFs {
                         version: record.version,
                         node: node.clone(),
                         path: name_str(name).into(),
+                        parent_tree: None,
                     },
                 );
                 Ok(self.version_attr(ino, &node))
@@ -369,6 +439,7 @@ impl MountFs {
                         version: parent_entry.version,
                         node: node.clone(),
                         path: format!("{}/{}", parent_entry.path, name_str(name)).into(),
+                        parent_tree: Some(*tree),
                     },
                 );
                 Ok(self.version_attr(ino, &node))
@@ -511,6 +582,7 @@ impl MountFs {
                             version: e.version,
                             node: child.node.clone(),
                             path: format!("{}/{}", e.path, name_str(&child.name)).into(),
+                            parent_tree: Some(*tree),
                         },
                     );
                     out.push(DirEntry {
@@ -522,6 +594,30 @@ impl MountFs {
             }
         }
         Ok(out)
+    }
+
+    /// A directory's entries with their attributes (READDIRPLUS), so `ls -l`
+    /// needs no lookup per file.
+    pub fn readdir_plus(&self, ino: u64) -> Result<Vec<(DirEntry, Attr)>> {
+        let entries = self.readdir(ino)?;
+        if is_staging(ino) {
+            let st = self.staging()?;
+            return entries
+                .into_iter()
+                .map(|e| {
+                    let n = st.node(e.ino & !STAGING_BIT)?;
+                    let a = self.staging_attr(&st, &n);
+                    Ok((e, a))
+                })
+                .collect();
+        }
+        entries
+            .into_iter()
+            .map(|e| {
+                let a = self.getattr(e.ino)?;
+                Ok((e, a))
+            })
+            .collect()
     }
 
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
@@ -561,17 +657,13 @@ impl MountFs {
             }
             let truncate = flags & libc::O_TRUNC != 0;
             if !writing && !n.upper {
-                let chunks: Arc<[BlobRef]> = n.chunks.unwrap_or_default().into();
                 let path = format!(
                     "staging/{} (unchanged since v{})",
                     name_str(&n.name),
                     st.base_version()?
                 );
-                let fh = self.add_handle(Handle::Version {
-                    starts: starts(&chunks),
-                    chunks,
-                    path: path.into(),
-                });
+                let file = StoredFile::new(n.chunks.unwrap_or_default(), None, path);
+                let fh = self.add_handle(Handle::Stored(Arc::new(file)));
                 return Ok(Opened {
                     fh,
                     keep_cache: false,
@@ -602,12 +694,13 @@ impl MountFs {
         let entry = self.version_entry(ino)?;
         match entry.node {
             Node::File { chunks, .. } => {
-                let chunks: Arc<[BlobRef]> = chunks.into();
-                let fh = self.add_handle(Handle::Version {
-                    starts: starts(&chunks),
-                    chunks,
-                    path: entry.path,
-                });
+                let siblings = match (&entry.parent_tree, chunks.len()) {
+                    (Some(t), 1) => Some(self.repo.tree(t)?),
+                    _ => None,
+                };
+                let path = format!("versions/{}", entry.path);
+                let file = StoredFile::new(chunks, siblings.as_deref(), path);
+                let fh = self.add_handle(Handle::Stored(Arc::new(file)));
                 Ok(Opened {
                     fh,
                     keep_cache: true,
@@ -624,15 +717,7 @@ impl MountFs {
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let h = match lock(&self.handles).get(&fh) {
-            Some(Handle::Version {
-                chunks,
-                starts,
-                path,
-            }) => Handle::Version {
-                chunks: chunks.clone(),
-                starts: starts.clone(),
-                path: path.clone(),
-            },
+            Some(Handle::Stored(f)) => Handle::Stored(f.clone()),
             Some(Handle::Upper {
                 file,
                 node,
@@ -647,9 +732,7 @@ impl MountFs {
             None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
         };
         match h {
-            Handle::Version { chunks, starts, .. } => {
-                self.read_chunks(&chunks, &starts, offset, size as u64)
-            }
+            Handle::Stored(f) => self.read_stored(&f, offset, size as u64),
             Handle::Upper { file, .. } => {
                 let mut buf = vec![0; size as usize];
                 let mut got = 0;
@@ -673,47 +756,39 @@ impl MountFs {
         }
     }
 
-    /// Bytes `[offset, offset+size)` of a version file, every chunk verified.
-    /// A missing chunk is fetched with the chunks after it (read-ahead).
-    fn read_chunks(
-        &self,
-        chunks: &[BlobRef],
-        starts: &[u64],
-        offset: u64,
-        size: u64,
-    ) -> Result<Vec<u8>> {
-        let total = starts.last().copied().unwrap_or(0);
+    /// Bytes `[offset, offset+size)` of a stored file, every chunk verified.
+    /// While one run of chunks is read, the next one is fetched ahead.
+    fn read_stored(&self, f: &StoredFile, offset: u64, size: u64) -> Result<Vec<u8>> {
+        let total = f.starts.last().copied().unwrap_or(0);
         let end = (offset + size).min(total);
         let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
         if offset >= end {
             return Ok(out);
         }
-        let mut i = starts.partition_point(|&s| s <= offset) - 1;
-        while i < chunks.len() && starts[i] < end {
-            let cached = lock(&self.chunks).get(&chunks[i].id).cloned();
-            let data = match cached {
-                Some(d) => d,
-                None => self.fetch_ahead(&chunks[i..])?,
+        let mut i = f.starts.partition_point(|&s| s <= offset) - 1;
+        while i < f.chunks.len() && f.starts[i] < end {
+            let data = match &f.sibling_run {
+                Some(run) => {
+                    let at = run
+                        .iter()
+                        .position(|r| r.id == f.chunks[i].id)
+                        .expect("run holds the chunk");
+                    self.chunks.get(run, at)?
+                }
+                None => {
+                    let r = f.run_starts.partition_point(|&s| s <= i) - 1;
+                    for ahead in r + 1..(r + 1 + PREFETCH_RUNS).min(f.run_starts.len()) {
+                        self.chunks.prefetch(f.run(ahead).to_vec());
+                    }
+                    self.chunks.get(f.run(r), i - f.run_starts[r])?
+                }
             };
-            let from = offset.max(starts[i]) - starts[i];
-            let to = end.min(starts[i + 1]) - starts[i];
+            let from = offset.max(f.starts[i]) - f.starts[i];
+            let to = end.min(f.starts[i + 1]) - f.starts[i];
             out.extend_from_slice(&data[from as usize..to as usize]);
             i += 1;
         }
         Ok(out)
-    }
-
-    fn fetch_ahead(&self, chunks: &[BlobRef]) -> Result<Arc<Vec<u8>>> {
-        let run = pack::runs(chunks, READ_AHEAD)[0];
-        let blobs = pack::read_run(&self.repo.store, run, BlobKind::Chunk)?;
-        let mut cache = lock(&self.chunks);
-        let mut first = None;
-        for (r, data) in run.iter().zip(blobs) {
-            let data = Arc::new(data);
-            first.get_or_insert_with(|| data.clone());
-            cache.put(r.id, data);
-        }
-        Ok(first.expect("a run is never empty"))
     }
 
     pub fn write(&self, fh: u64, offset: u64, data: &[u8], uid: u32) -> Result<usize> {
@@ -738,7 +813,7 @@ impl MountFs {
     /// What an open handle reads, for error messages (version and path).
     pub fn describe(&self, fh: u64) -> String {
         match lock(&self.handles).get(&fh) {
-            Some(Handle::Version { path, .. }) => format!("versions/{path}"),
+            Some(Handle::Stored(f)) => f.path.clone(),
             Some(Handle::Upper { node, .. }) => format!("staged file (node {node})"),
             _ => format!("handle {fh}"),
         }
@@ -751,7 +826,7 @@ impl MountFs {
                 writable: true,
                 ..
             }) => file.clone(),
-            Some(Handle::Version { .. }) => return Err(read_only()),
+            Some(Handle::Stored(_)) => return Err(read_only()),
             _ => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
         };
         let fd = std::os::fd::AsRawFd::as_raw_fd(&*file);
@@ -931,16 +1006,4 @@ impl MountFs {
         self.poll()?;
         Ok(record)
     }
-}
-
-/// Offset of each chunk in the file, plus the total size at the end.
-fn starts(chunks: &[BlobRef]) -> Arc<[u64]> {
-    let mut v = Vec::with_capacity(chunks.len() + 1);
-    let mut at = 0;
-    v.push(0);
-    for c in chunks {
-        at += c.data_size();
-        v.push(at);
-    }
-    v.into()
 }

@@ -160,6 +160,8 @@ fn open_flags(keep_cache: bool, direct_io: bool) -> FopenFlags {
 impl Filesystem for Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_readahead(1 << 20);
+        // Attributes come with directory listings: `ls -l` costs no lookup per file.
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
         Ok(())
     }
 
@@ -439,6 +441,44 @@ impl Filesystem for Fuse {
                 reply.ok();
             }
             Err(e) => reply.error(fail("readdir", &e)),
+        });
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: fuser::ReplyDirectoryPlus,
+    ) {
+        self.spawn(move |fs| {
+            let listing = fs
+                .getattr(ino.0)
+                .and_then(|me| Ok((me, fs.readdir_plus(ino.0)?)));
+            match listing {
+                Ok((me, entries)) => {
+                    let dots = [(&b"."[..], &me), (&b".."[..], &me)];
+                    let all = dots
+                        .into_iter()
+                        .chain(entries.iter().map(|(e, a)| (e.name.as_slice(), a)));
+                    for (i, (name, a)) in all.enumerate().skip(offset as usize) {
+                        let name = OsStr::from_bytes(name);
+                        if reply.add(
+                            INodeNo(a.ino),
+                            i as u64 + 1,
+                            name,
+                            &a.ttl,
+                            &attr(a),
+                            Generation(0),
+                        ) {
+                            break;
+                        }
+                    }
+                    reply.ok();
+                }
+                Err(e) => reply.error(fail("readdirplus", &e)),
+            }
         });
     }
 

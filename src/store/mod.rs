@@ -221,19 +221,22 @@ impl Store {
     }
 
     /// Runs blocking work (which may itself wait on the store) on the
-    /// runtime's blocking pool, with a bound on how much runs at once. The
-    /// mount uses this so no kernel request waits behind another one.
+    /// runtime's blocking pool, so no caller waits behind another one. At most
+    /// `WORK_PERMITS` run at once; past that the work runs on the caller's
+    /// thread, which holds back the caller (the kernel's request loop).
     pub fn spawn_work(&self, work: impl FnOnce() + Send + 'static) {
-        let permits = self.work.clone();
-        self.rt.spawn(async move {
-            let Ok(_permit) = permits.acquire_owned().await else {
-                return;
-            };
-            let _ = tokio::task::spawn_blocking(work).await;
-        });
+        match self.work.clone().try_acquire_owned() {
+            Ok(permit) => {
+                self.rt.spawn_blocking(move || {
+                    work();
+                    drop(permit);
+                });
+            }
+            Err(_) => work(),
+        }
     }
 
-    /// Waits for a signal or for `done` to become true (polled), on the runtime.
+    /// Runs a future to completion on the runtime (e.g. waiting for signals).
     pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.rt.block_on(f)
     }

@@ -71,8 +71,9 @@ pub fn encode(data: &[u8], compress: bool) -> Vec<u8> {
     out
 }
 
-/// Decodes a stored blob and checks it against its id: never hand out unverified bytes.
-pub fn decode(r: &BlobRef, kind: BlobKind, encoded: &[u8]) -> Result<Vec<u8>> {
+/// Decodes a stored blob and checks it against its id: never hand out
+/// unverified bytes. Raw blobs are returned without copying.
+pub fn decode(r: &BlobRef, kind: BlobKind, encoded: Bytes) -> Result<Bytes> {
     let corrupt = |detail: String| Error::Corrupt {
         kind: kind.name(),
         id: r.id,
@@ -80,9 +81,10 @@ pub fn decode(r: &BlobRef, kind: BlobKind, encoded: &[u8]) -> Result<Vec<u8>> {
         detail,
     };
     let data = match encoded.split_first() {
-        Some((&RAW, rest)) => rest.to_vec(),
+        Some((&RAW, _)) => encoded.slice(1..),
         Some((&ZSTD, rest)) => zstd::stream::decode_all(rest)
-            .map_err(|e| corrupt(format!("cannot decompress: {e}")))?,
+            .map_err(|e| corrupt(format!("cannot decompress: {e}")))?
+            .into(),
         Some((other, _)) => return Err(corrupt(format!("unknown encoding byte {other}"))),
         None => return Err(corrupt("empty blob".into())),
     };
@@ -93,13 +95,13 @@ pub fn decode(r: &BlobRef, kind: BlobKind, encoded: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// Fetches and verifies one blob.
-pub fn read_blob(store: &Store, r: &BlobRef, kind: BlobKind) -> Result<Vec<u8>> {
+pub fn read_blob(store: &Store, r: &BlobRef, kind: BlobKind) -> Result<Bytes> {
     let mut out = read_run(store, std::slice::from_ref(r), kind)?;
     Ok(out.pop().expect("one blob"))
 }
 
 /// Fetches blobs that lie back to back in one pack with a single range read.
-pub fn read_run(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Vec<Vec<u8>>> {
+pub fn read_run(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Vec<Bytes>> {
     let (first, last) = (run[0], run[run.len() - 1]);
     let bytes = store
         .get_range(&keys::pack(&first.pack), first.offset..last.end())?
@@ -111,7 +113,7 @@ pub fn read_run(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Vec<Ve
     run.iter()
         .map(|r| {
             let start = (r.offset - first.offset) as usize;
-            decode(r, kind, &bytes[start..start + r.len as usize])
+            decode(r, kind, bytes.slice(start..start + r.len as usize))
         })
         .collect()
 }
@@ -236,12 +238,15 @@ mod tests {
                     id: ObjectId::of(data),
                     ..r(1, 8, enc.len() as u32)
                 };
-                assert_eq!(decode(&br, BlobKind::Chunk, &enc).unwrap(), data);
+                assert_eq!(
+                    decode(&br, BlobKind::Chunk, enc.clone().into()).unwrap(),
+                    data
+                );
                 let mut bad = enc.clone();
                 let last = bad.len() - 1;
                 if last > 0 {
                     bad[last] ^= 1;
-                    assert!(decode(&br, BlobKind::Chunk, &bad).is_err());
+                    assert!(decode(&br, BlobKind::Chunk, bad.into()).is_err());
                 }
             }
         }

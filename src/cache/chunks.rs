@@ -1,0 +1,116 @@
+//! In-memory cache of verified file chunks for the mount, bounded in bytes.
+//! A miss fetches a whole run of neighbouring chunks with one range read;
+//! concurrent readers of a run being fetched wait for it instead of fetching
+//! it again, and the next run can be fetched ahead in the background.
+
+use crate::error::Result;
+use crate::id::ObjectId;
+use crate::store::Store;
+use crate::store::pack::{self, BlobKind, BlobRef};
+use bytes::Bytes;
+use lru::LruCache;
+use std::collections::HashSet;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+struct State {
+    lru: LruCache<ObjectId, Bytes>,
+    bytes: usize,
+    inflight: HashSet<ObjectId>,
+}
+
+pub struct ChunkCache {
+    store: Arc<Store>,
+    max_bytes: usize,
+    state: Mutex<State>,
+    fetched: Condvar,
+}
+
+impl ChunkCache {
+    pub fn new(store: Arc<Store>, max_bytes: usize) -> Arc<ChunkCache> {
+        Arc::new(ChunkCache {
+            store,
+            max_bytes,
+            state: Mutex::new(State {
+                lru: LruCache::unbounded(),
+                bytes: 0,
+                inflight: HashSet::new(),
+            }),
+            fetched: Condvar::new(),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The chunk `run[at]`, fetching `run` (back-to-back blobs of one pack) if needed.
+    pub fn get(&self, run: &[BlobRef], at: usize) -> Result<Bytes> {
+        let id = run[at].id;
+        let mut st = self.state();
+        loop {
+            if let Some(d) = st.lru.get(&id) {
+                return Ok(d.clone());
+            }
+            if st.inflight.contains(&id) {
+                st = self.fetched.wait(st).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            drop(st);
+            self.fetch(run)?;
+            st = self.state();
+        }
+    }
+
+    /// Starts fetching `run` in the background unless it is cached or under way.
+    pub fn prefetch(self: &Arc<Self>, run: Vec<BlobRef>) {
+        {
+            let st = self.state();
+            if run.is_empty() || st.lru.contains(&run[0].id) || st.inflight.contains(&run[0].id) {
+                return;
+            }
+        }
+        let me = self.clone();
+        self.store.spawn_work(move || {
+            if let Err(e) = me.fetch(&run) {
+                tracing::debug!("read-ahead failed: {e}");
+            }
+        });
+    }
+
+    fn fetch(&self, run: &[BlobRef]) -> Result<()> {
+        {
+            let mut st = self.state();
+            if run
+                .iter()
+                .all(|r| st.inflight.contains(&r.id) || st.lru.contains(&r.id))
+            {
+                return Ok(());
+            }
+            for r in run {
+                st.inflight.insert(r.id);
+            }
+        }
+        let res = pack::read_run(&self.store, run, BlobKind::Chunk);
+        let mut st = self.state();
+        for r in run {
+            st.inflight.remove(&r.id);
+        }
+        let res = res.map(|blobs| {
+            for (r, data) in run.iter().zip(blobs) {
+                st.bytes += data.len();
+                if let Some(old) = st.lru.put(r.id, data) {
+                    st.bytes -= old.len();
+                }
+            }
+            while st.bytes > self.max_bytes {
+                match st.lru.pop_lru() {
+                    Some((_, d)) => st.bytes -= d.len(),
+                    None => break,
+                }
+            }
+        });
+        drop(st);
+        self.fetched.notify_all();
+        res
+    }
+}
