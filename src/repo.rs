@@ -181,6 +181,41 @@ impl Repo {
         Ok(Some(node))
     }
 
+    /// Loads many trees into memory with one range read per run of trees that
+    /// lie back to back in a pack (a commit writes a folder's subtrees
+    /// together), instead of one read each.
+    pub fn load_trees(&self, refs: &[BlobRef]) -> Result<()> {
+        let mut todo: Vec<BlobRef> = refs
+            .iter()
+            .filter(|r| !self.tree_in_memory(r))
+            .copied()
+            .collect();
+        todo.sort_by_key(|r| (r.pack, r.offset));
+        todo.dedup_by_key(|r| (r.pack, r.offset));
+        for run in pack::runs(&todo, 8 << 20) {
+            if run.len() == 1 {
+                self.tree(&run[0])?;
+                continue;
+            }
+            for (r, bytes) in run
+                .iter()
+                .zip(pack::read_run(&self.store, run, BlobKind::Tree)?)
+            {
+                let tree = Tree::decode(&bytes).map_err(|e| corrupt_tree(r, e))?;
+                self.remember_tree(r, tree, &bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a tree is in memory, so loading it costs no I/O.
+    pub fn tree_in_memory(&self, r: &BlobRef) -> bool {
+        self.trees
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&r.id)
+    }
+
     /// Remembers a tree just written, so it is not fetched back.
     pub fn remember_tree(&self, r: &BlobRef, tree: Tree, encoded: &[u8]) {
         self.disk.put(&r.id, encoded);
@@ -233,19 +268,24 @@ impl TreeSource for Repo {
                 b
             }
         };
-        let tree = Arc::new(Tree::decode(&bytes).map_err(|e| match e {
-            Error::Malformed { detail, .. } => Error::Corrupt {
-                kind: "tree",
-                id: r.id,
-                pack: r.pack,
-                detail,
-            },
-            other => other,
-        })?);
+        let tree = Arc::new(Tree::decode(&bytes).map_err(|e| corrupt_tree(r, e))?);
         self.trees
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .put(r.id, tree.clone());
         Ok(tree)
+    }
+}
+
+/// A tree whose bytes match its id but do not parse is corrupt at the source.
+fn corrupt_tree(r: &BlobRef, e: Error) -> Error {
+    match e {
+        Error::Malformed { detail, .. } => Error::Corrupt {
+            kind: "tree",
+            id: r.id,
+            pack: r.pack,
+            detail,
+        },
+        other => other,
     }
 }

@@ -481,3 +481,29 @@ fn pandas_pyarrow_and_duckdb_read_versions_and_write_staging() {
     let sum = run_ok(Command::new("python3").args(["-c", &q]));
     assert_eq!(sum.trim(), staged_sum.trim());
 }
+
+#[test]
+fn foreground_mount_unmounts_cleanly_on_sigterm_and_sigint() {
+    let env = Env::new();
+    two_versions(&env);
+    let dir = env.path("fg");
+    std::fs::create_dir_all(&dir).unwrap();
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        let mut child = env
+            .command()
+            .args(["mount", "ds"])
+            .arg(&dir)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        eventually("the mount", || dir.join("versions/v1").exists());
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = child.wait().unwrap();
+        assert!(status.success(), "signal {signal}: exit {status}");
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            !mounts.contains(dir.to_str().unwrap()),
+            "still mounted after signal {signal}"
+        );
+    }
+}

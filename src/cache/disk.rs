@@ -4,16 +4,29 @@
 use super::index::Index;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 pub struct DiskCache {
     dir: PathBuf,
     max_bytes: u64,
     index: Arc<Index>,
     total: AtomicU64,
+    /// Entries this process has used: recency is recorded once per process
+    /// run, not per read, and in batches, so a hit costs no database write.
+    touched: Mutex<Touched>,
 }
+
+#[derive(Default)]
+struct Touched {
+    seen: HashSet<ObjectId>,
+    pending: Vec<(ObjectId, u64, i64)>,
+}
+
+/// Cache hits recorded per database transaction.
+const TOUCH_BATCH: usize = 256;
 
 fn now_ns() -> i64 {
     std::time::SystemTime::now()
@@ -31,6 +44,7 @@ impl DiskCache {
             max_bytes,
             index,
             total,
+            touched: Mutex::new(Touched::default()),
         })
     }
 
@@ -52,8 +66,7 @@ impl DiskCache {
             self.drop_entry(id, data.len() as u64);
             return None;
         }
-        // Bookkeeping only: a failure here must not fail the read.
-        let _ = self.index.cache_touch(id, data.len() as u64, now_ns());
+        self.record_use(id, data.len() as u64, false);
         Some(data)
     }
 
@@ -73,17 +86,33 @@ impl DiskCache {
             tracing::warn!("cannot write cache entry {}: {e}", path.display());
             return;
         }
-        if self
-            .index
-            .cache_touch(id, data.len() as u64, now_ns())
-            .is_ok()
-        {
-            self.total.fetch_add(data.len() as u64, Ordering::Relaxed);
-        }
+        self.total.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.record_use(id, data.len() as u64, true);
         if self.used_bytes() > self.max_bytes
             && let Err(e) = self.evict()
         {
             tracing::warn!("cache eviction failed: {e}");
+        }
+    }
+
+    /// Notes a use of an entry (the first hit in this process, or a new
+    /// entry); writes the batch when it is full, or at once for a new entry
+    /// (its size must be known before any eviction).
+    fn record_use(&self, id: &ObjectId, size: u64, new: bool) {
+        let batch = {
+            let mut t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+            if !new && !t.seen.insert(*id) {
+                return;
+            }
+            t.pending.push((*id, size, now_ns()));
+            if !new && t.pending.len() < TOUCH_BATCH {
+                return;
+            }
+            std::mem::take(&mut t.pending)
+        };
+        // Bookkeeping only: a failure here must not fail the caller.
+        if let Err(e) = self.index.cache_touch(&batch) {
+            tracing::warn!("cannot record cache use: {e}");
         }
     }
 
@@ -114,6 +143,15 @@ impl DiskCache {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for DiskCache {
+    fn drop(&mut self) {
+        let t = self.touched.get_mut().unwrap_or_else(|p| p.into_inner());
+        if !t.pending.is_empty() {
+            let _ = self.index.cache_touch(&t.pending);
+        }
     }
 }
 

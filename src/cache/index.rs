@@ -189,10 +189,19 @@ impl Index {
         Ok(())
     }
 
-    pub fn cache_touch(&self, id: &ObjectId, size: u64, now: i64) -> Result<()> {
-        self.conn()
-            .prepare_cached("INSERT OR REPLACE INTO cached(id, size, used) VALUES (?1, ?2, ?3)")?
-            .execute(params![id.as_bytes(), size, now])?;
+    /// Records cache entries as used at the given times, in one transaction.
+    pub fn cache_touch(&self, entries: &[(ObjectId, u64, i64)]) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO cached(id, size, used) VALUES (?1, ?2, ?3)",
+            )?;
+            for (id, size, used) in entries {
+                stmt.execute(params![id.as_bytes(), size, used])?;
+            }
+        }
+        tx.commit()?;
         Ok(())
     }
 

@@ -16,7 +16,7 @@ use crate::store::pack::{self, BlobRef};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -35,6 +35,9 @@ const MUTABLE_TTL: Duration = Duration::from_secs(1);
 
 /// Bytes fetched per store request when a version file is read sequentially.
 const READ_AHEAD: u64 = 4 << 20;
+/// Trees of a version loaded in the background when it is first opened, so
+/// that walking it (`find`, `ls -R`) finds them in memory.
+const PREFETCH_TREES: usize = 1024;
 /// Runs fetched ahead of a sequential reader (in parallel with its reads).
 const PREFETCH_RUNS: usize = 2;
 /// Verified chunks kept in memory for readers of the mount.
@@ -179,7 +182,7 @@ pub struct MountOptions {
 }
 
 pub struct MountFs {
-    repo: Repo,
+    repo: Arc<Repo>,
     dataset: String,
     versions: RwLock<Vec<Record>>,
     inodes: Mutex<VersionInodes>,
@@ -245,7 +248,7 @@ impl MountFs {
         let versions = repo.sync(dataset)?;
         let chunks = ChunkCache::new(repo.store.clone(), CHUNK_CACHE_BYTES);
         Ok(MountFs {
-            repo,
+            repo: Arc::new(repo),
             dataset: dataset.to_string(),
             versions: RwLock::new(versions),
             inodes: Mutex::new(VersionInodes {
@@ -408,6 +411,13 @@ impl MountFs {
                     mtime: Mtime(0, 0),
                     tree: record.tree,
                 };
+                if !self.repo.tree_in_memory(&record.tree) {
+                    prefetch_trees(
+                        self.repo.clone(),
+                        record.tree,
+                        Arc::new(AtomicUsize::new(0)),
+                    );
+                }
                 let ino = self.version_child(
                     VERSIONS,
                     name,
@@ -594,6 +604,31 @@ impl MountFs {
             }
         }
         Ok(out)
+    }
+
+    /// Whether requests about `ino` can be answered from memory alone (no
+    /// store, disk or staging lock): then the adapter answers them on the
+    /// kernel's request thread, without a thread hop.
+    pub fn answers_from_memory(&self, ino: u64) -> bool {
+        if is_staging(ino) {
+            return false;
+        }
+        if ino < FIRST_VERSION_INO {
+            return true; // root, versions/, latest, .detafs/
+        }
+        match lock(&self.inodes).entries.get(&ino) {
+            Some(VEntry {
+                node: Node::Dir { tree, .. },
+                ..
+            }) => self.repo.tree_in_memory(tree),
+            _ => true,
+        }
+    }
+
+    /// Whether a directory's listing never changes (a directory of a version),
+    /// so the kernel may cache it.
+    pub fn dir_is_immutable(&self, ino: u64) -> bool {
+        !is_staging(ino) && ino >= FIRST_VERSION_INO
     }
 
     /// A directory's entries with their attributes (READDIRPLUS), so `ls -l`
@@ -1006,4 +1041,30 @@ impl MountFs {
         self.poll()?;
         Ok(record)
     }
+}
+
+/// Loads `root` and the trees under it into memory, in parallel, up to
+/// `PREFETCH_TREES` per version. Best effort: readers report real errors.
+fn prefetch_trees(repo: Arc<Repo>, root: BlobRef, count: Arc<AtomicUsize>) {
+    if count.fetch_add(1, Ordering::Relaxed) >= PREFETCH_TREES {
+        return;
+    }
+    let store = repo.store.clone();
+    store.spawn_work(move || {
+        let Ok(tree) = repo.tree(&root) else { return };
+        let subtrees: Vec<BlobRef> = tree
+            .entries
+            .iter()
+            .filter_map(|e| match &e.node {
+                Node::Dir { tree, .. } => Some(*tree),
+                _ => None,
+            })
+            .collect();
+        if repo.load_trees(&subtrees).is_err() {
+            return;
+        }
+        for t in subtrees {
+            prefetch_trees(repo.clone(), t, count.clone());
+        }
+    });
 }

@@ -31,6 +31,16 @@ impl Fuse {
         let fs = self.fs.clone();
         self.fs.repo().store.spawn_work(move || op(&fs));
     }
+
+    /// Runs `op` right here when everything about `ino` is in memory (a
+    /// thread hop costs more than the answer), else off this thread.
+    fn dispatch(&self, ino: INodeNo, op: impl FnOnce(&MountFs) + Send + 'static) {
+        if self.fs.answers_from_memory(ino.0) {
+            op(&self.fs)
+        } else {
+            self.spawn(op)
+        }
+    }
 }
 
 /// The one place errors become errno values. Store and data damage are EIO,
@@ -160,20 +170,27 @@ fn open_flags(keep_cache: bool, direct_io: bool) -> FopenFlags {
 impl Filesystem for Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_readahead(1 << 20);
-        // Attributes come with directory listings: `ls -l` costs no lookup per file.
-        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
+        // Attributes come with directory listings when the reader wants them
+        // (`ls -l` costs no lookup per file; `find` does not pay for them).
+        let _ = config.add_capabilities(
+            fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
+        );
         Ok(())
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name.as_bytes().to_vec();
-        self.spawn(move |fs| entry(reply, fs.lookup(parent.0, &name), "lookup"));
+        self.dispatch(parent, move |fs| {
+            entry(reply, fs.lookup(parent.0, &name), "lookup")
+        });
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.spawn(move |fs| match fs.getattr_open(ino.0, fh.map(|f| f.0)) {
-            Ok(a) => reply.attr(&a.ttl, &attr(&a)),
-            Err(e) => reply.error(fail("getattr", &e)),
+        self.dispatch(ino, move |fs| {
+            match fs.getattr_open(ino.0, fh.map(|f| f.0)) {
+                Ok(a) => reply.attr(&a.ttl, &attr(&a)),
+                Err(e) => reply.error(fail("getattr", &e)),
+            }
         });
     }
 
@@ -213,7 +230,7 @@ impl Filesystem for Fuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.spawn(move |fs| match fs.readlink(ino.0) {
+        self.dispatch(ino, move |fs| match fs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(fail("readlink", &e)),
         });
@@ -419,7 +436,7 @@ impl Filesystem for Fuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        self.spawn(move |fs| match fs.readdir(ino.0) {
+        self.dispatch(ino, move |fs| match fs.readdir(ino.0) {
             Ok(entries) => {
                 let dots = [
                     (ino.0, FileKind::Dir, &b"."[..]),
