@@ -97,6 +97,9 @@ impl ChunkCache {
         }
         let res = res.map(|blobs| {
             for (r, data) in run.iter().zip(blobs) {
+                // Own copy: a slice would keep the whole run's buffer alive
+                // and the byte bound would not bound memory.
+                let data = Bytes::copy_from_slice(&data);
                 st.bytes += data.len();
                 if let Some(old) = st.lru.put(r.id, data) {
                     st.bytes -= old.len();

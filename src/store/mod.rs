@@ -62,8 +62,9 @@ pub mod keys {
     }
 }
 
-/// Blocking requests (e.g. from the mount) in flight at once.
-const WORK_PERMITS: usize = 64;
+/// Blocking requests (e.g. from the mount) in flight at once; also the
+/// runtime's blocking threads, each of which holds on to some heap.
+const WORK_PERMITS: usize = 16;
 
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
@@ -92,6 +93,7 @@ impl Store {
     pub fn from_object_store(inner: Arc<dyn ObjectStore>, url: &str) -> Result<Store> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            .max_blocking_threads(WORK_PERMITS + 4)
             .enable_all()
             .build()
             .map_err(|e| Error::io("tokio runtime", e))?;
