@@ -507,3 +507,55 @@ fn foreground_mount_unmounts_cleanly_on_sigterm_and_sigint() {
         );
     }
 }
+
+#[test]
+fn shell_tools_in_staging_and_the_author_is_the_writer() {
+    let env = Env::new();
+    let (a, _) = two_versions(&env);
+    let m = env.mount(&["--allow-other"]);
+    let st = m.path("staging");
+    let sh = |script: &str| run_ok(Command::new("sh").arg("-c").arg(script).current_dir(&st));
+    sh("mkdir -p deep/er/est && ln -s ../a.csv deep/link && truncate -s 1000 sub/big.bin");
+    sh("chmod 700 run.sh && touch -d '2001-02-03 04:05:06' a.csv && truncate -s 0 empty");
+    run_ok(
+        Command::new("rsync")
+            .arg("-a")
+            .arg(format!("{}/", a.display()))
+            .arg(st.join("mirror")),
+    );
+    let want = fingerprint(&st);
+    // A different user commits: the version records them as its author.
+    run_ok(Command::new("chmod").arg("755").arg(env.dir.path()));
+    run_ok(
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+            ])
+            .arg(format!(
+                "echo 'as nobody' > {}",
+                m.path(".detafs/commit").display()
+            )),
+    );
+    let log = env.log();
+    assert_eq!(log[2]["author"], "nobody");
+    let out = env.path("v3");
+    env.ok(&["export", "ds", "v3", out.to_str().unwrap()]);
+    assert_eq!(fingerprint(&out), want);
+    assert_eq!(
+        std::fs::read_link(out.join("deep/link")).unwrap(),
+        Path::new("../a.csv")
+    );
+    assert_eq!(
+        std::fs::metadata(out.join("sub/big.bin")).unwrap().len(),
+        1000
+    );
+    let health: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(m.path(".detafs/health")).unwrap()).unwrap();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["store_reachable"], true);
+    assert_eq!(health["versions"], 3);
+}

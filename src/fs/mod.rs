@@ -146,7 +146,13 @@ impl StoredFile {
     }
 }
 
+/// A directory listing with attributes, `.` and `..` first.
+pub type Listing = Arc<Vec<(DirEntry, Attr)>>;
+
 enum Handle {
+    /// An open directory: its listing, taken once at open (readdir calls
+    /// then page through it).
+    Dir(Listing),
     Stored(Arc<StoredFile>),
     Upper {
         file: Arc<File>,
@@ -625,6 +631,26 @@ impl MountFs {
         }
     }
 
+    /// Opens a directory: lists it once, with attributes.
+    pub fn open_dir(&self, ino: u64) -> Result<u64> {
+        let me = self.getattr(ino)?;
+        let dot = |name: &[u8]| DirEntry {
+            ino,
+            kind: FileKind::Dir,
+            name: name.to_vec(),
+        };
+        let mut listing = vec![(dot(b"."), me.clone()), (dot(b".."), me)];
+        listing.extend(self.readdir_plus(ino)?);
+        Ok(self.add_handle(Handle::Dir(Arc::new(listing))))
+    }
+
+    pub fn listing(&self, fh: u64) -> Result<Listing> {
+        match lock(&self.handles).get(&fh) {
+            Some(Handle::Dir(l)) => Ok(l.clone()),
+            _ => Err(Error::fs(FsError::NotDir, "not an open directory")),
+        }
+    }
+
     /// Whether a directory's listing never changes (a directory of a version),
     /// so the kernel may cache it.
     pub fn dir_is_immutable(&self, ino: u64) -> bool {
@@ -753,6 +779,7 @@ impl MountFs {
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         let h = match lock(&self.handles).get(&fh) {
             Some(Handle::Stored(f)) => Handle::Stored(f.clone()),
+            Some(Handle::Dir(_)) => return Err(Error::fs(FsError::IsDir, "directory")),
             Some(Handle::Upper {
                 file,
                 node,
@@ -787,7 +814,7 @@ impl MountFs {
                 let end = (start + size as usize).min(t.len());
                 Ok(t[start..end].to_vec())
             }
-            Handle::Commit => Ok(vec![]),
+            Handle::Commit | Handle::Dir(_) => Ok(vec![]),
         }
     }
 

@@ -428,75 +428,74 @@ impl Filesystem for Fuse {
         self.spawn(move |fs| empty(reply, fs.fsync(fh.0), "fsync"));
     }
 
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // A version's directories never change: let the kernel keep their listings.
+        let flags = if self.fs.dir_is_immutable(ino.0) {
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        self.dispatch(ino, move |fs| match fs.open_dir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), flags),
+            Err(e) => reply.error(fail("opendir", &e)),
+        });
+    }
+
     fn readdir(
         &self,
         _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
+        _ino: INodeNo,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        self.dispatch(ino, move |fs| match fs.readdir(ino.0) {
-            Ok(entries) => {
-                let dots = [
-                    (ino.0, FileKind::Dir, &b"."[..]),
-                    (ino.0, FileKind::Dir, &b".."[..]),
-                ];
-                let all = dots
-                    .into_iter()
-                    .chain(entries.iter().map(|e| (e.ino, e.kind, e.name.as_slice())));
-                for (i, (eino, k, name)) in all.enumerate().skip(offset as usize) {
-                    if reply.add(
-                        INodeNo(eino),
-                        i as u64 + 1,
-                        kind(k),
-                        OsStr::from_bytes(name),
-                    ) {
+        match self.fs.listing(fh.0) {
+            Ok(listing) => {
+                for (i, (e, _)) in listing.iter().enumerate().skip(offset as usize) {
+                    let name = OsStr::from_bytes(&e.name);
+                    if reply.add(INodeNo(e.ino), i as u64 + 1, kind(e.kind), name) {
                         break;
                     }
                 }
                 reply.ok();
             }
             Err(e) => reply.error(fail("readdir", &e)),
-        });
+        }
     }
 
     fn readdirplus(
         &self,
         _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
+        _ino: INodeNo,
+        fh: FileHandle,
         offset: u64,
         mut reply: fuser::ReplyDirectoryPlus,
     ) {
-        self.spawn(move |fs| {
-            let listing = fs
-                .getattr(ino.0)
-                .and_then(|me| Ok((me, fs.readdir_plus(ino.0)?)));
-            match listing {
-                Ok((me, entries)) => {
-                    let dots = [(&b"."[..], &me), (&b".."[..], &me)];
-                    let all = dots
-                        .into_iter()
-                        .chain(entries.iter().map(|(e, a)| (e.name.as_slice(), a)));
-                    for (i, (name, a)) in all.enumerate().skip(offset as usize) {
-                        let name = OsStr::from_bytes(name);
-                        if reply.add(
-                            INodeNo(a.ino),
-                            i as u64 + 1,
-                            name,
-                            &a.ttl,
-                            &attr(a),
-                            Generation(0),
-                        ) {
-                            break;
-                        }
+        match self.fs.listing(fh.0) {
+            Ok(listing) => {
+                for (i, (e, a)) in listing.iter().enumerate().skip(offset as usize) {
+                    let name = OsStr::from_bytes(&e.name);
+                    let (ttl, at) = (a.ttl, attr(a));
+                    if reply.add(INodeNo(a.ino), i as u64 + 1, name, &ttl, &at, Generation(0)) {
+                        break;
                     }
-                    reply.ok();
                 }
-                Err(e) => reply.error(fail("readdirplus", &e)),
+                reply.ok();
             }
-        });
+            Err(e) => reply.error(fail("readdirplus", &e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.fs.release(fh.0);
+        reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
