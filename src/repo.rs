@@ -218,11 +218,11 @@ impl Repo {
 
     /// Remembers a tree just written, so it is not fetched back.
     pub fn remember_tree(&self, r: &BlobRef, tree: Tree, encoded: &[u8]) {
-        self.disk.put(&r.id, encoded);
         self.trees
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .put(r.id, Arc::new(tree));
+        self.disk.put(&r.id, encoded);
     }
 
     /// Records where every blob under `root` lives, for dedup by later commits.

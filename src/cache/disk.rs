@@ -95,23 +95,34 @@ impl DiskCache {
         }
     }
 
-    /// Notes a use of an entry (the first hit in this process, or a new
-    /// entry); writes the batch when it is full, or at once for a new entry
-    /// (its size must be known before any eviction).
+    /// Notes a use of an entry (a new one, or the first hit on one in this
+    /// process); writes the notes in batches.
     fn record_use(&self, id: &ObjectId, size: u64, new: bool) {
-        let batch = {
+        let full = {
             let mut t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
             if !new && !t.seen.insert(*id) {
                 return;
             }
             t.pending.push((*id, size, now_ns()));
-            if !new && t.pending.len() < TOUCH_BATCH {
-                return;
-            }
-            std::mem::take(&mut t.pending)
+            t.pending.len() >= TOUCH_BATCH
         };
+        if full {
+            self.flush_uses();
+        }
+    }
+
+    fn flush_uses(&self) {
+        let batch = std::mem::take(
+            &mut self
+                .touched
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pending,
+        );
         // Bookkeeping only: a failure here must not fail the caller.
-        if let Err(e) = self.index.cache_touch(&batch) {
+        if !batch.is_empty()
+            && let Err(e) = self.index.cache_touch(&batch)
+        {
             tracing::warn!("cannot record cache use: {e}");
         }
     }
@@ -128,6 +139,7 @@ impl DiskCache {
 
     /// Evicts least recently used entries down to 90% of the bound.
     fn evict(&self) -> Result<()> {
+        self.flush_uses();
         let goal = self.max_bytes / 10 * 9;
         while self.used_bytes() > goal {
             let oldest = self.index.cache_oldest(256)?;
@@ -148,10 +160,7 @@ impl DiskCache {
 
 impl Drop for DiskCache {
     fn drop(&mut self) {
-        let t = self.touched.get_mut().unwrap_or_else(|p| p.into_inner());
-        if !t.pending.is_empty() {
-            let _ = self.index.cache_touch(&t.pending);
-        }
+        self.flush_uses();
     }
 }
 
