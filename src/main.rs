@@ -5,14 +5,6 @@ mod cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    // Multi-MiB read buffers are allocated and freed on many threads: keep
-    // them out of per-thread heaps (which glibc does not give back), so the
-    // mount's memory stays near what its caches hold.
-    // SAFETY: called before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
-        libc::mallopt(libc::M_ARENA_MAX, 4);
-    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(

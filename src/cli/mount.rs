@@ -67,6 +67,14 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
     if args.daemon {
         return daemonize(&repo, staging_base, args);
     }
+    // The daemon allocates and frees multi-MiB read buffers on many threads:
+    // keep them out of per-thread heaps (which glibc does not give back), so
+    // its memory stays near what its caches hold.
+    // SAFETY: mallopt only adjusts allocator parameters.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+        libc::mallopt(libc::M_ARENA_MAX, 4);
+    }
     let dir = staging_root(&repo, staging_base, &args.name)?;
     let staging = if args.read_only {
         None
