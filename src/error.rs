@@ -91,8 +91,6 @@ pub enum FsError {
     Invalid,
     #[error("file name too long")]
     NameTooLong,
-    #[error("operation not supported")]
-    NotSupported,
     #[error("read-only file system")]
     ReadOnly,
     #[error("permission denied")]
@@ -126,13 +124,5 @@ impl Error {
             what: what.to_string(),
             detail: detail.to_string(),
         }
-    }
-
-    /// True when the stored data itself is damaged or gone (not a usage or network error).
-    pub fn is_damage(&self) -> bool {
-        matches!(
-            self,
-            Error::Missing { .. } | Error::Corrupt { .. } | Error::Malformed { .. }
-        )
     }
 }

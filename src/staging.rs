@@ -195,10 +195,6 @@ impl Staging {
         Ok(st)
     }
 
-    pub fn dataset(&self) -> &str {
-        &self.dataset
-    }
-
     /// The version staging was last brought up to date with (0: none).
     pub fn base_version(&self) -> Result<u64> {
         Ok(self

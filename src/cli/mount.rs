@@ -82,7 +82,6 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
         Some(Staging::open(&repo, &dir, &args.name)?)
     };
     let opts = MountOptions {
-        read_only: args.read_only,
         uid: unsafe { libc::getuid() },
         gid: unsafe { libc::getgid() },
     };

@@ -4,7 +4,6 @@ use detafs::repo::Repo;
 use detafs::snapshot::diff::{self, ChangeKind};
 use detafs::snapshot::{Mtime, Node};
 use detafs::{Error, read};
-use serde_json::json;
 use std::io::Write;
 
 fn when(m: Mtime) -> String {
@@ -19,22 +18,7 @@ fn human(bytes: u64) -> String {
 pub fn log(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<()> {
     let records = repo.sync(name)?;
     if as_json {
-        let rows: Vec<_> = records
-            .iter()
-            .map(|r| {
-                json!({
-                    "version_id": format!("v{}", r.version),
-                    "version": r.version,
-                    "timestamp": r.time,
-                    "author": r.author,
-                    "message": r.message,
-                    "files_added": r.stats.files_added,
-                    "files_changed": r.stats.files_changed,
-                    "files_removed": r.stats.files_removed,
-                    "delta_size": r.stats.bytes_added,
-                })
-            })
-            .collect();
+        let rows: Vec<_> = records.iter().map(|r| r.log_entry()).collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }

@@ -109,17 +109,7 @@ fn status(fs: &MountFs) -> Result<Vec<u8>> {
 fn log(fs: &MountFs) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     for r in fs.versions.read().unwrap_or_else(|p| p.into_inner()).iter() {
-        let line = serde_json::json!({
-            "version_id": format!("v{}", r.version),
-            "version": r.version,
-            "timestamp": r.time,
-            "author": r.author,
-            "message": r.message,
-            "files_added": r.stats.files_added,
-            "files_changed": r.stats.files_changed,
-            "files_removed": r.stats.files_removed,
-            "delta_size": r.stats.bytes_added,
-        });
+        let line = r.log_entry();
         out.extend(serde_json::to_vec(&line).expect("serializable"));
         out.push(b'\n');
     }

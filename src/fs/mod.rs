@@ -182,7 +182,6 @@ struct VersionInodes {
 }
 
 pub struct MountOptions {
-    pub read_only: bool,
     pub uid: u32,
     pub gid: u32,
 }

@@ -55,7 +55,6 @@ pub fn errno(e: &Error) -> Errno {
             FsError::IsDir => libc::EISDIR,
             FsError::Invalid => libc::EINVAL,
             FsError::NameTooLong => libc::ENAMETOOLONG,
-            FsError::NotSupported => libc::EOPNOTSUPP,
             FsError::ReadOnly => libc::EROFS,
             FsError::NotPermitted => libc::EPERM,
         }),

@@ -37,6 +37,22 @@ impl Record {
         v
     }
 
+    /// The row `detafs log --json` and `.detafs/log` show (the seed's
+    /// `version_id`, `timestamp`, `author`, `delta_size`, and more).
+    pub fn log_entry(&self) -> serde_json::Value {
+        serde_json::json!({
+            "version_id": format!("v{}", self.version),
+            "version": self.version,
+            "timestamp": self.time,
+            "author": self.author,
+            "message": self.message,
+            "files_added": self.stats.files_added,
+            "files_changed": self.stats.files_changed,
+            "files_removed": self.stats.files_removed,
+            "delta_size": self.stats.bytes_added,
+        })
+    }
+
     pub fn decode(bytes: &[u8], what: &str) -> Result<Record> {
         serde_json::from_slice(bytes).map_err(|e| Error::malformed(what, e))
     }
