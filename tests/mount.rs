@@ -559,25 +559,3 @@ fn shell_tools_in_staging_and_the_author_is_the_writer() {
     assert_eq!(health["store_reachable"], true);
     assert_eq!(health["versions"], 3);
 }
-
-#[test]
-fn a_file_read_through_once_is_then_served_from_a_verified_local_copy() {
-    let env = Env::new();
-    let (_, b) = two_versions(&env);
-    let m = env.mount(&[]);
-    let file = m.path("versions/v2/sub/big.bin");
-    let want = std::fs::read(b.join("sub/big.bin")).unwrap();
-    assert!(std::fs::read(&file).unwrap() == want);
-    let copies = || {
-        common::walk_files(&env.cache)
-            .into_iter()
-            .filter(|p| p.to_string_lossy().contains("whole-files"))
-            .count()
-    };
-    eventually("a whole-file copy", || copies() == 1);
-    // Later opens are served by the kernel from that copy (passthrough).
-    for _ in 0..3 {
-        assert!(std::fs::read(&file).unwrap() == want);
-    }
-    assert!(m.alive());
-}

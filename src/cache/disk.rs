@@ -53,10 +53,6 @@ impl DiskCache {
         self.dir.join(&hex[..2]).join(hex)
     }
 
-    pub fn max_bytes(&self) -> u64 {
-        self.max_bytes
-    }
-
     pub fn used_bytes(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
     }

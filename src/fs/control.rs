@@ -77,7 +77,6 @@ pub(super) fn open(fs: &MountFs, ino: u64, writing: bool, _uid: u32) -> Result<O
         fh: fs.add_handle(handle),
         keep_cache: false,
         direct_io: true,
-        backing: None,
     })
 }
 

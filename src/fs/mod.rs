@@ -4,7 +4,6 @@
 //! into these calls and errors into errno values.
 
 mod control;
-mod whole;
 
 use crate::cache::chunks::ChunkCache;
 use crate::commit::{CommitMeta, user_name};
@@ -20,7 +19,6 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
-use whole::WholeFiles;
 
 pub const ROOT: u64 = 1;
 const VERSIONS: u64 = 2;
@@ -78,8 +76,6 @@ pub struct Opened {
     pub keep_cache: bool,
     /// Generated on open (control files): bypass the page cache.
     pub direct_io: bool,
-    /// A verified local copy the kernel may read directly (passthrough).
-    pub backing: Option<std::path::PathBuf>,
 }
 
 /// An open file whose bytes come from the store (a version file, or an
@@ -95,15 +91,9 @@ struct StoredFile {
     sibling_run: Option<Vec<BlobRef>>,
     /// What it is, for messages (`versions/v3/a/b.csv`).
     path: String,
-    /// Bytes handed to readers: a file read through once gets a whole-file copy.
-    served: AtomicU64,
 }
 
 impl StoredFile {
-    fn size(&self) -> u64 {
-        self.starts.last().copied().unwrap_or(0)
-    }
-
     fn new(chunks: Vec<BlobRef>, siblings: Option<&Tree>, path: String) -> StoredFile {
         let mut starts = Vec::with_capacity(chunks.len() + 1);
         let mut at = 0;
@@ -143,7 +133,6 @@ impl StoredFile {
             run_starts,
             sibling_run,
             path,
-            served: AtomicU64::new(0),
         }
     }
 
@@ -206,7 +195,6 @@ pub struct MountFs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     chunks: Arc<ChunkCache>,
-    whole: Arc<WholeFiles>,
     last_error: Mutex<String>,
     opts: MountOptions,
 }
@@ -264,7 +252,6 @@ impl MountFs {
     ) -> Result<MountFs> {
         let versions = repo.sync(dataset)?;
         let chunks = ChunkCache::new(repo.store.clone(), CHUNK_CACHE_BYTES);
-        let whole = WholeFiles::new(repo.state_dir.join("whole-files"), repo.disk.max_bytes())?;
         Ok(MountFs {
             repo: Arc::new(repo),
             dataset: dataset.to_string(),
@@ -277,7 +264,6 @@ impl MountFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             chunks,
-            whole,
             last_error: Mutex::new(String::new()),
             opts,
         })
@@ -742,7 +728,6 @@ impl MountFs {
                     fh,
                     keep_cache: false,
                     direct_io: false,
-                    backing: None,
                 });
             }
             let path = st.copy_up(&self.repo, id, !truncate)?;
@@ -761,7 +746,6 @@ impl MountFs {
                 fh,
                 keep_cache: false,
                 direct_io: false,
-                backing: None,
             });
         }
         if writing {
@@ -776,33 +760,19 @@ impl MountFs {
                 };
                 let path = format!("versions/{}", entry.path);
                 let file = StoredFile::new(chunks, siblings.as_deref(), path);
-                let backing = (file.size() >= whole::MIN_SIZE)
-                    .then(|| self.whole.ready(&WholeFiles::file_id(&file.chunks)))
-                    .flatten();
                 let fh = self.add_handle(Handle::Stored(Arc::new(file)));
                 Ok(Opened {
                     fh,
                     keep_cache: true,
                     direct_io: false,
-                    backing,
                 })
             }
             _ => Err(Error::fs(FsError::IsDir, format!("inode {ino}"))),
         }
     }
 
-    /// Closes a handle. A large version file that was read through entirely
-    /// gets a verified whole-file copy for the next opens (passthrough).
     pub fn release(&self, fh: u64) {
-        let Some(Handle::Stored(f)) = lock(&self.handles).remove(&fh) else {
-            return;
-        };
-        let size = f.size();
-        if size >= whole::MIN_SIZE && f.served.load(Ordering::Relaxed) >= size {
-            let id = WholeFiles::file_id(&f.chunks);
-            self.whole
-                .build(self.repo.clone(), id, f.chunks.clone(), size);
-        }
+        lock(&self.handles).remove(&fh);
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
@@ -879,7 +849,6 @@ impl MountFs {
             out.extend_from_slice(&data[from as usize..to as usize]);
             i += 1;
         }
-        f.served.fetch_add(out.len() as u64, Ordering::Relaxed);
         Ok(out)
     }
 

@@ -6,34 +6,24 @@ use crate::error::{Error, FsError};
 use crate::fs::{Attr, FileKind, MountFs};
 use crate::snapshot::Mtime;
 use fuser::{
-    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, TimeOrNow, WriteFlags,
 };
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub struct Fuse {
     fs: Arc<MountFs>,
-    /// Whether the kernel agreed to FUSE passthrough.
-    passthrough: bool,
-    /// Backing files of open passthrough handles: the kernel needs them
-    /// registered until the file is released.
-    backings: Arc<Mutex<HashMap<u64, BackingId>>>,
 }
 
 impl Fuse {
     pub fn new(fs: Arc<MountFs>) -> Fuse {
-        Fuse {
-            fs,
-            passthrough: false,
-            backings: Arc::default(),
-        }
+        Fuse { fs }
     }
 
     /// Runs `op` off the kernel-reading thread.
@@ -179,11 +169,6 @@ fn open_flags(keep_cache: bool, direct_io: bool) -> FopenFlags {
 impl Filesystem for Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_readahead(1 << 20);
-        // Verified local copies of whole files are read by the kernel itself.
-        self.passthrough = config
-            .add_capabilities(fuser::InitFlags::FUSE_PASSTHROUGH)
-            .is_ok()
-            && config.set_max_stack_depth(2).is_ok();
         // Attributes come with directory listings when the reader wants them
         // (`ls -l` costs no lookup per file; `find` does not pay for them).
         let _ = config.add_capabilities(
@@ -364,24 +349,8 @@ impl Filesystem for Fuse {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let uid = req.uid();
-        let (passthrough, backings) = (self.passthrough, self.backings.clone());
         self.spawn(move |fs| match fs.open(ino.0, flags.0, uid) {
-            Ok(o) => {
-                let backed = o.backing.filter(|_| passthrough).and_then(|path| {
-                    let file = std::fs::File::open(path).ok()?;
-                    reply.open_backing(&file).ok()
-                });
-                match backed {
-                    Some(id) => {
-                        reply.opened_passthrough(FileHandle(o.fh), FopenFlags::empty(), &id);
-                        backings
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(o.fh, id);
-                    }
-                    None => reply.opened(FileHandle(o.fh), open_flags(o.keep_cache, o.direct_io)),
-                }
-            }
+            Ok(o) => reply.opened(FileHandle(o.fh), open_flags(o.keep_cache, o.direct_io)),
             Err(e) => reply.error(fail("open", &e)),
         });
     }
@@ -443,10 +412,6 @@ impl Filesystem for Fuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.backings
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh.0);
         self.fs.release(fh.0);
         reply.ok();
     }
