@@ -155,6 +155,16 @@ fn empty(reply: ReplyEmpty, res: Result<(), Error>, op: &str) {
     }
 }
 
+/// Feeds a listing to a reply from `offset` on until the reply is full
+/// (`add` returns true); each entry carries the offset of the next one.
+fn page<T>(listing: &[T], offset: u64, mut add: impl FnMut(u64, &T) -> bool) {
+    for (i, item) in listing.iter().enumerate().skip(offset as usize) {
+        if add(i as u64 + 1, item) {
+            break;
+        }
+    }
+}
+
 fn open_flags(keep_cache: bool, direct_io: bool) -> FopenFlags {
     let mut f = FopenFlags::empty();
     if keep_cache {
@@ -450,12 +460,14 @@ impl Filesystem for Fuse {
     ) {
         match self.fs.listing(fh.0) {
             Ok(listing) => {
-                for (i, (e, _)) in listing.iter().enumerate().skip(offset as usize) {
-                    let name = OsStr::from_bytes(&e.name);
-                    if reply.add(INodeNo(e.ino), i as u64 + 1, kind(e.kind), name) {
-                        break;
-                    }
-                }
+                page(&listing, offset, |next, (e, _)| {
+                    reply.add(
+                        INodeNo(e.ino),
+                        next,
+                        kind(e.kind),
+                        OsStr::from_bytes(&e.name),
+                    )
+                });
                 reply.ok();
             }
             Err(e) => reply.error(fail("readdir", &e)),
@@ -472,13 +484,10 @@ impl Filesystem for Fuse {
     ) {
         match self.fs.listing(fh.0) {
             Ok(listing) => {
-                for (i, (e, a)) in listing.iter().enumerate().skip(offset as usize) {
+                page(&listing, offset, |next, (e, a)| {
                     let name = OsStr::from_bytes(&e.name);
-                    let (ttl, at) = (a.ttl, attr(a));
-                    if reply.add(INodeNo(a.ino), i as u64 + 1, name, &ttl, &at, Generation(0)) {
-                        break;
-                    }
-                }
+                    reply.add(INodeNo(a.ino), next, name, &a.ttl, &attr(a), Generation(0))
+                });
                 reply.ok();
             }
             Err(e) => reply.error(fail("readdirplus", &e)),
