@@ -38,6 +38,8 @@ const READ_AHEAD: u64 = 4 << 20;
 /// Trees of a version loaded in the background when it is first opened, so
 /// that walking it (`find`, `ls -R`) finds them in memory.
 const PREFETCH_TREES: usize = 1024;
+/// Version directory listings kept in memory.
+const LISTINGS: usize = 1024;
 /// Runs fetched ahead of a sequential reader (in parallel with its reads).
 const PREFETCH_RUNS: usize = 2;
 /// Verified chunks kept in memory for readers of the mount.
@@ -195,6 +197,7 @@ pub struct MountFs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     chunks: Arc<ChunkCache>,
+    listings: Mutex<lru::LruCache<u64, Listing>>,
     last_error: Mutex<String>,
     opts: MountOptions,
 }
@@ -264,6 +267,9 @@ impl MountFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             chunks,
+            listings: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(LISTINGS).expect("nonzero"),
+            )),
             last_error: Mutex::new(String::new()),
             opts,
         })
@@ -630,8 +636,13 @@ impl MountFs {
         }
     }
 
-    /// Opens a directory: lists it once, with attributes.
-    pub fn open_dir(&self, ino: u64) -> Result<u64> {
+    /// A directory's listing with attributes, `.` and `..` first. Listings of
+    /// version directories never change and are kept.
+    fn dir_listing(&self, ino: u64) -> Result<Listing> {
+        let immutable = self.dir_is_immutable(ino);
+        if immutable && let Some(l) = lock(&self.listings).get(&ino) {
+            return Ok(l.clone());
+        }
         let me = self.getattr(ino)?;
         let dot = |name: &[u8]| DirEntry {
             ino,
@@ -640,9 +651,20 @@ impl MountFs {
         };
         let mut listing = vec![(dot(b"."), me.clone()), (dot(b".."), me)];
         listing.extend(self.readdir_plus(ino)?);
-        Ok(self.add_handle(Handle::Dir(Arc::new(listing))))
+        let listing = Arc::new(listing);
+        if immutable {
+            lock(&self.listings).put(ino, listing.clone());
+        }
+        Ok(listing)
     }
 
+    /// Opens a directory: lists it once (readdir calls page through it).
+    pub fn open_dir(&self, ino: u64) -> Result<u64> {
+        let listing = self.dir_listing(ino)?;
+        Ok(self.add_handle(Handle::Dir(listing)))
+    }
+
+    /// The listing of an open directory.
     pub fn listing(&self, fh: u64) -> Result<Listing> {
         match lock(&self.handles).get(&fh) {
             Some(Handle::Dir(l)) => Ok(l.clone()),
