@@ -76,6 +76,9 @@ impl DiskCache {
             return;
         }
         let path = self.path(id);
+        if path.exists() {
+            return; // content-addressed: already there
+        }
         let write = || -> std::io::Result<()> {
             std::fs::create_dir_all(path.parent().expect("has parent"))?;
             let tmp = path.with_extension(format!("tmp{}", std::process::id()));
