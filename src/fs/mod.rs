@@ -38,8 +38,30 @@ const READ_AHEAD: u64 = 4 << 20;
 /// Trees of a version loaded in the background when it is first opened, so
 /// that walking it (`find`, `ls -R`) finds them in memory.
 const PREFETCH_TREES: usize = 1024;
-/// Version directory listings kept in memory.
-const LISTINGS: usize = 1024;
+/// Entries of version directory listings kept in memory (about 100 bytes each).
+const LISTING_ENTRIES: usize = 200_000;
+
+/// Listings of version directories, least recently used dropped first,
+/// bounded by their total number of entries.
+struct Listings {
+    lru: lru::LruCache<u64, Listing>,
+    entries: usize,
+}
+
+impl Listings {
+    fn put(&mut self, ino: u64, listing: Listing) {
+        self.entries += listing.len();
+        if let Some(old) = self.lru.put(ino, listing) {
+            self.entries -= old.len();
+        }
+        while self.entries > LISTING_ENTRIES {
+            match self.lru.pop_lru() {
+                Some((_, l)) => self.entries -= l.len(),
+                None => break,
+            }
+        }
+    }
+}
 /// Runs fetched ahead of a sequential reader (in parallel with its reads).
 const PREFETCH_RUNS: usize = 2;
 /// Verified chunks kept in memory for readers of the mount.
@@ -197,7 +219,7 @@ pub struct MountFs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     chunks: Arc<ChunkCache>,
-    listings: Mutex<lru::LruCache<u64, Listing>>,
+    listings: Mutex<Listings>,
     last_error: Mutex<String>,
     opts: MountOptions,
 }
@@ -267,9 +289,10 @@ impl MountFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             chunks,
-            listings: Mutex::new(lru::LruCache::new(
-                std::num::NonZeroUsize::new(LISTINGS).expect("nonzero"),
-            )),
+            listings: Mutex::new(Listings {
+                lru: lru::LruCache::unbounded(),
+                entries: 0,
+            }),
             last_error: Mutex::new(String::new()),
             opts,
         })
@@ -640,7 +663,7 @@ impl MountFs {
     /// version directories never change and are kept.
     fn dir_listing(&self, ino: u64) -> Result<Listing> {
         let immutable = self.dir_is_immutable(ino);
-        if immutable && let Some(l) = lock(&self.listings).get(&ino) {
+        if immutable && let Some(l) = lock(&self.listings).lru.get(&ino) {
             return Ok(l.clone());
         }
         let me = self.getattr(ino)?;
