@@ -51,6 +51,7 @@ enum Command {
     /// Record the next version of a dataset: DIR's contents with --from,
     /// otherwise the dataset's staging area (through its mount if one is up).
     Commit {
+        /// Dataset name.
         name: String,
         /// Directory whose contents become the new version.
         #[arg(long)]
@@ -64,6 +65,7 @@ enum Command {
     },
     /// Show a dataset's history.
     Log {
+        /// Dataset name.
         name: String,
         /// One JSON array, for scripts.
         #[arg(long)]
@@ -71,21 +73,29 @@ enum Command {
     },
     /// List a directory (or show a file) of a version.
     Ls {
+        /// Dataset name.
         name: String,
         /// v3, 3 or latest.
         version: String,
+        /// Path inside the version (default: its root).
         path: Option<String>,
     },
     /// Print a file of a version to stdout.
     Cat {
+        /// Dataset name.
         name: String,
+        /// v3, 3 or latest.
         version: String,
+        /// Path inside the version.
         path: String,
     },
     /// Show what changed between two versions.
     Diff {
+        /// Dataset name.
         name: String,
+        /// Older version (v3, 3 or latest).
         from: String,
+        /// Newer version.
         to: String,
         /// Summary with sizes.
         #[arg(long)]
@@ -93,12 +103,18 @@ enum Command {
     },
     /// Write a version's files to a new or empty directory.
     Export {
+        /// Dataset name.
         name: String,
+        /// v3, 3 or latest.
         version: String,
+        /// New or empty directory to write into.
         dir: PathBuf,
     },
     /// Audit the store: hash chain, every object present and intact.
-    Verify { name: Option<String> },
+    Verify {
+        /// Only this dataset (default: all, and report garbage).
+        name: Option<String>,
+    },
     /// Delete objects no version reaches, older than the grace period.
     Gc {
         /// e.g. 1h, 30m, 0s.
@@ -112,7 +128,9 @@ enum Command {
     Reindex,
     /// Mount a dataset: versions/ read-only, staging/ writable, .detafs/ control files.
     Mount {
+        /// Dataset name.
         name: String,
+        /// Directory to mount it on.
         mountpoint: PathBuf,
         /// Detach once the mount is ready (prints the daemon's pid).
         #[arg(long)]
@@ -128,15 +146,24 @@ enum Command {
         poll_interval: humantime::Duration,
     },
     /// Unmount a detafs mount (also a stale one whose daemon was killed).
-    Umount { mountpoint: PathBuf },
+    Umount {
+        /// Where it is mounted.
+        mountpoint: PathBuf,
+    },
     /// Show staged changes of a dataset (like `git status --porcelain`).
-    Status { name: String },
+    Status {
+        /// Dataset name.
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
 enum DatasetCmd {
     /// Create an empty dataset.
-    Create { name: String },
+    Create {
+        /// Dataset name: letters, digits, '-', '_', '.'.
+        name: String,
+    },
     /// List datasets.
     List,
 }
