@@ -559,3 +559,37 @@ fn shell_tools_in_staging_and_the_author_is_the_writer() {
     assert_eq!(health["store_reachable"], true);
     assert_eq!(health["versions"], 3);
 }
+
+#[test]
+fn a_commit_rebased_onto_another_leaves_staging_equal_to_the_new_version() {
+    let env = Env::new();
+    let (_, b) = two_versions(&env);
+    let m = env.mount(&[]);
+    // Staged here: a change to a.csv and a new file.
+    std::fs::write(m.path("staging/a.csv"), b"staged\n").unwrap();
+    std::fs::write(m.path("staging/new.txt"), b"new").unwrap();
+    // Meanwhile another committer changes other paths.
+    let other = env.path("other");
+    run_ok(Command::new("cp").arg("-a").arg(&b).arg(&other));
+    std::fs::write(other.join("sub/deeper/note.txt"), b"theirs").unwrap();
+    std::fs::remove_file(other.join("run.sh")).unwrap();
+    env.commit(&other, "elsewhere");
+    // The mount's commit lands on top of it (rebased) as v4.
+    commit_via_control(&m, "ours").unwrap();
+    let log = env.log();
+    assert_eq!(log.len(), 4);
+    let export = env.path("v4");
+    env.ok(&["export", "ds", "v4", export.to_str().unwrap()]);
+    assert_eq!(std::fs::read(export.join("a.csv")).unwrap(), b"staged\n");
+    assert_eq!(
+        std::fs::read(export.join("sub/deeper/note.txt")).unwrap(),
+        b"theirs"
+    );
+    assert!(!export.join("run.sh").exists());
+    // Staging shows the new version exactly, with nothing left to commit.
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        ""
+    );
+    assert_eq!(fingerprint(&m.path("staging")), fingerprint(&export));
+}
