@@ -593,3 +593,25 @@ fn a_commit_rebased_onto_another_leaves_staging_equal_to_the_new_version() {
     );
     assert_eq!(fingerprint(&m.path("staging")), fingerprint(&export));
 }
+
+#[test]
+fn a_conflicting_commit_through_the_mount_fails_with_ebusy_and_keeps_staging() {
+    let env = Env::new();
+    let (_, b) = two_versions(&env);
+    let m = env.mount(&[]);
+    std::fs::write(m.path("staging/a.csv"), b"ours\n").unwrap();
+    let before = fingerprint(&m.path("staging"));
+    let other = env.path("other");
+    run_ok(Command::new("cp").arg("-a").arg(&b).arg(&other));
+    std::fs::write(other.join("a.csv"), b"theirs\n").unwrap();
+    env.commit(&other, "elsewhere");
+    assert_eq!(errno_of(commit_via_control(&m, "ours")), libc::EBUSY);
+    let why = std::fs::read_to_string(m.path(".detafs/last-error")).unwrap();
+    assert!(why.contains("conflict") && why.contains("a.csv"), "{why}");
+    assert_eq!(env.log().len(), 3, "nothing committed");
+    assert_eq!(fingerprint(&m.path("staging")), before, "staging untouched");
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        "M a.csv\n"
+    );
+}
