@@ -117,6 +117,13 @@ impl Repo {
     /// Reads records newer than the newest one indexed (records are immutable,
     /// so nothing older is re-read) and returns all versions, oldest first.
     pub fn sync(&self, name: &str) -> Result<Vec<Record>> {
+        self.fetch_new_records(name)?;
+        self.index.records(name)
+    }
+
+    /// Indexes records newer than the newest one indexed; returns the newest
+    /// version now known.
+    pub fn fetch_new_records(&self, name: &str) -> Result<u64> {
         self.check_dataset(name)?;
         let known = self.index.latest_version(name)?;
         let offset = (known > 0).then(|| keys::record(name, known));
@@ -134,7 +141,7 @@ impl Repo {
             self.index
                 .insert_record(name, record.version, ObjectId::of(&bytes), &bytes)?;
         }
-        self.index.records(name)
+        self.index.latest_version(name)
     }
 
     /// Resolves `v3`, `3` or `latest`.

@@ -304,9 +304,17 @@ impl MountFs {
 
     /// Reads records committed elsewhere; moves a clean staging area along.
     pub fn poll(&self) -> Result<()> {
-        let records = self.repo.sync(&self.dataset)?;
-        let latest = records.last().cloned();
-        *self.versions.write().unwrap_or_else(|p| p.into_inner()) = records;
+        // Most polls find nothing new: only then re-read the index's records.
+        if self.repo.fetch_new_records(&self.dataset)? > self.latest().unwrap_or(0) {
+            let records = self.repo.index.records(&self.dataset)?;
+            *self.versions.write().unwrap_or_else(|p| p.into_inner()) = records;
+        }
+        let latest = self
+            .versions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .last()
+            .cloned();
         if let (Some(st), Some(latest)) = (&self.staging, latest)
             && let Ok(st) = st.try_lock()
         {

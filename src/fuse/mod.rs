@@ -32,6 +32,30 @@ impl Fuse {
         self.fs.repo().store.spawn_work(move || op(&fs));
     }
 
+    /// Creates a staged directory, empty file or symlink owned by the caller.
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        kind: FileKind,
+        mode: u32,
+        target: &[u8],
+        reply: ReplyEntry,
+    ) {
+        let (name, target, uid, gid) = (
+            name.as_bytes().to_vec(),
+            target.to_vec(),
+            req.uid(),
+            req.gid(),
+        );
+        self.spawn(move |fs| {
+            let res = fs.make(parent.0, &name, kind, mode, uid, gid, &target);
+            entry(reply, res, "create")
+        });
+    }
+
     /// Runs `op` right here when everything about `ino` is in memory (a
     /// thread hop costs more than the answer), else off this thread.
     fn dispatch(&self, ino: INodeNo, op: impl FnOnce(&MountFs) + Send + 'static) {
@@ -260,19 +284,7 @@ impl Filesystem for Fuse {
             reply.error(Errno::from_i32(libc::EPERM));
             return;
         }
-        let (name, uid, gid) = (name.as_bytes().to_vec(), req.uid(), req.gid());
-        self.spawn(move |fs| {
-            let res = fs.make(
-                parent.0,
-                &name,
-                FileKind::File,
-                mode & !umask,
-                uid,
-                gid,
-                b"",
-            );
-            entry(reply, res, "mknod")
-        });
+        self.make(req, parent, name, FileKind::File, mode & !umask, b"", reply);
     }
 
     fn mkdir(
@@ -284,11 +296,7 @@ impl Filesystem for Fuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let (name, uid, gid) = (name.as_bytes().to_vec(), req.uid(), req.gid());
-        self.spawn(move |fs| {
-            let res = fs.make(parent.0, &name, FileKind::Dir, mode & !umask, uid, gid, b"");
-            entry(reply, res, "mkdir")
-        });
+        self.make(req, parent, name, FileKind::Dir, mode & !umask, b"", reply);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -309,15 +317,16 @@ impl Filesystem for Fuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let (name, target) = (
-            link_name.as_bytes().to_vec(),
-            target.as_os_str().as_bytes().to_vec(),
+        let target = target.as_os_str().as_bytes();
+        self.make(
+            req,
+            parent,
+            link_name,
+            FileKind::Symlink,
+            0o777,
+            target,
+            reply,
         );
-        let (uid, gid) = (req.uid(), req.gid());
-        self.spawn(move |fs| {
-            let res = fs.make(parent.0, &name, FileKind::Symlink, 0o777, uid, gid, &target);
-            entry(reply, res, "symlink")
-        });
     }
 
     fn rename(
