@@ -89,7 +89,7 @@ impl Store {
         Store::from_object_store(inner, url)
     }
 
-    /// Wraps an existing object store (tests inject faults this way).
+    /// Wraps any object store (the seam for wrappers such as fault injection).
     pub fn from_object_store(inner: Arc<dyn ObjectStore>, url: &str) -> Result<Store> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
