@@ -33,6 +33,10 @@ pub enum Error {
         found: u32,
         supported: u32,
     },
+    #[error(
+        "store {url} does not honour conditional create ({detail}); detafs cannot commit safely on it and refuses to use it"
+    )]
+    UnsafeStore { url: String, detail: String },
     #[error("no dataset named {0:?} (see `detafs dataset list`)")]
     NoDataset(String),
     #[error("dataset {0:?} already exists")]

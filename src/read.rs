@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
 use crate::snapshot::{Mtime, Node};
-use crate::store::pack::{self, BlobKind, BlobRef};
+use crate::store::pack::{self, BlobRef};
 use filetime::FileTime;
 use indicatif::ProgressBar;
 use std::ffi::OsStr;
@@ -28,13 +28,13 @@ pub fn read_file(repo: &Repo, chunks: &[BlobRef], out: &mut dyn Write) -> Result
     };
     if let [run] = runs[..] {
         // Small files: one read, no helper thread.
-        return write(out, pack::read_run(&repo.store, run, BlobKind::Chunk)?);
+        return write(out, repo.read_chunks(run)?);
     }
     std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::sync_channel(2);
         s.spawn(move || {
             for run in runs {
-                let res = pack::read_run(&repo.store, run, BlobKind::Chunk);
+                let res = repo.read_chunks(run);
                 let failed = res.is_err();
                 if tx.send(res).is_err() || failed {
                     break;

@@ -9,6 +9,7 @@ use crate::snapshot::diff::TreeSource;
 use crate::snapshot::{Node, Record, Tree};
 use crate::store::pack::{self, BlobKind, BlobRef};
 use crate::store::{Store, keys};
+use bytes::Bytes;
 use lru::LruCache;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -19,6 +20,8 @@ pub struct Options {
     pub store: Option<String>,
     pub cache_dir: Option<PathBuf>,
     pub cache_size: u64,
+    /// How long a remote store operation may retry before giving up.
+    pub store_timeout: std::time::Duration,
 }
 
 pub struct Repo {
@@ -65,12 +68,16 @@ impl Repo {
     pub fn open(opts: &Options) -> Result<Repo> {
         let (store, info) = match &opts.store {
             Some(url) => {
-                let store = Store::open(url, false)?;
+                let store = Store::open(url, false, opts.store_timeout)?;
                 let info = store.info()?;
                 (store, info)
             }
             None => {
-                let store = Store::open(&default_store().to_string_lossy(), true)?;
+                let store = Store::open(
+                    &default_store().to_string_lossy(),
+                    true,
+                    opts.store_timeout,
+                )?;
                 let (info, _) = store.init()?;
                 (store, info)
             }
@@ -92,10 +99,27 @@ impl Repo {
         })
     }
 
+    /// Probes the store for conditional create (`Store::probe`) unless this
+    /// host already has; `force` probes again (at mount).
+    pub fn check_store(&self, force: bool) -> Result<()> {
+        let marker = self.state_dir.join("probed");
+        if !force && marker.exists() {
+            return Ok(());
+        }
+        self.store.probe()?;
+        std::fs::write(&marker, b"conditional create honoured\n")
+            .map_err(|e| Error::io(marker.display(), e))
+    }
+
     pub fn create_dataset(&self, name: &str) -> Result<()> {
         validate_name(name)?;
-        let body =
-            serde_json::to_vec_pretty(&serde_json::json!({ "name": name })).expect("serializable");
+        self.check_store(false)?;
+        // The random id makes the body unique (see `Store::put_create`).
+        let body = serde_json::to_vec_pretty(&serde_json::json!({
+            "name": name,
+            "id": hex::encode(rand::random::<[u8; 16]>()),
+        }))
+        .expect("serializable");
         if !self.store.put_create(&keys::dataset(name), body.into())? {
             return Err(Error::DatasetExists(name.to_string()));
         }
@@ -230,6 +254,27 @@ impl Repo {
             .unwrap_or_else(|p| p.into_inner())
             .put(r.id, Arc::new(tree));
         self.disk.put(&r.id, encoded);
+    }
+
+    /// The chunks of one run, verified. Remote stores read through the disk
+    /// cache, so a host re-reads what it read before without the network, and
+    /// keeps serving it while the store is unreachable.
+    pub fn read_chunks(&self, run: &[BlobRef]) -> Result<Vec<Bytes>> {
+        if !self.store.is_remote() {
+            return pack::read_run(&self.store, run, BlobKind::Chunk);
+        }
+        let cached: Option<Vec<Bytes>> = run
+            .iter()
+            .map(|r| self.disk.get(&r.id).map(Bytes::from))
+            .collect();
+        if let Some(chunks) = cached {
+            return Ok(chunks);
+        }
+        let chunks = pack::read_run(&self.store, run, BlobKind::Chunk)?;
+        for (r, data) in run.iter().zip(&chunks) {
+            self.disk.put(&r.id, data);
+        }
+        Ok(chunks)
     }
 
     /// Records where every blob under `root` lives, for dedup by later commits.

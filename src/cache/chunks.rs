@@ -5,8 +5,8 @@
 
 use crate::error::Result;
 use crate::id::ObjectId;
-use crate::store::Store;
-use crate::store::pack::{self, BlobKind, BlobRef};
+use crate::repo::Repo;
+use crate::store::pack::BlobRef;
 use bytes::Bytes;
 use lru::LruCache;
 use std::collections::HashSet;
@@ -19,16 +19,16 @@ struct State {
 }
 
 pub struct ChunkCache {
-    store: Arc<Store>,
+    repo: Arc<Repo>,
     max_bytes: usize,
     state: Mutex<State>,
     fetched: Condvar,
 }
 
 impl ChunkCache {
-    pub fn new(store: Arc<Store>, max_bytes: usize) -> Arc<ChunkCache> {
+    pub fn new(repo: Arc<Repo>, max_bytes: usize) -> Arc<ChunkCache> {
         Arc::new(ChunkCache {
-            store,
+            repo,
             max_bytes,
             state: Mutex::new(State {
                 lru: LruCache::unbounded(),
@@ -70,7 +70,7 @@ impl ChunkCache {
             }
         }
         let me = self.clone();
-        self.store.spawn_work(move || {
+        self.repo.store.spawn_work(move || {
             if let Err(e) = me.fetch(&run) {
                 tracing::debug!("read-ahead failed: {e}");
             }
@@ -90,7 +90,7 @@ impl ChunkCache {
                 st.inflight.insert(r.id);
             }
         }
-        let res = pack::read_run(&self.store, run, BlobKind::Chunk);
+        let res = self.repo.read_chunks(run);
         let mut st = self.state();
         for r in run {
             st.inflight.remove(&r.id);

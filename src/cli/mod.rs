@@ -24,8 +24,10 @@ const EXIT_NOTHING: u8 = 4;
     about = "Versioned datasets in an object store"
 )]
 struct Cli {
-    /// Store location: a path or file:// URL. Default: an embedded store
-    /// under the user's data directory.
+    /// Store location: a path, file://, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX
+    /// or az://CONTAINER/PREFIX (credentials from the usual AWS_*, GOOGLE_*,
+    /// AZURE_* variables). Default: an embedded store under the user's data
+    /// directory.
     #[arg(long, global = true, env = "DETAFS_STORE")]
     store: Option<String>,
     /// Directory for the local index and object cache.
@@ -37,6 +39,10 @@ struct Cli {
     /// Bound on the on-disk object cache, e.g. 512MiB or 2GB.
     #[arg(long, global = true, default_value = "1GiB")]
     cache_size: bytesize::ByteSize,
+    /// How long one operation on a remote store may keep retrying through
+    /// failures before it gives up, e.g. 30s or 5m.
+    #[arg(long, global = true, env = "DETAFS_STORE_TIMEOUT", default_value = "60s")]
+    store_timeout: humantime::Duration,
     #[command(subcommand)]
     command: Command,
 }
@@ -202,6 +208,7 @@ fn options(cli: &Cli) -> Options {
         store: cli.store.clone(),
         cache_dir: cli.cache_dir.clone(),
         cache_size: cli.cache_size.as_u64(),
+        store_timeout: cli.store_timeout.into(),
     }
 }
 
@@ -218,7 +225,8 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 .store
                 .clone()
                 .unwrap_or_else(|| repo::default_store().to_string_lossy().into_owned());
-            let store = detafs::store::Store::open(&url, true)?;
+            let store = detafs::store::Store::open(&url, true, opts.store_timeout)?;
+            store.probe()?;
             let (_, created) = store.init()?;
             println!(
                 "{} store at {url}",

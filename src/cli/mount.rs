@@ -64,6 +64,10 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
         bail!("{} is already a mount point", mp.display());
     }
     repo.check_dataset(&args.name)?;
+    if !args.read_only {
+        // Commits through this mount rely on conditional create.
+        repo.check_store(true)?;
+    }
     if args.daemon {
         return daemonize(&repo, staging_base, args);
     }

@@ -97,6 +97,7 @@ pub fn publish(
     {
         return Err(Error::NothingToCommit(b.version));
     }
+    repo.check_store(false)?;
     let stat_rows = std::mem::take(&mut scanner.stat_rows);
     // Everything a record reaches must be durable before the record exists.
     let mut bytes_added = scanner.finish()?;

@@ -276,9 +276,10 @@ impl MountFs {
         opts: MountOptions,
     ) -> Result<MountFs> {
         let versions = repo.sync(dataset)?;
-        let chunks = ChunkCache::new(repo.store.clone(), CHUNK_CACHE_BYTES);
+        let repo = Arc::new(repo);
+        let chunks = ChunkCache::new(repo.clone(), CHUNK_CACHE_BYTES);
         Ok(MountFs {
-            repo: Arc::new(repo),
+            repo,
             dataset: dataset.to_string(),
             versions: RwLock::new(versions),
             inodes: Mutex::new(VersionInodes {

@@ -94,6 +94,7 @@ pub fn errno(e: &Error) -> Errno {
         | Error::NotAStore(_)
         | Error::FormatTooNew { .. }
         | Error::DatasetExists(_)
+        | Error::UnsafeStore { .. }
         | Error::Missing { .. }
         | Error::Corrupt { .. }
         | Error::Malformed { .. }

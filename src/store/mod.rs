@@ -4,6 +4,8 @@
 //! synchronous callers cross into the tokio runtime (`block_on`, `spawn`).
 
 pub mod pack;
+mod remote;
+pub mod retry;
 
 use crate::error::{Error, Result};
 use bytes::Bytes;
@@ -12,9 +14,11 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
+use retry::{Health, HealthReport, Policy};
+use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Runtime;
 
 /// The store format this build reads and writes.
@@ -71,26 +75,38 @@ pub struct Store {
     url: String,
     rt: Arc<Runtime>,
     work: Arc<tokio::sync::Semaphore>,
+    policy: Policy,
+    health: Arc<Health>,
 }
 
 impl Store {
-    /// Opens the store at `url` (a path or `file://` URL) without checking its
-    /// contents. A local folder is created only when `create` is set (by `init`).
-    pub fn open(url: &str, create: bool) -> Result<Store> {
-        let inner: Arc<dyn ObjectStore> = match url.split_once("://") {
-            None => Arc::new(local(url, create)?),
-            Some(("file", path)) => Arc::new(local(path, create)?),
-            Some((scheme, _)) => {
-                return Err(Error::InvalidInput(format!(
-                    "{url}: unsupported store scheme {scheme:?} (use a local path or file://)"
-                )));
+    /// Opens the store at `url`: a path, `file://`, `s3://`, `gs://` or
+    /// `az://`, without checking its contents. A local folder is created only
+    /// when `create` is set (by `init`). Remote operations are retried through
+    /// transient failures for up to `deadline` each.
+    pub fn open(url: &str, create: bool, deadline: Duration) -> Result<Store> {
+        let (inner, policy): (Arc<dyn ObjectStore>, _) = match url.split_once("://") {
+            None => (Arc::new(local(url, create)?), Policy::local()),
+            Some(("file", path)) => (Arc::new(local(path, create)?), Policy::local()),
+            Some((scheme, rest)) => {
+                let policy = Policy::remote(deadline);
+                (remote::open(url, scheme, rest, &policy)?, policy)
             }
         };
-        Store::from_object_store(inner, url)
+        Store::with_policy(inner, url, policy)
     }
 
-    /// Wraps any object store (the seam for wrappers such as fault injection).
-    pub fn from_object_store(inner: Arc<dyn ObjectStore>, url: &str) -> Result<Store> {
+    /// Wraps any object store (the seam for wrappers such as fault
+    /// injection), treating it as remote: its failures are retried.
+    pub fn from_object_store(
+        inner: Arc<dyn ObjectStore>,
+        url: &str,
+        deadline: Duration,
+    ) -> Result<Store> {
+        Store::with_policy(inner, url, Policy::remote(deadline))
+    }
+
+    fn with_policy(inner: Arc<dyn ObjectStore>, url: &str, policy: Policy) -> Result<Store> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .max_blocking_threads(WORK_PERMITS + 4)
@@ -102,7 +118,19 @@ impl Store {
             url: url.to_string(),
             rt: Arc::new(rt),
             work: Arc::new(tokio::sync::Semaphore::new(WORK_PERMITS)),
+            policy,
+            health: Arc::new(Health::default()),
         })
+    }
+
+    /// Whether objects live elsewhere (so reads are worth caching locally).
+    pub fn is_remote(&self) -> bool {
+        self.policy.retry
+    }
+
+    /// How the store answered lately.
+    pub fn health(&self) -> HealthReport {
+        self.health.report()
     }
 
     pub fn url(&self) -> &str {
@@ -132,6 +160,31 @@ impl Store {
         Ok((info, true))
     }
 
+    /// Checks that the store honours conditional create, which the commit
+    /// protocol relies on: a key created twice must refuse the second create.
+    /// Some S3 clones ignore If-None-Match and overwrite; they are refused.
+    pub fn probe(&self) -> Result<()> {
+        let key = format!("probes/{}", hex::encode(rand::random::<[u8; 16]>()));
+        let first = Bytes::from(format!("{key} first\n"));
+        let created = self.put_create(&key, first.clone())?;
+        let overwrote = self.put_create(&key, Bytes::from(format!("{key} second\n")))?;
+        let kept = self.get(&key)?;
+        if let Err(e) = self.delete(&key) {
+            tracing::warn!("could not delete probe object {key}: {e}");
+        }
+        if created && !overwrote && kept.as_ref() == Some(&first) {
+            return Ok(());
+        }
+        Err(Error::UnsafeStore {
+            url: self.url.clone(),
+            detail: if !created {
+                "a fresh probe key was reported as existing".into()
+            } else {
+                "a second create of the same key succeeded: it ignores If-None-Match and overwrites".into()
+            },
+        })
+    }
+
     /// Reads and checks the store marker.
     pub fn info(&self) -> Result<StoreInfo> {
         self.try_info()?
@@ -155,10 +208,9 @@ impl Store {
     }
 
     fn first_key(&self) -> Result<Option<String>> {
-        let mut stream = self.inner.list(None);
         let first = self
             .rt
-            .block_on(stream.try_next())
+            .block_on(self.call("", || async { self.inner.list(None).try_next().await }))
             .map_err(|e| Error::store(&self.url, e))?;
         Ok(first.map(|m| m.location.to_string()))
     }
@@ -166,21 +218,24 @@ impl Store {
     /// Whole object, or `None` if it does not exist.
     pub fn get(&self, key: &str) -> Result<Option<Bytes>> {
         let path = Path::from(key);
-        let res = self.rt.block_on(async {
-            match self.inner.get(&path).await {
-                Ok(r) => r.bytes().await.map(Some),
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
-            }
-        });
-        res.map_err(|e| Error::store(key, e))
+        let res = self.rt.block_on(self.call(key, || async {
+            self.inner.get(&path).await?.bytes().await
+        }));
+        match res {
+            Ok(b) => Ok(Some(b)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(Error::store(key, e)),
+        }
     }
 
     /// A byte range of an object. A missing object is `Ok(None)`.
     pub fn get_range(&self, key: &str, range: Range<u64>) -> Result<Option<Bytes>> {
         let path = Path::from(key);
         let want = range.end - range.start;
-        match self.rt.block_on(self.inner.get_range(&path, range)) {
+        let res = self.rt.block_on(self.call(key, || async {
+            self.inner.get_range(&path, range.clone()).await
+        }));
+        match res {
             Ok(b) if b.len() as u64 == want => Ok(Some(b)),
             Ok(b) => Err(Error::malformed(
                 key,
@@ -193,31 +248,40 @@ impl Store {
 
     /// Creates `key` only if it does not exist. Returns false when it already did.
     /// This conditional create is the commit point of every version.
+    ///
+    /// Every body detafs creates is unique (a random id or pack id in it), so
+    /// finding our own bytes under `key` means an earlier attempt whose answer
+    /// was lost did create it.
     pub fn put_create(&self, key: &str, body: Bytes) -> Result<bool> {
         let path = Path::from(key);
-        let opts = PutOptions {
-            mode: PutMode::Create,
-            ..Default::default()
-        };
-        match self
-            .rt
-            .block_on(self.inner.put_opts(&path, PutPayload::from(body), opts))
-        {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+        let res = self.rt.block_on(self.call(key, || async {
+            let opts = PutOptions {
+                mode: PutMode::Create,
+                ..Default::default()
+            };
+            let payload = PutPayload::from(body.clone());
+            self.inner.put_opts(&path, payload, opts).await.map(|_| ())
+        }));
+        match res {
+            Ok(()) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                Ok(self.get(key)?.is_some_and(|found| found == body))
+            }
             Err(e) => Err(Error::store(key, e)),
         }
     }
 
     /// Uploads an immutable object on the runtime; the caller awaits the handle.
     pub fn spawn_put(&self, key: String, body: Bytes) -> tokio::task::JoinHandle<Result<()>> {
-        let inner = self.inner.clone();
+        let (inner, policy, health) = (self.inner.clone(), self.policy, self.health.clone());
         self.rt.spawn(async move {
             let path = Path::from(key.as_str());
-            inner
-                .put(&path, PutPayload::from(body))
+            let put = || {
+                let payload = PutPayload::from(body.clone());
+                async { inner.put(&path, payload).await.map(|_| ()) }
+            };
+            retrying(policy, &health, &key, put)
                 .await
-                .map(|_| ())
                 .map_err(|e| Error::store(&key, e))
         })
     }
@@ -253,15 +317,16 @@ impl Store {
     /// Lists keys under `prefix` that sort after `offset`, sorted.
     pub fn list(&self, prefix: &str, offset: Option<&str>) -> Result<Vec<Listed>> {
         let prefix_path = Path::from(prefix);
-        let stream = match offset {
-            Some(o) => self
-                .inner
-                .list_with_offset(Some(&prefix_path), &Path::from(o)),
-            None => self.inner.list(Some(&prefix_path)),
-        };
+        let offset_path = offset.map(Path::from);
         let metas: Vec<_> = self
             .rt
-            .block_on(stream.try_collect::<Vec<_>>())
+            .block_on(self.call(prefix, || async {
+                let stream = match &offset_path {
+                    Some(o) => self.inner.list_with_offset(Some(&prefix_path), o),
+                    None => self.inner.list(Some(&prefix_path)),
+                };
+                stream.try_collect::<Vec<_>>().await
+            }))
             .map_err(|e| Error::store(prefix, e))?;
         let mut out: Vec<Listed> = metas
             .into_iter()
@@ -281,7 +346,9 @@ impl Store {
         let path = Path::from(prefix);
         let res = self
             .rt
-            .block_on(self.inner.list_with_delimiter(Some(&path)))
+            .block_on(self.call(prefix, || async {
+                self.inner.list_with_delimiter(Some(&path)).await
+            }))
             .map_err(|e| Error::store(prefix, e))?;
         let mut names: Vec<String> = res
             .common_prefixes
@@ -294,9 +361,70 @@ impl Store {
 
     pub fn delete(&self, key: &str) -> Result<()> {
         let path = Path::from(key);
-        match self.rt.block_on(self.inner.delete(&path)) {
+        match self
+            .rt
+            .block_on(self.call(key, || self.inner.delete(&path)))
+        {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(Error::store(key, e)),
+        }
+    }
+}
+
+impl Store {
+    /// Runs one store operation under this store's retry policy.
+    async fn call<T, F>(
+        &self,
+        key: &str,
+        op: impl FnMut() -> F,
+    ) -> object_store::Result<T>
+    where
+        F: Future<Output = object_store::Result<T>>,
+    {
+        retrying(self.policy, &self.health, key, op).await
+    }
+}
+
+/// Runs `op` until it succeeds, fails for good, or the deadline passes.
+async fn retrying<T, F>(
+    policy: Policy,
+    health: &Health,
+    key: &str,
+    mut op: impl FnMut() -> F,
+) -> object_store::Result<T>
+where
+    F: Future<Output = object_store::Result<T>>,
+{
+    let start = Instant::now();
+    let mut attempt = 0;
+    loop {
+        let t = Instant::now();
+        let res = if policy.retry {
+            let left = policy.deadline.saturating_sub(start.elapsed());
+            tokio::time::timeout(left, op())
+                .await
+                .unwrap_or_else(|_| Err(retry::deadline_exceeded(policy.deadline)))
+        } else {
+            op().await
+        };
+        match res {
+            Err(e) if retry::transient(&e) => {
+                health.failed(&e);
+                let wait = retry::backoff(attempt);
+                if !policy.retry || start.elapsed() + wait >= policy.deadline {
+                    return Err(e);
+                }
+                attempt += 1;
+                tracing::warn!(
+                    "{key}: store request failed (retry {attempt} in {:.1} s): {e}",
+                    wait.as_secs_f64()
+                );
+                tokio::time::sleep(wait).await;
+            }
+            res => {
+                health.answered(t.elapsed());
+                return res;
+            }
         }
     }
 }

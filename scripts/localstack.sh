@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs (once) and starts LocalStack's S3 on 127.0.0.1:4566 without docker,
+# unless one already answers there. The S3 tests and benchmarks run against it:
+# it is the S3 server runnable here that honours conditional create under races.
+# Prints nothing on success; exits non-zero with LocalStack's log otherwise.
+set -euo pipefail
+ENDPOINT=http://127.0.0.1:4566
+healthy() { curl -fs "$ENDPOINT/_localstack/health" 2>/dev/null | grep -q '"s3": "\(running\|available\)"'; }
+healthy && exit 0
+
+command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl >/dev/null; }
+PYROOT=$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")
+PY=$PYROOT/versions/3.13.0/bin/python
+[ -x "$PY" ] || { echo "LocalStack needs Python 3.13 at $PY (pyenv install 3.13.0)" >&2; exit 1; }
+VENV=${LOCALSTACK_VENV:-/opt/localstack-venv}
+if ! [ -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import localstack' 2>/dev/null; then
+  echo "installing LocalStack into $VENV" >&2
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+  # Without these pins localstack-core installs, then fails to start with
+  # "No component plugins found".
+  "$VENV/bin/pip" install -q --disable-pip-version-check \
+    "localstack-core[runtime]==2026.3.0" "cbor2<6" "pyopenssl<25" "cryptography<45" \
+    "service_identity<24.3" "joserfc<1.1"
+fi
+DATA=/var/tmp/localstack-s3
+mkdir -p "$DATA"
+GATEWAY_LISTEN=127.0.0.1:4566 SERVICES=s3 EAGER_SERVICE_LOADING=1 DISABLE_EVENTS=1 \
+SKIP_SSL_CERT_DOWNLOAD=1 LOCALSTACK_VOLUME_DIR=$DATA FILESYSTEM_ROOT=$DATA \
+  setsid nohup "$VENV/bin/python" -m localstack.runtime.main >"$DATA/localstack.log" 2>&1 </dev/null &
+echo $! >/tmp/localstack.pid
+for _ in $(seq 1 300); do
+  healthy && exit 0
+  kill -0 "$(cat /tmp/localstack.pid)" 2>/dev/null || break
+  sleep 0.2
+done
+echo "LocalStack did not start:" >&2
+cat "$DATA/localstack.log" >&2
+exit 1

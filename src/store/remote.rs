@@ -1,0 +1,85 @@
+//! Remote object stores (`s3://`, `gs://`, `az://`), configured the way their
+//! own tools are: from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
+
+use super::retry::Policy;
+use crate::error::{Error, Result};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+use object_store::prefix::PrefixStore;
+use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, RetryConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Opens `scheme://bucket/prefix`. Nothing is requested from the store yet.
+pub(super) fn open(url: &str, scheme: &str, rest: &str, policy: &Policy) -> Result<Arc<dyn ObjectStore>> {
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let prefix = prefix.trim_matches('/');
+    if bucket.is_empty() {
+        return Err(Error::InvalidInput(format!(
+            "{url}: no bucket; use {scheme}://BUCKET/PREFIX"
+        )));
+    }
+    let bucket_url = format!("{scheme}://{bucket}");
+    let timeout = humantime::format_duration(policy.request_timeout()).to_string();
+    let connect = humantime::format_duration(CONNECT_TIMEOUT).to_string();
+    let store: Arc<dyn ObjectStore> = match scheme {
+        "s3" | "s3a" => {
+            let mut b = AmazonS3Builder::from_env().with_url(bucket_url);
+            // Plain http only when the configured endpoint asks for it.
+            if b.get_config_value(&AmazonS3ConfigKey::Endpoint)
+                .is_some_and(|e| e.starts_with("http://"))
+            {
+                b = b.with_allow_http(true);
+            }
+            let b = b
+                .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), &timeout)
+                .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
+                .with_retry(http_retry(policy));
+            Arc::new(b.build().map_err(|e| Error::store(url, e))?)
+        }
+        "gs" => {
+            let b = GoogleCloudStorageBuilder::from_env()
+                .with_url(bucket_url)
+                .with_config(GoogleConfigKey::Client(ClientConfigKey::Timeout), &timeout)
+                .with_config(GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
+                .with_retry(http_retry(policy));
+            Arc::new(b.build().map_err(|e| Error::store(url, e))?)
+        }
+        "az" | "azure" | "abfs" | "abfss" => {
+            let b = MicrosoftAzureBuilder::from_env()
+                .with_url(bucket_url)
+                .with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), &timeout)
+                .with_config(AzureConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
+                .with_retry(http_retry(policy));
+            Arc::new(b.build().map_err(|e| Error::store(url, e))?)
+        }
+        _ => {
+            return Err(Error::InvalidInput(format!(
+                "{url}: unsupported store scheme {scheme:?} (use a local path, file://, s3://, gs:// or az://)"
+            )));
+        }
+    };
+    Ok(if prefix.is_empty() {
+        store
+    } else {
+        Arc::new(PrefixStore::new(store, prefix))
+    })
+}
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// object_store retries each HTTP request briefly (5xx, 429 SlowDown,
+/// connection errors); longer outages are retried by `retry::Policy`, up to
+/// the caller's deadline.
+fn http_retry(policy: &Policy) -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(1),
+            base: 2.0,
+        },
+        max_retries: 3,
+        retry_timeout: policy.request_timeout(),
+    }
+}

@@ -1,0 +1,178 @@
+//! Riding out transient store failures: each request is retried with
+//! exponential backoff and jitter until a deadline, and the store's recent
+//! answers are remembered for `.detafs/health`.
+
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+/// How long one store operation may take, retries included.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    pub deadline: Duration,
+    /// Local folders fail for lasting reasons (permissions, a full disk):
+    /// only remote stores are retried.
+    pub retry: bool,
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(4);
+
+impl Policy {
+    pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
+
+    pub fn local() -> Policy {
+        Policy {
+            deadline: Self::DEFAULT_DEADLINE,
+            retry: false,
+        }
+    }
+
+    pub fn remote(deadline: Duration) -> Policy {
+        Policy {
+            deadline,
+            retry: true,
+        }
+    }
+
+    /// One HTTP request's own timeout: a stalled connection is abandoned
+    /// early enough to be retried before the deadline.
+    pub fn request_timeout(&self) -> Duration {
+        (self.deadline / 3).clamp(Duration::from_secs(1), Duration::from_secs(30))
+    }
+}
+
+/// Backoff before retry number `attempt` (0-based): doubling, capped, and
+/// jittered over its upper half so that hosts retrying together spread out.
+pub fn backoff(attempt: u32) -> Duration {
+    let base = FIRST_BACKOFF
+        .saturating_mul(1 << attempt.min(16))
+        .min(MAX_BACKOFF);
+    base.mul_f64(rand::random_range(0.5..=1.0))
+}
+
+/// Whether an error may go away by itself. Answers the store gave on purpose
+/// (not found, exists, denied, 4xx) are final; timeouts, resets and 5xx are not.
+pub fn transient(e: &object_store::Error) -> bool {
+    match e {
+        object_store::Error::Generic { .. } => {
+            let msg = e.to_string();
+            let client_error = msg.contains("status code: 4")
+                && !msg.contains("status code: 408")
+                && !msg.contains("status code: 429");
+            !client_error
+        }
+        _ => false,
+    }
+}
+
+/// The error for an operation that ran out of time.
+pub fn deadline_exceeded(deadline: Duration) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "detafs",
+        source: format!(
+            "no answer within the deadline of {}",
+            humantime::format_duration(deadline)
+        )
+        .into(),
+    }
+}
+
+/// What the store's latest answers were.
+#[derive(Default)]
+pub struct Health {
+    state: Mutex<HealthState>,
+}
+
+#[derive(Default, Clone)]
+struct HealthState {
+    last_ok: Option<SystemTime>,
+    latency: Duration,
+    /// Set while requests fail: when the failures began and the latest one.
+    failing: Option<(SystemTime, String)>,
+}
+
+/// A snapshot of `Health` for reports.
+#[derive(Debug, serde::Serialize)]
+pub struct HealthReport {
+    pub reachable: bool,
+    pub latency_ms: f64,
+    pub last_ok_secs_ago: Option<f64>,
+    pub failing_for_secs: Option<f64>,
+    pub error: Option<String>,
+}
+
+impl Health {
+    fn state(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn answered(&self, latency: Duration) {
+        let mut st = self.state();
+        st.last_ok = Some(SystemTime::now());
+        st.latency = latency;
+        if let Some((since, _)) = st.failing.take() {
+            tracing::info!(
+                "store reachable again after {:.1} s",
+                since.elapsed().unwrap_or_default().as_secs_f64()
+            );
+        }
+    }
+
+    pub fn failed(&self, e: &object_store::Error) {
+        let mut st = self.state();
+        let since = st.failing.as_ref().map_or_else(SystemTime::now, |f| f.0);
+        st.failing = Some((since, e.to_string()));
+    }
+
+    pub fn report(&self) -> HealthReport {
+        let st = self.state().clone();
+        let ago = |t: SystemTime| t.elapsed().unwrap_or_default().as_secs_f64();
+        HealthReport {
+            reachable: st.failing.is_none(),
+            latency_ms: (st.latency.as_secs_f64() * 10_000.0).round() / 10.0,
+            last_ok_secs_ago: st.last_ok.map(ago),
+            failing_for_secs: st.failing.as_ref().map(|f| ago(f.0)),
+            error: st.failing.map(|f| f.1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_is_capped_and_jittered() {
+        for attempt in 0..20 {
+            let cap = FIRST_BACKOFF
+                .saturating_mul(1 << attempt.min(16))
+                .min(MAX_BACKOFF);
+            let b = backoff(attempt);
+            assert!(b <= cap && b >= cap / 2, "attempt {attempt}: {b:?} vs {cap:?}");
+        }
+        let spread: std::collections::HashSet<_> = (0..50).map(|_| backoff(3)).collect();
+        assert!(spread.len() > 1, "jitter varies the delay");
+    }
+
+    #[test]
+    fn only_unintended_failures_are_transient() {
+        let generic = |m: &str| object_store::Error::Generic {
+            store: "S3",
+            source: m.to_string().into(),
+        };
+        assert!(transient(&generic("connection reset by peer")));
+        assert!(transient(&generic(
+            "Server returned non-2xx status code: 503 Service Unavailable: SlowDown"
+        )));
+        assert!(transient(&generic(
+            "Server returned non-2xx status code: 429 Too Many Requests"
+        )));
+        assert!(!transient(&generic(
+            "Server returned non-2xx status code: 400 Bad Request"
+        )));
+        assert!(!transient(&object_store::Error::NotFound {
+            path: "x".into(),
+            source: "gone".into(),
+        }));
+    }
+}
