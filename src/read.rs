@@ -7,11 +7,12 @@ use crate::snapshot::{Mtime, Node};
 use crate::store::pack::{self, BlobRef};
 use filetime::FileTime;
 use indicatif::ProgressBar;
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Largest single range read; also bounds memory to a few times this.
 const RUN_BYTES: u64 = 8 << 20;
@@ -79,33 +80,16 @@ pub fn export(repo: &Repo, root: &BlobRef, dest: &Path, progress: &ProgressBar) 
 }
 
 fn export_tree(repo: &Repo, tree: &BlobRef, dir: &Path, progress: &ProgressBar) -> Result<()> {
-    for entry in &repo.tree(tree)?.entries {
+    let tree = repo.tree(tree)?;
+    let mut files = Vec::new();
+    for entry in &tree.entries {
         let path = dir.join(OsStr::from_bytes(&entry.name));
         match &entry.node {
-            Node::File {
-                mode,
-                mtime,
-                chunks,
-                size,
-            } => {
-                let mut f =
-                    std::fs::File::create(&path).map_err(|e| Error::io(path.display(), e))?;
-                read_file(repo, chunks, &mut f).map_err(|e| match e {
-                    Error::Io { source, .. } => Error::io(path.display(), source),
-                    other => other,
-                })?;
-                drop(f);
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
-                    .map_err(|e| Error::io(path.display(), e))?;
-                set_mtime(&path, *mtime, false)?;
-                progress.inc(*size);
-            }
+            file @ Node::File { .. } => files.push((path, file)),
             Node::Dir { mode, mtime, tree } => {
                 std::fs::create_dir(&path).map_err(|e| Error::io(path.display(), e))?;
                 export_tree(repo, tree, &path, progress)?;
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
-                    .map_err(|e| Error::io(path.display(), e))?;
-                set_mtime(&path, *mtime, false)?;
+                finish(&path, *mode, *mtime)?;
             }
             Node::Symlink { mtime, target } => {
                 std::os::unix::fs::symlink(OsStr::from_bytes(target), &path)
@@ -114,7 +98,71 @@ fn export_tree(repo: &Repo, tree: &BlobRef, dir: &Path, progress: &ProgressBar) 
             }
         }
     }
+    export_files(repo, &files, progress)
+}
+
+/// Writes a directory's files in batches whose chunks are fetched together:
+/// files committed together lie back to back in a pack, so a batch of small
+/// files costs one range read, not one per file.
+fn export_files(repo: &Repo, files: &[(PathBuf, &Node)], progress: &ProgressBar) -> Result<()> {
+    let create = |path: &Path| std::fs::File::create(path).map_err(|e| Error::io(path.display(), e));
+    let mut rest = files;
+    while let Some((first, _)) = rest.first() {
+        let mut n = 0;
+        let mut bytes = 0;
+        while let Some((_, node)) = rest.get(n)
+            && (n == 0 || bytes + node.size() <= RUN_BYTES)
+        {
+            bytes += node.size();
+            n += 1;
+        }
+        let (batch, tail) = rest.split_at(n);
+        rest = tail;
+        if bytes > RUN_BYTES {
+            // One large file: streamed.
+            let mut f = create(first)?;
+            read_file(repo, chunks_of(batch[0].1), &mut f).map_err(|e| match e {
+                Error::Io { source, .. } => Error::io(first.display(), source),
+                other => other,
+            })?;
+        } else {
+            // Fetched in store order, written in name order.
+            let mut refs: Vec<BlobRef> = batch.iter().flat_map(|(_, n)| chunks_of(n)).copied().collect();
+            refs.sort_by_key(|r| (r.pack, r.offset));
+            refs.dedup();
+            let mut data = HashMap::with_capacity(refs.len());
+            for run in pack::runs(&refs, RUN_BYTES) {
+                data.extend(run.iter().map(|r| r.id).zip(repo.read_chunks(run)?));
+            }
+            for (path, node) in batch {
+                let mut f = create(path)?;
+                for r in chunks_of(node) {
+                    f.write_all(&data[&r.id]).map_err(|e| Error::io(path.display(), e))?;
+                }
+            }
+        }
+        for (path, node) in batch {
+            if let Node::File { mode, mtime, .. } = node {
+                finish(path, *mode, *mtime)?;
+            }
+            progress.inc(node.size());
+        }
+    }
     Ok(())
+}
+
+fn chunks_of(node: &Node) -> &[BlobRef] {
+    match node {
+        Node::File { chunks, .. } => chunks,
+        _ => &[],
+    }
+}
+
+/// Sets a written file's or directory's mode and mtime.
+fn finish(path: &Path, mode: u32, mtime: Mtime) -> Result<()> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io(path.display(), e))?;
+    set_mtime(path, mtime, false)
 }
 
 /// Total bytes of regular files under a tree (for progress bars).

@@ -124,7 +124,7 @@ fn twenty_thousand_small_files_make_few_objects() {
         }
     }
     env.commit(&src, "many");
-    let objects = env.objects("packs").len();
+    let objects = env.objects.list("packs").len();
     assert!(objects <= 20, "{objects} pack objects for 20,000 files");
     let out = env.path("out");
     env.ok(&["export", "ds", "v1", out.to_str().unwrap()]);
@@ -137,7 +137,7 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     let src = env.path("src");
     sample_tree(&src, 3);
     env.commit(&src, "first");
-    let before = common::walk_files(&env.store);
+    let before = env.objects.list("");
     let s = src.to_str().unwrap();
 
     let cases: Vec<(Vec<&str>, &str)> = vec![
@@ -181,13 +181,14 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
     // Export into a non-empty directory.
     let (_, err) = env.fails(&["export", "ds", "v1", s]);
     assert!(err.contains("not empty"), "{err}");
-    assert_eq!(common::walk_files(&env.store), before, "store unchanged");
+    assert_eq!(env.objects.list(""), before, "store unchanged");
     assert_eq!(env.log().len(), 1);
 }
 
 #[test]
 fn stores_that_are_not_stores_are_refused() {
-    let env = Env::empty();
+    // Folders; tests/s3.rs has the same cases for buckets.
+    let env = Env::empty_local();
     let junk = env.path("junk");
     std::fs::create_dir_all(&junk).unwrap();
     std::fs::write(junk.join("photo.jpg"), b"x").unwrap();
@@ -206,11 +207,10 @@ fn stores_that_are_not_stores_are_refused() {
     // init is idempotent; a newer format is refused.
     env.ok(&["init"]);
     assert!(env.ok(&["init"]).contains("already"));
-    std::fs::write(
-        env.store.join("detafs.json"),
-        br#"{"format": 99, "store_id": "x"}"#,
-    )
-    .unwrap();
+    env.objects.write(
+        "detafs.json",
+        br#"{"format": 99, "store_id": "x"}"#.to_vec(),
+    );
     let (_, err) = env.fails(&["dataset", "list"]);
     assert!(
         err.contains("format 99") && err.contains("upgrade"),
@@ -257,14 +257,13 @@ fn unreadable_file_is_named_and_nothing_is_committed() {
         std::os::unix::fs::PermissionsExt::from_mode(0o000),
     )
     .unwrap();
-    let out = std::process::Command::new("setpriv")
+    let mut cmd = std::process::Command::new("setpriv");
+    env.configure(&mut cmd)
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(env!("CARGO_BIN_EXE_detafs"))
         .args(["commit", "ds", "--from", src.to_str().unwrap(), "-m", "m"])
-        .env("DETAFS_STORE", &env.store)
-        .env("DETAFS_CACHE", env.path("cache-nobody"))
-        .output()
-        .unwrap();
+        .env("DETAFS_CACHE", env.path("cache-nobody"));
+    let out = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),
@@ -295,18 +294,16 @@ fn flipped_byte_is_named_by_verify_and_never_served() {
     sample_tree(&src, 9);
     env.commit(&src, "first");
     // Find the pack holding big.bin's data: the largest pack.
-    let mut packs = env.objects("packs");
-    packs.sort_by_key(|p| std::fs::metadata(p).unwrap().len());
-    let pack = packs.last().unwrap().clone();
-    let mut bytes = std::fs::read(&pack).unwrap();
+    let pack = env.objects.largest("packs");
+    let mut bytes = env.objects.read(&pack);
     let n = bytes.len() / 2;
     bytes[n] ^= 0x40;
-    std::fs::write(&pack, bytes).unwrap();
+    env.objects.write(&pack, bytes);
 
     let out = env.run(&["verify"]);
     assert_eq!(out.status.code(), Some(1));
     let report = String::from_utf8_lossy(&out.stdout);
-    let name = pack.file_name().unwrap().to_str().unwrap();
+    let name = pack.rsplit('/').next().unwrap();
     assert!(
         report.contains("corrupt: chunk") && report.contains(name),
         "{report}"
@@ -352,13 +349,11 @@ fn missing_pack_and_broken_chain_are_reported() {
     env.ok(&["verify"]);
 
     // Rewrite v2's message: v3's parent hash no longer matches.
-    let rec = env
-        .store
-        .join("datasets/ds/records/00000000000000000002.json");
-    let text = std::fs::read_to_string(&rec)
+    let rec = "datasets/ds/records/00000000000000000002.json";
+    let text = String::from_utf8(env.objects.read(rec))
         .unwrap()
         .replace("\"two\"", "\"TWO\"");
-    std::fs::write(&rec, text).unwrap();
+    env.objects.write(rec, text.into_bytes());
     let out = env.run(&["verify", "ds"]);
     assert_eq!(out.status.code(), Some(1));
     let report = String::from_utf8_lossy(&out.stdout);
@@ -368,11 +363,8 @@ fn missing_pack_and_broken_chain_are_reported() {
     );
 
     // Remove the last record: this host knew v3, the store lost it.
-    std::fs::remove_file(
-        env.store
-            .join("datasets/ds/records/00000000000000000003.json"),
-    )
-    .unwrap();
+    env.objects
+        .delete("datasets/ds/records/00000000000000000003.json");
     let report = String::from_utf8_lossy(&env.run(&["verify", "ds"]).stdout).into_owned();
     assert!(
         report.contains("v3..v3") && report.contains("missing from the store"),
@@ -380,9 +372,7 @@ fn missing_pack_and_broken_chain_are_reported() {
     );
 
     // Delete the largest pack: missing, naming versions and paths.
-    let mut packs = env.objects("packs");
-    packs.sort_by_key(|p| std::fs::metadata(p).unwrap().len());
-    std::fs::remove_file(packs.last().unwrap()).unwrap();
+    env.objects.delete(&env.objects.largest("packs"));
     let report = String::from_utf8_lossy(&env.run(&["verify"]).stdout).into_owned();
     assert!(
         report.contains("missing: packs/") && report.contains("sub/big.bin"),
@@ -397,23 +387,20 @@ fn gc_deletes_only_unreachable_objects_past_grace() {
     sample_tree(&src, 4);
     env.commit(&src, "one");
     // Debris: a pack no record reaches.
-    let debris = env
-        .store
-        .join("packs/00/00aa000000000000000000000000000000000000000000000000000000000000");
-    std::fs::create_dir_all(debris.parent().unwrap()).unwrap();
-    std::fs::write(&debris, b"DTFSPAK1junk").unwrap();
+    let debris = "packs/00/00aa000000000000000000000000000000000000000000000000000000000000";
+    env.objects.write(debris, b"DTFSPAK1junk".to_vec());
     let out = env.run(&["verify"]);
     assert!(out.status.success(), "garbage is not an error");
     assert!(String::from_utf8_lossy(&out.stdout).contains("garbage: packs/00/00aa"));
 
     // Within the grace period nothing is deleted.
     assert!(!env.ok(&["gc"]).contains("00aa"));
-    assert!(debris.exists());
+    assert!(env.objects.exists(debris));
     let dry = env.ok(&["gc", "--grace", "0s", "--dry-run"]);
     assert!(dry.contains("would delete packs/00/00aa"), "{dry}");
-    assert!(debris.exists());
+    assert!(env.objects.exists(debris));
     env.ok(&["gc", "--grace", "0s"]);
-    assert!(!debris.exists());
+    assert!(!env.objects.exists(debris));
     let out = env.path("out");
     env.ok(&["export", "ds", "v1", out.to_str().unwrap()]);
     assert_eq!(fingerprint(&out), fingerprint(&src));

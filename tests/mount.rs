@@ -412,13 +412,11 @@ fn concurrent_readers_of_two_versions() {
 fn a_corrupt_object_is_eio_for_that_file_only_and_logged() {
     let env = Env::new();
     let (_, b) = two_versions(&env);
-    let mut packs = env.objects("packs");
-    packs.sort_by_key(|p| std::fs::metadata(p).unwrap().len());
-    let pack = packs.last().unwrap().clone(); // v2's big.bin
-    let mut bytes = std::fs::read(&pack).unwrap();
+    let pack = env.objects.largest("packs"); // v2's big.bin
+    let mut bytes = env.objects.read(&pack);
     let n = bytes.len() / 2;
     bytes[n] ^= 1;
-    std::fs::write(&pack, bytes).unwrap();
+    env.objects.write(&pack, bytes);
     let m = env.mount(&[]);
     let res = std::fs::read(m.path("versions/v2/sub/big.bin"));
     assert_eq!(errno_of(res), libc::EIO);
@@ -428,7 +426,7 @@ fn a_corrupt_object_is_eio_for_that_file_only_and_logged() {
     );
     assert!(m.alive());
     let log = m.log();
-    let pack_name = pack.file_name().unwrap().to_str().unwrap();
+    let pack_name = pack.rsplit('/').next().unwrap();
     assert!(
         log.contains("versions/v2/sub/big.bin")
             && log.contains("corrupt")

@@ -91,10 +91,14 @@ impl<'r> Scanner<'r> {
 
     /// Snapshots directory `dir` and everything under it; returns its tree.
     pub fn scan_dir(&mut self, dir: &Path) -> Result<BlobRef> {
-        let read = std::fs::read_dir(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let mut items = std::fs::read_dir(dir)
+            .and_then(|read| read.collect::<std::io::Result<Vec<_>>>())
+            .map_err(|e| Error::io(dir.display(), e))?;
+        // In name order, as trees list them: files read together then lie
+        // together in the packs, and are fetched together.
+        items.sort_by_key(|item| item.file_name());
         let mut entries = Vec::new();
-        for item in read {
-            let item = item.map_err(|e| Error::io(dir.display(), e))?;
+        for item in items {
             let path = item.path();
             let meta =
                 std::fs::symlink_metadata(&path).map_err(|e| Error::io(path.display(), e))?;

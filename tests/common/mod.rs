@@ -2,6 +2,9 @@
 //! `detafs` binary, and a fingerprint of a directory tree.
 #![allow(dead_code)]
 
+pub mod objects;
+
+use objects::Objects;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
@@ -11,8 +14,12 @@ use std::process::{Command, Output};
 
 pub struct Env {
     pub dir: tempfile::TempDir,
-    pub store: PathBuf,
+    /// The `--store` argument: a folder, or `s3://BUCKET/store`.
+    pub store: String,
     pub cache: PathBuf,
+    /// Raw access to the store's objects.
+    pub objects: Objects,
+    pub s3: bool,
 }
 
 impl Env {
@@ -24,11 +31,59 @@ impl Env {
         env
     }
 
+    /// An uninitialised store: a folder, or a bucket when `DETAFS_TEST_STORE=s3`.
     pub fn empty() -> Env {
+        if objects::s3_by_default() {
+            Env::empty_s3()
+        } else {
+            Env::empty_local()
+        }
+    }
+
+    pub fn empty_local() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("store");
         let cache = dir.path().join("cache");
-        Env { dir, store, cache }
+        Env {
+            objects: Objects::local(&store),
+            store: store.to_str().unwrap().to_string(),
+            dir,
+            cache,
+            s3: false,
+        }
+    }
+
+    /// A fresh bucket on the S3 test server; the store lives under a prefix.
+    pub fn empty_s3() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let bucket = objects::new_bucket();
+        Env {
+            store: format!("s3://{bucket}/store"),
+            objects: Objects::s3(&bucket, "store"),
+            cache: dir.path().join("cache"),
+            dir,
+            s3: true,
+        }
+    }
+
+    /// `Env::new` on S3 whatever `DETAFS_TEST_STORE` says.
+    pub fn new_s3() -> Env {
+        let env = Env::empty_s3();
+        env.ok(&["init"]);
+        env.ok(&["dataset", "create", "ds"]);
+        env
+    }
+
+    /// Points a command at this store (and, for S3, the test server).
+    pub fn configure<'c>(&self, c: &'c mut Command) -> &'c mut Command {
+        c.env("DETAFS_STORE", &self.store)
+            .env("DETAFS_CACHE", &self.cache)
+            .env("DETAFS_STAGING", self.staging())
+            .env_remove("FAILPOINTS");
+        if self.s3 {
+            c.envs(objects::S3_ENV);
+        }
+        c
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -37,10 +92,7 @@ impl Env {
 
     pub fn command(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_detafs"));
-        c.env("DETAFS_STORE", &self.store)
-            .env("DETAFS_CACHE", &self.cache)
-            .env("DETAFS_STAGING", self.staging())
-            .env_remove("FAILPOINTS");
+        self.configure(&mut c);
         c
     }
 
@@ -92,27 +144,6 @@ impl Env {
         serde_json::from_str(&self.ok(&["log", "ds", "--json"])).unwrap()
     }
 
-    /// All store objects (relative keys) under `prefix`.
-    pub fn objects(&self, prefix: &str) -> Vec<PathBuf> {
-        walk_files(&self.store.join(prefix))
-    }
-}
-
-pub fn walk_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if e.file_type().unwrap().is_dir() {
-            out.extend(walk_files(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out.sort();
-    out
 }
 
 /// path → (kind, mode, mtime ns, content hash or link target); the root's own
@@ -232,8 +263,7 @@ impl Mount<'_> {
     /// The daemon's log (warnings and errors it reported).
     pub fn log(&self) -> String {
         let store_id: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(self.env.store.join("detafs.json")).unwrap())
-                .unwrap();
+            serde_json::from_slice(&self.env.objects.read("detafs.json")).unwrap();
         let p = self
             .env
             .staging()

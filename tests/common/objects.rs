@@ -1,0 +1,129 @@
+//! Where a test's store lives (a temporary folder, or a fresh bucket on the
+//! LocalStack S3 server that scripts/test.sh starts on 127.0.0.1:4566), and
+//! raw access to its objects, bypassing detafs, to damage or inspect them.
+
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as Key;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+pub const S3_ENDPOINT: &str = "http://127.0.0.1:4566";
+
+/// The environment an S3 client of the test server needs.
+pub const S3_ENV: [(&str, &str); 4] = [
+    ("AWS_ENDPOINT_URL", S3_ENDPOINT),
+    ("AWS_ACCESS_KEY_ID", "test"),
+    ("AWS_SECRET_ACCESS_KEY", "test"),
+    ("AWS_REGION", "us-east-1"),
+];
+
+/// Which kind of store `Env::empty` gives: `DETAFS_TEST_STORE=s3` runs the
+/// same tests against S3.
+pub fn s3_by_default() -> bool {
+    std::env::var("DETAFS_TEST_STORE").is_ok_and(|v| v == "s3")
+}
+
+/// Creates a bucket on the test server; panics (never skips) when the
+/// server is not running.
+pub fn new_bucket() -> String {
+    let bucket = format!("t{}", hex::encode(rand::random::<[u8; 8]>()));
+    let out = Command::new("curl")
+        .args(["-fsS", "-X", "PUT", &format!("{S3_ENDPOINT}/{bucket}")])
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "cannot create a bucket on the S3 test server at {S3_ENDPOINT} ({}); start it with scripts/localstack.sh",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    bucket
+}
+
+/// Raw access to the objects of one store.
+pub struct Objects {
+    store: Arc<dyn ObjectStore>,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Objects {
+    pub fn local(dir: &Path) -> Objects {
+        std::fs::create_dir_all(dir).unwrap();
+        Objects::new(Arc::new(LocalFileSystem::new_with_prefix(dir).unwrap()))
+    }
+
+    /// The bucket's objects under `prefix` (which must match the store URL's).
+    pub fn s3(bucket: &str, prefix: &str) -> Objects {
+        let s3 = AmazonS3Builder::new()
+            .with_endpoint(S3_ENDPOINT)
+            .with_allow_http(true)
+            .with_bucket_name(bucket)
+            .with_region("us-east-1")
+            .with_access_key_id("test")
+            .with_secret_access_key("test")
+            .build()
+            .unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(s3);
+        Objects::new(if prefix.is_empty() {
+            store
+        } else {
+            Arc::new(object_store::prefix::PrefixStore::new(store, prefix))
+        })
+    }
+
+    fn new(store: Arc<dyn ObjectStore>) -> Objects {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        Objects { store, rt }
+    }
+
+    /// (key, size) of every object under `prefix`, sorted by key.
+    pub fn list(&self, prefix: &str) -> Vec<(String, u64)> {
+        use futures::TryStreamExt;
+        let p = Key::from(prefix);
+        let mut out: Vec<_> = self
+            .rt
+            .block_on(self.store.list(Some(&p)).try_collect::<Vec<_>>())
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.location.to_string(), m.size))
+            .collect();
+        out.sort();
+        out
+    }
+
+    pub fn read(&self, key: &str) -> Vec<u8> {
+        let k = Key::from(key);
+        self.rt
+            .block_on(async { self.store.get(&k).await?.bytes().await })
+            .unwrap_or_else(|e| panic!("read {key}: {e}"))
+            .to_vec()
+    }
+
+    pub fn exists(&self, key: &str) -> bool {
+        self.rt.block_on(self.store.head(&Key::from(key))).is_ok()
+    }
+
+    pub fn write(&self, key: &str, data: Vec<u8>) {
+        self.rt
+            .block_on(self.store.put(&Key::from(key), PutPayload::from(data)))
+            .unwrap();
+    }
+
+    pub fn delete(&self, key: &str) {
+        self.rt
+            .block_on(self.store.delete(&Key::from(key)))
+            .unwrap();
+    }
+
+    /// The largest object under `prefix`.
+    pub fn largest(&self, prefix: &str) -> String {
+        let mut all = self.list(prefix);
+        all.sort_by_key(|(_, size)| *size);
+        all.pop().expect("no objects").0
+    }
+}
