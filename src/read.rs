@@ -105,7 +105,8 @@ fn export_tree(repo: &Repo, tree: &BlobRef, dir: &Path, progress: &ProgressBar) 
 /// files committed together lie back to back in a pack, so a batch of small
 /// files costs one range read, not one per file.
 fn export_files(repo: &Repo, files: &[(PathBuf, &Node)], progress: &ProgressBar) -> Result<()> {
-    let create = |path: &Path| std::fs::File::create(path).map_err(|e| Error::io(path.display(), e));
+    let create =
+        |path: &Path| std::fs::File::create(path).map_err(|e| Error::io(path.display(), e));
     let mut rest = files;
     while let Some((first, _)) = rest.first() {
         let mut n = 0;
@@ -127,7 +128,11 @@ fn export_files(repo: &Repo, files: &[(PathBuf, &Node)], progress: &ProgressBar)
             })?;
         } else {
             // Fetched in store order, written in name order.
-            let mut refs: Vec<BlobRef> = batch.iter().flat_map(|(_, n)| chunks_of(n)).copied().collect();
+            let mut refs: Vec<BlobRef> = batch
+                .iter()
+                .flat_map(|(_, n)| chunks_of(n))
+                .copied()
+                .collect();
             refs.sort_by_key(|r| (r.pack, r.offset));
             refs.dedup();
             let mut data = HashMap::with_capacity(refs.len());
@@ -137,7 +142,8 @@ fn export_files(repo: &Repo, files: &[(PathBuf, &Node)], progress: &ProgressBar)
             for (path, node) in batch {
                 let mut f = create(path)?;
                 for r in chunks_of(node) {
-                    f.write_all(&data[&r.id]).map_err(|e| Error::io(path.display(), e))?;
+                    f.write_all(&data[&r.id])
+                        .map_err(|e| Error::io(path.display(), e))?;
                 }
             }
         }

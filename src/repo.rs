@@ -66,22 +66,21 @@ impl Repo {
     /// Opens an initialised store. The embedded default store is created on
     /// first use, so a new user needs no configuration.
     pub fn open(opts: &Options) -> Result<Repo> {
-        let (store, info) = match &opts.store {
-            Some(url) => {
-                let store = Store::open(url, false, opts.store_timeout)?;
-                let info = store.info()?;
-                (store, info)
-            }
+        let store = match &opts.store {
+            Some(url) => Store::open(url, false, opts.store_timeout)?,
             None => {
-                let store = Store::open(
-                    &default_store().to_string_lossy(),
-                    true,
-                    opts.store_timeout,
-                )?;
-                let (info, _) = store.init()?;
-                (store, info)
+                let store =
+                    Store::open(&default_store().to_string_lossy(), true, opts.store_timeout)?;
+                store.init()?;
+                store
             }
         };
+        Repo::with_store(store, opts)
+    }
+
+    /// A repo over an already opened store (`opts.store` is not used).
+    pub fn with_store(store: Store, opts: &Options) -> Result<Repo> {
+        let info = store.info()?;
         let dir = opts
             .cache_dir
             .clone()

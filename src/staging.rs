@@ -192,6 +192,7 @@ impl Staging {
             )?;
             st.set_base(base.map_or(0, |b| b.version))?;
         }
+        st.adopt_landed(&records)?;
         Ok(st)
     }
 
@@ -204,6 +205,51 @@ impl Staging {
             })
             .optional()?
             .unwrap_or(0))
+    }
+
+    /// The tree of a commit under way: if the process dies after the record
+    /// landed but before staging moved to it, the next open finds the record
+    /// by this tree and moves staging then (`adopt_landed`).
+    fn set_pending(&self, tree: Option<&BlobRef>) -> Result<()> {
+        match tree {
+            Some(t) => self.db.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('pending', ?1)",
+                [serde_json::to_vec(t).expect("serializable")],
+            )?,
+            None => self
+                .db
+                .execute("DELETE FROM meta WHERE key = 'pending'", [])?,
+        };
+        Ok(())
+    }
+
+    /// Moves staging to a version its own interrupted commit created.
+    fn adopt_landed(&self, records: &[Record]) -> Result<()> {
+        let pending: Option<Vec<u8>> = self
+            .db
+            .query_row("SELECT value FROM meta WHERE key = 'pending'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        let Some(pending) = pending else {
+            return Ok(());
+        };
+        let tree: BlobRef = serde_json::from_slice(&pending)
+            .map_err(|e| Error::malformed("staging's pending commit", e))?;
+        let base = self.base_version()?;
+        if let Some(r) = records
+            .iter()
+            .find(|r| r.version > base && r.tree.id == tree.id)
+        {
+            tracing::info!(
+                "an interrupted commit of {} had landed as v{}; staging follows it",
+                self.dataset,
+                r.version
+            );
+            self.set_base(r.version)?;
+            self.set_pending(None)?;
+        }
+        Ok(())
     }
 
     fn set_base(&self, version: u64) -> Result<()> {
@@ -672,6 +718,7 @@ impl Staging {
     ) -> Result<Record> {
         meta.check()?;
         let records = repo.sync(&self.dataset)?;
+        self.adopt_landed(&records)?;
         let base_version = self.base_version()?;
         let base = records.iter().find(|r| r.version == base_version).cloned();
         if let Some(b) = &base {
@@ -680,10 +727,12 @@ impl Staging {
         let mut scanner = Scanner::new(repo, progress);
         let mut uppers = HashMap::new();
         let ours = self.build(&mut scanner, ROOT, &mut uppers)?;
+        self.set_pending(Some(&ours))?;
         let record = commit::publish(repo, meta, scanner, base, ours)?;
         // The version is durable; bring staging to it. Failures from here on
         // leave staged data in place (it is in the version too).
         self.after_commit(repo, &ours, &record, uppers, open)?;
+        self.set_pending(None)?;
         Ok(record)
     }
 

@@ -41,7 +41,12 @@ struct Cli {
     cache_size: bytesize::ByteSize,
     /// How long one operation on a remote store may keep retrying through
     /// failures before it gives up, e.g. 30s or 5m.
-    #[arg(long, global = true, env = "DETAFS_STORE_TIMEOUT", default_value = "60s")]
+    #[arg(
+        long,
+        global = true,
+        env = "DETAFS_STORE_TIMEOUT",
+        default_value = "60s"
+    )]
     store_timeout: humantime::Duration,
     #[command(subcommand)]
     command: Command,

@@ -13,8 +13,8 @@ use futures::TryStreamExt;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use serde::{Deserialize, Serialize};
 use retry::{Health, HealthReport, Policy};
+use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
@@ -180,7 +180,8 @@ impl Store {
             detail: if !created {
                 "a fresh probe key was reported as existing".into()
             } else {
-                "a second create of the same key succeeded: it ignores If-None-Match and overwrites".into()
+                "a second create of the same key succeeded: it ignores If-None-Match and overwrites"
+                    .into()
             },
         })
     }
@@ -218,9 +219,9 @@ impl Store {
     /// Whole object, or `None` if it does not exist.
     pub fn get(&self, key: &str) -> Result<Option<Bytes>> {
         let path = Path::from(key);
-        let res = self.rt.block_on(self.call(key, || async {
-            self.inner.get(&path).await?.bytes().await
-        }));
+        let res = self
+            .rt
+            .block_on(self.call(key, || async { self.inner.get(&path).await?.bytes().await }));
         match res {
             Ok(b) => Ok(Some(b)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -373,11 +374,7 @@ impl Store {
 
 impl Store {
     /// Runs one store operation under this store's retry policy.
-    async fn call<T, F>(
-        &self,
-        key: &str,
-        op: impl FnMut() -> F,
-    ) -> object_store::Result<T>
+    async fn call<T, F>(&self, key: &str, op: impl FnMut() -> F) -> object_store::Result<T>
     where
         F: Future<Output = object_store::Result<T>>,
     {

@@ -12,7 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Opens `scheme://bucket/prefix`. Nothing is requested from the store yet.
-pub(super) fn open(url: &str, scheme: &str, rest: &str, policy: &Policy) -> Result<Arc<dyn ObjectStore>> {
+pub(super) fn open(
+    url: &str,
+    scheme: &str,
+    rest: &str,
+    policy: &Policy,
+) -> Result<Arc<dyn ObjectStore>> {
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let prefix = prefix.trim_matches('/');
     if bucket.is_empty() {
@@ -33,8 +38,14 @@ pub(super) fn open(url: &str, scheme: &str, rest: &str, policy: &Policy) -> Resu
                 b = b.with_allow_http(true);
             }
             let b = b
-                .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), &timeout)
-                .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
+                .with_config(
+                    AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+                    &timeout,
+                )
+                .with_config(
+                    AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                    &connect,
+                )
                 .with_retry(http_retry(policy));
             Arc::new(b.build().map_err(|e| Error::store(url, e))?)
         }
@@ -42,7 +53,10 @@ pub(super) fn open(url: &str, scheme: &str, rest: &str, policy: &Policy) -> Resu
             let b = GoogleCloudStorageBuilder::from_env()
                 .with_url(bucket_url)
                 .with_config(GoogleConfigKey::Client(ClientConfigKey::Timeout), &timeout)
-                .with_config(GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
+                .with_config(
+                    GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                    &connect,
+                )
                 .with_retry(http_retry(policy));
             Arc::new(b.build().map_err(|e| Error::store(url, e))?)
         }
@@ -50,7 +64,10 @@ pub(super) fn open(url: &str, scheme: &str, rest: &str, policy: &Policy) -> Resu
             let b = MicrosoftAzureBuilder::from_env()
                 .with_url(bucket_url)
                 .with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), &timeout)
-                .with_config(AzureConfigKey::Client(ClientConfigKey::ConnectTimeout), &connect)
+                .with_config(
+                    AzureConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                    &connect,
+                )
                 .with_retry(http_retry(policy));
             Arc::new(b.build().map_err(|e| Error::store(url, e))?)
         }

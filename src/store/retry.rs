@@ -148,7 +148,10 @@ mod tests {
                 .saturating_mul(1 << attempt.min(16))
                 .min(MAX_BACKOFF);
             let b = backoff(attempt);
-            assert!(b <= cap && b >= cap / 2, "attempt {attempt}: {b:?} vs {cap:?}");
+            assert!(
+                b <= cap && b >= cap / 2,
+                "attempt {attempt}: {b:?} vs {cap:?}"
+            );
         }
         let spread: std::collections::HashSet<_> = (0..50).map(|_| backoff(3)).collect();
         assert!(spread.len() > 1, "jitter varies the delay");

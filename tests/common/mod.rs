@@ -2,6 +2,7 @@
 //! `detafs` binary, and a fingerprint of a directory tree.
 #![allow(dead_code)]
 
+pub mod faults;
 pub mod objects;
 
 use objects::Objects;
@@ -19,7 +20,8 @@ pub struct Env {
     pub cache: PathBuf,
     /// Raw access to the store's objects.
     pub objects: Objects,
-    pub s3: bool,
+    /// The S3 bucket holding the store, if it is on S3.
+    pub bucket: Option<String>,
 }
 
 impl Env {
@@ -49,7 +51,7 @@ impl Env {
             store: store.to_str().unwrap().to_string(),
             dir,
             cache,
-            s3: false,
+            bucket: None,
         }
     }
 
@@ -62,7 +64,22 @@ impl Env {
             objects: Objects::s3(&bucket, "store"),
             cache: dir.path().join("cache"),
             dir,
-            s3: true,
+            bucket: Some(bucket),
+        }
+    }
+
+    /// Another host using the same store: its own cache, staging and mount point.
+    pub fn other_host(&self) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        Env {
+            store: self.store.clone(),
+            objects: match &self.bucket {
+                Some(b) => Objects::s3(b, "store"),
+                None => Objects::local(Path::new(&self.store)),
+            },
+            cache: dir.path().join("cache"),
+            dir,
+            bucket: self.bucket.clone(),
         }
     }
 
@@ -80,7 +97,7 @@ impl Env {
             .env("DETAFS_CACHE", &self.cache)
             .env("DETAFS_STAGING", self.staging())
             .env_remove("FAILPOINTS");
-        if self.s3 {
+        if self.bucket.is_some() {
             c.envs(objects::S3_ENV);
         }
         c
@@ -143,7 +160,6 @@ impl Env {
     pub fn log(&self) -> Vec<serde_json::Value> {
         serde_json::from_str(&self.ok(&["log", "ds", "--json"])).unwrap()
     }
-
 }
 
 /// path → (kind, mode, mtime ns, content hash or link target); the root's own

@@ -42,6 +42,24 @@ pub fn new_bucket() -> String {
     bucket
 }
 
+/// A direct client of the test server's `bucket`, under `prefix`.
+pub fn s3_store(bucket: &str, prefix: &str) -> Arc<dyn ObjectStore> {
+    let s3 = AmazonS3Builder::new()
+        .with_endpoint(S3_ENDPOINT)
+        .with_allow_http(true)
+        .with_bucket_name(bucket)
+        .with_region("us-east-1")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .build()
+        .unwrap();
+    if prefix.is_empty() {
+        Arc::new(s3)
+    } else {
+        Arc::new(object_store::prefix::PrefixStore::new(s3, prefix))
+    }
+}
+
 /// Raw access to the objects of one store.
 pub struct Objects {
     store: Arc<dyn ObjectStore>,
@@ -56,21 +74,7 @@ impl Objects {
 
     /// The bucket's objects under `prefix` (which must match the store URL's).
     pub fn s3(bucket: &str, prefix: &str) -> Objects {
-        let s3 = AmazonS3Builder::new()
-            .with_endpoint(S3_ENDPOINT)
-            .with_allow_http(true)
-            .with_bucket_name(bucket)
-            .with_region("us-east-1")
-            .with_access_key_id("test")
-            .with_secret_access_key("test")
-            .build()
-            .unwrap();
-        let store: Arc<dyn ObjectStore> = Arc::new(s3);
-        Objects::new(if prefix.is_empty() {
-            store
-        } else {
-            Arc::new(object_store::prefix::PrefixStore::new(store, prefix))
-        })
+        Objects::new(s3_store(bucket, prefix))
     }
 
     fn new(store: Arc<dyn ObjectStore>) -> Objects {

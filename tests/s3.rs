@@ -1,0 +1,405 @@
+//! S3 as a shared store, against the LocalStack server scripts/test.sh starts
+//! on 127.0.0.1:4566: configuration errors, the conditional-create probe,
+//! commits under injected store faults, killed committers, and a fleet of
+//! hosts committing to one bucket. (The other suites also run against S3 with
+//! DETAFS_TEST_STORE=s3.)
+
+mod common;
+
+use common::faults::{Faulty, Overwriting};
+use common::objects;
+use common::{Env, fingerprint, noise};
+use detafs::commit::CommitMeta;
+use detafs::repo::{Options, Repo};
+use detafs::staging::{Kind, ROOT, Staging};
+use detafs::store::Store;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[test]
+fn bucket_problems_get_clear_errors() {
+    let env = Env::empty_s3();
+    env.objects.write("photo.jpg", b"x".to_vec());
+    let (_, err) = env.fails(&["init"]);
+    assert!(err.contains("not empty and not a detafs store"), "{err}");
+
+    let bucket = env.bucket.clone().unwrap();
+    let fresh = format!("s3://{bucket}/elsewhere");
+    let (_, err) = env.fails(&["--store", &fresh, "dataset", "list"]);
+    assert!(err.contains("is not a detafs store"), "{err}");
+
+    let (_, err) = env.fails(&["--store", "s3://", "dataset", "list"]);
+    assert!(err.contains("no bucket"), "{err}");
+
+    // https is verified: LocalStack's self-signed certificate is refused.
+    let out = env
+        .command()
+        .args(["--store", &fresh, "--store-timeout", "3s", "init"])
+        .env("AWS_ENDPOINT_URL", "https://127.0.0.1:4566")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a self-signed certificate was accepted"
+    );
+    assert!(err.to_lowercase().contains("certificate"), "{err}");
+    assert!(
+        env.objects.list("").len() == 1,
+        "nothing was written: {:?}",
+        env.objects.list("")
+    );
+}
+
+#[test]
+fn the_probe_refuses_a_store_that_ignores_conditional_create() {
+    let bucket = objects::new_bucket();
+    let raw = objects::s3_store(&bucket, "");
+    let honest =
+        Store::from_object_store(raw.clone(), "s3://honest", Duration::from_secs(5)).unwrap();
+    honest.probe().unwrap();
+    assert!(
+        objects::Objects::s3(&bucket, "").list("probes").is_empty(),
+        "the probe cleans up"
+    );
+
+    let liar = Arc::new(Overwriting(raw));
+    let store = Store::from_object_store(liar, "s3://liar", Duration::from_secs(5)).unwrap();
+    let err = store.probe().unwrap_err().to_string();
+    assert!(
+        err.contains("does not honour conditional create") && err.contains("overwrites"),
+        "{err}"
+    );
+}
+
+/// The content of a version as a map (path → bytes), read with the CLI.
+fn exported(env: &Env, version: &str) -> BTreeMap<String, Vec<u8>> {
+    let out = env.path(&format!("export-{version}-{}", rand::random::<u32>()));
+    env.ok(&["export", "ds", version, out.to_str().unwrap()]);
+    let mut map = BTreeMap::new();
+    for e in std::fs::read_dir(&out).unwrap() {
+        let e = e.unwrap();
+        map.insert(
+            e.file_name().into_string().unwrap(),
+            std::fs::read(e.path()).unwrap(),
+        );
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+    map
+}
+
+#[test]
+fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
+    let env = Env::new_s3();
+    let bucket = env.bucket.clone().unwrap();
+    let faulty = Arc::new(Faulty::new(
+        objects::s3_store(&bucket, "store"),
+        0.2,
+        0xfa17,
+    ));
+    // A deadline this short lets some operations run out of retries, so
+    // both outcomes occur.
+    let store =
+        Store::from_object_store(faulty.clone(), &env.store, Duration::from_millis(150)).unwrap();
+    let opts = Options {
+        store: None,
+        cache_dir: Some(env.path("faulty-cache")),
+        cache_size: 1 << 30,
+        store_timeout: Duration::from_secs(5),
+    };
+    let repo = Repo::with_store(store, &opts).unwrap();
+    let staging_dir = env.path("faulty-staging");
+    let st = loop {
+        // Opening syncs records through the faulty store: retry like a user.
+        match Staging::open(&repo, &staging_dir, "ds") {
+            Ok(st) => break st,
+            Err(e) => eprintln!("open staging: {e}"),
+        }
+    };
+
+    let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let (mut landed, mut failed, mut ambiguous) = (0, 0, 0);
+    for round in 0..200u64 {
+        // Stage a new file, and rewrite an earlier one every third round.
+        let name = format!("r{round:03}.bin");
+        let data = noise(2000 + (round as usize * 37) % 5000, round);
+        let node = loop {
+            match st.create(&repo, ROOT, name.as_bytes(), Kind::File, 0o644, 0, 0, b"") {
+                Ok(n) => break n,
+                Err(detafs::Error::Fs { .. }) => {
+                    break st.lookup(&repo, ROOT, name.as_bytes()).unwrap().unwrap();
+                }
+                Err(e) => eprintln!("create: {e}"),
+            }
+        };
+        std::fs::write(st.upper_path(node.id), &data).unwrap();
+        model.insert(name, data);
+        if round % 3 == 2 {
+            let old = format!("r{:03}.bin", round - 2);
+            let id = st.lookup(&repo, ROOT, old.as_bytes()).unwrap().unwrap().id;
+            let path = loop {
+                match st.copy_up(&repo, id, true) {
+                    Ok(p) => break p,
+                    Err(e) => eprintln!("copy up: {e}"),
+                }
+            };
+            let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+            f.write_all(b"appended").unwrap();
+            model.get_mut(&old).unwrap().extend_from_slice(b"appended");
+        }
+        let versions_before = env.log().len();
+        let meta = CommitMeta {
+            dataset: "ds",
+            message: &format!("round {round}"),
+            author: "fault-test",
+        };
+        let res = st.commit(
+            &repo,
+            &meta,
+            &Default::default(),
+            indicatif::ProgressBar::hidden(),
+        );
+        let log = env.log();
+        match res {
+            Ok(record) => {
+                landed += 1;
+                assert_eq!(
+                    record.version as usize,
+                    versions_before + 1,
+                    "round {round}"
+                );
+                assert_eq!(log.len(), versions_before + 1, "round {round}");
+            }
+            Err(e) => {
+                assert!(
+                    log.len() == versions_before || log.len() == versions_before + 1,
+                    "round {round}: {} versions after {versions_before}",
+                    log.len()
+                );
+                if log.len() == versions_before {
+                    failed += 1;
+                } else {
+                    // The record was created but its answer lost past the deadline.
+                    ambiguous += 1;
+                }
+                eprintln!("round {round}: commit failed: {e}");
+                // Staging still holds every staged byte.
+                for (name, want) in &model {
+                    let n = loop {
+                        match st.lookup(&repo, ROOT, name.as_bytes()) {
+                            Ok(n) => break n.unwrap(),
+                            Err(e) => eprintln!("lookup: {e}"),
+                        }
+                    };
+                    if n.upper {
+                        assert_eq!(&std::fs::read(st.upper_path(n.id)).unwrap(), want);
+                    }
+                }
+            }
+        }
+        if log.len() > versions_before {
+            let v = format!("v{}", log.len());
+            assert_eq!(exported(&env, &v), model, "round {round}: {v} is not whole");
+        }
+    }
+    eprintln!(
+        "200 commits, {} faults injected: {landed} landed, {failed} failed cleanly, {ambiguous} landed with the answer lost",
+        faulty.injected.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    assert!(landed > 20 && failed > 0, "both outcomes occur");
+    // Whatever failed is garbage at worst, never an error.
+    let out = env.run(&["verify"]);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    env.ok(&["gc", "--grace", "0s"]);
+    let report = env.ok(&["verify"]);
+    assert!(!report.contains("garbage:"), "{report}");
+    // The last staged state commits fine without faults.
+    let latest = env.log().len();
+    assert_eq!(exported(&env, &format!("v{latest}")), model);
+}
+
+/// Stages `files` through a short-lived mount of `env`.
+fn stage(env: &Env, files: &[(&str, Vec<u8>)]) {
+    let m = env.mount(&[]);
+    for (name, data) in files {
+        std::fs::write(m.path(&format!("staging/{name}")), data).unwrap();
+    }
+    drop(m);
+    std::thread::sleep(Duration::from_millis(100));
+}
+
+#[test]
+fn committers_killed_at_random_moments_lose_nothing() {
+    let env = Env::new_s3();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("base.txt"), b"base").unwrap();
+    env.commit(&src, "base");
+    let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    model.insert("base.txt".into(), b"base".to_vec());
+
+    // How long a commit of staging takes here.
+    stage(&env, &[("probe.bin", noise(4_000_000, 0))]);
+    model.insert("probe.bin".into(), noise(4_000_000, 0));
+    let t = Instant::now();
+    env.ok(&["commit", "ds", "-m", "probe"]);
+    let full = t.elapsed().as_micros() as u64 + 1;
+
+    let mut seed = 0xdead_beef_u64;
+    let mut landed = 0;
+    for round in 0..50u64 {
+        let big = noise(4_000_000, round + 1);
+        let small = round.to_string().into_bytes();
+        stage(
+            &env,
+            &[
+                ("probe.bin", big.clone()),
+                (&format!("round{round}.txt"), small.clone()),
+            ],
+        );
+        model.insert("probe.bin".into(), big);
+        model.insert(format!("round{round}.txt"), small);
+        let before = env.log().len();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let mut child = env
+            .command()
+            .args(["commit", "ds", "-m"])
+            .arg(format!("round {round}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(seed % (full * 12 / 10)));
+        let _ = child.kill();
+        child.wait().unwrap();
+        let after = env.log().len();
+        assert!(after == before || after == before + 1, "round {round}");
+        if after > before {
+            landed += 1;
+            // A version that exists is whole.
+            assert_eq!(exported(&env, &format!("v{after}")), model, "round {round}");
+        }
+    }
+    eprintln!("{landed} of 50 killed commits had landed");
+    // Nothing staged was lost: one more commit gives exactly the model.
+    let out = env.run(&["commit", "ds", "-m", "after the storm"]);
+    let code = out.status.code().unwrap();
+    assert!(
+        code == 0 || code == 4,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let latest = env.log().len();
+    assert_eq!(exported(&env, &format!("v{latest}")), model);
+    let out = env.run(&["verify"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(env.ok(&["status", "ds"]).trim().is_empty());
+}
+
+/// Waits up to `limit` for `cond`; returns how long it took.
+fn within(limit: Duration, what: &str, cond: impl Fn() -> bool) -> Duration {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.elapsed()
+}
+
+#[test]
+fn a_fleet_of_two_hosts_commits_to_one_bucket_and_a_third_replays_it() {
+    let a = Env::new_s3();
+    let b = a.other_host();
+    let replayer = a.other_host();
+    let ma = a.mount(&[]);
+    let mb = b.mount(&[]);
+    const EACH: usize = 12;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // The replayer follows the history while it grows: numbers are
+        // consecutive and each record chains to the one before.
+        let watcher = s.spawn(|| {
+            let mut seen = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let log = replayer.log();
+                for (i, v) in log.iter().enumerate() {
+                    assert_eq!(v["version_id"], format!("v{}", i + 1));
+                }
+                assert!(log.len() >= seen, "history shrank");
+                seen = log.len();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let commit = &|m: &common::Mount, host: &str| {
+            for i in 0..EACH {
+                std::fs::write(
+                    m.path(&format!("staging/{host}-{i}.txt")),
+                    format!("{host} {i}"),
+                )
+                .unwrap();
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(m.path(".detafs/commit"))
+                    .unwrap();
+                f.write_all(format!("{host} commit {i}").as_bytes())
+                    .unwrap();
+            }
+        };
+        let (ra, rb) = (&ma, &mb);
+        let ta = s.spawn(move || commit(ra, "a"));
+        let tb = s.spawn(move || commit(rb, "b"));
+        ta.join().unwrap();
+        tb.join().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        watcher.join().unwrap();
+    });
+
+    let log = replayer.log();
+    assert_eq!(log.len(), 2 * EACH, "every commit appears");
+    let mut messages: Vec<String> = log
+        .iter()
+        .map(|v| v["message"].as_str().unwrap().to_string())
+        .collect();
+    messages.sort();
+    messages.dedup();
+    assert_eq!(
+        messages.len(),
+        2 * EACH,
+        "every commit appears exactly once"
+    );
+    replayer.ok(&["verify"]);
+    // Both mounts see the whole history and the same final content.
+    let last = format!("versions/v{}", 2 * EACH);
+    for m in [&ma, &mb] {
+        within(Duration::from_secs(5), "the other host's versions", || {
+            m.path(&last).exists()
+        });
+        let files = std::fs::read_dir(m.path(&last)).unwrap().count();
+        assert_eq!(files, 2 * EACH);
+        assert_eq!(fingerprint(&m.path("staging")), fingerprint(&m.path(&last)));
+    }
+
+    // A commit on one host appears on the other within its poll interval
+    // (200 ms here) plus the time to list the new record.
+    std::fs::write(ma.path("staging/late.txt"), b"late").unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(ma.path(".detafs/commit"))
+        .unwrap();
+    f.write_all(b"late").unwrap();
+    let next = format!("versions/v{}/late.txt", 2 * EACH + 1);
+    let took = within(Duration::from_secs(5), "the late version on b", || {
+        mb.path(&next).exists()
+    });
+    eprintln!("host b saw host a's commit after {took:?}");
+}
