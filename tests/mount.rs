@@ -613,3 +613,37 @@ fn a_conflicting_commit_through_the_mount_fails_with_ebusy_and_keeps_staging() {
         "M a.csv\n"
     );
 }
+
+#[test]
+fn a_deleted_object_is_eio_for_its_files_named_in_the_log_and_by_verify() {
+    let env = Env::new();
+    let (_, b) = two_versions(&env);
+    let pack = env.objects.largest("packs"); // v2's big.bin
+    env.objects.delete(&pack);
+    let m = env.mount(&[]);
+    let res = std::fs::read(m.path("versions/v2/sub/big.bin"));
+    assert_eq!(errno_of(res), libc::EIO);
+    // Files stored elsewhere (unchanged since v1) still read, and the
+    // mount keeps serving.
+    assert_eq!(
+        std::fs::read(m.path("versions/v2/sub/deeper/note.txt")).unwrap(),
+        std::fs::read(b.join("sub/deeper/note.txt")).unwrap()
+    );
+    assert!(m.path("versions/v1/sub/big.bin").exists());
+    assert!(m.alive());
+    let log = m.log();
+    let pack_name = pack.rsplit('/').next().unwrap();
+    assert!(
+        log.contains("versions/v2/sub/big.bin")
+            && log.contains("missing")
+            && log.contains(pack_name),
+        "daemon log: {log}"
+    );
+    let out = env.run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(&pack) && report.contains("v2:ds/sub/big.bin"),
+        "{report}"
+    );
+}
