@@ -3,8 +3,13 @@
 # unless one already answers there. The S3 tests and benchmarks run against it:
 # it is the S3 server runnable here that honours conditional create under races.
 # Prints nothing on success; exits non-zero with LocalStack's log otherwise.
+# LOCALSTACK_LISTEN, LOCALSTACK_DATA and LOCALSTACK_PIDFILE let a test run a
+# second one (in a network namespace of its own).
 set -euo pipefail
-ENDPOINT=http://127.0.0.1:4566
+LISTEN=${LOCALSTACK_LISTEN:-127.0.0.1:4566}
+DATA=${LOCALSTACK_DATA:-/var/tmp/localstack-s3}
+PIDFILE=${LOCALSTACK_PIDFILE:-/tmp/localstack.pid}
+ENDPOINT=http://127.0.0.1:${LISTEN##*:}
 healthy() { curl -fs "$ENDPOINT/_localstack/health" 2>/dev/null | grep -q '"s3": "\(running\|available\)"'; }
 healthy && exit 0
 
@@ -23,15 +28,14 @@ if ! [ -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import localstack' 2>
     "localstack-core[runtime]==2026.3.0" "cbor2<6" "pyopenssl<25" "cryptography<45" \
     "service_identity<24.3" "joserfc<1.1"
 fi
-DATA=/var/tmp/localstack-s3
 mkdir -p "$DATA"
-GATEWAY_LISTEN=127.0.0.1:4566 SERVICES=s3 EAGER_SERVICE_LOADING=1 DISABLE_EVENTS=1 \
+GATEWAY_LISTEN=$LISTEN SERVICES=s3 EAGER_SERVICE_LOADING=1 DISABLE_EVENTS=1 \
 SKIP_SSL_CERT_DOWNLOAD=1 LOCALSTACK_VOLUME_DIR=$DATA FILESYSTEM_ROOT=$DATA \
   setsid nohup "$VENV/bin/python" -m localstack.runtime.main >"$DATA/localstack.log" 2>&1 </dev/null &
-echo $! >/tmp/localstack.pid
+echo $! >"$PIDFILE"
 for _ in $(seq 1 300); do
   healthy && exit 0
-  kill -0 "$(cat /tmp/localstack.pid)" 2>/dev/null || break
+  kill -0 "$(cat "$PIDFILE")" 2>/dev/null || break
   sleep 0.2
 done
 echo "LocalStack did not start:" >&2

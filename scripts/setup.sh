@@ -12,6 +12,9 @@ command -v bc >/dev/null || missing+=(bc)
 command -v fusermount3 >/dev/null || missing+=(fuse3)
 command -v rsync >/dev/null || missing+=(rsync)
 command -v sqlite3 >/dev/null || missing+=(sqlite3)
+command -v curl >/dev/null || missing+=(curl)
+command -v ip >/dev/null || missing+=(iproute2)
+command -v iptables >/dev/null || missing+=(iptables)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}" >&2
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -615,9 +615,11 @@ impl Staging {
     }
 
     /// Staged changes against the base version, like `git status --porcelain`.
+    /// Works offline: the base version is known locally (staging was built on it).
     pub fn status(&self, repo: &Repo) -> Result<Vec<(char, String)>> {
         let base = repo
-            .sync(&self.dataset)?
+            .index
+            .records(&self.dataset)?
             .into_iter()
             .find(|r| r.version == self.base_version().unwrap_or(0))
             .map(|r| r.tree);

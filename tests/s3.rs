@@ -56,13 +56,15 @@ fn bucket_problems_get_clear_errors() {
 
 #[test]
 fn the_probe_refuses_a_store_that_ignores_conditional_create() {
-    let bucket = objects::new_bucket();
-    let raw = objects::s3_store(&bucket, "");
+    let bucket = objects::new_bucket(objects::S3_ENDPOINT);
+    let raw = objects::s3_store(objects::S3_ENDPOINT, &bucket, "");
     let honest =
         Store::from_object_store(raw.clone(), "s3://honest", Duration::from_secs(5)).unwrap();
     honest.probe().unwrap();
     assert!(
-        objects::Objects::s3(&bucket, "").list("probes").is_empty(),
+        objects::Objects::s3(objects::S3_ENDPOINT, &bucket, "")
+            .list("probes")
+            .is_empty(),
         "the probe cleans up"
     );
 
@@ -96,7 +98,7 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
     let env = Env::new_s3();
     let bucket = env.bucket.clone().unwrap();
     let faulty = Arc::new(Faulty::new(
-        objects::s3_store(&bucket, "store"),
+        objects::s3_store(objects::S3_ENDPOINT, &bucket, "store"),
         0.2,
         0xfa17,
     ));

@@ -179,6 +179,23 @@ enum DatasetCmd {
     List,
 }
 
+/// The error and its causes on one line, each cause said once: library
+/// errors already quote their source, which the chain lists again.
+fn report(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match execute(cli) {
@@ -189,7 +206,7 @@ pub fn run() -> ExitCode {
                 Some(Error::NothingToCommit(_)) => EXIT_NOTHING,
                 _ => 1,
             };
-            eprintln!("detafs: {err:#}");
+            eprintln!("detafs: {}", report(&err));
             ExitCode::from(code)
         }
     }

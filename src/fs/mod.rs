@@ -277,6 +277,11 @@ impl MountFs {
     ) -> Result<MountFs> {
         let versions = repo.sync(dataset)?;
         let repo = Arc::new(repo);
+        if let (Some(_), Some(latest)) = (&staging, versions.last()) {
+            // Staging stands on the latest version's trees: have them at hand
+            // (and in the disk cache) before the store is ever unreachable.
+            prefetch_trees(repo.clone(), latest.tree, Arc::new(AtomicUsize::new(0)));
+        }
         let chunks = ChunkCache::new(repo.clone(), CHUNK_CACHE_BYTES);
         Ok(MountFs {
             repo,

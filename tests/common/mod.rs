@@ -22,6 +22,8 @@ pub struct Env {
     pub objects: Objects,
     /// The S3 bucket holding the store, if it is on S3.
     pub bucket: Option<String>,
+    /// The S3 server's endpoint (when `bucket` is set).
+    pub endpoint: String,
 }
 
 impl Env {
@@ -52,19 +54,26 @@ impl Env {
             dir,
             cache,
             bucket: None,
+            endpoint: String::new(),
         }
     }
 
     /// A fresh bucket on the S3 test server; the store lives under a prefix.
     pub fn empty_s3() -> Env {
+        Env::empty_s3_at(objects::S3_ENDPOINT)
+    }
+
+    /// A fresh bucket on the S3 server at `endpoint`.
+    pub fn empty_s3_at(endpoint: &str) -> Env {
         let dir = tempfile::tempdir().unwrap();
-        let bucket = objects::new_bucket();
+        let bucket = objects::new_bucket(endpoint);
         Env {
             store: format!("s3://{bucket}/store"),
-            objects: Objects::s3(&bucket, "store"),
+            objects: Objects::s3(endpoint, &bucket, "store"),
             cache: dir.path().join("cache"),
             dir,
             bucket: Some(bucket),
+            endpoint: endpoint.to_string(),
         }
     }
 
@@ -74,12 +83,13 @@ impl Env {
         Env {
             store: self.store.clone(),
             objects: match &self.bucket {
-                Some(b) => Objects::s3(b, "store"),
+                Some(b) => Objects::s3(&self.endpoint, b, "store"),
                 None => Objects::local(Path::new(&self.store)),
             },
             cache: dir.path().join("cache"),
             dir,
             bucket: self.bucket.clone(),
+            endpoint: self.endpoint.clone(),
         }
     }
 
@@ -98,7 +108,8 @@ impl Env {
             .env("DETAFS_STAGING", self.staging())
             .env_remove("FAILPOINTS");
         if self.bucket.is_some() {
-            c.envs(objects::S3_ENV);
+            c.envs(objects::S3_ENV)
+                .env("AWS_ENDPOINT_URL", &self.endpoint);
         }
         c
     }

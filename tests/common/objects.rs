@@ -26,26 +26,26 @@ pub fn s3_by_default() -> bool {
     std::env::var("DETAFS_TEST_STORE").is_ok_and(|v| v == "s3")
 }
 
-/// Creates a bucket on the test server; panics (never skips) when the
-/// server is not running.
-pub fn new_bucket() -> String {
+/// Creates a bucket on the test server at `endpoint`; panics (never
+/// skips) when the server is not running.
+pub fn new_bucket(endpoint: &str) -> String {
     let bucket = format!("t{}", hex::encode(rand::random::<[u8; 8]>()));
     let out = Command::new("curl")
-        .args(["-fsS", "-X", "PUT", &format!("{S3_ENDPOINT}/{bucket}")])
+        .args(["-fsS", "-X", "PUT", &format!("{endpoint}/{bucket}")])
         .output()
         .expect("curl");
     assert!(
         out.status.success(),
-        "cannot create a bucket on the S3 test server at {S3_ENDPOINT} ({}); start it with scripts/localstack.sh",
+        "cannot create a bucket on the S3 test server at {endpoint} ({}); start it with scripts/localstack.sh",
         String::from_utf8_lossy(&out.stderr).trim()
     );
     bucket
 }
 
-/// A direct client of the test server's `bucket`, under `prefix`.
-pub fn s3_store(bucket: &str, prefix: &str) -> Arc<dyn ObjectStore> {
+/// A direct client of `bucket` on the test server at `endpoint`, under `prefix`.
+pub fn s3_store(endpoint: &str, bucket: &str, prefix: &str) -> Arc<dyn ObjectStore> {
     let s3 = AmazonS3Builder::new()
-        .with_endpoint(S3_ENDPOINT)
+        .with_endpoint(endpoint)
         .with_allow_http(true)
         .with_bucket_name(bucket)
         .with_region("us-east-1")
@@ -73,8 +73,8 @@ impl Objects {
     }
 
     /// The bucket's objects under `prefix` (which must match the store URL's).
-    pub fn s3(bucket: &str, prefix: &str) -> Objects {
-        Objects::new(s3_store(bucket, prefix))
+    pub fn s3(endpoint: &str, bucket: &str, prefix: &str) -> Objects {
+        Objects::new(s3_store(endpoint, bucket, prefix))
     }
 
     fn new(store: Arc<dyn ObjectStore>) -> Objects {
