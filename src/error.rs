@@ -67,6 +67,11 @@ pub enum Error {
     Conflict { winner: u64, paths: Vec<String> },
     #[error("nothing to commit: the content equals v{0}")]
     NothingToCommit(u64),
+    #[error(
+        "the commit ran longer than {} (gc's safety window), so some of its objects may have been collected; nothing was committed: commit again, or in smaller parts",
+        humantime::format_duration(*.0)
+    )]
+    CommitTooLong(std::time::Duration),
     #[error("gave up claiming a version number after {0} attempts")]
     TooManyRetries(u32),
     /// A file-system operation that cannot be done as asked (mapped to an errno by the mount).

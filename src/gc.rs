@@ -12,6 +12,11 @@ use indicatif::ProgressBar;
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
+/// A commit whose first upload is older than this gives up before its
+/// commit point, so gc with a grace at least this long never deletes objects
+/// of a commit that then lands.
+pub const MAX_COMMIT_AGE: Duration = Duration::from_secs(12 * 3600);
+
 /// Packs reached by any version of any dataset. Fails if any tree cannot be
 /// read: deleting on a partial view could delete live data.
 pub fn reachable_packs(repo: &Repo) -> Result<HashSet<ObjectId>> {

@@ -405,3 +405,52 @@ fn a_fleet_of_two_hosts_commits_to_one_bucket_and_a_third_replays_it() {
     });
     eprintln!("host b saw host a's commit after {took:?}");
 }
+
+#[test]
+fn gc_on_another_host_spares_a_commit_in_flight() {
+    let a = Env::new_s3();
+    let b = a.other_host();
+    let src = a.path("src");
+    common::sample_tree(&src, 3);
+    a.commit(&src, "one");
+    std::fs::write(src.join("new.bin"), noise(3_000_000, 9)).unwrap();
+    // Host a uploads its packs, then pauses just before its commit point.
+    let committing = a
+        .commit_command(&src, "in flight", "before-record=sleep(4000)")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut in_flight = Vec::new();
+    let t = Instant::now();
+    while in_flight.is_empty() && t.elapsed() < Duration::from_secs(3) {
+        let dry = b.ok(&["gc", "--grace", "0s", "--dry-run"]);
+        in_flight = dry.lines().map(str::to_string).collect();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !in_flight.is_empty(),
+        "the commit's packs are unreachable while in flight"
+    );
+    // gc with a grace longer than the commit deletes none of them.
+    let out = b.ok(&["gc"]);
+    assert!(out.trim().is_empty(), "{out}");
+    let out = committing.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(a.log().len(), 2);
+    let report = b.ok(&["verify"]);
+    assert!(
+        !report.contains("garbage:") && !report.contains("missing"),
+        "{report}"
+    );
+    let read = b.run(&["cat", "ds", "v2", "new.bin"]).stdout;
+    assert_eq!(
+        read,
+        noise(3_000_000, 9),
+        "host b reads what host a committed"
+    );
+}

@@ -128,8 +128,9 @@ enum Command {
     },
     /// Delete objects no version reaches, older than the grace period.
     Gc {
-        /// e.g. 1h, 30m, 0s.
-        #[arg(long, default_value = "1h")]
+        /// Spare unreachable objects younger than this, e.g. 24h, 30m, 0s.
+        /// Below 12h, commits running on other hosts may lose objects.
+        #[arg(long, default_value = "24h")]
         grace: humantime::Duration,
         /// List what would be deleted, delete nothing.
         #[arg(long)]
@@ -335,6 +336,12 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Gc { grace, dry_run } => {
+            if std::time::Duration::from(grace) < gc::MAX_COMMIT_AGE {
+                eprintln!(
+                    "warning: a grace below {} can delete objects of commits still running on other hosts",
+                    humantime::format_duration(gc::MAX_COMMIT_AGE)
+                );
+            }
             let repo = open()?;
             let pb = bar(0, "gc");
             let doomed = gc::gc(&repo, grace.into(), dry_run, &pb)?;

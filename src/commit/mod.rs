@@ -8,6 +8,7 @@
 pub mod scan;
 
 use crate::error::{Error, Result};
+use crate::gc;
 use crate::id::ObjectId;
 use crate::repo::Repo;
 use crate::snapshot::diff::{self, ChangeKind, TreeSource};
@@ -99,6 +100,7 @@ pub fn publish(
     }
     repo.check_store(false)?;
     let stat_rows = std::mem::take(&mut scanner.stat_rows);
+    let started = scanner.started;
     // Everything a record reaches must be durable before the record exists.
     let mut bytes_added = scanner.finish()?;
     let base_version = base.as_ref().map_or(0, |b| b.version);
@@ -143,6 +145,10 @@ pub fn publish(
             },
         };
         let body = record.encode();
+        if started.elapsed() > gc::MAX_COMMIT_AGE {
+            // gc elsewhere may have collected this commit's first packs.
+            return Err(Error::CommitTooLong(gc::MAX_COMMIT_AGE));
+        }
         fail::fail_point!("before-record");
         if repo
             .store

@@ -32,6 +32,8 @@ pub struct Scanner<'r> {
     /// a later write in the same timestamp tick would go unnoticed.
     racy_after_ns: i64,
     progress: ProgressBar,
+    /// When this commit began uploading (see `gc::MAX_COMMIT_AGE`).
+    pub started: std::time::Instant,
 }
 
 fn mtime_of(m: &Metadata) -> Mtime {
@@ -61,6 +63,7 @@ impl<'r> Scanner<'r> {
             stat_rows: Vec::new(),
             racy_after_ns: now_ns - 2_000_000_000,
             progress,
+            started: std::time::Instant::now(),
         }
     }
 

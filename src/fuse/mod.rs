@@ -85,6 +85,7 @@ pub fn errno(e: &Error) -> Errno {
         Error::Io { source, .. } => Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO)),
         Error::Conflict { .. } | Error::StagingBusy(_) => Errno::from_i32(libc::EBUSY),
         Error::NothingToCommit(_) => Errno::from_i32(libc::ENODATA),
+        Error::CommitTooLong(_) => Errno::from_i32(libc::ETIMEDOUT),
         Error::InvalidInput(_) => Errno::from_i32(libc::EINVAL),
         Error::NoDataset(_) | Error::NoVersion { .. } | Error::NoPath { .. } => {
             Errno::from_i32(libc::ENOENT)
