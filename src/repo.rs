@@ -147,19 +147,20 @@ impl Repo {
     /// Indexes records newer than the newest one indexed; returns the newest
     /// version now known.
     pub fn fetch_new_records(&self, name: &str) -> Result<u64> {
-        self.check_dataset(name)?;
         let known = self.index.latest_version(name)?;
         let offset = (known > 0).then(|| keys::record(name, known));
-        for listed in self.store.list(&keys::records(name), offset.as_deref())? {
-            let Some(bytes) = self.store.get(&listed.key)? else {
-                continue;
-            };
-            let record = Record::decode(&bytes, &listed.key)?;
-            if keys::record(name, record.version) != listed.key || record.dataset != name {
-                return Err(Error::malformed(
-                    &listed.key,
-                    "record does not match its key",
-                ));
+        let listed = self.store.list(&keys::records(name), offset.as_deref())?;
+        if known == 0 && listed.is_empty() {
+            // No records: is there a dataset at all? (A poll that finds
+            // nothing new costs one LIST, nothing more.)
+            self.check_dataset(name)?;
+        }
+        let keys: Vec<String> = listed.into_iter().map(|l| l.key).collect();
+        for (key, bytes) in keys.iter().zip(self.store.get_many(&keys)?) {
+            let Some(bytes) = bytes else { continue };
+            let record = Record::decode(&bytes, key)?;
+            if keys::record(name, record.version) != *key || record.dataset != name {
+                return Err(Error::malformed(key, "record does not match its key"));
             }
             self.index
                 .insert_record(name, record.version, ObjectId::of(&bytes), &bytes)?;

@@ -69,6 +69,8 @@ pub mod keys {
 /// Blocking requests (e.g. from the mount) in flight at once; also the
 /// runtime's blocking threads, each of which holds on to some heap.
 const WORK_PERMITS: usize = 16;
+/// Small objects (records) fetched at once by `get_many`.
+const PARALLEL_GETS: usize = 16;
 
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
@@ -218,10 +220,22 @@ impl Store {
 
     /// Whole object, or `None` if it does not exist.
     pub fn get(&self, key: &str) -> Result<Option<Bytes>> {
+        self.rt.block_on(self.fetch(key))
+    }
+
+    /// Whole objects, fetched several at a time; `None` for missing ones.
+    pub fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Bytes>>> {
+        use futures::StreamExt;
+        let fetches = futures::stream::iter(keys.iter().map(|k| self.fetch(k)));
+        self.rt
+            .block_on(fetches.buffered(PARALLEL_GETS).try_collect())
+    }
+
+    async fn fetch(&self, key: &str) -> Result<Option<Bytes>> {
         let path = Path::from(key);
         let res = self
-            .rt
-            .block_on(self.call(key, || async { self.inner.get(&path).await?.bytes().await }));
+            .call(key, || async { self.inner.get(&path).await?.bytes().await })
+            .await;
         match res {
             Ok(b) => Ok(Some(b)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
