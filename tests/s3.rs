@@ -77,6 +77,44 @@ fn the_probe_refuses_a_store_that_ignores_conditional_create() {
     );
 }
 
+#[test]
+fn a_real_server_that_overwrites_is_refused() {
+    // s3rver (scripts/s3rver.sh, 127.0.0.1:4568) ignores If-None-Match.
+    let env = Env::empty_local();
+    let prefix = format!("p{}", rand::random::<u32>());
+    let out = env
+        .command()
+        .args(["--store", &format!("s3://liar/{prefix}"), "init"])
+        .envs(objects::S3_ENV)
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:4568")
+        .env("AWS_ACCESS_KEY_ID", "S3RVER")
+        .env("AWS_SECRET_ACCESS_KEY", "S3RVER")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "init accepted an overwriting store");
+    assert!(
+        err.contains("does not honour conditional create") && err.contains("overwrites"),
+        "{err}"
+    );
+    let listing = std::process::Command::new("curl")
+        .args([
+            "-fsS",
+            &format!("http://127.0.0.1:4568/liar?prefix={prefix}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        listing.status.success(),
+        "s3rver is not running (scripts/s3rver.sh)"
+    );
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(
+        !listing.contains("<Key>"),
+        "init left objects behind: {listing}"
+    );
+}
+
 /// The content of a version as a map (path → bytes), read with the CLI.
 fn exported(env: &Env, version: &str) -> BTreeMap<String, Vec<u8>> {
     let out = env.path(&format!("export-{version}-{}", rand::random::<u32>()));
