@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Store and commit benchmark (docs/benchmarks.md). Medians of RUNS runs, each
 # beside `openssl dgst -sha256` over the same bytes in the same run.
-#   scripts/bench.sh [RUNS] [store|mount|all]
+#   scripts/bench.sh [RUNS] [store|mount|s3|scale|all]
 #   (default 3 runs, all; BENCH_DIR default /var/tmp/detafs-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,7 @@ fi
 export DETAFS_STORE=$ROOT/store DETAFS_CACHE=$ROOT/cache
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc; }
+timed() { local t; t=$(now); "$@" >/dev/null; since "$t"; }
 results=$ROOT/results.txt; : > "$results"
 median() { python3 -c 'import statistics,sys; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
@@ -82,7 +83,6 @@ bench_mount() {
   "$BIN" init >/dev/null; "$BIN" dataset create bench >/dev/null
   "$BIN" commit bench --from "$ROOT/mwork" -m v1 >/dev/null
   local mnt=$ROOT/mnt src=$ROOT/mwork; mkdir -p "$mnt"
-  timed() { local t; t=$(now); "$@" >/dev/null; since "$t"; }
   for run in $(seq "$RUNS"); do
     mountpoint -q "$mnt" && "$BIN" umount "$mnt"
     rm -rf "$ROOT/mcopy" "$ROOT/mstaging"; sync; sleep "${BENCH_SETTLE:-40}"
@@ -133,8 +133,11 @@ print(f"| daemon peak RSS | | {med(14) / 1024:.0f} MiB | |")
 PY
 }
 
+source scripts/bench-s3.sh
 case "$WHAT" in
   store) bench_store ;;
   mount) bench_mount ;;
-  *) bench_store; bench_mount ;;
+  s3) bench_s3 ;;
+  scale) bench_scale ;;
+  *) bench_store; bench_mount; bench_s3; bench_scale ;;
 esac
