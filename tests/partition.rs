@@ -1,7 +1,8 @@
 //! A network partition between detafs and its S3 server. The server (a
 //! LocalStack of its own) runs in a network namespace this test creates,
 //! reached over a veth pair; iptables in that namespace drops its traffic.
-//! (This kernel has no `netem` qdisc, so packets are dropped, not delayed.)
+//! (This kernel has no `netem` qdisc: a partition drops packets with
+//! iptables, a slow link is a token-bucket `tbf` qdisc on both ends.)
 
 mod common;
 
@@ -76,6 +77,32 @@ impl Netns {
 
     fn endpoint(&self) -> String {
         format!("http://10.213.{}.2:4566", self.subnet)
+    }
+
+    /// Limits (or stops limiting) the link to `rate` both ways with a token
+    /// bucket: a slow, congested link.
+    fn slow(&self, rate: Option<&str>) {
+        let ns_if = format!("{}n", self.name);
+        let host_if = format!("{}h", self.name);
+        let tbf = |dev: &str| -> Vec<String> {
+            let base = [
+                "qdisc",
+                if rate.is_some() { "add" } else { "del" },
+                "dev",
+                dev,
+                "root",
+            ];
+            let mut args: Vec<String> = base.iter().map(|s| s.to_string()).collect();
+            if let Some(r) = rate {
+                args.extend(["tbf", "rate", r, "burst", "16kb", "latency", "2s"].map(String::from));
+            }
+            args
+        };
+        let ns_args = tbf(&ns_if);
+        let mut all = vec!["tc"];
+        all.extend(ns_args.iter().map(String::as_str));
+        self.exec(&all);
+        run_ok(Command::new("tc").args(tbf(&host_if)));
     }
 
     /// Drops (or stops dropping) every packet to the S3 server.
@@ -215,14 +242,24 @@ fn a_partition_degrades_the_mount_and_commits_retry_or_fail_cleanly() {
     let export = env.path("export-v3");
     env.ok(&["export", "ds", "v3", export.to_str().unwrap()]);
     assert_eq!(fingerprint(&export), fingerprint(&v3));
+    std::fs::remove_dir_all(&export).unwrap();
+    // A slow link (a latency spike for every request): the commit takes
+    // longer and lands.
+    std::fs::write(v3.join("slow.bin"), noise(2_000_000, 8)).unwrap();
+    net.slow(Some("4mbit"));
+    let t = Instant::now();
+    env.commit(&v3, "over a slow link");
+    eprintln!("commit of 2 MB over a 4 Mbit/s link took {:?}", t.elapsed());
+    net.slow(None);
+    assert_eq!(env.log().len(), 4);
     // No orphaned record: the history verifies (garbage from the failed
     // attempts is allowed; gc removes it).
     env.ok(&["verify"]);
     // The change staged during the partition commits now (rebased onto v3).
     commit_via_control(&m, "after healing").unwrap();
-    assert_eq!(env.log().len(), 4);
+    assert_eq!(env.log().len(), 5);
     assert_eq!(
-        env.ok(&["cat", "ds", "v4", "staged.txt"]),
+        env.ok(&["cat", "ds", "v5", "staged.txt"]),
         "staged",
         "staged bytes survived"
     );
