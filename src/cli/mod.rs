@@ -376,6 +376,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 read_only,
                 poll_interval: poll_interval.into(),
             };
+            mount::tune_allocator();
             mount::mount(open()?, &staging, &args)?;
         }
         Command::Umount { mountpoint } => mount::umount(&mountpoint)?,

@@ -47,6 +47,21 @@ fn is_mounted(path: &Path) -> bool {
         .any(|m| Path::new(&m.replace("\\040", " ")) == canon)
 }
 
+/// The daemon allocates and frees multi-MiB read buffers on many threads:
+/// keep them out of per-thread heaps (which glibc does not give back), so its
+/// memory stays near what its caches hold; and let the heap grow in large
+/// steps, not a page (one mprotect) at a time. Must run before any thread
+/// starts, so before the store (and its runtime) is opened.
+pub fn tune_allocator() {
+    // SAFETY: mallopt only adjusts allocator parameters.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+        libc::mallopt(libc::M_ARENA_MAX, 4);
+        libc::mallopt(libc::M_TOP_PAD, 16 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 32 << 20);
+    }
+}
+
 pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Result<()> {
     let mp = &args.mountpoint;
     if stale(mp) {
@@ -70,14 +85,6 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
     }
     if args.daemon {
         return daemonize(&repo, staging_base, args);
-    }
-    // The daemon allocates and frees multi-MiB read buffers on many threads:
-    // keep them out of per-thread heaps (which glibc does not give back), so
-    // its memory stays near what its caches hold.
-    // SAFETY: mallopt only adjusts allocator parameters.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
-        libc::mallopt(libc::M_ARENA_MAX, 4);
     }
     let dir = staging_root(&repo, staging_base, &args.name)?;
     let staging = if args.read_only {
