@@ -127,7 +127,7 @@ impl Store {
 
     /// Whether objects live elsewhere (so reads are worth caching locally).
     pub fn is_remote(&self) -> bool {
-        self.policy.retry
+        self.policy.deadline.is_some()
     }
 
     /// How the store answered lately.
@@ -410,19 +410,23 @@ where
     let mut attempt = 0;
     loop {
         let t = Instant::now();
-        let res = if policy.retry {
-            let left = policy.deadline.saturating_sub(start.elapsed());
-            tokio::time::timeout(left, op())
-                .await
-                .unwrap_or_else(|_| Err(retry::deadline_exceeded(policy.deadline)))
-        } else {
-            op().await
+        let res = match policy.deadline {
+            Some(deadline) => {
+                let left = deadline.saturating_sub(start.elapsed());
+                tokio::time::timeout(left, op())
+                    .await
+                    .unwrap_or_else(|_| Err(retry::deadline_exceeded(deadline)))
+            }
+            None => op().await,
         };
         match res {
             Err(e) if retry::transient(&e) => {
                 health.failed(&e);
                 let wait = retry::backoff(attempt);
-                if !policy.retry || start.elapsed() + wait >= policy.deadline {
+                if policy
+                    .deadline
+                    .is_none_or(|deadline| start.elapsed() + wait >= deadline)
+                {
                     return Err(e);
                 }
                 attempt += 1;

@@ -5,39 +5,35 @@
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
-/// How long one store operation may take, retries included.
+/// How long one store operation may keep retrying: `None` for local folders,
+/// which fail for lasting reasons (permissions, a full disk) and are not
+/// retried.
 #[derive(Clone, Copy, Debug)]
 pub struct Policy {
-    pub deadline: Duration,
-    /// Local folders fail for lasting reasons (permissions, a full disk):
-    /// only remote stores are retried.
-    pub retry: bool,
+    pub deadline: Option<Duration>,
 }
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(4);
+const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Policy {
-    pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
-
     pub fn local() -> Policy {
-        Policy {
-            deadline: Self::DEFAULT_DEADLINE,
-            retry: false,
-        }
+        Policy { deadline: None }
     }
 
     pub fn remote(deadline: Duration) -> Policy {
         Policy {
-            deadline,
-            retry: true,
+            deadline: Some(deadline),
         }
     }
 
     /// One HTTP request's own timeout: a stalled connection is abandoned
     /// early enough to be retried before the deadline.
     pub fn request_timeout(&self) -> Duration {
-        (self.deadline / 3).clamp(Duration::from_secs(1), Duration::from_secs(30))
+        self.deadline.map_or(MAX_REQUEST_TIMEOUT, |d| {
+            (d / 3).clamp(Duration::from_secs(1), MAX_REQUEST_TIMEOUT)
+        })
     }
 }
 
