@@ -4,28 +4,21 @@
 
 mod common;
 
-use common::{Env, fingerprint, noise, run_ok, sample_tree};
+use common::{Env, commit_via_control, fingerprint, noise, run_ok, sample_tree};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+/// Waits (up to 5 s) for `cond`.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    common::within(Duration::from_secs(5), what, cond);
+}
 
 fn errno_of<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
     r.expect_err("operation should fail")
         .raw_os_error()
         .unwrap()
-}
-
-/// Waits (up to 5 s) for `cond`.
-fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let t = Instant::now();
-    while !cond() {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A fingerprint with mtimes cut to whole seconds.
@@ -45,13 +38,6 @@ fn to_seconds(fp: std::collections::BTreeMap<Vec<u8>, String>) -> Vec<(Vec<u8>, 
             (k, parts.join(" "))
         })
         .collect()
-}
-
-fn commit_via_control(m: &common::Mount, msg: &str) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(m.path(".detafs/commit"))?;
-    f.write_all(msg.as_bytes())
 }
 
 fn two_versions(env: &Env) -> (std::path::PathBuf, std::path::PathBuf) {

@@ -6,8 +6,7 @@
 
 mod common;
 
-use common::{Env, fingerprint, noise, run_ok, sample_tree};
-use std::io::Write;
+use common::{Env, commit_via_control, fingerprint, noise, run_ok, sample_tree, within};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -128,22 +127,6 @@ impl Drop for Netns {
 
 fn health(m: &common::Mount) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(m.path(".detafs/health")).unwrap()).unwrap()
-}
-
-fn within(limit: Duration, what: &str, cond: impl Fn() -> bool) -> Duration {
-    let t = Instant::now();
-    while !cond() {
-        assert!(t.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    t.elapsed()
-}
-
-fn commit_via_control(m: &common::Mount, msg: &str) -> std::io::Result<()> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(m.path(".detafs/commit"))?
-        .write_all(msg.as_bytes())
 }
 
 #[test]

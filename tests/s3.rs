@@ -8,7 +8,7 @@ mod common;
 
 use common::faults::{Faulty, Overwriting};
 use common::objects;
-use common::{Env, fingerprint, noise};
+use common::{Env, commit_via_control, fingerprint, noise, within};
 use detafs::commit::CommitMeta;
 use detafs::repo::{Options, Repo};
 use detafs::staging::{Kind, ROOT, Staging};
@@ -346,16 +346,6 @@ fn committers_killed_at_random_moments_lose_nothing() {
     assert!(env.ok(&["status", "ds"]).trim().is_empty());
 }
 
-/// Waits up to `limit` for `cond`; returns how long it took.
-fn within(limit: Duration, what: &str, cond: impl Fn() -> bool) -> Duration {
-    let t = Instant::now();
-    while !cond() {
-        assert!(t.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    t.elapsed()
-}
-
 #[test]
 fn a_fleet_of_two_hosts_commits_to_one_bucket_and_a_third_replays_it() {
     let a = Env::new_s3();
@@ -387,12 +377,7 @@ fn a_fleet_of_two_hosts_commits_to_one_bucket_and_a_third_replays_it() {
                     format!("{host} {i}"),
                 )
                 .unwrap();
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(m.path(".detafs/commit"))
-                    .unwrap();
-                f.write_all(format!("{host} commit {i}").as_bytes())
-                    .unwrap();
+                commit_via_control(m, &format!("{host} commit {i}")).unwrap();
             }
         };
         let (ra, rb) = (&ma, &mb);
@@ -432,11 +417,7 @@ fn a_fleet_of_two_hosts_commits_to_one_bucket_and_a_third_replays_it() {
     // A commit on one host appears on the other within its poll interval
     // (200 ms here) plus the time to list the new record.
     std::fs::write(ma.path("staging/late.txt"), b"late").unwrap();
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(ma.path(".detafs/commit"))
-        .unwrap();
-    f.write_all(b"late").unwrap();
+    commit_via_control(&ma, "late").unwrap();
     let next = format!("versions/v{}/late.txt", 2 * EACH + 1);
     let took = within(Duration::from_secs(5), "the late version on b", || {
         mb.path(&next).exists()

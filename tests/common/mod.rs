@@ -325,6 +325,29 @@ impl Drop for Mount<'_> {
     }
 }
 
+/// Waits up to `limit` for `cond`; returns how long it took.
+pub fn within(
+    limit: std::time::Duration,
+    what: &str,
+    cond: impl Fn() -> bool,
+) -> std::time::Duration {
+    let t = std::time::Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    t.elapsed()
+}
+
+/// `echo MSG > .detafs/commit`: the write's result is the commit's.
+pub fn commit_via_control(m: &Mount, msg: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.path(".detafs/commit"))?
+        .write_all(msg.as_bytes())
+}
+
 pub fn run_ok(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
     assert!(
