@@ -205,11 +205,11 @@ fn open_flags(keep_cache: bool, direct_io: bool) -> FopenFlags {
 impl Filesystem for Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_readahead(1 << 20);
-        // Attributes come with directory listings when the reader wants them
-        // (`ls -l` costs no lookup per file; `find` does not pay for them).
-        let _ = config.add_capabilities(
-            fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
-        );
+        // Attributes come with every directory listing, so `ls -l` costs no
+        // lookup per file. (With READDIRPLUS_AUTO the kernel asks for them only
+        // in a listing's first batch: `ls -l` of 100,000 entries took 5.5 s,
+        // not 0.5 s; `find` measured the same either way.)
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
         Ok(())
     }
 
