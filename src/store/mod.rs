@@ -70,7 +70,7 @@ pub mod keys {
 /// runtime's blocking threads, each of which holds on to some heap.
 const WORK_PERMITS: usize = 16;
 /// Small objects (records) fetched at once by `get_many`.
-const PARALLEL_GETS: usize = 16;
+const PARALLEL_GETS: usize = 64;
 
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
