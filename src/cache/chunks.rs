@@ -70,7 +70,8 @@ impl ChunkCache {
             }
         }
         let me = self.clone();
-        self.repo.store.spawn_work(move || {
+        // Read-ahead is skipped when the pool is busy: never on this thread.
+        let _ = self.repo.store.try_spawn_work(move || {
             if let Err(e) = me.fetch(&run) {
                 tracing::debug!("read-ahead failed: {e}");
             }

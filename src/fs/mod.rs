@@ -16,7 +16,7 @@ use crate::store::pack::{self, BlobRef};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -280,7 +280,7 @@ impl MountFs {
         if let (Some(_), Some(latest)) = (&staging, versions.last()) {
             // Staging stands on the latest version's trees: have them at hand
             // (and in the disk cache) before the store is ever unreachable.
-            prefetch_trees(repo.clone(), latest.tree, Arc::new(AtomicUsize::new(0)));
+            prefetch_trees(repo.clone(), latest.tree);
         }
         let chunks = ChunkCache::new(repo.clone(), CHUNK_CACHE_BYTES);
         Ok(MountFs {
@@ -429,6 +429,30 @@ impl MountFs {
             .ok_or_else(|| Error::fs(FsError::NotFound, format!("inode {ino}")))
     }
 
+    /// `versions/vN`'s attributes and root tree (listing `versions/` does not
+    /// load any version's trees).
+    fn version_root(&self, name: &[u8]) -> Result<(Attr, BlobRef)> {
+        let record = version_name(name)
+            .and_then(|v| self.record(v))
+            .ok_or_else(|| not_found(name))?;
+        let node = Node::Dir {
+            mode: 0o555,
+            mtime: Mtime(0, 0),
+            tree: record.tree,
+        };
+        let ino = self.version_child(
+            VERSIONS,
+            name,
+            VEntry {
+                version: record.version,
+                node: node.clone(),
+                path: name_str(name).into(),
+                parent_tree: None,
+            },
+        );
+        Ok((self.version_attr(ino, &node), record.tree))
+    }
+
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
         if name.len() > staging::NAME_MAX {
             return Err(Error::fs(FsError::NameTooLong, name_str(name)));
@@ -451,32 +475,12 @@ impl MountFs {
                 if name == b"latest" && self.latest().is_some() {
                     return self.getattr(LATEST);
                 }
-                let record = version_name(name)
-                    .and_then(|v| self.record(v))
-                    .ok_or_else(|| not_found(name))?;
-                let node = Node::Dir {
-                    mode: 0o555,
-                    mtime: Mtime(0, 0),
-                    tree: record.tree,
-                };
-                if !self.repo.tree_in_memory(&record.tree) {
-                    prefetch_trees(
-                        self.repo.clone(),
-                        record.tree,
-                        Arc::new(AtomicUsize::new(0)),
-                    );
+                let (attr, tree) = self.version_root(name)?;
+                // Someone is going into this version: load its trees ahead.
+                if !self.repo.tree_in_memory(&tree) {
+                    prefetch_trees(self.repo.clone(), tree);
                 }
-                let ino = self.version_child(
-                    VERSIONS,
-                    name,
-                    VEntry {
-                        version: record.version,
-                        node: node.clone(),
-                        path: name_str(name).into(),
-                        parent_tree: None,
-                    },
-                );
-                Ok(self.version_attr(ino, &node))
+                Ok(attr)
             }
             CONTROL => control::lookup(self, name),
             _ => {
@@ -611,7 +615,7 @@ impl MountFs {
                     .collect();
                 for v in &versions {
                     let name = format!("v{v}").into_bytes();
-                    let attr = self.lookup(VERSIONS, &name)?;
+                    let (attr, _) = self.version_root(&name)?;
                     out.push(DirEntry {
                         ino: attr.ino,
                         kind: FileKind::Dir,
@@ -1128,28 +1132,29 @@ impl MountFs {
     }
 }
 
-/// Loads `root` and the trees under it into memory, in parallel, up to
-/// `PREFETCH_TREES` per version. Best effort: readers report real errors.
-fn prefetch_trees(repo: Arc<Repo>, root: BlobRef, count: Arc<AtomicUsize>) {
-    if count.fetch_add(1, Ordering::Relaxed) >= PREFETCH_TREES {
-        return;
-    }
+/// Loads `root` and the trees under it into memory in the background, a
+/// level at a time with one batched read per level, up to `PREFETCH_TREES`
+/// trees. Best effort: readers report real errors; skipped when busy.
+fn prefetch_trees(repo: Arc<Repo>, root: BlobRef) {
     let store = repo.store.clone();
-    store.spawn_work(move || {
-        let Ok(tree) = repo.tree(&root) else { return };
-        let subtrees: Vec<BlobRef> = tree
-            .entries
-            .iter()
-            .filter_map(|e| match &e.node {
-                Node::Dir { tree, .. } => Some(*tree),
-                _ => None,
-            })
-            .collect();
-        if repo.load_trees(&subtrees).is_err() {
-            return;
-        }
-        for t in subtrees {
-            prefetch_trees(repo.clone(), t, count.clone());
+    let _ = store.try_spawn_work(move || {
+        let mut level = vec![root];
+        let mut loaded = 0;
+        while !level.is_empty() && loaded < PREFETCH_TREES {
+            if repo.load_trees(&level).is_err() {
+                return;
+            }
+            loaded += level.len();
+            let mut next = Vec::new();
+            for r in &level {
+                let Ok(tree) = repo.tree(r) else { return };
+                next.extend(tree.entries.iter().filter_map(|e| match &e.node {
+                    Node::Dir { tree, .. } => Some(*tree),
+                    _ => None,
+                }));
+            }
+            next.truncate(PREFETCH_TREES.saturating_sub(loaded));
+            level = next;
         }
     });
 }

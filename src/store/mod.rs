@@ -306,14 +306,23 @@ impl Store {
     /// `WORK_PERMITS` run at once; past that the work runs on the caller's
     /// thread, which holds back the caller (the kernel's request loop).
     pub fn spawn_work(&self, work: impl FnOnce() + Send + 'static) {
+        if let Err(work) = self.try_spawn_work(work) {
+            work();
+        }
+    }
+
+    /// Like `spawn_work`, but hands the work back instead of running it here
+    /// when the pool is full: for work that may be skipped (read-ahead).
+    pub fn try_spawn_work<W: FnOnce() + Send + 'static>(&self, work: W) -> Result<(), W> {
         match self.work.clone().try_acquire_owned() {
             Ok(permit) => {
                 self.rt.spawn_blocking(move || {
                     work();
                     drop(permit);
                 });
+                Ok(())
             }
-            Err(_) => work(),
+            Err(_) => Err(work),
         }
     }
 
