@@ -70,8 +70,9 @@ impl ChunkCache {
             }
         }
         let me = self.clone();
-        // Read-ahead is skipped when the pool is busy: never on this thread.
-        let _ = self.repo.store.try_spawn_work(move || {
+        // Called on a worker (reads never run on the request thread), so a
+        // full pool makes this worker fetch ahead itself.
+        self.repo.store.spawn_work(move || {
             if let Err(e) = me.fetch(&run) {
                 tracing::debug!("read-ahead failed: {e}");
             }
