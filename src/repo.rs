@@ -71,7 +71,8 @@ impl Repo {
             None => {
                 let store =
                     Store::open(&default_store().to_string_lossy(), true, opts.store_timeout)?;
-                store.init()?;
+                // A local folder: its create is atomic, nothing to probe.
+                store.init(false)?;
                 store
             }
         };

@@ -249,8 +249,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 .clone()
                 .unwrap_or_else(|| repo::default_store().to_string_lossy().into_owned());
             let store = detafs::store::Store::open(&url, true, opts.store_timeout)?;
-            store.probe()?;
-            let (_, created) = store.init()?;
+            let (_, created) = store.init(true)?;
             println!(
                 "{} store at {url}",
                 if created { "created" } else { "already a" }

@@ -140,15 +140,23 @@ impl Store {
     }
 
     /// Creates the store marker; idempotent, refuses a location holding anything else.
-    pub fn init(&self) -> Result<(StoreInfo, bool)> {
-        if let Some(info) = self.try_info()? {
-            return Ok((info, false));
-        }
-        if let Some(first) = self.first_key()? {
+    /// With `probe`, also checks conditional create (`probe`) before writing
+    /// anything, so a refused location is left as it was.
+    pub fn init(&self, probe: bool) -> Result<(StoreInfo, bool)> {
+        let existing = self.try_info()?;
+        if existing.is_none()
+            && let Some(first) = self.first_key()?
+        {
             return Err(Error::InvalidInput(format!(
                 "{} is not empty and not a detafs store (it holds {first}); refusing to init",
                 self.url
             )));
+        }
+        if probe {
+            self.probe()?;
+        }
+        if let Some(info) = existing {
+            return Ok((info, false));
         }
         let info = StoreInfo {
             format: FORMAT,
