@@ -28,6 +28,20 @@ pub(super) fn open(
     let bucket_url = format!("{scheme}://{bucket}");
     let timeout = humantime::format_duration(policy.request_timeout()).to_string();
     let connect = humantime::format_duration(CONNECT_TIMEOUT).to_string();
+    // The same client settings for every service; each builder names them
+    // with its own key type.
+    macro_rules! build {
+        ($builder:expr, $key:path) => {
+            Arc::new(
+                $builder
+                    .with_config($key(ClientConfigKey::Timeout), &timeout)
+                    .with_config($key(ClientConfigKey::ConnectTimeout), &connect)
+                    .with_retry(http_retry(policy))
+                    .build()
+                    .map_err(|e| Error::store(url, e))?,
+            )
+        };
+    }
     let store: Arc<dyn ObjectStore> = match scheme {
         "s3" | "s3a" => {
             let mut b = AmazonS3Builder::from_env().with_url(bucket_url);
@@ -37,40 +51,16 @@ pub(super) fn open(
             {
                 b = b.with_allow_http(true);
             }
-            let b = b
-                .with_config(
-                    AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
-                    &timeout,
-                )
-                .with_config(
-                    AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
-                    &connect,
-                )
-                .with_retry(http_retry(policy));
-            Arc::new(b.build().map_err(|e| Error::store(url, e))?)
+            build!(b, AmazonS3ConfigKey::Client)
         }
-        "gs" => {
-            let b = GoogleCloudStorageBuilder::from_env()
-                .with_url(bucket_url)
-                .with_config(GoogleConfigKey::Client(ClientConfigKey::Timeout), &timeout)
-                .with_config(
-                    GoogleConfigKey::Client(ClientConfigKey::ConnectTimeout),
-                    &connect,
-                )
-                .with_retry(http_retry(policy));
-            Arc::new(b.build().map_err(|e| Error::store(url, e))?)
-        }
-        "az" | "azure" | "abfs" | "abfss" => {
-            let b = MicrosoftAzureBuilder::from_env()
-                .with_url(bucket_url)
-                .with_config(AzureConfigKey::Client(ClientConfigKey::Timeout), &timeout)
-                .with_config(
-                    AzureConfigKey::Client(ClientConfigKey::ConnectTimeout),
-                    &connect,
-                )
-                .with_retry(http_retry(policy));
-            Arc::new(b.build().map_err(|e| Error::store(url, e))?)
-        }
+        "gs" => build!(
+            GoogleCloudStorageBuilder::from_env().with_url(bucket_url),
+            GoogleConfigKey::Client
+        ),
+        "az" | "azure" | "abfs" | "abfss" => build!(
+            MicrosoftAzureBuilder::from_env().with_url(bucket_url),
+            AzureConfigKey::Client
+        ),
         _ => {
             return Err(Error::InvalidInput(format!(
                 "{url}: unsupported store scheme {scheme:?} (use a local path, file://, s3://, gs:// or az://)"
