@@ -217,11 +217,15 @@ impl Repo {
     /// lie back to back in a pack (a commit writes a folder's subtrees
     /// together), instead of one read each.
     pub fn load_trees(&self, refs: &[BlobRef]) -> Result<()> {
-        let mut todo: Vec<BlobRef> = refs
-            .iter()
-            .filter(|r| !self.tree_in_memory(r))
-            .copied()
-            .collect();
+        let mut todo = Vec::new();
+        for r in refs.iter().filter(|r| !self.tree_in_memory(r)) {
+            // Trees this host has seen come from its disk cache, not the store.
+            if self.disk.contains(&r.id) {
+                self.tree(r)?;
+            } else {
+                todo.push(*r);
+            }
+        }
         todo.sort_by_key(|r| (r.pack, r.offset));
         todo.dedup_by_key(|r| (r.pack, r.offset));
         for run in pack::runs(&todo, 8 << 20) {

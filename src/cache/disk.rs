@@ -57,6 +57,11 @@ impl DiskCache {
         self.total.load(Ordering::Relaxed)
     }
 
+    /// Whether a blob is cached (unverified: `get` checks it).
+    pub fn contains(&self, id: &ObjectId) -> bool {
+        self.path(id).exists()
+    }
+
     /// A cached blob, verified; a damaged entry is dropped and reported as a miss.
     pub fn get(&self, id: &ObjectId) -> Option<Vec<u8>> {
         let path = self.path(id);
