@@ -102,8 +102,10 @@ pub enum FsError {
     NameTooLong,
     #[error("read-only file system")]
     ReadOnly,
-    #[error("permission denied")]
+    #[error("operation not permitted")]
     NotPermitted,
+    #[error("permission denied")]
+    Denied,
 }
 
 impl Error {

@@ -2,7 +2,7 @@
 //! reaches and that are older than a grace period, so packs of a commit still
 //! in flight (on this host or another) are never touched.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::repo::Repo;
 use crate::snapshot::Node;
@@ -12,10 +12,25 @@ use indicatif::ProgressBar;
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
-/// A commit whose first upload is older than this gives up before its
-/// commit point, so gc with a grace at least this long never deletes objects
-/// of a commit that then lands.
+/// A commit whose first upload is older than this (counting the time its
+/// record create may still retry) gives up before its commit point, so gc
+/// with a grace at least this long never deletes objects of a commit that
+/// then lands.
 pub const MAX_COMMIT_AGE: Duration = Duration::from_secs(12 * 3600);
+
+/// The shortest grace gc accepts: `MAX_COMMIT_AGE` plus an hour for clocks
+/// of hosts and store that disagree.
+pub fn min_grace() -> Duration {
+    #[cfg(feature = "failpoints")]
+    if let Some(d) = std::env::var("DETAFS_TEST_GC_MIN_GRACE")
+        .ok()
+        .and_then(|v| humantime::parse_duration(&v).ok())
+    {
+        // Test builds only: the crash tests sweep debris at once.
+        return d;
+    }
+    MAX_COMMIT_AGE + Duration::from_secs(3600)
+}
 
 /// Packs reached by any version of any dataset. Fails if any tree cannot be
 /// read: deleting on a partial view could delete live data.
@@ -50,10 +65,20 @@ pub fn gc(
     dry_run: bool,
     progress: &ProgressBar,
 ) -> Result<Vec<Listed>> {
-    let reachable = reachable_packs(repo)?;
+    if grace < min_grace() {
+        return Err(Error::InvalidInput(format!(
+            "a grace of {} could delete objects of a commit still running; gc needs at least {}",
+            humantime::format_duration(grace),
+            humantime::format_duration(min_grace())
+        )));
+    }
+    // Taken before the records are read: a pack older than this whose record
+    // lands later cannot exist (its commit would have given up), however
+    // long the walk below takes.
     let cutoff = SystemTime::now()
         .checked_sub(grace)
         .unwrap_or(SystemTime::UNIX_EPOCH);
+    let reachable = reachable_packs(repo)?;
     let doomed: Vec<Listed> = repo
         .store
         .list(keys::PACKS, None)?

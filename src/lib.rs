@@ -7,10 +7,13 @@
 pub mod cache;
 pub mod commit;
 pub mod error;
+pub mod escape;
 pub mod fs;
 pub mod fuse;
 pub mod gc;
 pub mod id;
+pub mod limits;
+pub mod private;
 pub mod read;
 pub mod repo;
 pub mod snapshot;

@@ -5,6 +5,8 @@ mod cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Before any thread starts: everything detafs creates is private.
+    detafs::private::restrict_umask();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -14,6 +16,9 @@ fn main() -> ExitCode {
         .without_time()
         .with_target(false)
         .init();
+    // Test builds only (feature `failpoints`): a release binary has no
+    // failpoints and ignores FAILPOINTS.
+    #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
     cli::run()
 }

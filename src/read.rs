@@ -3,6 +3,7 @@
 use crate::error::{Error, Result};
 use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
+use crate::snapshot::walk;
 use crate::snapshot::{Mtime, Node};
 use crate::store::pack::{self, BlobRef};
 use filetime::FileTime;
@@ -11,7 +12,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Largest single range read; also bounds memory to a few times this.
@@ -59,9 +60,27 @@ fn set_mtime(path: &Path, m: Mtime, symlink: bool) -> Result<()> {
     res.map_err(|e| Error::io(path.display(), e))
 }
 
+/// How `export` treats what could be dangerous to recreate.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExportOptions {
+    /// Keep setuid and setgid bits (cleared by default, as `tar` does for
+    /// other users' archives: a committed setuid binary must not become a
+    /// root shell when root exports it).
+    pub preserve_setid: bool,
+}
+
 /// Writes a version's tree under `dest` (which must be absent or empty):
-/// contents, modes and mtimes, byte for byte.
-pub fn export(repo: &Repo, root: &BlobRef, dest: &Path, progress: &ProgressBar) -> Result<()> {
+/// contents, modes and mtimes, byte for byte. Ownership is not restored:
+/// files belong to whoever exports. A version beyond the limits of
+/// `snapshot::walk` is refused before anything is written.
+pub fn export(
+    repo: &Repo,
+    root: &BlobRef,
+    dest: &Path,
+    opts: ExportOptions,
+    progress: &ProgressBar,
+) -> Result<()> {
+    walk::expansion(repo, root)?;
     match std::fs::read_dir(dest) {
         Ok(mut it) => {
             if it.next().is_some() {
@@ -71,47 +90,78 @@ pub fn export(repo: &Repo, root: &BlobRef, dest: &Path, progress: &ProgressBar) 
                 )));
             }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(dest).map_err(|e| Error::io(dest.display(), e))?
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o777 & !crate::private::user_umask())
+            .create(dest)
+            .map_err(|e| Error::io(dest.display(), e))?,
         Err(e) => return Err(Error::io(dest.display(), e)),
     }
-    export_tree(repo, root, dest, progress)
-}
-
-fn export_tree(repo: &Repo, tree: &BlobRef, dir: &Path, progress: &ProgressBar) -> Result<()> {
-    let tree = repo.tree(tree)?;
-    let mut files = Vec::new();
-    for entry in &tree.entries {
-        let path = dir.join(OsStr::from_bytes(&entry.name));
-        match &entry.node {
-            file @ Node::File { .. } => files.push((path, file)),
-            Node::Dir { mode, mtime, tree } => {
-                std::fs::create_dir(&path).map_err(|e| Error::io(path.display(), e))?;
-                export_tree(repo, tree, &path, progress)?;
-                finish(&path, *mode, *mtime)?;
+    let mode = |m: u32| if opts.preserve_setid { m } else { m & !0o6000 };
+    // Depth first without recursion; a directory's mode and mtime are set
+    // after its contents are written (its mode may forbid writing).
+    enum Step {
+        Fill(BlobRef, PathBuf),
+        Finish(PathBuf, u32, Mtime),
+    }
+    let mut steps = vec![Step::Fill(*root, dest.to_path_buf())];
+    while let Some(step) = steps.pop() {
+        let (tree, dir) = match step {
+            Step::Finish(path, m, mtime) => {
+                finish(&path, mode(m), mtime)?;
+                continue;
             }
-            Node::Symlink { mtime, target } => {
-                std::os::unix::fs::symlink(OsStr::from_bytes(target), &path)
-                    .map_err(|e| Error::io(path.display(), e))?;
-                set_mtime(&path, *mtime, true)?;
+            Step::Fill(tree, dir) => (repo.tree(&tree)?, dir),
+        };
+        let mut files = Vec::new();
+        for entry in &tree.entries {
+            // Names are validated on decode (no '/', '.', '..' or NUL), so
+            // every path stays under `dest`.
+            let path = dir.join(OsStr::from_bytes(&entry.name));
+            match &entry.node {
+                Node::File { mode: m, .. } => files.push((path, &entry.node, mode(*m))),
+                Node::Dir {
+                    mode: m,
+                    mtime,
+                    tree,
+                } => {
+                    std::fs::create_dir(&path).map_err(|e| Error::io(path.display(), e))?;
+                    steps.push(Step::Finish(path.clone(), *m, *mtime));
+                    steps.push(Step::Fill(*tree, path));
+                }
+                Node::Symlink { mtime, target } => {
+                    std::os::unix::fs::symlink(OsStr::from_bytes(target), &path)
+                        .map_err(|e| Error::io(path.display(), e))?;
+                    set_mtime(&path, *mtime, true)?;
+                }
             }
         }
+        export_files(repo, &files, progress)?;
     }
-    export_files(repo, &files, progress)
+    Ok(())
 }
 
 /// Writes a directory's files in batches whose chunks are fetched together:
 /// files committed together lie back to back in a pack, so a batch of small
 /// files costs one range read, not one per file.
-fn export_files(repo: &Repo, files: &[(PathBuf, &Node)], progress: &ProgressBar) -> Result<()> {
-    let create =
-        |path: &Path| std::fs::File::create(path).map_err(|e| Error::io(path.display(), e));
+fn export_files(
+    repo: &Repo,
+    files: &[(PathBuf, &Node, u32)],
+    progress: &ProgressBar,
+) -> Result<()> {
+    // A new file, never one that is there (nor a symlink's target).
+    let create = |path: &Path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| Error::io(path.display(), e))
+    };
     let mut rest = files;
-    while let Some((first, _)) = rest.first() {
+    while let Some((first, _, _)) = rest.first() {
         let mut n = 0;
         let mut bytes = 0;
-        while let Some((_, node)) = rest.get(n)
+        while let Some((_, node, _)) = rest.get(n)
             && (n == 0 || bytes + node.size() <= RUN_BYTES)
         {
             bytes += node.size();
@@ -130,7 +180,7 @@ fn export_files(repo: &Repo, files: &[(PathBuf, &Node)], progress: &ProgressBar)
             // Fetched in store order, written in name order.
             let mut refs: Vec<BlobRef> = batch
                 .iter()
-                .flat_map(|(_, n)| chunks_of(n))
+                .flat_map(|(_, n, _)| chunks_of(n))
                 .copied()
                 .collect();
             refs.sort_by_key(|r| (r.pack, r.offset));
@@ -139,7 +189,7 @@ fn export_files(repo: &Repo, files: &[(PathBuf, &Node)], progress: &ProgressBar)
             for run in pack::runs(&refs, RUN_BYTES) {
                 data.extend(run.iter().map(|r| r.id).zip(repo.read_chunks(run)?));
             }
-            for (path, node) in batch {
+            for (path, node, _) in batch {
                 let mut f = create(path)?;
                 for r in chunks_of(node) {
                     f.write_all(&data[&r.id])
@@ -147,10 +197,8 @@ fn export_files(repo: &Repo, files: &[(PathBuf, &Node)], progress: &ProgressBar)
                 }
             }
         }
-        for (path, node) in batch {
-            if let Node::File { mode, mtime, .. } = node {
-                finish(path, *mode, *mtime)?;
-            }
+        for (path, node, mode) in batch {
+            finish(path, *mode, node.mtime())?;
             progress.inc(node.size());
         }
     }
@@ -169,16 +217,4 @@ fn finish(path: &Path, mode: u32, mtime: Mtime) -> Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(|e| Error::io(path.display(), e))?;
     set_mtime(path, mtime, false)
-}
-
-/// Total bytes of regular files under a tree (for progress bars).
-pub fn tree_size(repo: &Repo, tree: &BlobRef) -> Result<u64> {
-    let mut total = 0;
-    for e in &repo.tree(tree)?.entries {
-        total += match &e.node {
-            Node::Dir { tree, .. } => tree_size(repo, tree)?,
-            n => n.size(),
-        };
-    }
-    Ok(total)
 }

@@ -30,7 +30,45 @@ pub struct Repo {
     pub disk: DiskCache,
     /// This store's local index and cache (deleting it loses nothing).
     pub state_dir: PathBuf,
+    /// Names this store's local state (cache and staging folders).
+    pub state_key: String,
     trees: Mutex<LruCache<ObjectId, Arc<Tree>>>,
+}
+
+/// Local state belongs to one store: its id (from the marker, checked to be
+/// 32 hex digits) and its location, so a copy of a store made with `cp -a`,
+/// which keeps the id, never shares the original's index or staging.
+fn state_key(store: &Store) -> Result<String> {
+    let info = store.info()?;
+    let place = ObjectId::of(store.location().as_bytes()).to_hex();
+    Ok(format!("{}-{}", info.store_id, &place[..16]))
+}
+
+/// Files of a store's local state that `reindex` rebuilds: nothing else in
+/// that folder is ever deleted.
+const INDEX_FILES: [&str; 4] = [
+    "index.sqlite",
+    "index.sqlite-wal",
+    "index.sqlite-shm",
+    "probed",
+];
+
+/// Deletes a store's local index and blob cache (what `Repo::with_store`
+/// creates), so the next open rebuilds them from the store.
+pub fn reset_local_state(repo: Repo) -> Result<()> {
+    let dir = repo.state_dir.clone();
+    let blobs = repo.disk.dir().to_path_buf();
+    drop(repo);
+    for name in INDEX_FILES {
+        let path = dir.join(name);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io(path.display(), e));
+            }
+            _ => {}
+        }
+    }
+    crate::cache::disk::DiskCache::remove(&blobs)
 }
 
 /// The embedded default store, under the user's data directory.
@@ -81,13 +119,11 @@ impl Repo {
 
     /// A repo over an already opened store (`opts.store` is not used).
     pub fn with_store(store: Store, opts: &Options) -> Result<Repo> {
-        let info = store.info()?;
-        let dir = opts
-            .cache_dir
-            .clone()
-            .unwrap_or_else(default_cache)
-            .join(&info.store_id);
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        let state_key = state_key(&store)?;
+        let root = opts.cache_dir.clone().unwrap_or_else(default_cache);
+        crate::private::ensure_dir(&root)?;
+        let dir = root.join(&state_key);
+        crate::private::ensure_dir(&dir)?;
         let index = Arc::new(Index::open(&dir.join("index.sqlite"))?);
         let disk = DiskCache::open(dir.join("blobs"), opts.cache_size, index.clone())?;
         Ok(Repo {
@@ -95,6 +131,7 @@ impl Repo {
             index,
             disk,
             state_dir: dir,
+            state_key,
             trees: Mutex::new(LruCache::new(NonZeroUsize::new(4096).expect("nonzero"))),
         })
     }
@@ -156,7 +193,13 @@ impl Repo {
             // nothing new costs one LIST, nothing more.)
             self.check_dataset(name)?;
         }
-        let keys: Vec<String> = listed.into_iter().map(|l| l.key).collect();
+        // Only keys a record can have: anything else under records/ (a
+        // stray upload, say) is not a version; `verify` reports it.
+        let keys: Vec<String> = listed
+            .into_iter()
+            .map(|l| l.key)
+            .filter(|k| keys::record_number(name, k).is_some())
+            .collect();
         for (key, bytes) in keys.iter().zip(self.store.get_many(&keys)?) {
             let Some(bytes) = bytes else { continue };
             let record = Record::decode(&bytes, key)?;

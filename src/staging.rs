@@ -15,6 +15,7 @@
 use crate::commit::scan::Scanner;
 use crate::commit::{self, CommitMeta};
 use crate::error::{Error, FsError, Result};
+use crate::limits;
 use crate::read;
 use crate::repo::Repo;
 use crate::snapshot::diff::{self, ChangeKind, TreeSink, TreeSource};
@@ -104,24 +105,54 @@ fn kind_code(k: Kind) -> i64 {
     }
 }
 
-fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
-    let json = |i: usize| -> rusqlite::Result<Option<Vec<u8>>> { r.get(i) };
+/// Decodes a row, strictly: a row that does not decode is an error naming
+/// its column, never read as an empty file or a symlink.
+pub fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
+    let bad = |i: usize, why: String| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Blob, why.into())
+    };
+    fn json<T: serde::de::DeserializeOwned>(
+        r: &rusqlite::Row,
+        i: usize,
+    ) -> rusqlite::Result<Option<T>> {
+        r.get::<_, Option<Vec<u8>>>(i)?
+            .map(|b| {
+                serde_json::from_slice(&b).map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        i,
+                        rusqlite::types::Type::Blob,
+                        Box::new(e),
+                    )
+                })
+            })
+            .transpose()
+    }
+    let kind = match r.get::<_, i64>(3)? {
+        0 => Kind::File,
+        1 => Kind::Dir,
+        2 => Kind::Symlink,
+        k => return Err(bad(3, format!("unknown node kind {k}"))),
+    };
+    let mode: u32 = r.get(4)?;
+    if mode > 0o7777 {
+        return Err(bad(4, format!("mode {mode:#o}")));
+    }
+    let mtime = Mtime(r.get(7)?, r.get(8)?);
+    if !limits::time_ok(mtime) {
+        return Err(bad(7, "mtime out of range".into()));
+    }
     Ok(SNode {
         id: r.get(0)?,
         parent: r.get(1)?,
         name: r.get(2)?,
-        kind: match r.get::<_, i64>(3)? {
-            0 => Kind::File,
-            1 => Kind::Dir,
-            _ => Kind::Symlink,
-        },
-        mode: r.get(4)?,
+        kind,
+        mode,
         uid: r.get(5)?,
         gid: r.get(6)?,
-        mtime: Mtime(r.get(7)?, r.get(8)?),
+        mtime,
         size: r.get(9)?,
-        chunks: json(10)?.and_then(|b| serde_json::from_slice(&b).ok()),
-        tree: json(11)?.and_then(|b| serde_json::from_slice(&b).ok()),
+        chunks: json(r, 10)?,
+        tree: json(r, 11)?,
         upper: r.get(12)?,
         target: r.get::<_, Option<Vec<u8>>>(13)?.unwrap_or_default(),
     })
@@ -134,9 +165,11 @@ pub fn now() -> Mtime {
     Mtime(d.as_secs() as i64, d.subsec_nanos())
 }
 
-/// Where a dataset's staging lives: `<root>/<store id>/<dataset>`.
-pub fn staging_dir(root: &Path, store_id: &str, dataset: &str) -> PathBuf {
-    root.join(store_id).join(dataset)
+/// Where a dataset's staging lives: `<root>/<store's state key>/<dataset>`
+/// (see `Repo::state_key`). The root is made private if it is not.
+pub fn staging_dir(root: &Path, repo: &Repo, dataset: &str) -> Result<PathBuf> {
+    crate::private::ensure_dir(root)?;
+    Ok(root.join(&repo.state_key).join(dataset))
 }
 
 pub struct Staging {
@@ -150,9 +183,11 @@ impl Staging {
     /// Opens (creating on first use) and locks the staging area of `dataset`.
     pub fn open(repo: &Repo, dir: &Path, dataset: &str) -> Result<Staging> {
         let records = repo.sync(dataset)?;
-        std::fs::create_dir_all(dir.join("data")).map_err(|e| Error::io(dir.display(), e))?;
+        crate::private::create_dir(&dir.join("data"))?;
+        crate::private::tighten(dir)?;
         let lock_path = dir.join("lock");
-        let lock = File::create(&lock_path).map_err(|e| Error::io(lock_path.display(), e))?;
+        let lock = crate::private::create_file(&lock_path)
+            .map_err(|e| Error::io(lock_path.display(), e))?;
         // SAFETY: flock on a file descriptor we own.
         if unsafe {
             libc::flock(
@@ -347,7 +382,7 @@ impl Staging {
     }
 
     pub fn lookup(&self, repo: &Repo, parent: u64, name: &[u8]) -> Result<Option<SNode>> {
-        if name.len() > NAME_MAX {
+        if name.len() > limits::MAX_NAME {
             return Err(Error::fs(
                 FsError::NameTooLong,
                 String::from_utf8_lossy(name),
@@ -421,6 +456,9 @@ impl Staging {
         if self.lookup(repo, parent, name)?.is_some() {
             return Err(Error::fs(FsError::Exists, String::from_utf8_lossy(name)));
         }
+        if kind == Kind::Dir && self.depth(parent)? >= limits::MAX_DEPTH {
+            return Err(Error::fs(FsError::NameTooLong, too_deep()));
+        }
         let m = now();
         let upper = kind == Kind::File;
         self.db
@@ -444,7 +482,7 @@ impl Staging {
         let id = self.db.last_insert_rowid() as u64;
         if upper {
             let path = self.upper_path(id);
-            File::create(&path).map_err(|e| Error::io(path.display(), e))?;
+            crate::private::create_file(&path).map_err(|e| Error::io(path.display(), e))?;
         }
         self.touch_dir(parent)?;
         self.node(id)
@@ -470,13 +508,13 @@ impl Staging {
     /// Deletes a node and everything under it, with their upper files.
     /// Open descriptors of upper files keep working (POSIX unlink semantics).
     fn delete_subtree(&self, node: &SNode) -> Result<()> {
-        for child in self.rows_under(node.id)? {
-            self.delete_subtree(&child)?;
-        }
-        self.db
-            .execute("DELETE FROM nodes WHERE id = ?1", [node.id])?;
-        if node.upper {
-            let _ = std::fs::remove_file(self.upper_path(node.id));
+        let mut todo = vec![node.clone()];
+        while let Some(n) = todo.pop() {
+            todo.extend(self.rows_under(n.id)?);
+            self.db.execute("DELETE FROM nodes WHERE id = ?1", [n.id])?;
+            if n.upper {
+                let _ = std::fs::remove_file(self.upper_path(n.id));
+            }
         }
         Ok(())
     }
@@ -538,6 +576,16 @@ impl Staging {
         self.touch_dir(new_parent)
     }
 
+    /// Directory levels above a node (the root is at 0).
+    fn depth(&self, mut id: u64) -> Result<usize> {
+        let mut depth = 0;
+        while id != ROOT && id != 0 {
+            depth += 1;
+            id = self.node(id)?.parent;
+        }
+        Ok(depth)
+    }
+
     fn is_ancestor(&self, ancestor: u64, mut id: u64) -> Result<bool> {
         while id != 0 {
             if id == ancestor {
@@ -557,6 +605,10 @@ impl Staging {
         mtime: Option<Mtime>,
     ) -> Result<()> {
         let n = self.node(id)?;
+        if mtime.is_some_and(|m| !limits::time_ok(m)) {
+            // A time no version can hold (after year 9999, say).
+            return Err(Error::fs(FsError::Invalid, "time out of range"));
+        }
         let m = mtime.unwrap_or(n.mtime);
         self.db.execute(
             "UPDATE nodes SET mode = ?2, uid = ?3, gid = ?4, mtime_s = ?5, mtime_ns = ?6 WHERE id = ?1",
@@ -589,7 +641,7 @@ impl Staging {
             return Ok(path);
         }
         let tmp = path.with_extension("copying");
-        let mut f = File::create(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
+        let mut f = crate::private::create_file(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
         if keep_content {
             read::read_file(repo, n.chunks.as_deref().unwrap_or_default(), &mut f)?;
         }
@@ -624,7 +676,7 @@ impl Staging {
             .find(|r| r.version == self.base_version().unwrap_or(0))
             .map(|r| r.tree);
         let mut out = Vec::new();
-        self.status_dir(repo, ROOT, base.as_ref(), "", &mut out)?;
+        self.status_dir(repo, ROOT, base.as_ref(), "", 0, &mut out)?;
         Ok(out)
     }
 
@@ -634,8 +686,12 @@ impl Staging {
         id: u64,
         base: Option<&BlobRef>,
         prefix: &str,
+        depth: usize,
         out: &mut Vec<(char, String)>,
     ) -> Result<()> {
+        if depth > limits::MAX_DEPTH {
+            return Err(Error::InvalidInput(too_deep()));
+        }
         let node = self.node(id)?;
         if let Some(tree) = &node.tree {
             for c in diff::diff(repo, base, Some(tree))? {
@@ -644,7 +700,7 @@ impl Staging {
                     ChangeKind::Modified => 'M',
                     ChangeKind::Removed => 'D',
                 };
-                out.push((tag, format!("{prefix}{}", String::from_utf8_lossy(&c.path))));
+                out.push((tag, format!("{prefix}{}", crate::escape::line(&c.path))));
             }
             return Ok(());
         }
@@ -661,7 +717,7 @@ impl Staging {
         names.sort();
         names.dedup();
         for name in names {
-            let path = format!("{prefix}{}", String::from_utf8_lossy(name));
+            let path = format!("{prefix}{}", crate::escape::line(name));
             let row = rows.iter().find(|r| r.name == name);
             let old = base_tree.get(name);
             let old_dir = match old {
@@ -673,12 +729,12 @@ impl Staging {
                     if old.is_some_and(|o| !o.is_dir()) {
                         out.push(('D', path.clone()));
                     }
-                    self.status_dir(repo, r.id, old_dir, &format!("{path}/"), out)?;
+                    self.status_dir(repo, r.id, old_dir, &format!("{path}/"), depth + 1, out)?;
                 }
                 Some(r) => {
                     if let Some(t) = old_dir {
                         for c in diff::diff(repo, Some(t), None)? {
-                            out.push(('D', format!("{path}/{}", String::from_utf8_lossy(&c.path))));
+                            out.push(('D', format!("{path}/{}", crate::escape::line(&c.path))));
                         }
                     }
                     let same = match (old, r.as_version_node()) {
@@ -697,7 +753,7 @@ impl Staging {
                 None => {
                     if let Some(t) = old_dir {
                         for c in diff::diff(repo, Some(t), None)? {
-                            out.push(('D', format!("{path}/{}", String::from_utf8_lossy(&c.path))));
+                            out.push(('D', format!("{path}/{}", crate::escape::line(&c.path))));
                         }
                     } else {
                         out.push(('D', path));
@@ -728,7 +784,7 @@ impl Staging {
         }
         let mut scanner = Scanner::new(repo, progress);
         let mut uppers = HashMap::new();
-        let ours = self.build(&mut scanner, ROOT, &mut uppers)?;
+        let ours = self.build(&mut scanner, ROOT, 0, &mut uppers)?;
         self.set_pending(Some(&ours))?;
         let record = commit::publish(repo, meta, scanner, base, ours)?;
         // The version is durable; bring staging to it. Failures from here on
@@ -742,8 +798,12 @@ impl Staging {
         &self,
         scanner: &mut Scanner,
         id: u64,
+        depth: usize,
         uppers: &mut HashMap<u64, (Vec<BlobRef>, u64, Mtime)>,
     ) -> Result<BlobRef> {
+        if depth >= limits::MAX_DEPTH {
+            return Err(Error::InvalidInput(too_deep()));
+        }
         let node = self.node(id)?;
         if let Some(tree) = node.tree {
             return Ok(tree);
@@ -754,7 +814,7 @@ impl Staging {
                 Kind::Dir => Node::Dir {
                     mode: r.mode,
                     mtime: r.mtime,
-                    tree: self.build(scanner, r.id, uppers)?,
+                    tree: self.build(scanner, r.id, depth + 1, uppers)?,
                 },
                 Kind::File if r.upper => {
                     let path = self.upper_path(r.id);
@@ -797,7 +857,7 @@ impl Staging {
         }
         // Versions that landed meanwhile were merged in: show their changes too.
         if record.tree.id != ours.id {
-            self.apply(repo, ROOT, Some(ours), &record.tree)?;
+            self.apply(repo, ROOT, Some(ours), &record.tree, 0)?;
         }
         self.set_base(record.version)?;
         tx.commit()?;
@@ -810,7 +870,17 @@ impl Staging {
     /// Moves staging from version `from` to `to`, keeping local changes: a
     /// node that still equals `from` takes `to`'s content. Used to follow
     /// versions committed elsewhere and after a rebased commit.
-    fn apply(&self, repo: &Repo, id: u64, from: Option<&BlobRef>, to: &BlobRef) -> Result<()> {
+    fn apply(
+        &self,
+        repo: &Repo,
+        id: u64,
+        from: Option<&BlobRef>,
+        to: &BlobRef,
+        depth: usize,
+    ) -> Result<()> {
+        if depth > limits::MAX_DEPTH {
+            return Err(Error::InvalidInput(too_deep()));
+        }
         let node = self.node(id)?;
         if let Some(tree) = node.tree {
             if from.is_some_and(|f| f.id == tree.id) {
@@ -848,7 +918,7 @@ impl Staging {
                 && r.kind == Kind::Dir
                 && !untouched
             {
-                self.apply(repo, r.id, Some(ot), nt)?;
+                self.apply(repo, r.id, Some(ot), nt, depth + 1)?;
                 continue;
             }
             if !untouched {
@@ -875,25 +945,28 @@ impl Staging {
             .into_iter()
             .find(|r| r.version == base_version);
         let tx = self.db.unchecked_transaction()?;
-        self.apply(repo, ROOT, base.as_ref().map(|b| &b.tree), &latest.tree)?;
+        self.apply(repo, ROOT, base.as_ref().map(|b| &b.tree), &latest.tree, 0)?;
         self.set_base(latest.version)?;
         tx.commit()?;
         Ok(true)
     }
 }
 
-/// The longest file name staging accepts, as on ext4.
-pub const NAME_MAX: usize = 255;
+fn too_deep() -> String {
+    format!(
+        "staging nests deeper than {} directory levels, more than a version may hold",
+        limits::MAX_DEPTH
+    )
+}
 
+/// Names as a version may hold them (`snapshot::tree::check_name`).
 fn check_name(name: &[u8]) -> Result<()> {
-    if name.len() > NAME_MAX {
+    if name.len() > limits::MAX_NAME {
         return Err(Error::fs(
             FsError::NameTooLong,
             String::from_utf8_lossy(name),
         ));
     }
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
-        return Err(Error::fs(FsError::Invalid, String::from_utf8_lossy(name)));
-    }
-    Ok(())
+    crate::snapshot::tree::check_name(name)
+        .map_err(|_| Error::fs(FsError::Invalid, String::from_utf8_lossy(name)))
 }

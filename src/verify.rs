@@ -5,6 +5,8 @@
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::repo::Repo;
+use crate::snapshot::diff::TreeSource;
+use crate::snapshot::walk;
 use crate::snapshot::{Node, Record, Tree};
 use crate::store::pack::{self, BlobKind, BlobRef};
 use crate::store::{Listed, keys};
@@ -87,7 +89,9 @@ type PackChunks = HashMap<(ObjectId, u64), (BlobRef, Affects)>;
 
 struct Walker<'r> {
     repo: &'r Repo,
-    trees: HashMap<ObjectId, Option<std::sync::Arc<Tree>>>,
+    /// Trees already checked.
+    trees: HashSet<ObjectId>,
+    decoded: HashMap<ObjectId, std::sync::Arc<Tree>>,
     /// Chunks to check, grouped by pack, with who refers to them.
     chunks: BTreeMap<ObjectId, PackChunks>,
     reachable: HashSet<ObjectId>,
@@ -102,49 +106,71 @@ fn problem_of(err: &Error) -> ProblemKind {
 }
 
 impl Walker<'_> {
-    fn walk(&mut self, r: &BlobRef, version: u64, prefix: &str) {
-        self.reachable.insert(r.pack);
-        let tree = match self.trees.get(&r.id) {
-            Some(t) => t.clone(),
-            None => {
-                let loaded = pack::read_blob(&self.repo.store, r, BlobKind::Tree)
-                    .and_then(|b| Tree::decode(&b));
-                self.report.blobs += 1;
-                let t = match loaded {
-                    Ok(t) => Some(std::sync::Arc::new(t)),
-                    Err(e) => {
-                        self.report.problems.push(Problem {
-                            kind: problem_of(&e),
-                            object: format!("tree {} in {}", r.id, keys::pack(&r.pack)),
-                            detail: e.to_string(),
-                            affects: vec![format!("v{version}:{prefix}/")],
-                            more: 0,
-                        });
-                        None
-                    }
-                };
-                self.trees.insert(r.id, t.clone());
-                t
+    /// Checks every tree of a version once (a tree shared by many paths or
+    /// versions is read once), without recursion; chunks are collected for
+    /// `check_chunks`. Problems name the first path that reached them.
+    fn walk(&mut self, root: &BlobRef, version: u64, prefix: &str) {
+        let mut stack = vec![(*root, prefix.to_string())];
+        while let Some((r, prefix)) = stack.pop() {
+            self.reachable.insert(r.pack);
+            if self.trees.contains(&r.id) {
+                continue;
             }
-        };
-        let Some(tree) = tree else { return };
-        for e in &tree.entries {
-            let path = format!("{prefix}{}", String::from_utf8_lossy(&e.name));
-            match &e.node {
-                Node::Dir { tree, .. } => self.walk(tree, version, &format!("{path}/")),
-                Node::File { chunks, .. } => {
-                    for c in chunks {
-                        self.reachable.insert(c.pack);
-                        self.chunks
-                            .entry(c.pack)
-                            .or_default()
-                            .entry((c.id, c.offset))
-                            .or_insert_with(|| (*c, Affects::default()))
-                            .1
-                            .add(format!("v{version}:{path}"));
-                    }
+            self.trees.insert(r.id);
+            self.report.blobs += 1;
+            let loaded = pack::read_blob(&self.repo.store, &r, BlobKind::Tree)
+                .and_then(|b| Tree::decode(&b));
+            let tree = match loaded {
+                Ok(t) => std::sync::Arc::new(t),
+                Err(e) => {
+                    self.report.problems.push(Problem {
+                        kind: problem_of(&e),
+                        object: format!("tree {} in {}", r.id, keys::pack(&r.pack)),
+                        detail: e.to_string(),
+                        affects: vec![format!("v{version}:{prefix}")],
+                        more: 0,
+                    });
+                    continue;
                 }
-                Node::Symlink { .. } => {}
+            };
+            // Trees already decoded are remembered so the expansion check
+            // after the walk reads nothing twice.
+            self.decoded.insert(r.id, tree.clone());
+            for e in &tree.entries {
+                let path = format!("{prefix}{}", crate::escape::line(&e.name));
+                match &e.node {
+                    Node::Dir { tree, .. } => stack.push((*tree, format!("{path}/"))),
+                    Node::File { chunks, .. } => {
+                        for c in chunks {
+                            self.reachable.insert(c.pack);
+                            self.chunks
+                                .entry(c.pack)
+                                .or_default()
+                                .entry((c.id, c.offset))
+                                .or_insert_with(|| (*c, Affects::default()))
+                                .1
+                                .add(format!("v{version}:{path}"));
+                        }
+                    }
+                    Node::Symlink { .. } => {}
+                }
+            }
+        }
+    }
+
+    /// A version whose shared subtrees expand beyond the limits is reported
+    /// (readers refuse to export it).
+    fn check_expansion(&mut self, root: &BlobRef, version: u64, dataset: &str) {
+        if let Err(e) = walk::expansion(&Decoded(&self.decoded), root) {
+            // Unreadable trees are reported by `walk` already.
+            if !matches!(e, Error::Missing { .. } | Error::Corrupt { .. }) {
+                self.report.problems.push(Problem {
+                    kind: ProblemKind::Corrupt,
+                    object: format!("{dataset} v{version}"),
+                    detail: e.to_string(),
+                    affects: vec![format!("{dataset} v{version}")],
+                    more: 0,
+                });
             }
         }
     }
@@ -162,13 +188,7 @@ impl Walker<'_> {
     fn check_records(&mut self, dataset: &str) -> Result<()> {
         let mut prev: Option<(u64, ObjectId)> = None;
         for listed in self.repo.store.list(&keys::records(dataset), None)? {
-            let number = listed
-                .key
-                .rsplit('/')
-                .next()
-                .and_then(|n| n.strip_suffix(".json"))
-                .and_then(|n| n.parse::<u64>().ok());
-            let Some(n) = number else {
+            let Some(n) = keys::record_number(dataset, &listed.key) else {
                 self.chain_problem(listed.key.clone(), "not a version record name".into());
                 continue;
             };
@@ -223,6 +243,7 @@ impl Walker<'_> {
             }
             self.report.versions += 1;
             self.walk(&record.tree, n, &format!("{dataset}/"));
+            self.check_expansion(&record.tree, n, dataset);
             prev = Some((n, hash));
         }
         let known = self.repo.index.latest_version(dataset)?;
@@ -236,54 +257,86 @@ impl Walker<'_> {
         Ok(())
     }
 
+    /// Reads every chunk collected by `walk` with range reads of runs that
+    /// lie back to back (never a whole pack: its size is the store's word).
     fn check_chunks(&mut self, progress: &ProgressBar) -> Result<()> {
         for (pack_id, blobs) in std::mem::take(&mut self.chunks) {
             let key = keys::pack(&pack_id);
-            let bytes = self.repo.store.get(&key)?;
             self.report.blobs += blobs.len();
-            let Some(bytes) = bytes else {
-                let mut affects = Affects::default();
-                for (_, a) in blobs.values() {
-                    affects.merge(a);
-                }
-                self.report.problems.push(Problem {
-                    kind: ProblemKind::Missing,
-                    object: key,
-                    detail: format!("pack of {} chunks is missing", blobs.len()),
-                    affects: affects.samples,
-                    more: affects.more,
-                });
-                continue;
-            };
             let mut sorted: Vec<_> = blobs.into_values().collect();
-            sorted.sort_by_key(|(r, _)| r.offset);
-            for (r, affects) in sorted {
-                progress.inc(r.len as u64);
-                let in_pack = r.end() as usize <= bytes.len();
-                let res = match in_pack {
-                    true => {
-                        let blob = bytes.slice(r.offset as usize..r.end() as usize);
-                        pack::decode(&r, BlobKind::Chunk, blob).map(|_| ())
+            sorted.sort_by_key(|(r, _)| (r.offset, r.len));
+            let refs: Vec<BlobRef> = sorted.iter().map(|(r, _)| *r).collect();
+            let mut at = 0;
+            for run in pack::runs(&refs, 8 << 20) {
+                let (first, last) = (&run[0], &run[run.len() - 1]);
+                let bytes = self.repo.store.get_range(&key, first.offset..last.end());
+                let entries = &sorted[at..at + run.len()];
+                at += run.len();
+                let bytes = match bytes {
+                    Ok(Some(b)) => b,
+                    Ok(None) => {
+                        let mut affects = Affects::default();
+                        for (_, a) in entries {
+                            affects.merge(a);
+                        }
+                        self.report.problems.push(Problem {
+                            kind: ProblemKind::Missing,
+                            object: key.clone(),
+                            detail: format!("pack holding {} chunks is missing", entries.len()),
+                            affects: affects.samples,
+                            more: affects.more,
+                        });
+                        continue;
                     }
-                    false => Err(Error::Corrupt {
-                        kind: "chunk",
-                        id: r.id,
-                        pack: r.pack,
-                        detail: "pack is shorter than the chunk's location".into(),
-                    }),
+                    // A pack shorter than its references.
+                    Err(e @ Error::Malformed { .. }) => {
+                        self.chunk_problems(&key, entries, &e.to_string());
+                        continue;
+                    }
+                    Err(e) => return Err(e),
                 };
-                if let Err(e) = res {
-                    self.report.problems.push(Problem {
-                        kind: ProblemKind::Corrupt,
-                        object: format!("chunk {} in {key}", r.id),
-                        detail: e.to_string(),
-                        affects: affects.samples,
-                        more: affects.more,
-                    });
+                for (r, affects) in entries {
+                    progress.inc(r.len as u64);
+                    let start = (r.offset - first.offset) as usize;
+                    let blob = bytes.slice(start..start + r.len as usize);
+                    if let Err(e) = pack::decode(r, BlobKind::Chunk, blob) {
+                        self.chunk_problem(&key, r, affects, e.to_string());
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    fn chunk_problems(&mut self, key: &str, entries: &[(BlobRef, Affects)], detail: &str) {
+        for (r, affects) in entries {
+            self.chunk_problem(key, r, affects, detail.to_string());
+        }
+    }
+
+    fn chunk_problem(&mut self, key: &str, r: &BlobRef, affects: &Affects, detail: String) {
+        self.report.problems.push(Problem {
+            kind: ProblemKind::Corrupt,
+            object: format!("chunk {} in {key}", r.id),
+            detail,
+            affects: affects.samples.clone(),
+            more: affects.more,
+        });
+    }
+}
+
+/// The trees `walk` decoded, as a source for `walk::expansion`: one that
+/// failed to decode is reported as corrupt, not read again.
+struct Decoded<'a>(&'a HashMap<ObjectId, std::sync::Arc<Tree>>);
+
+impl TreeSource for Decoded<'_> {
+    fn tree(&self, r: &BlobRef) -> Result<std::sync::Arc<Tree>> {
+        self.0.get(&r.id).cloned().ok_or(Error::Corrupt {
+            kind: "tree",
+            id: r.id,
+            pack: r.pack,
+            detail: "unreadable".into(),
+        })
     }
 }
 
@@ -298,7 +351,8 @@ pub fn verify(repo: &Repo, dataset: Option<&str>, progress: &ProgressBar) -> Res
     };
     let mut w = Walker {
         repo,
-        trees: HashMap::new(),
+        trees: HashSet::new(),
+        decoded: HashMap::new(),
         chunks: BTreeMap::new(),
         reachable: HashSet::new(),
         report: Report::default(),

@@ -5,6 +5,8 @@ use super::index::Index;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use std::collections::HashSet;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -37,7 +39,7 @@ fn now_ns() -> i64 {
 
 impl DiskCache {
     pub fn open(dir: PathBuf, max_bytes: u64, index: Arc<Index>) -> Result<DiskCache> {
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        crate::private::ensure_dir(&dir)?;
         let total = AtomicU64::new(index.cache_total()?);
         Ok(DiskCache {
             dir,
@@ -46,6 +48,19 @@ impl DiskCache {
             total,
             touched: Mutex::new(Touched::default()),
         })
+    }
+
+    /// The folder holding the entries.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// Deletes a cache folder made by `open` (entries are named by their ids).
+    pub fn remove(dir: &std::path::Path) -> Result<()> {
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(dir.display(), e)),
+            _ => Ok(()),
+        }
     }
 
     fn path(&self, id: &ObjectId) -> PathBuf {
@@ -87,7 +102,13 @@ impl DiskCache {
         let write = || -> std::io::Result<()> {
             std::fs::create_dir_all(path.parent().expect("has parent"))?;
             let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-            std::fs::write(&tmp, data)?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?
+                .write_all(data)?;
             std::fs::rename(&tmp, &path)
         };
         if let Err(e) = write() {

@@ -7,6 +7,7 @@ mod show;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use detafs::commit::{self, CommitMeta};
+use detafs::escape::line;
 use detafs::repo::{self, Options, Repo};
 use detafs::{Error, gc, read, verify};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -120,6 +121,9 @@ enum Command {
         version: String,
         /// New or empty directory to write into.
         dir: PathBuf,
+        /// Keep setuid/setgid bits (root only; cleared by default).
+        #[arg(long)]
+        preserve_setid: bool,
     },
     /// Audit the store: hash chain, every object present and intact.
     Verify {
@@ -128,8 +132,9 @@ enum Command {
     },
     /// Delete objects no version reaches, older than the grace period.
     Gc {
-        /// Spare unreachable objects younger than this, e.g. 24h, 30m, 0s.
-        /// Below 12h, commits running on other hosts may lose objects.
+        /// Spare unreachable objects younger than this, e.g. 24h or 2d; at
+        /// least 13h, so no commit still running here or on another host
+        /// loses objects.
         #[arg(long, default_value = "24h")]
         grace: humantime::Duration,
         /// List what would be deleted, delete nothing.
@@ -207,7 +212,7 @@ pub fn run() -> ExitCode {
                 Some(Error::NothingToCommit(_)) => EXIT_NOTHING,
                 _ => 1,
             };
-            eprintln!("detafs: {}", report(&err));
+            eprintln!("detafs: {}", line(report(&err).as_bytes()));
             ExitCode::from(code)
         }
     }
@@ -235,7 +240,19 @@ fn options(cli: &Cli) -> Options {
     }
 }
 
+/// Longest `--store-timeout`: a commit's record create must land well
+/// within `gc::MAX_COMMIT_AGE` of its first upload.
+const MAX_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
+
 fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
+    if std::time::Duration::from(cli.store_timeout) > MAX_STORE_TIMEOUT {
+        return Err(Error::InvalidInput(format!(
+            "--store-timeout {} is longer than the {} allowed",
+            cli.store_timeout,
+            humantime::format_duration(MAX_STORE_TIMEOUT)
+        ))
+        .into());
+    }
     let opts = options(&cli);
     let staging = cli
         .staging_dir
@@ -304,11 +321,25 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             to,
             stat,
         } => show::diff(&open()?, &name, &from, &to, stat)?,
-        Command::Export { name, version, dir } => {
+        Command::Export {
+            name,
+            version,
+            dir,
+            preserve_setid,
+        } => {
+            // SAFETY: geteuid has no preconditions.
+            if preserve_setid && unsafe { libc::geteuid() } != 0 {
+                return Err(Error::InvalidInput(
+                    "--preserve-setid is for root only (others cannot set those bits on files they own for others)".into(),
+                )
+                .into());
+            }
             let repo = open()?;
             let record = repo.version(&name, &version)?;
-            let pb = bar(read::tree_size(&repo, &record.tree)?, "export");
-            read::export(&repo, &record.tree, &dir, &pb)?;
+            let size = detafs::snapshot::walk::expansion(&repo, &record.tree)?.bytes;
+            let pb = bar(size, "export");
+            let opts = read::ExportOptions { preserve_setid };
+            read::export(&repo, &record.tree, &dir, opts, &pb)?;
             pb.finish_and_clear();
             eprintln!("exported {name} v{} to {}", record.version, dir.display());
         }
@@ -317,11 +348,13 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             let pb = bar(0, "verify");
             let report = verify::verify(&repo, name.as_deref(), &pb)?;
             pb.finish_and_clear();
+            // Keys and paths come from the store: one problem, one line.
             for p in &report.problems {
-                println!("{p}");
+                println!("{}", line(p.to_string().as_bytes()));
             }
             for g in &report.garbage {
-                println!("garbage: {} ({} bytes, unreachable)", g.key, g.size);
+                let key = line(g.key.as_bytes());
+                println!("garbage: {key} ({} bytes, unreachable)", g.size);
             }
             eprintln!(
                 "checked {} versions, {} objects: {} problems, {} garbage objects",
@@ -335,12 +368,6 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Gc { grace, dry_run } => {
-            if std::time::Duration::from(grace) < gc::MAX_COMMIT_AGE {
-                eprintln!(
-                    "warning: a grace below {} can delete objects of commits still running on other hosts",
-                    humantime::format_duration(gc::MAX_COMMIT_AGE)
-                );
-            }
             let repo = open()?;
             let pb = bar(0, "gc");
             let doomed = gc::gc(&repo, grace.into(), dry_run, &pb)?;
@@ -385,9 +412,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Reindex => {
-            let state = open()?.state_dir.clone();
-            std::fs::remove_dir_all(&state)
-                .with_context(|| format!("cannot remove {}", state.display()))?;
+            repo::reset_local_state(open()?).context("cannot reset the local index")?;
             let repo = open()?;
             let mut versions = 0;
             for ds in repo.datasets()? {

@@ -28,7 +28,7 @@ pub struct MountArgs {
 }
 
 fn staging_root(repo: &Repo, root: &Path, name: &str) -> anyhow::Result<PathBuf> {
-    Ok(staging_dir(root, &repo.store.info()?.store_id, name))
+    Ok(staging_dir(root, repo, name)?)
 }
 
 /// Is `path` a mount point whose daemon is gone?

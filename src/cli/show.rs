@@ -1,5 +1,6 @@
 //! Read-only commands: log, ls, cat, diff.
 
+use detafs::escape::line;
 use detafs::repo::Repo;
 use detafs::snapshot::diff::{self, ChangeKind};
 use detafs::snapshot::{Mtime, Node};
@@ -27,12 +28,12 @@ pub fn log(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<()> {
             "v{:<4} {}  {:<12} +{} ~{} -{}  {:>10}  {}",
             r.version,
             r.time,
-            r.author,
+            line(r.author.as_bytes()),
             r.stats.files_added,
             r.stats.files_changed,
             r.stats.files_removed,
             human(r.stats.bytes_added),
-            r.message
+            line(r.message.as_bytes())
         );
     }
     Ok(())
@@ -45,7 +46,7 @@ fn no_path(version: u64, path: &str) -> Error {
     }
 }
 
-fn line(out: &mut impl Write, node: &Node, name: &[u8]) -> std::io::Result<()> {
+fn entry(out: &mut impl Write, node: &Node, name: &[u8]) -> std::io::Result<()> {
     let (kind, mode) = match node {
         Node::File { mode, .. } => ('-', *mode),
         Node::Dir { mode, .. } => ('d', *mode),
@@ -58,12 +59,11 @@ fn line(out: &mut impl Write, node: &Node, name: &[u8]) -> std::io::Result<()> {
         node.size(),
         when(node.mtime())
     )?;
-    out.write_all(name)?;
+    write!(out, "{}", line(name))?;
     if let Node::Symlink { target, .. } = node {
-        out.write_all(b" -> ")?;
-        out.write_all(target)?;
+        write!(out, " -> {}", line(target))?;
     }
-    out.write_all(b"\n")
+    writeln!(out)
 }
 
 pub fn ls(repo: &Repo, name: &str, version: &str, path: &str) -> anyhow::Result<()> {
@@ -76,10 +76,10 @@ pub fn ls(repo: &Repo, name: &str, version: &str, path: &str) -> anyhow::Result<
         Node::Dir { tree, .. } => {
             use detafs::snapshot::diff::TreeSource;
             for e in &repo.tree(tree)?.entries {
-                line(&mut out, &e.node, &e.name)?;
+                entry(&mut out, &e.node, &e.name)?;
             }
         }
-        other => line(&mut out, other, path.as_bytes())?,
+        other => entry(&mut out, other, path.as_bytes())?,
     }
     Ok(())
 }
@@ -127,8 +127,7 @@ pub fn diff(repo: &Repo, name: &str, from: &str, to: &str, stat: bool) -> anyhow
         } else {
             write!(out, "{tag} ")?;
         }
-        out.write_all(&c.path)?;
-        out.write_all(b"\n")?;
+        writeln!(out, "{}", line(&c.path))?;
     }
     if stat {
         let count = |k| changes.iter().filter(|c| c.kind == k).count();

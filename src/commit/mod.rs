@@ -10,6 +10,7 @@ pub mod scan;
 use crate::error::{Error, Result};
 use crate::gc;
 use crate::id::ObjectId;
+use crate::limits;
 use crate::repo::Repo;
 use crate::snapshot::diff::{self, ChangeKind, TreeSource};
 use crate::snapshot::{Record, Stats};
@@ -35,6 +36,13 @@ impl CommitMeta<'_> {
         }
         if self.author.trim().is_empty() {
             return Err(Error::InvalidInput("empty author".into()));
+        }
+        if self.message.len() > limits::MAX_MESSAGE || self.author.len() > limits::MAX_AUTHOR {
+            return Err(Error::InvalidInput(format!(
+                "commit message or author too long (at most {} and {} bytes)",
+                limits::MAX_MESSAGE,
+                limits::MAX_AUTHOR
+            )));
         }
         Ok(())
     }
@@ -145,7 +153,9 @@ pub fn publish(
             },
         };
         let body = record.encode();
-        if started.elapsed() > gc::MAX_COMMIT_AGE {
+        // The create below may retry for the store's deadline: it must land
+        // within MAX_COMMIT_AGE of the first upload, or gc may have run.
+        if started.elapsed() + repo.store.deadline() > gc::MAX_COMMIT_AGE {
             // gc elsewhere may have collected this commit's first packs.
             return Err(Error::CommitTooLong(gc::MAX_COMMIT_AGE));
         }

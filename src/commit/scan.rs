@@ -4,9 +4,11 @@
 use crate::cache::index::StatKey;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::limits;
 use crate::repo::Repo;
 use crate::snapshot::chunker;
 use crate::snapshot::diff::TreeSink;
+use crate::snapshot::tree::{check_name, check_node};
 use crate::snapshot::{Entry, Mtime, Node, Tree};
 use crate::store::pack::{self, BlobRef, PackWriter};
 use indicatif::ProgressBar;
@@ -94,6 +96,17 @@ impl<'r> Scanner<'r> {
 
     /// Snapshots directory `dir` and everything under it; returns its tree.
     pub fn scan_dir(&mut self, dir: &Path) -> Result<BlobRef> {
+        self.scan_level(dir, 0)
+    }
+
+    fn scan_level(&mut self, dir: &Path, depth: usize) -> Result<BlobRef> {
+        if depth >= limits::MAX_DEPTH {
+            return Err(Error::InvalidInput(format!(
+                "{}: deeper than {} levels, more than a version may hold",
+                dir.display(),
+                limits::MAX_DEPTH
+            )));
+        }
         let mut items = std::fs::read_dir(dir)
             .and_then(|read| read.collect::<std::io::Result<Vec<_>>>())
             .map_err(|e| Error::io(dir.display(), e))?;
@@ -110,7 +123,7 @@ impl<'r> Scanner<'r> {
                 Node::Dir {
                     mode: meta.mode() & 0o7777,
                     mtime: mtime_of(&meta),
-                    tree: self.scan_dir(&path)?,
+                    tree: self.scan_level(&path, depth + 1)?,
                 }
             } else if ft.is_file() {
                 self.scan_file(&path, &meta)?
@@ -186,7 +199,26 @@ impl Scanner<'_> {
 
 impl TreeSink for Scanner<'_> {
     fn put_tree(&mut self, tree: &Tree) -> Result<BlobRef> {
+        // Only what every reader accepts is written (e.g. a file dated after
+        // year 9999 is refused here, not stored for readers to trip on).
+        for e in &tree.entries {
+            check_name(&e.name)
+                .and_then(|_| check_node(&e.node))
+                .map_err(|why| {
+                    Error::InvalidInput(format!(
+                        "cannot commit {:?}: {why}",
+                        String::from_utf8_lossy(&e.name)
+                    ))
+                })?;
+        }
         let json = tree.encode();
+        if json.len() as u64 > limits::MAX_TREE_BYTES {
+            return Err(Error::InvalidInput(format!(
+                "a directory of {} entries is larger than the {} MiB a tree may hold",
+                tree.entries.len(),
+                limits::MAX_TREE_BYTES >> 20
+            )));
+        }
         let id = ObjectId::of(&json);
         if let Some(r) = self.known(&id)? {
             return Ok(r);

@@ -49,7 +49,13 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Attr {
         ino,
         kind: FileKind::File,
         size: 0,
-        perm: if ino == COMMIT { 0o222 } else { 0o444 },
+        // Committing and the staged paths are the mount owner's alone; the
+        // history and health are for every reader of the mount.
+        perm: match ino {
+            COMMIT => 0o200,
+            STATUS | LAST_ERROR => 0o400,
+            _ => 0o444,
+        },
         nlink: 1,
         uid: fs.opts.uid,
         gid: fs.opts.gid,
@@ -58,7 +64,15 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Attr {
     }
 }
 
-pub(super) fn open(fs: &MountFs, ino: u64, writing: bool, _uid: u32) -> Result<Opened> {
+pub(super) fn open(fs: &MountFs, ino: u64, writing: bool, uid: u32) -> Result<Opened> {
+    // The kernel checks the modes above (default_permissions); checked here
+    // too, so the core holds without it.
+    if matches!(ino, COMMIT | STATUS | LAST_ERROR) && uid != fs.opts.uid && uid != 0 {
+        return Err(Error::fs(
+            FsError::Denied,
+            "only the mount's owner may commit or see staged changes",
+        ));
+    }
     let handle = match (ino, writing) {
         (COMMIT, true) => Handle::Commit,
         (COMMIT, false) => Handle::Text(Arc::new(vec![])),
@@ -100,6 +114,7 @@ pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32) -> Result<()> {
 fn status(fs: &MountFs) -> Result<Vec<u8>> {
     let st = fs.staging()?;
     let mut out = String::new();
+    // Paths are escaped by `status`: one change, one line.
     for (tag, path) in st.status(&fs.repo)? {
         out.push_str(&format!("{tag} {path}\n"));
     }

@@ -454,7 +454,7 @@ impl MountFs {
     }
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
-        if name.len() > staging::NAME_MAX {
+        if name.len() > crate::limits::MAX_NAME {
             return Err(Error::fs(FsError::NameTooLong, name_str(name)));
         }
         if is_staging(parent) {

@@ -81,6 +81,7 @@ pub fn errno(e: &Error) -> Errno {
             FsError::NameTooLong => libc::ENAMETOOLONG,
             FsError::ReadOnly => libc::EROFS,
             FsError::NotPermitted => libc::EPERM,
+            FsError::Denied => libc::EACCES,
         }),
         Error::Io { source, .. } => Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO)),
         Error::Conflict { .. } | Error::StagingBusy(_) => Errno::from_i32(libc::EBUSY),
@@ -111,12 +112,17 @@ fn fail(op: &str, e: &Error) -> Errno {
     errno(e)
 }
 
+/// Trees are validated on decode, so `m` is in range; saturating anyway:
+/// this runs on the kernel's request thread.
 fn time(m: Mtime) -> SystemTime {
-    if m.0 >= 0 {
-        UNIX_EPOCH + Duration::new(m.0 as u64, m.1)
+    let t = if m.0 >= 0 {
+        UNIX_EPOCH.checked_add(Duration::new(m.0 as u64, m.1))
     } else {
-        UNIX_EPOCH - Duration::from_secs(m.0.unsigned_abs()) + Duration::from_nanos(m.1 as u64)
-    }
+        UNIX_EPOCH
+            .checked_sub(Duration::from_secs(m.0.unsigned_abs()))
+            .and_then(|t| t.checked_add(Duration::from_nanos(m.1 as u64)))
+    };
+    t.unwrap_or(UNIX_EPOCH)
 }
 
 fn mtime_of(t: TimeOrNow) -> Mtime {

@@ -2,7 +2,8 @@
 //! three-way merge (to rebase a commit that lost the race for its number).
 
 use super::tree::{Entry, Node, Tree};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::limits;
 use crate::store::pack::BlobRef;
 use std::sync::Arc;
 
@@ -33,10 +34,51 @@ pub struct Change {
 }
 
 /// Changes that turn tree `a` (or nothing) into tree `b`, in path order.
+/// Refuses a walk of more than `limits::MAX_PATHS` entries or deeper than
+/// `limits::MAX_DEPTH`, so shared subtrees cannot make a diff or a merge
+/// run for ever or overflow the stack.
 pub fn diff(src: &dyn TreeSource, a: Option<&BlobRef>, b: Option<&BlobRef>) -> Result<Vec<Change>> {
     let mut out = Vec::new();
-    diff_dirs(src, a, b, &[], &mut out)?;
+    let mut budget = Budget::default();
+    diff_dirs(src, a, b, &[], &mut out, &mut budget)?;
     Ok(out)
+}
+
+/// What a walk may still visit.
+#[derive(Default)]
+struct Budget {
+    paths: u64,
+}
+
+impl Budget {
+    /// Counts `entries` more paths at `depth`.
+    fn spend(&mut self, entries: usize, depth: usize) -> Result<()> {
+        self.paths += entries as u64;
+        if depth > limits::MAX_DEPTH {
+            return Err(Error::malformed(
+                "version",
+                format!("trees nest deeper than {} levels", limits::MAX_DEPTH),
+            ));
+        }
+        if self.paths > limits::MAX_PATHS {
+            return Err(Error::malformed(
+                "version",
+                format!(
+                    "a comparison would visit more than {} paths",
+                    limits::MAX_PATHS
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn depth_of(prefix: &[u8]) -> usize {
+    if prefix.is_empty() {
+        0
+    } else {
+        1 + prefix.iter().filter(|&&b| b == b'/').count()
+    }
 }
 
 fn load(src: &dyn TreeSource, r: Option<&BlobRef>) -> Result<Arc<Tree>> {
@@ -62,6 +104,7 @@ fn diff_dirs(
     b: Option<&BlobRef>,
     prefix: &[u8],
     out: &mut Vec<Change>,
+    budget: &mut Budget,
 ) -> Result<()> {
     if let (Some(x), Some(y)) = (a, b)
         && x.id == y.id
@@ -69,6 +112,7 @@ fn diff_dirs(
         return Ok(());
     }
     let (ta, tb) = (load(src, a)?, load(src, b)?);
+    budget.spend(ta.entries.len() + tb.entries.len(), depth_of(prefix))?;
     for (name, old, new) in union(&ta.entries, &tb.entries) {
         let path = join(prefix, name);
         let subtree = |n: Option<&Node>| match n {
@@ -78,7 +122,7 @@ fn diff_dirs(
         // Directories on either side are walked; what is not a directory is compared.
         let (dir_old, dir_new) = (subtree(old), subtree(new));
         if dir_old.is_some() || dir_new.is_some() {
-            diff_dirs(src, dir_old.as_ref(), dir_new.as_ref(), &path, out)?;
+            diff_dirs(src, dir_old.as_ref(), dir_new.as_ref(), &path, out, budget)?;
         }
         let leaf = |n: Option<&Node>| n.filter(|n| !n.is_dir()).cloned();
         let (old, new) = (leaf(old), leaf(new));
@@ -145,72 +189,90 @@ pub fn merge(
     ours: &BlobRef,
     theirs: &BlobRef,
 ) -> Result<Result<BlobRef, Vec<String>>> {
-    let mut conflicts = Vec::new();
-    let tree = merge_dirs(src, sink, base, ours, theirs, &[], &mut conflicts)?;
-    if !conflicts.is_empty() {
-        return Ok(Err(conflicts));
+    let mut m = Merger {
+        src,
+        sink,
+        conflicts: Vec::new(),
+        budget: Budget::default(),
+    };
+    let tree = m.merge_dirs(base, ours, theirs, &[])?;
+    if !m.conflicts.is_empty() {
+        return Ok(Err(m.conflicts));
     }
-    Ok(Ok(sink.put_tree(&tree)?))
+    Ok(Ok(m.sink.put_tree(&tree)?))
 }
 
-fn merge_dirs(
-    src: &dyn TreeSource,
-    sink: &mut dyn TreeSink,
-    base: Option<&BlobRef>,
-    ours: &BlobRef,
-    theirs: &BlobRef,
-    prefix: &[u8],
-    conflicts: &mut Vec<String>,
-) -> Result<Tree> {
-    let (tb, to, tt) = (load(src, base)?, src.tree(ours)?, src.tree(theirs)?);
-    let mut names: Vec<&[u8]> = tb
-        .entries
-        .iter()
-        .chain(&to.entries)
-        .chain(&tt.entries)
-        .map(|e| e.name.as_slice())
-        .collect();
-    names.sort();
-    names.dedup();
-    let mut entries = Vec::new();
-    for name in names {
-        let (b, o, t) = (tb.get(name), to.get(name), tt.get(name));
-        let picked = if same(o, b) {
-            t.cloned()
-        } else if same(t, b) || same(o, t) {
-            o.cloned()
-        } else if let (
-            Some(Node::Dir {
-                mode,
-                mtime,
-                tree: o_tree,
-            }),
-            Some(Node::Dir { tree: t_tree, .. }),
-        ) = (o, t)
-        {
-            let b_tree = match b {
-                Some(Node::Dir { tree, .. }) => Some(tree),
-                _ => None,
+struct Merger<'a> {
+    src: &'a dyn TreeSource,
+    sink: &'a mut dyn TreeSink,
+    conflicts: Vec<String>,
+    budget: Budget,
+}
+
+impl Merger<'_> {
+    fn merge_dirs(
+        &mut self,
+        base: Option<&BlobRef>,
+        ours: &BlobRef,
+        theirs: &BlobRef,
+        prefix: &[u8],
+    ) -> Result<Tree> {
+        let src = self.src;
+        let (tb, to, tt) = (load(src, base)?, src.tree(ours)?, src.tree(theirs)?);
+        self.budget.spend(
+            tb.entries.len() + to.entries.len() + tt.entries.len(),
+            depth_of(prefix),
+        )?;
+        let mut names: Vec<&[u8]> = tb
+            .entries
+            .iter()
+            .chain(&to.entries)
+            .chain(&tt.entries)
+            .map(|e| e.name.as_slice())
+            .collect();
+        names.sort();
+        names.dedup();
+        let mut entries = Vec::new();
+        for name in names {
+            let (b, o, t) = (tb.get(name), to.get(name), tt.get(name));
+            let picked = if same(o, b) {
+                t.cloned()
+            } else if same(t, b) || same(o, t) {
+                o.cloned()
+            } else if let (
+                Some(Node::Dir {
+                    mode,
+                    mtime,
+                    tree: o_tree,
+                }),
+                Some(Node::Dir { tree: t_tree, .. }),
+            ) = (o, t)
+            {
+                let b_tree = match b {
+                    Some(Node::Dir { tree, .. }) => Some(tree),
+                    _ => None,
+                };
+                let path = join(prefix, name);
+                let merged = self.merge_dirs(b_tree, o_tree, t_tree, &path)?;
+                Some(Node::Dir {
+                    mode: *mode,
+                    mtime: *mtime,
+                    tree: self.sink.put_tree(&merged)?,
+                })
+            } else {
+                self.conflicts
+                    .push(crate::escape::line(&join(prefix, name)).into_owned());
+                o.cloned()
             };
-            let path = join(prefix, name);
-            let merged = merge_dirs(src, sink, b_tree, o_tree, t_tree, &path, conflicts)?;
-            Some(Node::Dir {
-                mode: *mode,
-                mtime: *mtime,
-                tree: sink.put_tree(&merged)?,
-            })
-        } else {
-            conflicts.push(String::from_utf8_lossy(&join(prefix, name)).into_owned());
-            o.cloned()
-        };
-        if let Some(node) = picked {
-            entries.push(Entry {
-                name: name.to_vec(),
-                node,
-            });
+            if let Some(node) = picked {
+                entries.push(Entry {
+                    name: name.to_vec(),
+                    node,
+                });
+            }
         }
+        Ok(Tree::new(entries))
     }
-    Ok(Tree::new(entries))
 }
 
 #[cfg(test)]

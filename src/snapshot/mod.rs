@@ -4,6 +4,7 @@ pub mod chunker;
 pub mod diff;
 pub mod record;
 pub mod tree;
+pub mod walk;
 
 pub use record::{Record, Stats};
 pub use tree::{Entry, Mtime, Node, Tree};

@@ -3,7 +3,9 @@
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::store::pack::BlobRef;
+use crate::limits;
+use crate::store::FORMAT;
+use crate::store::pack::{self, BlobRef};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +55,42 @@ impl Record {
         })
     }
 
+    /// Parses and validates a record read from a store or the local index.
     pub fn decode(bytes: &[u8], what: &str) -> Result<Record> {
-        serde_json::from_slice(bytes).map_err(|e| Error::malformed(what, e))
+        let bad = |detail: String| Error::malformed(what, detail);
+        if bytes.len() as u64 > limits::MAX_SMALL_OBJECT {
+            return Err(bad(format!(
+                "{} bytes is too large for a record",
+                bytes.len()
+            )));
+        }
+        let r: Record = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+        if r.format != FORMAT {
+            return Err(bad(format!(
+                "record format {} is not one this detafs reads ({FORMAT})",
+                r.format
+            )));
+        }
+        crate::repo::validate_name(&r.dataset).map_err(|e| bad(e.to_string()))?;
+        if r.version == 0 || (r.version == 1) != r.parent.is_none() {
+            return Err(bad(format!(
+                "version {} with {} parent",
+                r.version,
+                if r.parent.is_some() { "a" } else { "no" }
+            )));
+        }
+        let t = &r.tree;
+        if t.offset < pack::MAGIC.len() as u64
+            || !(2..=limits::MAX_TREE_BYTES + 1).contains(&(t.len as u64))
+        {
+            return Err(bad("root tree reference out of bounds".into()));
+        }
+        if humantime::parse_rfc3339(&r.time).is_err() {
+            return Err(bad(format!("time {:?} is not RFC 3339", r.time)));
+        }
+        if r.author.len() > limits::MAX_AUTHOR || r.message.len() > limits::MAX_MESSAGE {
+            return Err(bad("author or message too long".into()));
+        }
+        Ok(r)
     }
 }

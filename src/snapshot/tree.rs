@@ -4,7 +4,8 @@
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::store::pack::BlobRef;
+use crate::limits;
+use crate::store::pack::{self, BlobRef};
 use serde::{Deserialize, Serialize};
 
 /// Modification time: seconds and nanoseconds since the Unix epoch.
@@ -170,7 +171,10 @@ impl Tree {
         serde_json::to_vec(&WireTree { packs, entries }).expect("serializable")
     }
 
+    /// Parses and validates a tree: everything a reader relies on (names,
+    /// modes, times, sizes, references) is checked here, once.
     pub fn decode(bytes: &[u8]) -> Result<Tree> {
+        let bad = |detail: String| Error::malformed("tree", detail);
         let wire: WireTree =
             serde_json::from_slice(bytes).map_err(|e| Error::malformed("tree", e))?;
         let pack = |i: usize| {
@@ -179,13 +183,27 @@ impl Tree {
                 .copied()
                 .ok_or_else(|| Error::malformed("tree", format!("pack index {i} out of range")))
         };
-        let blob = |w: &WireRef| -> Result<BlobRef> {
-            Ok(BlobRef {
+        let blob = |w: &WireRef, max_len: u64| -> Result<BlobRef> {
+            let r = BlobRef {
                 id: w.0,
                 pack: pack(w.1)?,
                 offset: w.2,
                 len: w.3,
-            })
+            };
+            // At least the encoding byte and one byte of payload, after the
+            // pack's magic, within the bound for its kind.
+            if r.offset < pack::MAGIC.len() as u64
+                || r.offset.checked_add(r.len as u64).is_none()
+                || !(2..=max_len).contains(&(r.len as u64))
+            {
+                return Err(bad(format!(
+                    "reference to {} at {}+{} is out of bounds",
+                    r.id.short(),
+                    r.offset,
+                    r.len
+                )));
+            }
+            Ok(r)
         };
         let mut entries = Vec::with_capacity(wire.entries.len());
         for w in &wire.entries {
@@ -196,15 +214,29 @@ impl Tree {
                     mtime,
                     size,
                     chunks,
-                } => (
-                    name,
-                    Node::File {
-                        mode: *mode,
-                        mtime: *mtime,
-                        size: *size,
-                        chunks: chunks.iter().map(blob).collect::<Result<_>>()?,
-                    },
-                ),
+                } => {
+                    let chunks = chunks
+                        .iter()
+                        .map(|c| blob(c, limits::MAX_CHUNK + 1))
+                        .collect::<Result<Vec<_>>>()?;
+                    // Chunks are stored raw, so their lengths say the file's size.
+                    let sum: u64 = chunks.iter().map(BlobRef::data_size).sum();
+                    if sum != *size {
+                        return Err(bad(format!(
+                            "{:?}: size {size} but its chunks hold {sum} bytes",
+                            name.lossy()
+                        )));
+                    }
+                    (
+                        name,
+                        Node::File {
+                            mode: *mode,
+                            mtime: *mtime,
+                            size: *size,
+                            chunks,
+                        },
+                    )
+                }
                 WireEntry::Dir {
                     name,
                     mode,
@@ -215,7 +247,7 @@ impl Tree {
                     Node::Dir {
                         mode: *mode,
                         mtime: *mtime,
-                        tree: blob(tree)?,
+                        tree: blob(tree, limits::MAX_TREE_BYTES + 1)?,
                     },
                 ),
                 WireEntry::Symlink {
@@ -231,12 +263,9 @@ impl Tree {
                 ),
             };
             let name = name.clone().into_vec();
-            if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
-                return Err(Error::malformed(
-                    "tree",
-                    format!("bad entry name {:?}", String::from_utf8_lossy(&name)),
-                ));
-            }
+            check_name(&name).map_err(bad)?;
+            check_node(&node)
+                .map_err(|e| bad(format!("{:?}: {e}", String::from_utf8_lossy(&name))))?;
             entries.push(Entry { name, node });
         }
         if !entries.windows(2).all(|w| w[0].name < w[1].name) {
@@ -244,6 +273,42 @@ impl Tree {
         }
         Ok(Tree { entries })
     }
+}
+
+/// A name as a directory entry may carry it (also what staging accepts).
+pub fn check_name(name: &[u8]) -> std::result::Result<(), String> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(format!(
+            "bad entry name {:?}",
+            String::from_utf8_lossy(name)
+        ));
+    }
+    if name.len() > limits::MAX_NAME {
+        return Err(format!("entry name of {} bytes is too long", name.len()));
+    }
+    Ok(())
+}
+
+/// Modes, times and targets in the ranges detafs writes.
+pub fn check_node(node: &Node) -> std::result::Result<(), String> {
+    let mode = match node {
+        Node::File { mode, .. } | Node::Dir { mode, .. } => *mode,
+        Node::Symlink { .. } => 0,
+    };
+    if mode > 0o7777 {
+        return Err(format!("mode {mode:#o} has bits beyond 0o7777"));
+    }
+    let t = node.mtime();
+    if !limits::time_ok(t) {
+        return Err(format!("mtime {}.{} is out of range", t.0, t.1));
+    }
+    if let Node::Symlink { target, .. } = node
+        && (target.is_empty() || target.len() > limits::MAX_TARGET || target.contains(&0))
+    {
+        return Err(format!("bad symlink target of {} bytes", target.len()));
+    }
+    Ok(())
 }
 
 #[derive(Serialize, Deserialize)]
@@ -288,6 +353,12 @@ enum Bytes {
 }
 
 impl Bytes {
+    fn lossy(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Bytes::Utf8(s) => s.into(),
+            Bytes::Raw(v) => String::from_utf8_lossy(v),
+        }
+    }
     fn from(v: Vec<u8>) -> Bytes {
         match String::from_utf8(v) {
             Ok(s) => Bytes::Utf8(s),
@@ -319,24 +390,26 @@ mod tests {
     fn node_strategy() -> impl Strategy<Value = Node> {
         prop_oneof![
             (
-                0u32..0o777,
-                any::<i64>(),
+                0u32..0o7777,
+                limits::MIN_TIME..=limits::MAX_TIME,
                 0u32..1_000_000_000,
-                any::<u64>(),
                 prop::collection::vec((any::<u8>(), 0u8..3), 0..5)
             )
-                .prop_map(|(mode, s, ns, size, c)| Node::File {
-                    mode,
-                    mtime: Mtime(s, ns),
-                    size,
-                    chunks: c.into_iter().map(|(n, p)| blob(n, p)).collect()
+                .prop_map(|(mode, s, ns, c)| {
+                    let chunks: Vec<BlobRef> = c.into_iter().map(|(n, p)| blob(n, p)).collect();
+                    Node::File {
+                        mode,
+                        mtime: Mtime(s, ns),
+                        size: chunks.iter().map(BlobRef::data_size).sum(),
+                        chunks,
+                    }
                 }),
             (0u32..0o777, any::<u8>()).prop_map(|(mode, n)| Node::Dir {
                 mode,
                 mtime: Mtime(1, 2),
                 tree: blob(n, 9)
             }),
-            prop::collection::vec(any::<u8>(), 0..20).prop_map(|target| Node::Symlink {
+            prop::collection::vec(1u8..=255, 1..20).prop_map(|target| Node::Symlink {
                 mtime: Mtime(-5, 0),
                 target
             }),
@@ -357,6 +430,77 @@ mod tests {
             prop_assert_eq!(&back, &tree);
             // Canonical: encoding again gives the same id.
             prop_assert_eq!(ObjectId::of(&back.encode()), ObjectId::of(&bytes));
+        }
+    }
+
+    /// What a hostile store writer may put in a tree, each refused on decode.
+    #[test]
+    fn rejects_what_readers_could_trip_on() {
+        let chunk = |len: u32| format!(r#"["{}",0,8,{len}]"#, ObjectId::of(b"x"));
+        let file = |fields: &str| {
+            format!(
+                r#"{{"packs":["{}"],"entries":[{{"type":"file",{fields}}}]}}"#,
+                ObjectId::of(b"p")
+            )
+        };
+        let ok = file(&format!(
+            r#""name":"a","mode":420,"mtime":[0,0],"size":9,"chunks":[{}]"#,
+            chunk(10)
+        ));
+        assert!(Tree::decode(ok.as_bytes()).is_ok(), "{ok}");
+        for (why, bad) in [
+            (
+                "size disagrees with chunks",
+                file(&format!(
+                    r#""name":"a","mode":420,"mtime":[0,0],"size":99,"chunks":[{}]"#,
+                    chunk(10)
+                )),
+            ),
+            (
+                "zero-length chunk",
+                file(&format!(
+                    r#""name":"a","mode":420,"mtime":[0,0],"size":0,"chunks":[{}]"#,
+                    chunk(1)
+                )),
+            ),
+            (
+                "oversized chunk",
+                file(&format!(
+                    r#""name":"a","mode":420,"mtime":[0,0],"size":16777215,"chunks":[{}]"#,
+                    chunk(16777216)
+                )),
+            ),
+            (
+                "mode beyond 0o7777",
+                file(r#""name":"a","mode":4294967295,"mtime":[0,0],"size":0,"chunks":[]"#),
+            ),
+            (
+                "mtime i64::MAX",
+                file(
+                    r#""name":"a","mode":420,"mtime":[9223372036854775807,0],"size":0,"chunks":[]"#,
+                ),
+            ),
+            (
+                "nanoseconds past a second",
+                file(r#""name":"a","mode":420,"mtime":[0,1000000000],"size":0,"chunks":[]"#),
+            ),
+            (
+                "NUL in a name",
+                file(r#""name":"a\u0000b","mode":420,"mtime":[0,0],"size":0,"chunks":[]"#),
+            ),
+            (
+                "NUL in a raw name",
+                file(r#""name":[97,0],"mode":420,"mtime":[0,0],"size":0,"chunks":[]"#),
+            ),
+            (
+                "dot-dot",
+                file(r#""name":"..","mode":420,"mtime":[0,0],"size":0,"chunks":[]"#),
+            ),
+        ] {
+            assert!(
+                Tree::decode(bad.as_bytes()).is_err(),
+                "{why} accepted: {bad}"
+            );
         }
     }
 

@@ -55,6 +55,12 @@ pub mod keys {
     pub fn record(name: &str, version: u64) -> String {
         format!("datasets/{name}/records/{version:020}.json")
     }
+    /// The version a record key names, if `key` is exactly such a key.
+    pub fn record_number(name: &str, key: &str) -> Option<u64> {
+        let digits = key.strip_prefix(&records(name))?.strip_suffix(".json")?;
+        let n: u64 = digits.parse().ok()?;
+        (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()) && n > 0).then_some(n)
+    }
     pub const PACKS: &str = "packs/";
     pub fn pack(id: &ObjectId) -> String {
         let hex = id.to_hex();
@@ -75,6 +81,9 @@ const PARALLEL_GETS: usize = 64;
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
     url: String,
+    /// Where the store really is (a local folder's canonical path), which
+    /// with the marker's id names its local state.
+    location: String,
     rt: Arc<Runtime>,
     work: Arc<tokio::sync::Semaphore>,
     policy: Policy,
@@ -87,15 +96,21 @@ impl Store {
     /// when `create` is set (by `init`). Remote operations are retried through
     /// transient failures for up to `deadline` each.
     pub fn open(url: &str, create: bool, deadline: Duration) -> Result<Store> {
-        let (inner, policy): (Arc<dyn ObjectStore>, _) = match url.split_once("://") {
-            None => (Arc::new(local(url, create)?), Policy::local()),
-            Some(("file", path)) => (Arc::new(local(path, create)?), Policy::local()),
+        let (inner, policy, location): (Arc<dyn ObjectStore>, _, _) = match url.split_once("://") {
+            None | Some(("file", _)) => {
+                let path = url.strip_prefix("file://").unwrap_or(url);
+                let (fs, canonical) = local(path, create)?;
+                (Arc::new(fs), Policy::local(), format!("file://{canonical}"))
+            }
             Some((scheme, rest)) => {
                 let policy = Policy::remote(deadline);
-                (remote::open(url, scheme, rest, &policy)?, policy)
+                let location = url.trim_end_matches('/').to_string();
+                (remote::open(url, scheme, rest, &policy)?, policy, location)
             }
         };
-        Store::with_policy(inner, url, policy)
+        let mut store = Store::with_policy(inner, url, policy)?;
+        store.location = location;
+        Ok(store)
     }
 
     /// Wraps any object store (the seam for wrappers such as fault
@@ -112,12 +127,15 @@ impl Store {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .max_blocking_threads(WORK_PERMITS + 4)
+            // Tree walks recurse up to `limits::MAX_DEPTH` levels.
+            .thread_stack_size(8 << 20)
             .enable_all()
             .build()
             .map_err(|e| Error::io("tokio runtime", e))?;
         Ok(Store {
             inner,
             url: url.to_string(),
+            location: url.trim_end_matches('/').to_string(),
             rt: Arc::new(rt),
             work: Arc::new(tokio::sync::Semaphore::new(WORK_PERMITS)),
             policy,
@@ -130,6 +148,11 @@ impl Store {
         self.policy.deadline.is_some()
     }
 
+    /// How long one operation may retry (zero for local folders).
+    pub fn deadline(&self) -> Duration {
+        self.policy.deadline.unwrap_or_default()
+    }
+
     /// How the store answered lately.
     pub fn health(&self) -> HealthReport {
         self.health.report()
@@ -137,6 +160,11 @@ impl Store {
 
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The store's place: its canonical path or its URL without a trailing `/`.
+    pub fn location(&self) -> &str {
+        &self.location
     }
 
     /// Creates the store marker; idempotent, refuses a location holding anything else.
@@ -215,6 +243,19 @@ impl Store {
                 supported: FORMAT,
             });
         }
+        // The id names local folders: exactly as `init` makes it, so a
+        // hostile marker can never name a path.
+        let hex_id = info.store_id.len() == 32
+            && info
+                .store_id
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if info.format == 0 || !hex_id {
+            return Err(Error::malformed(
+                format!("{} {MARKER}", self.url),
+                "format or store_id is not one detafs writes",
+            ));
+        }
         Ok(Some(info))
     }
 
@@ -226,7 +267,7 @@ impl Store {
         Ok(first.map(|m| m.location.to_string()))
     }
 
-    /// Whole object, or `None` if it does not exist.
+    /// Whole small object, or `None` if it does not exist.
     pub fn get(&self, key: &str) -> Result<Option<Bytes>> {
         self.rt.block_on(self.fetch(key))
     }
@@ -239,13 +280,24 @@ impl Store {
             .block_on(fetches.buffered(PARALLEL_GETS).try_collect())
     }
 
+    /// A whole small object (marker, dataset, record): anything larger than
+    /// `limits::MAX_SMALL_OBJECT` is refused before its body is read.
     async fn fetch(&self, key: &str) -> Result<Option<Bytes>> {
         let path = Path::from(key);
+        let max = crate::limits::MAX_SMALL_OBJECT;
         let res = self
-            .call(key, || async { self.inner.get(&path).await?.bytes().await })
+            .call(key, || async {
+                let got = self.inner.get(&path).await?;
+                if got.meta.size > max {
+                    return Ok(Err(got.meta.size));
+                }
+                got.bytes().await.map(Ok)
+            })
             .await;
         match res {
-            Ok(b) => Ok(Some(b)),
+            Ok(Ok(b)) if b.len() as u64 <= max => Ok(Some(b)),
+            Ok(Ok(b)) => Err(too_large(key, b.len() as u64)),
+            Ok(Err(size)) => Err(too_large(key, size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(Error::store(key, e)),
         }
@@ -461,7 +513,19 @@ where
     }
 }
 
-fn local(path: &str, create: bool) -> Result<LocalFileSystem> {
+fn too_large(key: &str, size: u64) -> Error {
+    Error::malformed(
+        key,
+        format!(
+            "{size} bytes, more than the {} such an object may have",
+            crate::limits::MAX_SMALL_OBJECT
+        ),
+    )
+}
+
+/// A local folder store and the folder's canonical path. Its folder is
+/// private (0700): packs hold the data of files of every mode.
+fn local(path: &str, create: bool) -> Result<(LocalFileSystem, String)> {
     if path.is_empty() {
         return Err(Error::InvalidInput("empty store path".into()));
     }
@@ -475,9 +539,12 @@ fn local(path: &str, create: bool) -> Result<LocalFileSystem> {
         if !create {
             return Err(Error::NotAStore(path.to_string()));
         }
-        std::fs::create_dir_all(p).map_err(|e| Error::io(path, e))?;
+        crate::private::create_dir(p)?;
     }
-    LocalFileSystem::new_with_prefix(p)
+    crate::private::tighten(p)?;
+    let canonical = std::fs::canonicalize(p).map_err(|e| Error::io(path, e))?;
+    let fs = LocalFileSystem::new_with_prefix(&canonical)
         .map(|fs| fs.with_fsync(true).with_automatic_cleanup(true))
-        .map_err(|e| Error::store(path, e))
+        .map_err(|e| Error::store(path, e))?;
+    Ok((fs, canonical.to_string_lossy().into_owned()))
 }

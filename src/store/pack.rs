@@ -9,6 +9,7 @@
 use super::{Store, keys};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::limits;
 use bytes::Bytes;
 use std::collections::VecDeque;
 use tokio::task::JoinHandle;
@@ -80,18 +81,48 @@ pub fn decode(r: &BlobRef, kind: BlobKind, encoded: Bytes) -> Result<Bytes> {
         pack: r.pack,
         detail,
     };
-    let data = match encoded.split_first() {
-        Some((&RAW, _)) => encoded.slice(1..),
-        Some((&ZSTD, rest)) => zstd::stream::decode_all(rest)
+    if encoded.len() != r.len as usize {
+        return Err(corrupt(format!(
+            "{} bytes where its reference says {}",
+            encoded.len(),
+            r.len
+        )));
+    }
+    // Chunks are raw, always: their offsets in a file follow from their
+    // lengths, so every reader (cat, export, the mount) reads them alike.
+    let data = match (kind, encoded.split_first()) {
+        (_, Some((&RAW, _))) => encoded.slice(1..),
+        (BlobKind::Tree, Some((&ZSTD, rest))) => inflate(rest, limits::tree_bound(r.len))
             .map_err(|e| corrupt(format!("cannot decompress: {e}")))?
             .into(),
-        Some((other, _)) => return Err(corrupt(format!("unknown encoding byte {other}"))),
-        None => return Err(corrupt("empty blob".into())),
+        (_, Some((other, _))) => {
+            return Err(corrupt(format!(
+                "encoding byte {other} is not one a {} may have",
+                kind.name()
+            )));
+        }
+        (_, None) => return Err(corrupt("empty blob".into())),
     };
     if ObjectId::of(&data) != r.id {
         return Err(corrupt("content does not match its SHA-256".into()));
     }
     Ok(data)
+}
+
+/// Decompresses a zstd frame into at most `max` bytes: a small object that
+/// inflates without end is refused before it takes the memory.
+fn inflate(frame: &[u8], max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    zstd::stream::read::Decoder::new(frame)?
+        .take(max + 1)
+        .read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(std::io::Error::other(format!(
+            "inflates beyond {max} bytes"
+        )));
+    }
+    Ok(out)
 }
 
 /// Fetches and verifies one blob.
@@ -239,17 +270,35 @@ mod tests {
                     ..r(1, 8, enc.len() as u32)
                 };
                 assert_eq!(
-                    decode(&br, BlobKind::Chunk, enc.clone().into()).unwrap(),
+                    decode(&br, BlobKind::Tree, enc.clone().into()).unwrap(),
                     data
+                );
+                // Chunks are raw only: a compressed one is refused, not served.
+                assert_eq!(
+                    decode(&br, BlobKind::Chunk, enc.clone().into()).is_ok(),
+                    enc[0] == RAW
                 );
                 let mut bad = enc.clone();
                 let last = bad.len() - 1;
                 if last > 0 {
                     bad[last] ^= 1;
-                    assert!(decode(&br, BlobKind::Chunk, bad.into()).is_err());
+                    assert!(decode(&br, BlobKind::Tree, bad.into()).is_err());
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_decompression_bomb_is_refused_within_its_bound() {
+        let huge = vec![b' '; 64 << 20];
+        let enc = encode(&huge, true);
+        assert!(enc.len() < 10_000, "{}", enc.len());
+        let br = BlobRef {
+            id: ObjectId::of(&huge),
+            ..r(1, 8, enc.len() as u32)
+        };
+        let err = decode(&br, BlobKind::Tree, enc.into()).unwrap_err();
+        assert!(err.to_string().contains("inflates beyond"), "{err}");
     }
 
     #[test]

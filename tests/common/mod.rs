@@ -2,6 +2,11 @@
 //! `detafs` binary, and a fingerprint of a directory tree.
 #![allow(dead_code)]
 
+#[cfg(not(feature = "failpoints"))]
+compile_error!(
+    "the end-to-end tests need failure injection: cargo test --features failpoints (scripts/test.sh does)"
+);
+
 pub mod faults;
 pub mod objects;
 
@@ -106,7 +111,10 @@ impl Env {
         c.env("DETAFS_STORE", &self.store)
             .env("DETAFS_CACHE", &self.cache)
             .env("DETAFS_STAGING", self.staging())
-            .env_remove("FAILPOINTS");
+            .env_remove("FAILPOINTS")
+            // Debris is swept at once here; `gc_refuses_a_grace_below_the_safe_minimum`
+            // checks the real minimum.
+            .env("DETAFS_TEST_GC_MIN_GRACE", "0s");
         if self.bucket.is_some() {
             c.envs(objects::S3_ENV)
                 .env("AWS_ENDPOINT_URL", &self.endpoint);

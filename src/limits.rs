@@ -1,0 +1,45 @@
+//! Bounds on what detafs accepts from a store (docs/security.md). Objects in
+//! a store may have been written by anyone with bucket credentials, so every
+//! decoder checks these before it allocates or walks, and a version that
+//! breaks one is refused with an error naming it, never half served.
+
+use crate::snapshot::Mtime;
+
+/// Largest data chunk (the chunker's maximum). Chunks are stored raw, so
+/// their encoded length is this plus the encoding byte.
+pub const MAX_CHUNK: u64 = crate::snapshot::chunker::MAX_SIZE as u64;
+/// Largest tree, decoded (about a million entries in one directory).
+pub const MAX_TREE_BYTES: u64 = 256 << 20;
+/// A tree inflates at most this many times its stored size; detafs' own
+/// trees compress 2-10x, a decompression bomb thousands of times.
+pub const MAX_TREE_RATIO: u64 = 64;
+/// Largest record, marker or dataset object.
+pub const MAX_SMALL_OBJECT: u64 = 1 << 20;
+/// Directory levels in a version or in staging.
+pub const MAX_DEPTH: usize = 1024;
+/// Paths a walk of a version (export, diff, status) may visit, counting each
+/// use of a shared subtree: far above any real dataset, far below what a
+/// few shared trees can expand to (41 trees can name 2^40 paths).
+pub const MAX_PATHS: u64 = 10_000_000;
+/// Longest file name, as on Linux.
+pub const MAX_NAME: usize = 255;
+/// Longest symlink target, as PATH_MAX.
+pub const MAX_TARGET: usize = 4096;
+/// Times from 0001-01-01 to 9999-12-31 (what RFC 3339 and the tools can show).
+pub const MIN_TIME: i64 = -62_135_596_800;
+pub const MAX_TIME: i64 = 253_402_300_799;
+/// Longest author and commit message.
+pub const MAX_MESSAGE: usize = 64 << 10;
+pub const MAX_AUTHOR: usize = 256;
+
+/// Whether a timestamp is one detafs stores.
+pub fn time_ok(t: Mtime) -> bool {
+    (MIN_TIME..=MAX_TIME).contains(&t.0) && t.1 < 1_000_000_000
+}
+
+/// Largest decoded size of a tree stored in `encoded_len` bytes.
+pub fn tree_bound(encoded_len: u32) -> u64 {
+    (encoded_len as u64)
+        .saturating_mul(MAX_TREE_RATIO)
+        .clamp(1 << 20, MAX_TREE_BYTES)
+}
