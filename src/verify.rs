@@ -188,12 +188,26 @@ impl Walker<'_> {
     fn check_records(&mut self, dataset: &str) -> Result<()> {
         let mut prev: Option<(u64, ObjectId)> = None;
         for listed in self.repo.store.list(&keys::records(dataset), None)? {
+            // Keys are the store's: escaped wherever they are shown.
+            let key = crate::escape::line(listed.key.as_bytes()).into_owned();
             let Some(n) = keys::record_number(dataset, &listed.key) else {
-                self.chain_problem(listed.key.clone(), "not a version record name".into());
+                self.chain_problem(key, "not a version record name".into());
                 continue;
             };
-            let Some(bytes) = self.repo.store.get(&listed.key)? else {
-                continue;
+            let bytes = match self.repo.store.get(&listed.key) {
+                Ok(Some(b)) => b,
+                Ok(None) => continue,
+                Err(e @ Error::Malformed { .. }) => {
+                    self.report.problems.push(Problem {
+                        kind: ProblemKind::Corrupt,
+                        object: key,
+                        detail: e.to_string(),
+                        affects: vec![format!("{dataset} v{n}")],
+                        more: 0,
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
             let hash = ObjectId::of(&bytes);
             let expected = prev.map_or(1, |(v, _)| v + 1);
@@ -207,21 +221,21 @@ impl Walker<'_> {
                 && known != hash
             {
                 self.chain_problem(
-                    listed.key.clone(),
+                    key.clone(),
                     format!("record v{n} differs from the one this host saw"),
                 );
             }
             let record = match Record::decode(&bytes, &listed.key) {
                 Ok(r) if r.version == n && r.dataset == dataset => r,
                 Ok(_) => {
-                    self.chain_problem(listed.key.clone(), "record does not match its key".into());
+                    self.chain_problem(key.clone(), "record does not match its key".into());
                     prev = Some((n, hash));
                     continue;
                 }
                 Err(e) => {
                     self.report.problems.push(Problem {
                         kind: ProblemKind::Corrupt,
-                        object: listed.key.clone(),
+                        object: key.clone(),
                         detail: e.to_string(),
                         affects: vec![format!("{dataset} v{n}")],
                         more: 0,
@@ -237,7 +251,7 @@ impl Walker<'_> {
             };
             if !parent_ok {
                 self.chain_problem(
-                    listed.key.clone(),
+                    key.clone(),
                     format!("parent hash does not match record v{}", n - 1),
                 );
             }
@@ -275,18 +289,21 @@ impl Walker<'_> {
                 let bytes = match bytes {
                     Ok(Some(b)) => b,
                     Ok(None) => {
+                        // Named by the files that lose the most first.
+                        let mut by_size: Vec<_> = sorted.iter().collect();
+                        by_size.sort_by_key(|(r, _)| std::cmp::Reverse(r.len));
                         let mut affects = Affects::default();
-                        for (_, a) in entries {
+                        for (_, a) in by_size {
                             affects.merge(a);
                         }
                         self.report.problems.push(Problem {
                             kind: ProblemKind::Missing,
                             object: key.clone(),
-                            detail: format!("pack holding {} chunks is missing", entries.len()),
+                            detail: format!("pack of {} chunks is missing", sorted.len()),
                             affects: affects.samples,
                             more: affects.more,
                         });
-                        continue;
+                        break; // reported once for the whole pack
                     }
                     // A pack shorter than its references.
                     Err(e @ Error::Malformed { .. }) => {

@@ -348,9 +348,9 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             let pb = bar(0, "verify");
             let report = verify::verify(&repo, name.as_deref(), &pb)?;
             pb.finish_and_clear();
-            // Keys and paths come from the store: one problem, one line.
+            // Paths and keys in problems are escaped by verify.
             for p in &report.problems {
-                println!("{}", line(p.to_string().as_bytes()));
+                println!("{p}");
             }
             for g in &report.garbage {
                 let key = line(g.key.as_bytes());
