@@ -493,7 +493,7 @@ fn foreground_mount_unmounts_cleanly_on_sigterm_and_sigint() {
 }
 
 #[test]
-fn shell_tools_in_staging_and_the_author_is_the_writer() {
+fn shell_tools_in_staging_and_only_the_owner_commits() {
     let env = Env::new();
     let (a, _) = two_versions(&env);
     let m = env.mount(&["--allow-other"]);
@@ -508,24 +508,25 @@ fn shell_tools_in_staging_and_the_author_is_the_writer() {
             .arg(st.join("mirror")),
     );
     let want = fingerprint(&st);
-    // A different user commits: the version records them as its author.
+    // Another user may not commit the owner's staging, nor see what it holds.
     run_ok(Command::new("chmod").arg("755").arg(env.dir.path()));
-    run_ok(
-        Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "sh",
-                "-c",
-            ])
-            .arg(format!(
-                "echo 'as nobody' > {}",
-                m.path(".detafs/commit").display()
-            )),
-    );
+    for script in [
+        format!("echo 'as nobody' > {}", m.path(".detafs/commit").display()),
+        format!("cat {}", m.path(".detafs/status").display()),
+    ] {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c"])
+            .arg(&script)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("Permission denied"), "{script}: {err}");
+    }
+    assert_eq!(env.log().len(), 2, "nothing was committed");
+    // The owner commits: the version records them as its author.
+    common::commit_via_control(&m, "as the owner").unwrap();
     let log = env.log();
-    assert_eq!(log[2]["author"], "nobody");
+    assert_eq!(log[2]["author"], "root");
     let out = env.path("v3");
     env.ok(&["export", "ds", "v3", out.to_str().unwrap()]);
     assert_eq!(fingerprint(&out), want);

@@ -297,14 +297,19 @@ impl Mount<'_> {
 
     /// The daemon's log (warnings and errors it reported).
     pub fn log(&self) -> String {
+        // Staging lives under `<store id>-<location hash>/`; this env has one store.
         let store_id: serde_json::Value =
             serde_json::from_slice(&self.env.objects.read("detafs.json")).unwrap();
-        let p = self
-            .env
-            .staging()
-            .join(store_id["store_id"].as_str().unwrap())
-            .join("ds/mount.log");
-        std::fs::read_to_string(p).unwrap_or_default()
+        let prefix = format!("{}-", store_id["store_id"].as_str().unwrap());
+        let Some(dir) = std::fs::read_dir(self.env.staging())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        else {
+            return String::new();
+        };
+        std::fs::read_to_string(dir.path().join("ds/mount.log")).unwrap_or_default()
     }
 
     pub fn alive(&self) -> bool {
