@@ -308,19 +308,28 @@ impl Repo {
     /// cache, so a host re-reads what it read before without the network, and
     /// keeps serving it while the store is unreachable.
     pub fn read_chunks(&self, run: &[BlobRef]) -> Result<Vec<Bytes>> {
+        self.read_chunks_each(run)?.into_iter().collect()
+    }
+
+    /// Like `read_chunks`, each chunk verified on its own (see
+    /// `pack::read_run_each`): the mount reads a folder's small files as one
+    /// run, and a bad one must not fail its neighbours.
+    pub fn read_chunks_each(&self, run: &[BlobRef]) -> Result<Vec<Result<Bytes>>> {
         if !self.store.is_remote() {
-            return pack::read_run(&self.store, run, BlobKind::Chunk);
+            return pack::read_run_each(&self.store, run, BlobKind::Chunk);
         }
-        let cached: Option<Vec<Bytes>> = run
+        let cached: Option<Vec<Result<Bytes>>> = run
             .iter()
-            .map(|r| self.disk.get(&r.id).map(Bytes::from))
+            .map(|r| self.disk.get(&r.id).map(|b| Ok(Bytes::from(b))))
             .collect();
         if let Some(chunks) = cached {
             return Ok(chunks);
         }
-        let chunks = pack::read_run(&self.store, run, BlobKind::Chunk)?;
+        let chunks = pack::read_run_each(&self.store, run, BlobKind::Chunk)?;
         for (r, data) in run.iter().zip(&chunks) {
-            self.disk.put(&r.id, data);
+            if let Ok(data) = data {
+                self.disk.put(&r.id, data);
+            }
         }
         Ok(chunks)
     }

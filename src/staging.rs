@@ -801,7 +801,7 @@ impl Staging {
         depth: usize,
         uppers: &mut HashMap<u64, (Vec<BlobRef>, u64, Mtime)>,
     ) -> Result<BlobRef> {
-        if depth >= limits::MAX_DEPTH {
+        if depth > limits::MAX_DEPTH {
             return Err(Error::InvalidInput(too_deep()));
         }
         let node = self.node(id)?;

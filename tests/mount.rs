@@ -515,12 +515,21 @@ fn shell_tools_in_staging_and_only_the_owner_commits() {
         format!("cat {}", m.path(".detafs/status").display()),
     ] {
         let out = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c"])
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+            ])
             .arg(&script)
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains("Permission denied"), "{script}: {err}");
+        assert!(
+            !out.status.success() && err.contains("Permission denied"),
+            "{script}: {err}"
+        );
     }
     assert_eq!(env.log().len(), 2, "nothing was committed");
     // The owner commits: the version records them as its author.

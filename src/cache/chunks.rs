@@ -56,7 +56,7 @@ impl ChunkCache {
                 continue;
             }
             drop(st);
-            self.fetch(run)?;
+            self.fetch(run, Some(at))?;
             st = self.state();
         }
     }
@@ -73,13 +73,15 @@ impl ChunkCache {
         // Called on a worker (reads never run on the request thread), so a
         // full pool makes this worker fetch ahead itself.
         self.repo.store.spawn_work(move || {
-            if let Err(e) = me.fetch(&run) {
+            if let Err(e) = me.fetch(&run, None) {
                 tracing::debug!("read-ahead failed: {e}");
             }
         });
     }
 
-    fn fetch(&self, run: &[BlobRef]) -> Result<()> {
+    /// Reads `run` into the cache. Fails if the read fails, or if chunk
+    /// `want` does not verify (its neighbours are cached all the same).
+    fn fetch(&self, run: &[BlobRef], want: Option<usize>) -> Result<()> {
         {
             let mut st = self.state();
             if run
@@ -92,13 +94,23 @@ impl ChunkCache {
                 st.inflight.insert(r.id);
             }
         }
-        let res = self.repo.read_chunks(run);
+        let res = self.repo.read_chunks_each(run);
         let mut st = self.state();
         for r in run {
             st.inflight.remove(&r.id);
         }
-        let res = res.map(|blobs| {
-            for (r, data) in run.iter().zip(blobs) {
+        let res = res.and_then(|blobs| {
+            let mut wanted = Ok(());
+            for (i, (r, data)) in run.iter().zip(blobs).enumerate() {
+                let data = match data {
+                    Ok(d) => d,
+                    Err(e) => {
+                        if want == Some(i) {
+                            wanted = Err(e);
+                        }
+                        continue;
+                    }
+                };
                 // Own copy: a slice would keep the whole run's buffer alive
                 // and the byte bound would not bound memory.
                 let data = Bytes::copy_from_slice(&data);
@@ -113,6 +125,7 @@ impl ChunkCache {
                     None => break,
                 }
             }
+            wanted
         });
         drop(st);
         self.fetched.notify_all();

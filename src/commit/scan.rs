@@ -100,7 +100,7 @@ impl<'r> Scanner<'r> {
     }
 
     fn scan_level(&mut self, dir: &Path, depth: usize) -> Result<BlobRef> {
-        if depth >= limits::MAX_DEPTH {
+        if depth > limits::MAX_DEPTH {
             return Err(Error::InvalidInput(format!(
                 "{}: deeper than {} levels, more than a version may hold",
                 dir.display(),

@@ -2,6 +2,7 @@
 //! three-way merge (to rebase a commit that lost the race for its number).
 
 use super::tree::{Entry, Node, Tree};
+use super::walk;
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::store::pack::BlobRef;
@@ -40,7 +41,7 @@ pub struct Change {
 pub fn diff(src: &dyn TreeSource, a: Option<&BlobRef>, b: Option<&BlobRef>) -> Result<Vec<Change>> {
     let mut out = Vec::new();
     let mut budget = Budget::default();
-    diff_dirs(src, a, b, &[], &mut out, &mut budget)?;
+    diff_dirs(src, a, b, &[], &mut out, &mut budget, false)?;
     Ok(out)
 }
 
@@ -52,8 +53,8 @@ struct Budget {
 
 impl Budget {
     /// Counts `entries` more paths at `depth`.
-    fn spend(&mut self, entries: usize, depth: usize) -> Result<()> {
-        self.paths += entries as u64;
+    fn spend(&mut self, entries: u64, depth: usize) -> Result<()> {
+        self.paths = self.paths.saturating_add(entries);
         if depth > limits::MAX_DEPTH {
             return Err(Error::malformed(
                 "version",
@@ -105,14 +106,27 @@ fn diff_dirs(
     prefix: &[u8],
     out: &mut Vec<Change>,
     budget: &mut Budget,
+    counted: bool,
 ) -> Result<()> {
     if let (Some(x), Some(y)) = (a, b)
         && x.id == y.id
     {
         return Ok(());
     }
+    // A subtree only one side has is walked whole: measure it first
+    // (cheaply, each shared tree once) instead of finding out path by path.
+    let one_sided = match (a, b) {
+        (Some(t), None) | (None, Some(t)) if !counted => Some(walk::expansion(src, t)?),
+        _ => None,
+    };
     let (ta, tb) = (load(src, a)?, load(src, b)?);
-    budget.spend(ta.entries.len() + tb.entries.len(), depth_of(prefix))?;
+    let depth = depth_of(prefix);
+    match one_sided {
+        Some(e) => budget.spend(e.paths, depth + e.height)?,
+        None if !counted => budget.spend((ta.entries.len() + tb.entries.len()) as u64, depth)?,
+        None => {}
+    }
+    let counted = counted || one_sided.is_some();
     for (name, old, new) in union(&ta.entries, &tb.entries) {
         let path = join(prefix, name);
         let subtree = |n: Option<&Node>| match n {
@@ -122,7 +136,15 @@ fn diff_dirs(
         // Directories on either side are walked; what is not a directory is compared.
         let (dir_old, dir_new) = (subtree(old), subtree(new));
         if dir_old.is_some() || dir_new.is_some() {
-            diff_dirs(src, dir_old.as_ref(), dir_new.as_ref(), &path, out, budget)?;
+            diff_dirs(
+                src,
+                dir_old.as_ref(),
+                dir_new.as_ref(),
+                &path,
+                out,
+                budget,
+                counted,
+            )?;
         }
         let leaf = |n: Option<&Node>| n.filter(|n| !n.is_dir()).cloned();
         let (old, new) = (leaf(old), leaf(new));
@@ -220,7 +242,7 @@ impl Merger<'_> {
         let src = self.src;
         let (tb, to, tt) = (load(src, base)?, src.tree(ours)?, src.tree(theirs)?);
         self.budget.spend(
-            tb.entries.len() + to.entries.len() + tt.entries.len(),
+            (tb.entries.len() + to.entries.len() + tt.entries.len()) as u64,
             depth_of(prefix),
         )?;
         let mut names: Vec<&[u8]> = tb

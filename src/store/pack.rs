@@ -133,6 +133,12 @@ pub fn read_blob(store: &Store, r: &BlobRef, kind: BlobKind) -> Result<Bytes> {
 
 /// Fetches blobs that lie back to back in one pack with a single range read.
 pub fn read_run(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Vec<Bytes>> {
+    read_run_each(store, run, kind)?.into_iter().collect()
+}
+
+/// Like `read_run`, with each blob verified on its own: a corrupt blob
+/// fails only itself, not its neighbours in the run.
+pub fn read_run_each(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Vec<Result<Bytes>>> {
     let (first, last) = (run[0], run[run.len() - 1]);
     let bytes = store
         .get_range(&keys::pack(&first.pack), first.offset..last.end())?
@@ -141,12 +147,13 @@ pub fn read_run(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Vec<By
             id: first.id,
             pack: first.pack,
         })?;
-    run.iter()
+    Ok(run
+        .iter()
         .map(|r| {
             let start = (r.offset - first.offset) as usize;
             decode(r, kind, bytes.slice(start..start + r.len as usize))
         })
-        .collect()
+        .collect())
 }
 
 /// Splits refs into runs that `read_run` can fetch at once, each at most `max_bytes`.

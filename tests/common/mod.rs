@@ -7,6 +7,7 @@ compile_error!(
     "the end-to-end tests need failure injection: cargo test --features failpoints (scripts/test.sh does)"
 );
 
+pub mod craft;
 pub mod faults;
 pub mod objects;
 
@@ -35,6 +36,14 @@ impl Env {
     /// A fresh, initialised store with one dataset `ds`.
     pub fn new() -> Env {
         let env = Env::empty();
+        env.ok(&["init"]);
+        env.ok(&["dataset", "create", "ds"]);
+        env
+    }
+
+    /// `Env::new` on a local folder whatever `DETAFS_TEST_STORE` says.
+    pub fn new_local() -> Env {
+        let env = Env::empty_local();
         env.ok(&["init"]);
         env.ok(&["dataset", "create", "ds"]);
         env
