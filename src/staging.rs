@@ -83,7 +83,7 @@ impl SNode {
     }
 }
 
-const SCHEMA: &str = "
+pub const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS nodes(
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -94,7 +94,7 @@ CREATE TABLE IF NOT EXISTS nodes(
     UNIQUE(parent, name));
 ";
 
-const COLUMNS: &str =
+pub const COLUMNS: &str =
     "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target";
 
 fn kind_code(k: Kind) -> i64 {

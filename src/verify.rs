@@ -279,6 +279,22 @@ impl Walker<'_> {
             self.report.blobs += blobs.len();
             let mut sorted: Vec<_> = blobs.into_values().collect();
             sorted.sort_by_key(|(r, _)| (r.offset, r.len));
+            match self.repo.store.get_range(&key, 0..pack::MAGIC.len() as u64) {
+                Ok(Some(head)) => {
+                    if let Err(e) = pack::check_header(&pack_id, &head) {
+                        self.report.problems.push(Problem {
+                            kind: ProblemKind::Corrupt,
+                            object: key.clone(),
+                            detail: e.to_string(),
+                            affects: vec![],
+                            more: 0,
+                        });
+                    }
+                }
+                // Missing, or shorter than a header: reported below.
+                Ok(None) | Err(Error::Malformed { .. }) => {}
+                Err(e) => return Err(e),
+            }
             let refs: Vec<BlobRef> = sorted.iter().map(|(r, _)| *r).collect();
             let mut at = 0;
             for run in pack::runs(&refs, 8 << 20) {

@@ -34,6 +34,35 @@ pub struct StoreInfo {
     pub store_id: String,
 }
 
+impl StoreInfo {
+    /// Parses and checks a marker read from the store at `url`.
+    pub fn decode(bytes: &[u8], url: &str) -> Result<StoreInfo> {
+        let what = || format!("{url} {MARKER}");
+        let info: StoreInfo = serde_json::from_slice(bytes).map_err(|e| Error::malformed(what(), e))?;
+        if info.format > FORMAT {
+            return Err(Error::FormatTooNew {
+                url: url.to_string(),
+                found: info.format,
+                supported: FORMAT,
+            });
+        }
+        // The id names local folders: exactly as `init` makes it, so a
+        // hostile marker can never name a path.
+        let hex_id = info.store_id.len() == 32
+            && info
+                .store_id
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if info.format == 0 || !hex_id {
+            return Err(Error::malformed(
+                what(),
+                "format or store_id is not one detafs writes",
+            ));
+        }
+        Ok(info)
+    }
+}
+
 /// An object listed in the store.
 #[derive(Debug, Clone)]
 pub struct Listed {
@@ -234,29 +263,7 @@ impl Store {
         let Some(bytes) = self.get(MARKER)? else {
             return Ok(None);
         };
-        let info: StoreInfo = serde_json::from_slice(&bytes)
-            .map_err(|e| Error::malformed(format!("{} {MARKER}", self.url), e))?;
-        if info.format > FORMAT {
-            return Err(Error::FormatTooNew {
-                url: self.url.clone(),
-                found: info.format,
-                supported: FORMAT,
-            });
-        }
-        // The id names local folders: exactly as `init` makes it, so a
-        // hostile marker can never name a path.
-        let hex_id = info.store_id.len() == 32
-            && info
-                .store_id
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if info.format == 0 || !hex_id {
-            return Err(Error::malformed(
-                format!("{} {MARKER}", self.url),
-                "format or store_id is not one detafs writes",
-            ));
-        }
-        Ok(Some(info))
+        StoreInfo::decode(&bytes, &self.url).map(Some)
     }
 
     fn first_key(&self) -> Result<Option<String>> {

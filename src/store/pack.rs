@@ -72,6 +72,17 @@ pub fn encode(data: &[u8], compress: bool) -> Vec<u8> {
     out
 }
 
+/// Checks the first bytes of a pack (`verify` reads them of every pack).
+pub fn check_header(pack: &ObjectId, head: &[u8]) -> Result<()> {
+    if head == MAGIC {
+        return Ok(());
+    }
+    Err(Error::malformed(
+        keys::pack(pack),
+        "does not start with the pack magic DTFSPAK1",
+    ))
+}
+
 /// Decodes a stored blob and checks it against its id: never hand out
 /// unverified bytes. Raw blobs are returned without copying.
 pub fn decode(r: &BlobRef, kind: BlobKind, encoded: Bytes) -> Result<Bytes> {
