@@ -208,6 +208,37 @@ fn export_clears_setid_bits_unless_root_asks() {
 }
 
 #[test]
+fn a_committed_setuid_binary_gives_no_one_else_root_through_the_mount() {
+    let env = Env::new_local();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::copy("/usr/bin/id", src.join("id")).unwrap();
+    std::fs::set_permissions(src.join("id"), PermissionsExt::from_mode(0o4755)).unwrap();
+    env.commit(&src, "setuid id");
+    let m = env.mount(&["--allow-other"]);
+    std::fs::set_permissions(env.dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    assert_eq!(
+        std::fs::metadata(m.path("versions/v1/id")).unwrap().mode() & 0o7777,
+        0o4755
+    );
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let ours = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(1) == m.dir.to_str())
+        .unwrap();
+    assert!(ours.contains("nosuid") && ours.contains("nodev"), "{ours}");
+    for path in ["versions/v1/id", "staging/id"] {
+        let out = run_ok(
+            Command::new("setpriv")
+                .args([NOBODY, "--regid=65534", "--clear-groups"])
+                .arg(m.path(path))
+                .arg("-u"),
+        );
+        assert_eq!(out.trim(), "65534", "{path} ran setuid");
+    }
+}
+
+#[test]
 fn local_state_is_private_and_other_users_cannot_read_it() {
     let env = Env::new_local();
     let src = env.path("src");

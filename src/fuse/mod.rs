@@ -615,6 +615,10 @@ pub fn serve(
         MountOption::FSName(opts.fs_name.clone()),
         MountOption::Subtype("detafs".into()),
         MountOption::DefaultPermissions,
+        // A setuid binary another user committed must not run as the
+        // mount's owner (root, say) from versions/ or staging/.
+        MountOption::NoSuid,
+        MountOption::NoDev,
     ];
     if opts.allow_other {
         config.acl = SessionACL::All;

@@ -38,7 +38,8 @@ impl StoreInfo {
     /// Parses and checks a marker read from the store at `url`.
     pub fn decode(bytes: &[u8], url: &str) -> Result<StoreInfo> {
         let what = || format!("{url} {MARKER}");
-        let info: StoreInfo = serde_json::from_slice(bytes).map_err(|e| Error::malformed(what(), e))?;
+        let info: StoreInfo =
+            serde_json::from_slice(bytes).map_err(|e| Error::malformed(what(), e))?;
         if info.format > FORMAT {
             return Err(Error::FormatTooNew {
                 url: url.to_string(),
