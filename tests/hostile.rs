@@ -350,6 +350,10 @@ fn a_decompression_bomb_costs_an_error_not_the_memory() {
     let err = std::fs::read_dir(m.path("versions/v2")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
     assert!(m.alive());
+    // The log names the object, the version and the path.
+    common::within(Duration::from_secs(5), "the log line", || {
+        m.log().contains("versions/v2 (v2): tree object")
+    });
     assert_eq!(
         fingerprint(&m.path("versions/v1")),
         fingerprint(&env.path("src"))

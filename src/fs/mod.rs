@@ -429,6 +429,14 @@ impl MountFs {
             .ok_or_else(|| Error::fs(FsError::NotFound, format!("inode {ino}")))
     }
 
+    /// A tree of a version (the folder `at`, or the one holding it): a tree
+    /// that cannot be read is logged with the version and path it breaks.
+    fn version_tree(&self, at: &VEntry, tree: &BlobRef) -> Result<Arc<Tree>> {
+        self.repo.tree(tree).inspect_err(|e| {
+            tracing::error!("versions/{} (v{}): {e}", at.path, at.version);
+        })
+    }
+
     /// `versions/vN`'s attributes and root tree (listing `versions/` does not
     /// load any version's trees).
     fn version_root(&self, name: &[u8]) -> Result<(Attr, BlobRef)> {
@@ -489,8 +497,7 @@ impl MountFs {
                     return Err(Error::fs(FsError::NotDir, name_str(name)));
                 };
                 let node = self
-                    .repo
-                    .tree(tree)?
+                    .version_tree(&parent_entry, tree)?
                     .get(name)
                     .cloned()
                     .ok_or_else(|| not_found(name))?;
@@ -636,7 +643,7 @@ impl MountFs {
                 let Node::Dir { tree, .. } = &e.node else {
                     return Err(Error::fs(FsError::NotDir, format!("inode {ino}")));
                 };
-                for child in &self.repo.tree(tree)?.entries {
+                for child in &self.version_tree(&e, tree)?.entries {
                     let cino = self.version_child(
                         ino,
                         &child.name,
@@ -815,10 +822,11 @@ impl MountFs {
             return Err(read_only());
         }
         let entry = self.version_entry(ino)?;
-        match entry.node {
+        match &entry.node {
             Node::File { chunks, .. } => {
+                let chunks = chunks.clone();
                 let siblings = match (&entry.parent_tree, chunks.len()) {
-                    (Some(t), 1) => Some(self.repo.tree(t)?),
+                    (Some(t), 1) => Some(self.version_tree(&entry, t)?),
                     _ => None,
                 };
                 let path = format!("versions/{}", entry.path);

@@ -91,3 +91,85 @@ pub fn expansion(src: &dyn TreeSource, root: &BlobRef) -> Result<Expansion> {
     }
     Ok(total)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{Entry, Mtime, Tree};
+    use std::sync::Arc;
+
+    /// Trees in memory: tree `k` holds `names` directories, each tree `k-1`.
+    struct Chain(Vec<(BlobRef, Arc<Tree>)>, std::sync::atomic::AtomicUsize);
+
+    impl TreeSource for Chain {
+        fn tree(&self, r: &BlobRef) -> Result<Arc<Tree>> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(self.0.iter().find(|(b, _)| b.id == r.id).unwrap().1.clone())
+        }
+    }
+
+    fn chain(levels: usize, names: &[&str]) -> Chain {
+        let mut out: Vec<(BlobRef, Arc<Tree>)> = Vec::new();
+        let file = Entry {
+            name: b"f".to_vec(),
+            node: Node::File {
+                mode: 0o644,
+                mtime: Mtime(0, 0),
+                size: 0,
+                chunks: vec![],
+            },
+        };
+        for k in 0..=levels {
+            let mut entries = vec![file.clone()];
+            if let Some((below, _)) = out.last() {
+                entries.extend(names.iter().map(|n| Entry {
+                    name: n.as_bytes().to_vec(),
+                    node: Node::Dir {
+                        mode: 0o755,
+                        mtime: Mtime(0, 0),
+                        tree: *below,
+                    },
+                }));
+            }
+            let tree = Tree::new(entries);
+            let r = BlobRef {
+                id: ObjectId::of(&tree.encode()),
+                pack: ObjectId::of(b"p"),
+                offset: 8 + k as u64,
+                len: 10,
+            };
+            out.push((r, Arc::new(tree)));
+        }
+        Chain(out, Default::default())
+    }
+
+    #[test]
+    fn shared_subtrees_are_counted_at_each_use_and_loaded_once() {
+        let c = chain(20, &["a", "b"]);
+        let root = c.0.last().unwrap().0;
+        // Level k holds f plus two copies of level k-1: 2^(k+2) - 3 paths.
+        let e = expansion(&c, &root).unwrap();
+        assert_eq!(e.paths, (1 << 22) - 3);
+        assert_eq!(e.height, 20);
+        // Each tree is visited twice (before and after its subtrees), not once per path.
+        assert_eq!(c.1.into_inner(), 2 * 21);
+        let c = chain(30, &["a", "b"]);
+        let err = expansion(&c, &c.0.last().unwrap().0).unwrap_err();
+        assert!(
+            err.to_string().contains("more than 10000000 paths"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn depth_is_limited() {
+        let c = chain(limits::MAX_DEPTH, &["d"]);
+        assert_eq!(
+            expansion(&c, &c.0.last().unwrap().0).unwrap().height,
+            limits::MAX_DEPTH
+        );
+        let c = chain(limits::MAX_DEPTH + 1, &["d"]);
+        let err = expansion(&c, &c.0.last().unwrap().0).unwrap_err();
+        assert!(err.to_string().contains("deeper than 1024"), "{err}");
+    }
+}
