@@ -50,7 +50,11 @@ pub struct BadId(String);
 
 impl FromStr for ObjectId {
     type Err = BadId;
+    /// Exactly as detafs writes ids: 64 lowercase hex digits.
     fn from_str(s: &str) -> Result<Self, BadId> {
+        if !s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            return Err(BadId(s.to_string()));
+        }
         let mut out = [0u8; 32];
         hex::decode_to_slice(s, &mut out).map_err(|_| BadId(s.to_string()))?;
         Ok(ObjectId(out))
@@ -83,5 +87,6 @@ mod tests {
         );
         assert_eq!(id.to_hex().parse::<ObjectId>().unwrap(), id);
         assert!("zz".parse::<ObjectId>().is_err());
+        assert!(id.to_hex().to_uppercase().parse::<ObjectId>().is_err());
     }
 }

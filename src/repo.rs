@@ -338,14 +338,14 @@ impl Repo {
     /// Trees already indexed are skipped, so this costs only what is new.
     pub fn index_tree(&self, root: &BlobRef) -> Result<()> {
         let mut blobs = Vec::new();
-        let mut trees = Vec::new();
+        let mut trees = std::collections::HashSet::new();
         let mut todo = vec![*root];
         while let Some(r) = todo.pop() {
-            if self.index.tree_indexed(&r.id)? || trees.contains(&r.id) {
+            if trees.contains(&r.id) || self.index.tree_indexed(&r.id)? {
                 continue;
             }
             blobs.push(r);
-            trees.push(r.id);
+            trees.insert(r.id);
             for e in &self.tree(&r)?.entries {
                 match &e.node {
                     Node::Dir { tree, .. } => todo.push(*tree),
