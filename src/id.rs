@@ -52,7 +52,10 @@ impl FromStr for ObjectId {
     type Err = BadId;
     /// Exactly as detafs writes ids: 64 lowercase hex digits.
     fn from_str(s: &str) -> Result<Self, BadId> {
-        if !s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if !s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             return Err(BadId(s.to_string()));
         }
         let mut out = [0u8; 32];
