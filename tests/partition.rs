@@ -163,6 +163,33 @@ fn a_partition_degrades_the_mount_and_commits_retry_or_fail_cleanly() {
     let err = std::fs::read(m.path("versions/v2/later.bin")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
     eprintln!("uncached read failed after {:?}", t.elapsed());
+    // More uncached reads than the mount has workers: the ones past the
+    // workers wait in a queue, not on the kernel's request thread, so a
+    // request answered from memory (a lookup in a cached folder) still
+    // returns at once, while every read is still waiting on the store.
+    let readers: Vec<_> = (0..24)
+        .map(|_| {
+            Command::new("cat")
+                .arg(m.path("versions/v2/later.bin"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(800));
+    let missing = std::fs::metadata(m.path("versions/v1/no-such-file")).unwrap_err();
+    assert_eq!(missing.raw_os_error(), Some(libc::ENOENT));
+    let mut readers = readers;
+    let finished = readers
+        .iter_mut()
+        .filter_map(|c| c.try_wait().unwrap())
+        .count();
+    let waiting = 24 - finished;
+    assert_eq!(waiting, 24, "the lookup waited for store reads");
+    for mut c in readers {
+        assert!(!c.wait().unwrap().success(), "read failed with EIO");
+    }
     // A commit from the CLI fails cleanly once its deadline passes.
     let v3 = env.path("v3");
     run_ok(Command::new("cp").arg("-a").arg(&v2).arg(&v3));

@@ -70,8 +70,8 @@ impl ChunkCache {
             }
         }
         let me = self.clone();
-        // Called on a worker (reads never run on the request thread), so a
-        // full pool makes this worker fetch ahead itself.
+        // Queued behind reads when the pool is busy; a reader never waits for
+        // a queued read-ahead (chunks count as in flight only once it runs).
         self.repo.store.spawn_work(move || {
             if let Err(e) = me.fetch(&run, None) {
                 tracing::debug!("read-ahead failed: {e}");

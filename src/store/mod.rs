@@ -370,13 +370,22 @@ impl Store {
     }
 
     /// Runs blocking work (which may itself wait on the store) on the
-    /// runtime's blocking pool, so no caller waits behind another one. At most
-    /// `WORK_PERMITS` run at once; past that the work runs on the caller's
-    /// thread, which holds back the caller (the kernel's request loop).
+    /// runtime's blocking pool, at most `WORK_PERMITS` at once. Past that the
+    /// work waits its turn in a queue (first come, first served): the caller,
+    /// the kernel's request loop, never runs it or waits for it.
     pub fn spawn_work(&self, work: impl FnOnce() + Send + 'static) {
-        if let Err(work) = self.try_spawn_work(work) {
-            work();
-        }
+        let permits = self.work.clone();
+        self.rt.spawn(async move {
+            // The semaphore is never closed, so acquiring only waits.
+            let Ok(permit) = permits.acquire_owned().await else {
+                return;
+            };
+            let _ = tokio::task::spawn_blocking(move || {
+                work();
+                drop(permit);
+            })
+            .await;
+        });
     }
 
     /// Like `spawn_work`, but hands the work back instead of running it here
