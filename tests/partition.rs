@@ -167,10 +167,14 @@ fn a_partition_degrades_the_mount_and_commits_retry_or_fail_cleanly() {
     // workers wait in a queue, not on the kernel's request thread, so a
     // request answered from memory (a lookup in a cached folder) still
     // returns at once, while every read is still waiting on the store.
+    // Direct I/O at distinct offsets: page-cache reads of one file would
+    // wait for each other in the kernel and send one request at a time.
     let readers: Vec<_> = (0..24)
-        .map(|_| {
-            Command::new("cat")
-                .arg(m.path("versions/v2/later.bin"))
+        .map(|i| {
+            Command::new("dd")
+                .arg(format!("if={}", m.path("versions/v2/later.bin").display()))
+                .args(["of=/dev/null", "bs=4096", "count=1", "iflag=direct"])
+                .arg(format!("skip={}", i * 3))
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .spawn()
@@ -178,7 +182,12 @@ fn a_partition_degrades_the_mount_and_commits_retry_or_fail_cleanly() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(800));
+    let t = Instant::now();
     let missing = std::fs::metadata(m.path("versions/v1/no-such-file")).unwrap_err();
+    let took = t.elapsed();
+    eprintln!("a lookup beside 24 waiting reads took {took:?}");
+    // Less than the store timeout: it waited on no store request.
+    assert!(took < Duration::from_secs(4), "the lookup waited {took:?}");
     assert_eq!(missing.raw_os_error(), Some(libc::ENOENT));
     let mut readers = readers;
     let finished = readers
