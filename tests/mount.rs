@@ -370,6 +370,44 @@ fn file_open_for_writing_at_commit_time() {
 }
 
 #[test]
+fn a_file_opened_for_append_while_a_commit_starts_loses_no_write() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("big.log"), noise(200 << 20, 3)).unwrap();
+    env.commit(&src, "a big log");
+    let m = env.mount(&[]);
+    std::fs::write(m.path("staging/other.txt"), b"something to commit").unwrap();
+    let log = m.path("staging/big.log");
+    std::thread::scope(|s| {
+        // The open copies 200 MiB up to staging while the commit is asked for.
+        let appender = s.spawn(|| {
+            let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+            for i in 0..2000 {
+                writeln!(f, "line {i}").unwrap();
+                if i % 100 == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+            f.sync_all().unwrap();
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        commit_via_control(&m, "while appending").unwrap();
+        appender.join().unwrap();
+    });
+    // Every appended line is in staging (the file stayed staged), after the
+    // bytes the version took.
+    let staged = std::fs::read(&log).unwrap();
+    let lines: String = (0..2000).map(|i| format!("line {i}\n")).collect();
+    assert!(staged.ends_with(lines.as_bytes()), "appended lines lost");
+    assert_eq!(staged.len(), (200 << 20) + lines.len());
+    let committed = std::fs::read(m.path("versions/v2/big.log")).unwrap();
+    assert!(staged.starts_with(&committed));
+    commit_via_control(&m, "after").unwrap();
+    assert_eq!(env.run(&["cat", "ds", "v3", "big.log"]).stdout, staged);
+}
+
+#[test]
 fn concurrent_readers_of_two_versions() {
     let env = Env::new();
     let (a, b) = two_versions(&env);

@@ -1131,10 +1131,13 @@ impl MountFs {
             message: message.trim(),
             author: &author,
         };
+        // Files open for writing are listed under the staging lock: an open
+        // adds its handle before it lets the lock go, so none is missed (its
+        // staged copy would be deleted under the writer).
+        let st = self.staging()?;
         let open = self.open_writers();
-        let record =
-            self.staging()?
-                .commit(&self.repo, &meta, &open, indicatif::ProgressBar::hidden())?;
+        let record = st.commit(&self.repo, &meta, &open, indicatif::ProgressBar::hidden())?;
+        drop(st);
         self.poll()?;
         Ok(record)
     }
