@@ -227,6 +227,7 @@ impl Staging {
             )?;
             st.set_base(base.map_or(0, |b| b.version))?;
         }
+        st.repair()?;
         st.adopt_landed(&records)?;
         Ok(st)
     }
@@ -292,6 +293,45 @@ impl Staging {
             "INSERT OR REPLACE INTO meta(key, value) VALUES ('base', ?1)",
             [version],
         )?;
+        Ok(())
+    }
+
+    /// Makes staging's state durable: rows (SQLite runs `synchronous=NORMAL`
+    /// in WAL mode, safe against a crash of the process; a checkpoint syncs
+    /// it for a power loss too) and the names of staged copies.
+    pub fn sync(&self) -> Result<()> {
+        self.db
+            .query_row("PRAGMA wal_checkpoint(FULL)", [], |_| Ok(()))?;
+        sync_dir(&self.dir.join("data"))
+    }
+
+    /// Rows of staged copies whose data file is missing (a crash between a
+    /// new file's row and its file): each gets an empty file, as it was
+    /// created, and is named in the log. Leftovers of a copy-up are removed.
+    fn repair(&self) -> Result<()> {
+        let rows: Vec<(u64, Vec<u8>)> = self
+            .db
+            .prepare("SELECT id, name FROM nodes WHERE upper = 1")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (id, name) in rows {
+            let path = self.upper_path(id);
+            if !path.exists() {
+                tracing::warn!(
+                    "staging of {}: {} had no staged data after a crash; it is empty now",
+                    self.dataset,
+                    crate::escape::line(&name)
+                );
+                crate::private::create_file(&path).map_err(|e| Error::io(path.display(), e))?;
+            }
+        }
+        let data = self.dir.join("data");
+        for entry in std::fs::read_dir(&data).map_err(|e| Error::io(data.display(), e))? {
+            let path = entry.map_err(|e| Error::io(data.display(), e))?.path();
+            if path.extension().is_some_and(|x| x == "copying") {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
         Ok(())
     }
 
@@ -649,6 +689,8 @@ impl Staging {
         let t = filetime::FileTime::from_unix_time(n.mtime.0, n.mtime.1);
         filetime::set_file_mtime(&tmp, t).map_err(|e| Error::io(tmp.display(), e))?;
         std::fs::rename(&tmp, &path).map_err(|e| Error::io(path.display(), e))?;
+        // The copy's name is durable before the row says the data is local.
+        sync_dir(&self.dir.join("data"))?;
         self.db.execute(
             "UPDATE nodes SET upper = 1, chunks = NULL WHERE id = ?1",
             [id],
@@ -861,6 +903,8 @@ impl Staging {
         }
         self.set_base(record.version)?;
         tx.commit()?;
+        // Staged copies go only once the rows that replace them are durable.
+        self.sync()?;
         for id in demoted {
             let _ = std::fs::remove_file(self.upper_path(id));
         }
@@ -957,6 +1001,13 @@ fn too_deep() -> String {
         "staging nests deeper than {} directory levels, more than a version may hold",
         limits::MAX_DEPTH
     )
+}
+
+/// Makes a folder's entries (new, renamed or removed files) durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir.display(), e))
 }
 
 /// Names as a version may hold them (`snapshot::tree::check_name`).

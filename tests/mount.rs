@@ -408,6 +408,49 @@ fn a_file_opened_for_append_while_a_commit_starts_loses_no_write() {
 }
 
 #[test]
+fn a_staged_row_without_its_data_is_repaired_and_named() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    std::fs::write(m.path("staging/new.txt"), b"lost in the crash").unwrap();
+    std::fs::write(m.path("staging/kept.txt"), b"kept").unwrap();
+    let pid = m.pid;
+    drop(m);
+    common::within(Duration::from_secs(10), "the daemon's end", || unsafe {
+        libc::kill(pid as i32, 0) != 0
+    });
+    // The state a crash between a new file's row and its file leaves.
+    let data = walk_files(&env.staging())
+        .into_iter()
+        .find(|p| std::fs::read(p).is_ok_and(|d| d == b"lost in the crash"))
+        .unwrap();
+    std::fs::remove_file(data).unwrap();
+    let m = env.mount(&[]);
+    assert_eq!(std::fs::read(m.path("staging/new.txt")).unwrap(), b"");
+    assert_eq!(std::fs::read(m.path("staging/kept.txt")).unwrap(), b"kept");
+    assert!(
+        m.log().contains("new.txt had no staged data"),
+        "{}",
+        m.log()
+    );
+    commit_via_control(&m, "after the crash").unwrap();
+    assert_eq!(env.ok(&["cat", "ds", "v3", "kept.txt"]), "kept");
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
 fn concurrent_readers_of_two_versions() {
     let env = Env::new();
     let (a, b) = two_versions(&env);

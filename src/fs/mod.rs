@@ -969,11 +969,15 @@ impl MountFs {
         Ok(())
     }
 
+    /// An acknowledged fsync of a staged file survives a crash: its data,
+    /// its name in staging's folder and its row.
     pub fn fsync(&self, fh: u64) -> Result<()> {
-        if let Some(Handle::Upper { file, .. }) = lock(&self.handles).get(&fh) {
-            file.sync_all().map_err(|e| Error::io("staged file", e))?;
-        }
-        Ok(())
+        let file = match lock(&self.handles).get(&fh) {
+            Some(Handle::Upper { file, .. }) => file.clone(),
+            _ => return Ok(()),
+        };
+        file.sync_all().map_err(|e| Error::io("staged file", e))?;
+        self.staging()?.sync()
     }
 
     /// Staging inodes open for writing: a commit keeps them staged.
