@@ -454,3 +454,47 @@ fn several_datasets_share_a_store() {
     env.ok(&["gc", "--grace", "0s"]);
     env.ok(&["verify"]);
 }
+
+#[test]
+fn a_file_rewritten_during_commit_is_never_stored_as_a_mix() {
+    use std::io::{Seek, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let path = src.join("table.bin");
+    std::fs::write(&path, vec![0u8; 8 << 20]).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Rewrites the file in place, block by block, without a pause.
+        s.spawn(|| {
+            let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            let mut round = 0u8;
+            while !stop.load(Ordering::Relaxed) {
+                round = round.wrapping_add(1);
+                f.rewind().unwrap();
+                for _ in 0..128 {
+                    f.write_all(&[round; 64 << 10]).unwrap();
+                }
+            }
+        });
+        let out = env.run(&[
+            "commit",
+            "ds",
+            "--from",
+            src.to_str().unwrap(),
+            "-m",
+            "racing",
+        ]);
+        stop.store(true, Ordering::Relaxed);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("table.bin changed while it was read"), "{err}");
+    });
+    assert!(env.log().is_empty(), "nothing was committed");
+    env.commit(&src, "settled");
+    assert_eq!(
+        env.run(&["cat", "ds", "v1", "table.bin"]).stdout,
+        std::fs::read(&path).unwrap()
+    );
+}

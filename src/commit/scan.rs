@@ -165,7 +165,7 @@ impl<'r> Scanner<'r> {
                 self.progress.inc(key.size);
                 (chunks, key.size)
             }
-            None => self.chunk_file(path)?,
+            None => self.chunk_stable(path, key)?,
         };
         if key.mtime_ns < self.racy_after_ns
             && key.ctime_ns < self.racy_after_ns
@@ -182,7 +182,31 @@ impl<'r> Scanner<'r> {
     }
 }
 
+/// Reads of a file that keeps changing before `commit --from` gives up.
+const STABLE_READS: usize = 3;
+
 impl Scanner<'_> {
+    /// Chunks a file that must not change while it is read: its size,
+    /// times and inode are compared after the read, and a file written
+    /// meanwhile is read again, then named in an error. What is stored is
+    /// never a mix of bytes from before and after a write.
+    fn chunk_stable(&mut self, path: &Path, mut before: StatKey) -> Result<(Vec<BlobRef>, u64)> {
+        for _ in 0..STABLE_READS {
+            let (chunks, size) = self.chunk_file(path)?;
+            let after = std::fs::symlink_metadata(path)
+                .map(|m| stat_key(&m))
+                .map_err(|e| Error::io(path.display(), e))?;
+            if after == before && size == after.size {
+                return Ok((chunks, size));
+            }
+            before = after;
+        }
+        Err(Error::InvalidInput(format!(
+            "{} changed while it was read, {STABLE_READS} times; nothing was committed (commit again once it is written)",
+            path.display()
+        )))
+    }
+
     /// Chunks a file's current content into the data packs.
     pub fn chunk_file(&mut self, path: &Path) -> Result<(Vec<BlobRef>, u64)> {
         let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
