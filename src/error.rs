@@ -109,6 +109,18 @@ pub enum FsError {
 }
 
 impl Error {
+    /// A local disk (staging's, the cache's) is full: ENOSPC for the
+    /// writer, not EIO, so it can free space and try again.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error() == Some(libc::ENOSPC),
+            Error::Index(rusqlite::Error::SqliteFailure(f, _)) => {
+                f.code == rusqlite::ErrorCode::DiskFull
+            }
+            _ => false,
+        }
+    }
+
     pub fn fs(kind: FsError, path: impl std::fmt::Display) -> Self {
         Error::Fs {
             kind,

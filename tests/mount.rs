@@ -437,6 +437,53 @@ fn a_staged_row_without_its_data_is_repaired_and_named() {
     assert_eq!(env.ok(&["cat", "ds", "v3", "kept.txt"]), "kept");
 }
 
+#[test]
+fn a_full_staging_disk_is_enospc_not_eio() {
+    let env = Env::new();
+    two_versions(&env);
+    let area = env.staging();
+    std::fs::create_dir_all(&area).unwrap();
+    run_ok(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+            .arg(&area),
+    );
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+    let _tmpfs = Unmount(&area);
+    {
+        let m = env.mount(&[]);
+        let mut f = std::fs::File::create(m.path("staging/huge.bin")).unwrap();
+        let err = (0..64)
+            .find_map(|_| {
+                f.write_all(&[7u8; 256 << 10])
+                    .and_then(|_| f.sync_all())
+                    .err()
+            })
+            .expect("the disk fills up");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+        drop(f);
+        // So are changes that need room in staging's database.
+        let mut filler = 0;
+        let err = loop {
+            filler += 1;
+            let name = format!("staging/{}-{filler}", "n".repeat(200));
+            if let Err(e) = std::fs::create_dir(m.path(&name)) {
+                break e;
+            }
+            assert!(filler < 100_000);
+        };
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+        assert!(m.alive());
+        // Versions are still served.
+        assert!(std::fs::read(m.path("versions/v1/a.csv")).is_ok());
+    }
+}
+
 fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {

@@ -70,6 +70,9 @@ impl Fuse {
 /// The one place errors become errno values. Store and data damage are EIO,
 /// never ENOENT: a network failure must not look like a missing file.
 pub fn errno(e: &Error) -> Errno {
+    if e.is_disk_full() {
+        return Errno::from_i32(libc::ENOSPC);
+    }
     match e {
         Error::Fs { kind, .. } => Errno::from_i32(match kind {
             FsError::NotFound => libc::ENOENT,
