@@ -751,6 +751,7 @@ impl Staging {
             None => std::sync::Arc::new(Tree::default()),
         };
         let rows = self.rows_under(id)?;
+        let rows_by_name = by_name(&rows);
         let mut names: Vec<&[u8]> = rows
             .iter()
             .map(|r| r.name.as_slice())
@@ -760,7 +761,7 @@ impl Staging {
         names.dedup();
         for name in names {
             let path = format!("{prefix}{}", crate::escape::line(name));
-            let row = rows.iter().find(|r| r.name == name);
+            let row = rows_by_name.get(name).copied();
             let old = base_tree.get(name);
             let old_dir = match old {
                 Some(Node::Dir { tree, .. }) => Some(tree),
@@ -941,6 +942,7 @@ impl Staging {
         };
         let new = repo.tree(to)?;
         let rows = self.rows_under(id)?;
+        let rows_by_name = by_name(&rows);
         let mut names: Vec<&[u8]> = old
             .entries
             .iter()
@@ -951,7 +953,7 @@ impl Staging {
         names.dedup();
         for name in names {
             let (o, n) = (old.get(name), new.get(name));
-            let row = rows.iter().find(|r| r.name == name);
+            let row = rows_by_name.get(name).copied();
             let untouched = match (row, o) {
                 (None, None) => true,
                 (Some(r), Some(o)) => r.as_version_node().is_some_and(|v| v.same(o)),
@@ -1001,6 +1003,11 @@ fn too_deep() -> String {
         "staging nests deeper than {} directory levels, more than a version may hold",
         limits::MAX_DEPTH
     )
+}
+
+/// Rows by name, so walking a folder beside its tree is linear, not quadratic.
+fn by_name(rows: &[SNode]) -> HashMap<&[u8], &SNode> {
+    rows.iter().map(|r| (r.name.as_slice(), r)).collect()
 }
 
 /// Makes a folder's entries (new, renamed or removed files) durable.
