@@ -408,6 +408,37 @@ fn a_file_opened_for_append_while_a_commit_starts_loses_no_write() {
 }
 
 #[test]
+fn readers_of_versions_never_wait_behind_a_commit() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    std::fs::write(m.path("staging/huge.bin"), noise(300 << 20, 9)).unwrap();
+    std::thread::scope(|s| {
+        let committing = s.spawn(|| commit_via_control(&m, "a big one"));
+        std::thread::sleep(Duration::from_millis(200));
+        // `ls -l` of the root shows staging, so it waits for the commit, on
+        // a worker.
+        let mut ls = Command::new("ls")
+            .arg("-l")
+            .arg(&m.dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        // A reader of versions/ is answered meanwhile.
+        let missing = std::fs::metadata(m.path("versions/v1/not-here")).unwrap_err();
+        assert_eq!(missing.raw_os_error(), Some(libc::ENOENT));
+        assert!(
+            !committing.is_finished(),
+            "the reader waited for the commit"
+        );
+        committing.join().unwrap().unwrap();
+        assert!(ls.wait().unwrap().success());
+    });
+    assert_eq!(env.log().len(), 3);
+}
+
+#[test]
 fn a_staged_row_without_its_data_is_repaired_and_named() {
     let env = Env::new();
     two_versions(&env);

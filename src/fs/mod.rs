@@ -669,7 +669,10 @@ impl MountFs {
     /// store, disk or staging lock): then the adapter answers them on the
     /// kernel's request thread, without a thread hop.
     pub fn answers_from_memory(&self, ino: u64) -> bool {
-        if is_staging(ino) {
+        // Staging waits on its lock, which a commit holds: never on the
+        // kernel's request thread. The root too: its listing and its
+        // `staging` entry carry staging's attributes.
+        if is_staging(ino) || (ino == ROOT && self.staging.is_some()) {
             return false;
         }
         if ino < FIRST_VERSION_INO {
