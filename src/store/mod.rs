@@ -4,6 +4,7 @@
 //! synchronous callers cross into the tokio runtime (`block_on`, `spawn`).
 
 pub mod pack;
+#[cfg(feature = "cloud")]
 mod remote;
 pub mod retry;
 
@@ -135,7 +136,7 @@ impl Store {
             Some((scheme, rest)) => {
                 let policy = Policy::remote(deadline);
                 let location = url.trim_end_matches('/').to_string();
-                (remote::open(url, scheme, rest, &policy)?, policy, location)
+                (open_remote(url, scheme, rest, &policy)?, policy, location)
             }
         };
         let mut store = Store::with_policy(inner, url, policy)?;
@@ -528,6 +529,16 @@ where
             }
         }
     }
+}
+
+#[cfg(feature = "cloud")]
+use remote::open as open_remote;
+
+#[cfg(not(feature = "cloud"))]
+fn open_remote(url: &str, _: &str, _: &str, _: &Policy) -> Result<Arc<dyn ObjectStore>> {
+    Err(Error::InvalidInput(format!(
+        "{url}: this detafs was built without remote stores (feature `cloud`)"
+    )))
 }
 
 fn too_large(key: &str, size: u64) -> Error {

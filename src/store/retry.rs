@@ -30,6 +30,7 @@ impl Policy {
 
     /// One HTTP request's own timeout: a stalled connection is abandoned
     /// early enough to be retried before the deadline.
+    #[cfg_attr(not(feature = "cloud"), allow(dead_code))]
     pub fn request_timeout(&self) -> Duration {
         self.deadline.map_or(MAX_REQUEST_TIMEOUT, |d| {
             (d / 3).clamp(Duration::from_secs(1), MAX_REQUEST_TIMEOUT)
