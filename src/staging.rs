@@ -967,6 +967,21 @@ impl Staging {
                 self.apply(repo, r.id, Some(ot), nt, depth + 1)?;
                 continue;
             }
+            if let (Some(r), Some(Node::Dir { tree: ot, .. })) = (row, o)
+                && r.kind == Kind::Dir
+                && r.tree.is_none()
+            {
+                // A folder staging had expanded (listed), which the new
+                // version removed or replaced: what the user did not change
+                // goes with it, and it goes if nothing of theirs is left.
+                if self.take_back(repo, r.id, ot, depth + 1)? {
+                    self.delete_subtree(r)?;
+                    if let Some(n) = n {
+                        self.insert_version_node(id, name, n, node.uid, node.gid)?;
+                    }
+                }
+                continue;
+            }
             if !untouched {
                 continue; // changed locally: staging's version wins
             }
@@ -978,6 +993,31 @@ impl Staging {
             }
         }
         Ok(())
+    }
+
+    /// Removes from expanded folder `id` what still equals tree `old`, the
+    /// user's own changes staying; true if nothing is left in it.
+    fn take_back(&self, repo: &Repo, id: u64, old: &BlobRef, depth: usize) -> Result<bool> {
+        if depth > limits::MAX_DEPTH {
+            return Err(Error::InvalidInput(too_deep()));
+        }
+        let old = repo.tree(old)?;
+        for r in self.rows_under(id)? {
+            match old.get(&r.name) {
+                Some(o) if r.as_version_node().is_some_and(|v| v.same(o)) => {
+                    self.delete_subtree(&r)?
+                }
+                Some(Node::Dir { tree, .. })
+                    if r.kind == Kind::Dir
+                        && r.tree.is_none()
+                        && self.take_back(repo, r.id, tree, depth + 1)? =>
+                {
+                    self.delete_subtree(&r)?
+                }
+                _ => {}
+            }
+        }
+        Ok(self.rows_under(id)?.is_empty())
     }
 
     /// Follows a version committed elsewhere when staging has no changes of its own.

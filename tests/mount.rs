@@ -408,6 +408,62 @@ fn a_file_opened_for_append_while_a_commit_starts_loses_no_write() {
 }
 
 #[test]
+fn a_folder_removed_elsewhere_does_not_come_back_after_it_was_listed() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("gone/deeper")).unwrap();
+    std::fs::write(src.join("gone/deeper/z"), b"z").unwrap();
+    std::fs::write(src.join("keep"), b"k").unwrap();
+    env.commit(&src, "one");
+    let m = env.mount(&[]);
+    // Listing expands the folders into staging's rows; the user adds a file.
+    run_ok(Command::new("ls").arg("-R").arg(m.path("staging")));
+    std::fs::write(m.path("staging/mine.txt"), b"my own").unwrap();
+    // Another host removes the folder meanwhile.
+    std::fs::remove_dir_all(src.join("gone")).unwrap();
+    env.other_host().commit(&src, "two, elsewhere");
+    // The commit is rebased onto v2; staging then shows v3, clean.
+    commit_via_control(&m, "mine").unwrap();
+    assert_eq!(env.log().len(), 3);
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        ""
+    );
+    assert!(!m.path("staging/gone").exists());
+    let out = env.path("v3");
+    env.ok(&["export", "ds", "v3", out.to_str().unwrap()]);
+    let mut names: Vec<String> = walk_files(&out)
+        .iter()
+        .map(|p| p.strip_prefix(&out).unwrap().display().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["keep", "mine.txt"],
+        "nothing the other commit removed came back"
+    );
+}
+
+#[test]
+fn a_listed_folder_removed_elsewhere_leaves_clean_staging() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("gone/deeper")).unwrap();
+    std::fs::write(src.join("gone/deeper/z"), b"z").unwrap();
+    std::fs::write(src.join("keep"), b"k").unwrap();
+    env.commit(&src, "one");
+    let m = env.mount(&[]);
+    run_ok(Command::new("ls").arg("-R").arg(m.path("staging")));
+    std::fs::remove_dir_all(src.join("gone")).unwrap();
+    env.other_host().commit(&src, "two, elsewhere");
+    eventually("staging follows v2", || !m.path("staging/gone").exists());
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        ""
+    );
+}
+
+#[test]
 fn readers_of_versions_never_wait_behind_a_commit() {
     let env = Env::new();
     two_versions(&env);
