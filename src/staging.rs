@@ -228,6 +228,7 @@ impl Staging {
             st.set_base(base.map_or(0, |b| b.version))?;
         }
         st.repair()?;
+        st.ensure_reserve();
         st.adopt_landed(&records)?;
         Ok(st)
     }
@@ -541,8 +542,42 @@ impl Staging {
             }
             _ => {}
         }
-        self.delete_subtree(&node)?;
-        self.touch_dir(parent)
+        // On a full disk the database needs room to record the removal:
+        // the reserve makes it, so space can always be freed.
+        self.with_room(|| {
+            self.delete_subtree(&node)?;
+            self.touch_dir(parent)
+        })
+    }
+
+    /// Runs `op`; if the disk was full, gives up the reserve and runs it again.
+    fn with_room<T>(&self, op: impl Fn() -> Result<T>) -> Result<T> {
+        match op() {
+            Err(e) if e.is_disk_full() && std::fs::remove_file(self.dir.join(RESERVE)).is_ok() => {
+                tracing::warn!(
+                    "staging of {}: the disk is full; used the reserve to free space",
+                    self.dataset
+                );
+                op()
+            }
+            other => other,
+        }
+    }
+
+    /// Puts back the reserve (at open), if there is room for it.
+    fn ensure_reserve(&self) {
+        let path = self.dir.join(RESERVE);
+        if path.exists() {
+            return;
+        }
+        let tmp = self.dir.join("reserve.new");
+        let written = crate::private::create_file(&tmp)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &vec![0u8; RESERVE_BYTES]))
+            .and_then(|_| std::fs::rename(&tmp, &path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            tracing::warn!("staging of {}: no room for its reserve: {e}", self.dataset);
+        }
     }
 
     /// Deletes a node and everything under it, with their upper files.
@@ -1044,6 +1079,11 @@ fn too_deep() -> String {
         limits::MAX_DEPTH
     )
 }
+
+/// A file of zeros kept in staging's folder and given up when the disk is
+/// full, so that removing files (which needs room in the database) works.
+const RESERVE: &str = "reserve";
+const RESERVE_BYTES: usize = 4 << 20;
 
 /// Rows by name, so walking a folder beside its tree is linear, not quadratic.
 fn by_name(rows: &[SNode]) -> HashMap<&[u8], &SNode> {

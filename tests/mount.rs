@@ -532,7 +532,7 @@ fn a_full_staging_disk_is_enospc_not_eio() {
     std::fs::create_dir_all(&area).unwrap();
     run_ok(
         Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+            .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
             .arg(&area),
     );
     struct Unmount<'a>(&'a Path);
@@ -565,6 +565,14 @@ fn a_full_staging_disk_is_enospc_not_eio() {
             assert!(filler < 100_000);
         };
         assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+        // Space can be freed through the mount, and then used again.
+        std::fs::remove_file(m.path("staging/huge.bin")).unwrap();
+        for i in 1..filler {
+            let name = format!("staging/{}-{i}", "n".repeat(200));
+            std::fs::remove_dir(m.path(&name)).unwrap();
+        }
+        std::fs::write(m.path("staging/small.txt"), vec![1u8; 1 << 20]).unwrap();
+        assert!(m.log().contains("used the reserve"), "{}", m.log());
         assert!(m.alive());
         // Versions are still served.
         assert!(std::fs::read(m.path("versions/v1/a.csv")).is_ok());
