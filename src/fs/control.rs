@@ -105,7 +105,8 @@ pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32) -> Result<()> {
         }
         Err(e) => {
             tracing::warn!("commit failed: {e}");
-            *lock(&fs.last_error) = format!("{e}\n");
+            // One line, whatever names the error quotes.
+            *lock(&fs.last_error) = format!("{}\n", crate::escape::line(e.to_string().as_bytes()));
             Err(e)
         }
     }
