@@ -341,11 +341,11 @@ impl Staging {
     }
 
     pub fn get(&self, id: u64) -> Result<Option<SNode>> {
-        Ok(self
-            .db
+        self.db
             .prepare_cached(&format!("SELECT {COLUMNS} FROM nodes WHERE id = ?1"))?
             .query_row([id], row)
-            .optional()?)
+            .optional()
+            .map_err(|e| bad_row(&format!("node {id}"), e))
     }
 
     pub fn node(&self, id: u64) -> Result<SNode> {
@@ -468,7 +468,8 @@ impl Staging {
         ))?;
         let rows = stmt
             .query_map([parent], row)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(|e| bad_row(&format!("a child of node {parent}"), e))?;
         Ok(rows)
     }
 
@@ -1070,6 +1071,17 @@ impl Staging {
         self.set_base(latest.version)?;
         tx.commit()?;
         Ok(true)
+    }
+}
+
+/// A row that does not decode is named, not passed on as a bare SQLite error.
+fn bad_row(which: &str, e: rusqlite::Error) -> Error {
+    match e {
+        rusqlite::Error::FromSqlConversionFailure(col, _, why) => Error::malformed(
+            format!("staging row ({which})"),
+            format!("column {col}: {why}"),
+        ),
+        other => Error::Index(other),
     }
 }
 

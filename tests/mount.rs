@@ -579,6 +579,33 @@ fn a_full_staging_disk_is_enospc_not_eio() {
     }
 }
 
+#[test]
+fn a_staging_row_that_does_not_decode_is_named() {
+    let env = Env::new();
+    two_versions(&env);
+    let pid = {
+        let m = env.mount(&[]);
+        std::fs::write(m.path("staging/odd.txt"), b"x").unwrap();
+        m.pid
+    };
+    common::within(Duration::from_secs(10), "the daemon's end", || unsafe {
+        libc::kill(pid as i32, 0) != 0
+    });
+    let db = walk_files(&env.staging())
+        .into_iter()
+        .find(|p| p.ends_with("staging.sqlite"))
+        .unwrap();
+    run_ok(
+        Command::new("sqlite3")
+            .arg(&db)
+            .arg("UPDATE nodes SET kind = 7 WHERE name = CAST('odd.txt' AS BLOB)"),
+    );
+    let out = env.run(&["status", "ds"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("staging row") && err.contains("unknown node kind 7"), "{err}");
+}
+
 fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
