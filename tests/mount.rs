@@ -464,6 +464,46 @@ fn a_listed_folder_removed_elsewhere_leaves_clean_staging() {
 }
 
 #[test]
+fn inodes_the_kernel_forgets_are_freed_and_everything_still_reads() {
+    let env = Env::new();
+    let (a, b) = two_versions(&env);
+    let m = env.mount(&[]);
+    assert_eq!(fingerprint(&m.path("versions/v1")), fingerprint(&a));
+    assert_eq!(fingerprint(&m.path("versions/v2")), fingerprint(&b));
+    let held = || {
+        let h: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(m.path(".detafs/health")).unwrap()).unwrap();
+        h["version_inodes"].as_u64().unwrap()
+    };
+    let before = held();
+    assert!(before > 10, "{before}");
+    // Dropping the kernel's dentry and inode caches makes it send FORGETs.
+    common::within(Duration::from_secs(20), "inodes forgotten", || {
+        std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+        held() < before / 2
+    });
+    eprintln!("version inodes: {before} -> {}", held());
+    // Everything is found and read again, byte for byte, listings included,
+    // also while the kernel keeps forgetting.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        for _ in 0..20 {
+            assert_eq!(fingerprint(&m.path("versions/v1")), fingerprint(&a));
+            assert_eq!(fingerprint(&m.path("versions/v2")), fingerprint(&b));
+            run_ok(Command::new("ls").arg("-lR").arg(m.path("versions")));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert!(m.alive());
+}
+
+#[test]
 fn readers_of_versions_never_wait_behind_a_commit() {
     let env = Env::new();
     two_versions(&env);
@@ -603,7 +643,10 @@ fn a_staging_row_that_does_not_decode_is_named() {
     let out = env.run(&["status", "ds"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("staging row") && err.contains("unknown node kind 7"), "{err}");
+    assert!(
+        err.contains("staging row") && err.contains("unknown node kind 7"),
+        "{err}"
+    );
 }
 
 fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {

@@ -146,6 +146,7 @@ fn health(fs: &MountFs) -> Vec<u8> {
         "store_latency_ms": store.latency_ms,
         "dataset": fs.dataset,
         "versions": fs.versions.read().unwrap_or_else(|p| p.into_inner()).len(),
+        "version_inodes": fs.version_inodes(),
         "cache_bytes": fs.repo.disk.used_bytes(),
         "staging": fs.staging.is_some(),
     });

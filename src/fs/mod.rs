@@ -198,10 +198,14 @@ struct VEntry {
     parent_tree: Option<BlobRef>,
 }
 
+/// Version inodes the kernel holds: allocated on lookup, dropped when the
+/// kernel forgets them, so memory follows what the kernel caches.
 #[derive(Default)]
 struct VersionInodes {
     entries: HashMap<u64, VEntry>,
     by_name: HashMap<(u64, Vec<u8>), u64>,
+    /// Per inode: the kernel's lookup count and the key in `by_name`.
+    held: HashMap<u64, (u64, (u64, Vec<u8>))>,
     next: u64,
 }
 
@@ -409,16 +413,60 @@ impl MountFs {
     }
 
     /// The inode for `name` under a version directory, allocated on first sight.
-    fn version_child(&self, parent: u64, name: &[u8], entry: VEntry) -> u64 {
+    /// The inode of a version entry, allocated if new. `looked_up`: it is
+    /// for a lookup reply, counted here under the same lock as a `forget`,
+    /// so the two never race.
+    fn version_child(&self, parent: u64, name: &[u8], entry: VEntry, looked_up: bool) -> u64 {
         let mut t = lock(&self.inodes);
-        if let Some(&ino) = t.by_name.get(&(parent, name.to_vec())) {
-            return ino;
+        let ino = match t.by_name.get(&(parent, name.to_vec())) {
+            Some(&ino) => ino,
+            None => {
+                let ino = t.next;
+                t.next += 1;
+                t.entries.insert(ino, entry);
+                t.by_name.insert((parent, name.to_vec()), ino);
+                t.held.insert(ino, (0, (parent, name.to_vec())));
+                ino
+            }
+        };
+        if looked_up && let Some((count, _)) = t.held.get_mut(&ino) {
+            *count += 1;
         }
-        let ino = t.next;
-        t.next += 1;
-        t.entries.insert(ino, entry);
-        t.by_name.insert((parent, name.to_vec()), ino);
         ino
+    }
+
+    /// The kernel was handed `ino` in a READDIRPLUS entry.
+    pub fn remember(&self, ino: u64) {
+        if let Some((count, _)) = lock(&self.inodes).held.get_mut(&ino) {
+            *count += 1;
+        }
+    }
+
+    /// The kernel dropped `n` of its references to `ino`: at none, the
+    /// inode and what it holds (a chunk list, a path) are let go.
+    pub fn forget(&self, ino: u64, n: u64) {
+        let mut t = lock(&self.inodes);
+        let Some((count, _)) = t.held.get_mut(&ino) else {
+            return;
+        };
+        *count = count.saturating_sub(n);
+        if *count == 0
+            && let Some((_, key)) = t.held.remove(&ino)
+        {
+            t.entries.remove(&ino);
+            t.by_name.remove(&key);
+        }
+    }
+
+    /// Whether a version inode is still allocated (a kept listing may name
+    /// one the kernel has since forgotten: the caller looks its name up again).
+    pub fn is_live(&self, ino: u64) -> bool {
+        ino < FIRST_VERSION_INO || is_staging(ino) || lock(&self.inodes).entries.contains_key(&ino)
+    }
+
+    /// Version inodes in memory (for `.detafs/health`).
+    pub fn version_inodes(&self) -> usize {
+        lock(&self.inodes).entries.len()
     }
 
     fn version_entry(&self, ino: u64) -> Result<VEntry> {
@@ -439,7 +487,7 @@ impl MountFs {
 
     /// `versions/vN`'s attributes and root tree (listing `versions/` does not
     /// load any version's trees).
-    fn version_root(&self, name: &[u8]) -> Result<(Attr, BlobRef)> {
+    fn version_root(&self, name: &[u8], looked_up: bool) -> Result<(Attr, BlobRef)> {
         let record = version_name(name)
             .and_then(|v| self.record(v))
             .ok_or_else(|| not_found(name))?;
@@ -457,6 +505,7 @@ impl MountFs {
                 path: name_str(name).into(),
                 parent_tree: None,
             },
+            looked_up,
         );
         Ok((self.version_attr(ino, &node), record.tree))
     }
@@ -483,7 +532,7 @@ impl MountFs {
                 if name == b"latest" && self.latest().is_some() {
                     return self.getattr(LATEST);
                 }
-                let (attr, tree) = self.version_root(name)?;
+                let (attr, tree) = self.version_root(name, true)?;
                 // Someone is going into this version: load its trees ahead.
                 if !self.repo.tree_in_memory(&tree) {
                     prefetch_trees(self.repo.clone(), tree);
@@ -510,6 +559,7 @@ impl MountFs {
                         path: format!("{}/{}", parent_entry.path, name_str(name)).into(),
                         parent_tree: Some(*tree),
                     },
+                    true,
                 );
                 Ok(self.version_attr(ino, &node))
             }
@@ -622,7 +672,7 @@ impl MountFs {
                     .collect();
                 for v in &versions {
                     let name = format!("v{v}").into_bytes();
-                    let (attr, _) = self.version_root(&name)?;
+                    let (attr, _) = self.version_root(&name, false)?;
                     out.push(DirEntry {
                         ino: attr.ino,
                         kind: FileKind::Dir,
@@ -653,6 +703,7 @@ impl MountFs {
                             path: format!("{}/{}", e.path, name_str(&child.name)).into(),
                             parent_tree: Some(*tree),
                         },
+                        false,
                     );
                     out.push(DirEntry {
                         ino: cino,

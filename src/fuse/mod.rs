@@ -229,6 +229,10 @@ impl Filesystem for Fuse {
         });
     }
 
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         self.dispatch(ino, move |fs| {
             match fs.getattr_open(ino.0, fh.map(|f| f.0)) {
@@ -497,7 +501,7 @@ impl Filesystem for Fuse {
     fn readdirplus(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: fuser::ReplyDirectoryPlus,
@@ -506,7 +510,22 @@ impl Filesystem for Fuse {
             Ok(listing) => {
                 page(&listing, offset, |next, (e, a)| {
                     let name = OsStr::from_bytes(&e.name);
-                    reply.add(INodeNo(a.ino), next, name, &a.ttl, &attr(a), Generation(0))
+                    let dots = e.name == b"." || e.name == b"..";
+                    // A kept listing may name an inode the kernel forgot
+                    // since: it gets a live one by a lookup (counted there;
+                    // the folder is in memory).
+                    let fresh = match dots || self.fs.is_live(a.ino) {
+                        true => None,
+                        false => self.fs.lookup(ino.0, &e.name).ok(),
+                    };
+                    let a = fresh.as_ref().unwrap_or(a);
+                    let full =
+                        reply.add(INodeNo(a.ino), next, name, &a.ttl, &attr(a), Generation(0));
+                    // Every entry but . and .. counts as a lookup for the kernel.
+                    if !full && !dots && fresh.is_none() {
+                        self.fs.remember(a.ino);
+                    }
+                    full
                 });
                 reply.ok();
             }
