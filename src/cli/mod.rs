@@ -330,7 +330,8 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             // SAFETY: geteuid has no preconditions.
             if preserve_setid && unsafe { libc::geteuid() } != 0 {
                 return Err(Error::InvalidInput(
-                    "--preserve-setid is for root only (others cannot set those bits on files they own for others)".into(),
+                    "--preserve-setid needs root: only root may recreate setuid and setgid files"
+                        .into(),
                 )
                 .into());
             }
