@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Env, commit_via_control, fingerprint, noise, run_ok, sample_tree};
+use common::{Env, Mount, commit_via_control, fingerprint, noise, run_ok, sample_tree};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
@@ -407,21 +407,32 @@ fn a_file_opened_for_append_while_a_commit_starts_loses_no_write() {
     assert_eq!(env.run(&["cat", "ds", "v3", "big.log"]).stdout, staged);
 }
 
-#[test]
-fn a_folder_removed_elsewhere_does_not_come_back_after_it_was_listed() {
-    let env = Env::new();
+/// v1 holds `gone/deeper/z` and `keep`; the mount's staging has listed
+/// (expanded) `gone`. `meanwhile` runs before another host commits v2
+/// without `gone`.
+fn folder_listed_then_removed_elsewhere<'e>(
+    env: &'e Env,
+    meanwhile: impl FnOnce(&Mount),
+) -> Mount<'e> {
     let src = env.path("src");
     std::fs::create_dir_all(src.join("gone/deeper")).unwrap();
     std::fs::write(src.join("gone/deeper/z"), b"z").unwrap();
     std::fs::write(src.join("keep"), b"k").unwrap();
     env.commit(&src, "one");
     let m = env.mount(&[]);
-    // Listing expands the folders into staging's rows; the user adds a file.
     run_ok(Command::new("ls").arg("-R").arg(m.path("staging")));
-    std::fs::write(m.path("staging/mine.txt"), b"my own").unwrap();
-    // Another host removes the folder meanwhile.
+    meanwhile(&m);
     std::fs::remove_dir_all(src.join("gone")).unwrap();
     env.other_host().commit(&src, "two, elsewhere");
+    m
+}
+
+#[test]
+fn a_folder_removed_elsewhere_does_not_come_back_after_it_was_listed() {
+    let env = Env::new();
+    let m = folder_listed_then_removed_elsewhere(&env, |m| {
+        std::fs::write(m.path("staging/mine.txt"), b"my own").unwrap();
+    });
     // The commit is rebased onto v2; staging then shows v3, clean.
     commit_via_control(&m, "mine").unwrap();
     assert_eq!(env.log().len(), 3);
@@ -447,15 +458,7 @@ fn a_folder_removed_elsewhere_does_not_come_back_after_it_was_listed() {
 #[test]
 fn a_listed_folder_removed_elsewhere_leaves_clean_staging() {
     let env = Env::new();
-    let src = env.path("src");
-    std::fs::create_dir_all(src.join("gone/deeper")).unwrap();
-    std::fs::write(src.join("gone/deeper/z"), b"z").unwrap();
-    std::fs::write(src.join("keep"), b"k").unwrap();
-    env.commit(&src, "one");
-    let m = env.mount(&[]);
-    run_ok(Command::new("ls").arg("-R").arg(m.path("staging")));
-    std::fs::remove_dir_all(src.join("gone")).unwrap();
-    env.other_host().commit(&src, "two, elsewhere");
+    let m = folder_listed_then_removed_elsewhere(&env, |_| {});
     eventually("staging follows v2", || !m.path("staging/gone").exists());
     assert_eq!(
         std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
