@@ -61,7 +61,14 @@ impl Listings {
             }
         }
     }
+
+    fn drop_listing(&mut self, ino: u64) {
+        if let Some(old) = self.lru.pop(&ino) {
+            self.entries -= old.len();
+        }
+    }
 }
+
 /// Runs fetched ahead of a sequential reader (in parallel with its reads).
 const PREFETCH_RUNS: usize = 2;
 /// Verified chunks kept in memory for readers of the mount.
@@ -445,17 +452,24 @@ impl MountFs {
     /// The kernel dropped `n` of its references to `ino`: at none, the
     /// inode and what it holds (a chunk list, a path) are let go.
     pub fn forget(&self, ino: u64, n: u64) {
-        let mut t = lock(&self.inodes);
-        let Some((count, _)) = t.held.get_mut(&ino) else {
-            return;
-        };
-        *count = count.saturating_sub(n);
-        if *count == 0
-            && let Some((_, key)) = t.held.remove(&ino)
-        {
+        let parent = {
+            let mut t = lock(&self.inodes);
+            let Some((count, _)) = t.held.get_mut(&ino) else {
+                return;
+            };
+            *count = count.saturating_sub(n);
+            if *count > 0 {
+                return;
+            }
+            let Some((_, key)) = t.held.remove(&ino) else {
+                return;
+            };
             t.entries.remove(&ino);
             t.by_name.remove(&key);
-        }
+            key.0
+        };
+        // Its folder's kept listing names it: the next one is built anew.
+        lock(&self.listings).drop_listing(parent);
     }
 
     /// Whether a version inode is still allocated (a kept listing may name
