@@ -343,7 +343,8 @@ fn committers_killed_at_random_moments_lose_nothing() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    assert!(env.ok(&["status", "ds"]).trim().is_empty());
+    let status = env.ok(&["status", "ds"]);
+    assert!(status.trim().is_empty(), "{status}");
 }
 
 #[test]
