@@ -864,6 +864,16 @@ impl Staging {
         let mut scanner = Scanner::new(repo, progress);
         let mut uppers = HashMap::new();
         let ours = self.build(&mut scanner, ROOT, 0, &mut uppers)?;
+        // Staging that holds exactly its base version (edits undone, or a
+        // killed commit adopted at open) has nothing to commit; its staged
+        // copies become read-through files of that version, so status is
+        // clean again. Equal trees name the same, durable chunks.
+        if let Some(b) = &base
+            && b.tree.id == ours.id
+        {
+            self.after_commit(repo, &ours, b, uppers, open)?;
+            return Err(Error::NothingToCommit(b.version));
+        }
         self.set_pending(Some(&ours))?;
         let record = commit::publish(repo, meta, scanner, base, ours)?;
         // The version is durable; bring staging to it. Failures from here on

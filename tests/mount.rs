@@ -507,6 +507,36 @@ fn inodes_the_kernel_forgets_are_freed_and_everything_still_reads() {
 }
 
 #[test]
+fn a_file_written_back_to_its_committed_bytes_leaves_status_clean_after_commit() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    let staged = m.path("staging/a.csv");
+    let committed = std::fs::read(&staged).unwrap();
+    let mtime = std::fs::metadata(&staged).unwrap().modified().unwrap();
+    std::fs::write(&staged, b"changed").unwrap();
+    std::fs::write(&staged, &committed).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&staged)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        "M a.csv\n"
+    );
+    // Nothing to commit, and staging is a clean view of v2 again.
+    let err = commit_via_control(&m, "nothing").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENODATA));
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        ""
+    );
+    assert_eq!(std::fs::read(&staged).unwrap(), committed);
+}
+
+#[test]
 fn readers_of_versions_never_wait_behind_a_commit() {
     let env = Env::new();
     two_versions(&env);
