@@ -44,6 +44,13 @@ impl fmt::Debug for ObjectId {
     }
 }
 
+/// Whether `s` is `len` lowercase hex digits, as detafs writes ids.
+pub fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("not a SHA-256 hex digest: {0:?}")]
 pub struct BadId(String);
@@ -52,10 +59,7 @@ impl FromStr for ObjectId {
     type Err = BadId;
     /// Exactly as detafs writes ids: 64 lowercase hex digits.
     fn from_str(s: &str) -> Result<Self, BadId> {
-        if !s
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
+        if !is_lower_hex(s, 64) {
             return Err(BadId(s.to_string()));
         }
         let mut out = [0u8; 32];

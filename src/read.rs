@@ -80,7 +80,7 @@ pub fn export(
     opts: ExportOptions,
     progress: &ProgressBar,
 ) -> Result<()> {
-    walk::expansion(repo, root)?;
+    progress.set_length(walk::expansion(repo, root)?.bytes);
     match std::fs::read_dir(dest) {
         Ok(mut it) => {
             if it.next().is_some() {

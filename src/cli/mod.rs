@@ -337,8 +337,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let repo = open()?;
             let record = repo.version(&name, &version)?;
-            let size = detafs::snapshot::walk::expansion(&repo, &record.tree)?.bytes;
-            let pb = bar(size, "export");
+            let pb = bar(0, "export");
             let opts = read::ExportOptions { preserve_setid };
             read::export(&repo, &record.tree, &dir, opts, &pb)?;
             pb.finish_and_clear();

@@ -205,14 +205,20 @@ struct VEntry {
     parent_tree: Option<BlobRef>,
 }
 
+/// A version inode: what it is, the kernel's lookup count, and its key in
+/// `VersionInodes::by_name` (to drop it when the count reaches zero).
+struct Held {
+    entry: VEntry,
+    lookups: u64,
+    key: (u64, Vec<u8>),
+}
+
 /// Version inodes the kernel holds: allocated on lookup, dropped when the
 /// kernel forgets them, so memory follows what the kernel caches.
 #[derive(Default)]
 struct VersionInodes {
-    entries: HashMap<u64, VEntry>,
+    entries: HashMap<u64, Held>,
     by_name: HashMap<(u64, Vec<u8>), u64>,
-    /// Per inode: the kernel's lookup count and the key in `by_name`.
-    held: HashMap<u64, (u64, (u64, Vec<u8>))>,
     next: u64,
 }
 
@@ -430,22 +436,29 @@ impl MountFs {
             None => {
                 let ino = t.next;
                 t.next += 1;
-                t.entries.insert(ino, entry);
-                t.by_name.insert((parent, name.to_vec()), ino);
-                t.held.insert(ino, (0, (parent, name.to_vec())));
+                let key = (parent, name.to_vec());
+                t.by_name.insert(key.clone(), ino);
+                t.entries.insert(
+                    ino,
+                    Held {
+                        entry,
+                        lookups: 0,
+                        key,
+                    },
+                );
                 ino
             }
         };
-        if looked_up && let Some((count, _)) = t.held.get_mut(&ino) {
-            *count += 1;
+        if looked_up && let Some(h) = t.entries.get_mut(&ino) {
+            h.lookups += 1;
         }
         ino
     }
 
     /// The kernel was handed `ino` in a READDIRPLUS entry.
     pub fn remember(&self, ino: u64) {
-        if let Some((count, _)) = lock(&self.inodes).held.get_mut(&ino) {
-            *count += 1;
+        if let Some(h) = lock(&self.inodes).entries.get_mut(&ino) {
+            h.lookups += 1;
         }
     }
 
@@ -454,19 +467,18 @@ impl MountFs {
     pub fn forget(&self, ino: u64, n: u64) {
         let parent = {
             let mut t = lock(&self.inodes);
-            let Some((count, _)) = t.held.get_mut(&ino) else {
+            let Some(h) = t.entries.get_mut(&ino) else {
                 return;
             };
-            *count = count.saturating_sub(n);
-            if *count > 0 {
+            h.lookups = h.lookups.saturating_sub(n);
+            if h.lookups > 0 {
                 return;
             }
-            let Some((_, key)) = t.held.remove(&ino) else {
+            let Some(h) = t.entries.remove(&ino) else {
                 return;
             };
-            t.entries.remove(&ino);
-            t.by_name.remove(&key);
-            key.0
+            t.by_name.remove(&h.key);
+            h.key.0
         };
         // Its folder's kept listing names it: the next one is built anew.
         lock(&self.listings).drop_listing(parent);
@@ -487,7 +499,7 @@ impl MountFs {
         lock(&self.inodes)
             .entries
             .get(&ino)
-            .cloned()
+            .map(|h| h.entry.clone())
             .ok_or_else(|| Error::fs(FsError::NotFound, format!("inode {ino}")))
     }
 
@@ -743,11 +755,8 @@ impl MountFs {
         if ino < FIRST_VERSION_INO {
             return true; // root, versions/, latest, .detafs/
         }
-        match lock(&self.inodes).entries.get(&ino) {
-            Some(VEntry {
-                node: Node::Dir { tree, .. },
-                ..
-            }) => self.repo.tree_in_memory(tree),
+        match lock(&self.inodes).entries.get(&ino).map(|h| &h.entry.node) {
+            Some(Node::Dir { tree, .. }) => self.repo.tree_in_memory(tree),
             _ => true,
         }
     }

@@ -511,9 +511,9 @@ impl Filesystem for Fuse {
                 page(&listing, offset, |next, (e, a)| {
                     let name = OsStr::from_bytes(&e.name);
                     let dots = e.name == b"." || e.name == b"..";
-                    // A kept listing may name an inode the kernel forgot
-                    // since: it gets a live one by a lookup (counted there;
-                    // the folder is in memory).
+                    // A listing taken before the kernel forgot one of its
+                    // inodes (a handle opened earlier: `forget` drops kept
+                    // listings) gets a live one by a lookup, counted there.
                     let fresh = match dots || self.fs.is_live(a.ino) {
                         true => None,
                         false => self.fs.lookup(ino.0, &e.name).ok(),

@@ -50,12 +50,7 @@ impl StoreInfo {
         }
         // The id names local folders: exactly as `init` makes it, so a
         // hostile marker can never name a path.
-        let hex_id = info.store_id.len() == 32
-            && info
-                .store_id
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if info.format == 0 || !hex_id {
+        if info.format == 0 || !crate::id::is_lower_hex(&info.store_id, 32) {
             return Err(Error::malformed(
                 what(),
                 "format or store_id is not one detafs writes",
@@ -89,8 +84,10 @@ pub mod keys {
     /// The version a record key names, if `key` is exactly such a key.
     pub fn record_number(name: &str, key: &str) -> Option<u64> {
         let digits = key.strip_prefix(&records(name))?.strip_suffix(".json")?;
-        let n: u64 = digits.parse().ok()?;
-        (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()) && n > 0).then_some(n)
+        if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok().filter(|&n| n > 0)
     }
     pub const PACKS: &str = "packs/";
     pub fn pack(id: &ObjectId) -> String {
@@ -139,9 +136,7 @@ impl Store {
                 (open_remote(url, scheme, rest, &policy)?, policy, location)
             }
         };
-        let mut store = Store::with_policy(inner, url, policy)?;
-        store.location = location;
-        Ok(store)
+        Store::with_policy(inner, url, &location, policy)
     }
 
     /// Wraps any object store (the seam for wrappers such as fault
@@ -151,10 +146,16 @@ impl Store {
         url: &str,
         deadline: Duration,
     ) -> Result<Store> {
-        Store::with_policy(inner, url, Policy::remote(deadline))
+        let location = url.trim_end_matches('/');
+        Store::with_policy(inner, url, location, Policy::remote(deadline))
     }
 
-    fn with_policy(inner: Arc<dyn ObjectStore>, url: &str, policy: Policy) -> Result<Store> {
+    fn with_policy(
+        inner: Arc<dyn ObjectStore>,
+        url: &str,
+        location: &str,
+        policy: Policy,
+    ) -> Result<Store> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .max_blocking_threads(WORK_PERMITS + 4)
@@ -166,7 +167,7 @@ impl Store {
         Ok(Store {
             inner,
             url: url.to_string(),
-            location: url.trim_end_matches('/').to_string(),
+            location: location.to_string(),
             rt: Arc::new(rt),
             work: Arc::new(tokio::sync::Semaphore::new(WORK_PERMITS)),
             policy,
