@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Store and commit benchmark (docs/benchmarks.md). Medians of RUNS runs, each
 # beside `openssl dgst -sha256` over the same bytes in the same run.
-#   scripts/bench.sh [RUNS] [store|mount|s3|scale|all]
+#   scripts/bench.sh [RUNS] [store|mount|core|million|s3|scale|all]
 #   (default 3 runs, all; BENCH_DIR default /var/tmp/detafs-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -134,10 +134,13 @@ PY
 }
 
 source scripts/bench-s3.sh
+source scripts/bench-core.sh
 case "$WHAT" in
   store) bench_store ;;
   mount) bench_mount ;;
+  core) bench_core ;;
+  million) bench_million ;;
   s3) bench_s3 ;;
   scale) bench_scale ;;
-  *) bench_store; bench_mount; bench_s3; bench_scale ;;
+  *) bench_store; bench_mount; bench_core; bench_million; bench_s3; bench_scale ;;
 esac

@@ -4,11 +4,11 @@
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::progress::Progress;
 use crate::repo::Repo;
 use crate::snapshot::Node;
 use crate::snapshot::diff::TreeSource;
 use crate::store::{Listed, keys};
-use indicatif::ProgressBar;
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
@@ -63,7 +63,7 @@ pub fn gc(
     repo: &Repo,
     grace: Duration,
     dry_run: bool,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<Vec<Listed>> {
     if grace < min_grace() {
         return Err(Error::InvalidInput(format!(
@@ -87,10 +87,10 @@ pub fn gc(
         .filter(|l| l.modified < cutoff)
         .collect();
     if !dry_run {
-        progress.set_length(doomed.iter().map(|l| l.size).sum());
+        progress.set_total(doomed.iter().map(|l| l.size).sum());
         for l in &doomed {
             repo.store.delete(&l.key)?;
-            progress.inc(l.size);
+            progress.advance(l.size);
         }
     }
     Ok(doomed)

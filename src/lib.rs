@@ -14,6 +14,7 @@ pub mod gc;
 pub mod id;
 pub mod limits;
 pub mod private;
+pub mod progress;
 pub mod read;
 pub mod repo;
 pub mod snapshot;

@@ -1,13 +1,13 @@
 //! Reading versions: file contents (streamed, verified) and whole-tree export.
 
 use crate::error::{Error, Result};
+use crate::progress::Progress;
 use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
 use crate::snapshot::walk;
 use crate::snapshot::{Mtime, Node};
 use crate::store::pack::{self, BlobRef};
 use filetime::FileTime;
-use indicatif::ProgressBar;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::Write;
@@ -78,9 +78,9 @@ pub fn export(
     root: &BlobRef,
     dest: &Path,
     opts: ExportOptions,
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<()> {
-    progress.set_length(walk::expansion(repo, root)?.bytes);
+    progress.set_total(walk::expansion(repo, root)?.bytes);
     match std::fs::read_dir(dest) {
         Ok(mut it) => {
             if it.next().is_some() {
@@ -147,7 +147,7 @@ pub fn export(
 fn export_files(
     repo: &Repo,
     files: &[(PathBuf, &Node, u32)],
-    progress: &ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<()> {
     // A new file, never one that is there (nor a symlink's target).
     let create = |path: &Path| {
@@ -199,7 +199,7 @@ fn export_files(
         }
         for (path, node, mode) in batch {
             finish(path, *mode, node.mtime())?;
-            progress.inc(node.size());
+            progress.advance(node.size());
         }
     }
     Ok(())

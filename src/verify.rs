@@ -4,13 +4,13 @@
 
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::progress::Progress;
 use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
 use crate::snapshot::walk;
 use crate::snapshot::{Node, Record, Tree};
 use crate::store::pack::{self, BlobKind, BlobRef};
 use crate::store::{Listed, keys};
-use indicatif::ProgressBar;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
@@ -273,7 +273,7 @@ impl Walker<'_> {
 
     /// Reads every chunk collected by `walk` with range reads of runs that
     /// lie back to back (never a whole pack: its size is the store's word).
-    fn check_chunks(&mut self, progress: &ProgressBar) -> Result<()> {
+    fn check_chunks(&mut self, progress: &dyn Progress) -> Result<()> {
         for (pack_id, blobs) in std::mem::take(&mut self.chunks) {
             let key = keys::pack(&pack_id);
             self.report.blobs += blobs.len();
@@ -329,7 +329,7 @@ impl Walker<'_> {
                     Err(e) => return Err(e),
                 };
                 for (r, affects) in entries {
-                    progress.inc(r.len as u64);
+                    progress.advance(r.len as u64);
                     let start = (r.offset - first.offset) as usize;
                     let blob = bytes.slice(start..start + r.len as usize);
                     if let Err(e) = pack::decode(r, BlobKind::Chunk, blob) {
@@ -374,7 +374,7 @@ impl TreeSource for Decoded<'_> {
 }
 
 /// Checks one dataset, or all of them (and then also lists garbage).
-pub fn verify(repo: &Repo, dataset: Option<&str>, progress: &ProgressBar) -> Result<Report> {
+pub fn verify(repo: &Repo, dataset: Option<&str>, progress: &dyn Progress) -> Result<Report> {
     let datasets = match dataset {
         Some(name) => {
             repo.check_dataset(name)?;
@@ -399,7 +399,7 @@ pub fn verify(repo: &Repo, dataset: Option<&str>, progress: &ProgressBar) -> Res
         .flat_map(|m| m.values())
         .map(|(r, _)| r.len as u64)
         .sum();
-    progress.set_length(total);
+    progress.set_total(total);
     w.check_chunks(progress)?;
     if dataset.is_none() {
         w.report.garbage = repo

@@ -196,11 +196,12 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
             message: &format!("round {round}"),
             author: "fault-test",
         };
-        let res = st.commit(
+        let res = detafs::commit::staged::commit_staging(
             &repo,
             &meta,
-            &Default::default(),
-            indicatif::ProgressBar::hidden(),
+            || Ok(&st),
+            Default::default,
+            &detafs::progress::Quiet,
         );
         let log = env.log();
         match res {

@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use detafs::commit::{self, CommitMeta};
 use detafs::escape::line;
+use detafs::progress::Progress;
 use detafs::repo::{self, Options, Repo};
 use detafs::{Error, gc, read, verify};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -218,7 +219,27 @@ pub fn run() -> ExitCode {
     }
 }
 
-fn bar(len: u64, what: &str) -> ProgressBar {
+/// A progress bar on stderr, drawn for the library's `Progress`; cleared
+/// when dropped.
+struct Bar(ProgressBar);
+
+impl Progress for Bar {
+    fn set_total(&self, total: u64) {
+        self.0.set_length(total);
+    }
+
+    fn advance(&self, done: u64) {
+        self.0.inc(done);
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
+}
+
+fn bar(len: u64, what: &str) -> Bar {
     let pb = ProgressBar::with_draw_target(Some(len), indicatif::ProgressDrawTarget::stderr());
     pb.set_style(
         ProgressStyle::with_template(
@@ -228,7 +249,7 @@ fn bar(len: u64, what: &str) -> ProgressBar {
         .progress_chars("=> "),
     );
     pb.set_message(what.to_string());
-    pb
+    Bar(pb)
 }
 
 fn options(cli: &Cli) -> Options {
@@ -296,8 +317,8 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             let record = match from {
                 Some(from) => {
                     let pb = bar(dir_size(&from), "commit");
-                    let record = commit::commit_dir(&repo, &meta, &from, pb.clone());
-                    pb.finish_and_clear();
+                    let record = commit::commit_dir(&repo, &meta, &from, &pb);
+                    drop(pb);
                     record?
                 }
                 None => mount::commit_staging(&repo, &staging, &name, &meta)?,
@@ -340,14 +361,14 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             let pb = bar(0, "export");
             let opts = read::ExportOptions { preserve_setid };
             read::export(&repo, &record.tree, &dir, opts, &pb)?;
-            pb.finish_and_clear();
+            drop(pb);
             eprintln!("exported {name} v{} to {}", record.version, dir.display());
         }
         Command::Verify { name } => {
             let repo = open()?;
             let pb = bar(0, "verify");
             let report = verify::verify(&repo, name.as_deref(), &pb)?;
-            pb.finish_and_clear();
+            drop(pb);
             // Paths and keys in problems are escaped by verify.
             for p in &report.problems {
                 println!("{p}");
@@ -371,7 +392,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             let repo = open()?;
             let pb = bar(0, "gc");
             let doomed = gc::gc(&repo, grace.into(), dry_run, &pb)?;
-            pb.finish_and_clear();
+            drop(pb);
             let bytes: u64 = doomed.iter().map(|l| l.size).sum();
             for l in &doomed {
                 println!(

@@ -185,11 +185,12 @@ pub fn commit_staging(
     repo.check_dataset(name)?;
     let dir = staging_root(repo, staging_base, name)?;
     match Staging::open(repo, &dir, name) {
-        Ok(st) => Ok(st.commit(
+        Ok(st) => Ok(detafs::commit::staged::commit_staging(
             repo,
             meta,
-            &HashSet::new(),
-            indicatif::ProgressBar::hidden(),
+            || Ok(&st),
+            HashSet::new,
+            &detafs::progress::Quiet,
         )?),
         Err(Error::StagingBusy(_)) => {
             let mp = std::fs::read_to_string(dir.join(MOUNT_FILE))

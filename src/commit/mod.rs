@@ -6,17 +6,18 @@
 //! the next number is tried; overlapping changes are a conflict.
 
 pub mod scan;
+pub mod staged;
 
 use crate::error::{Error, Result};
 use crate::gc;
 use crate::id::ObjectId;
 use crate::limits;
+use crate::progress::{Progress, Quiet};
 use crate::repo::Repo;
 use crate::snapshot::diff::{self, ChangeKind, TreeSource};
 use crate::snapshot::{Record, Stats};
 use crate::store::keys;
 use crate::store::pack::BlobRef;
-use indicatif::ProgressBar;
 use scan::Scanner;
 use std::path::Path;
 
@@ -72,7 +73,7 @@ pub fn commit_dir(
     repo: &Repo,
     meta: &CommitMeta,
     from: &Path,
-    progress: ProgressBar,
+    progress: &dyn Progress,
 ) -> Result<Record> {
     meta.check()?;
     let stat = std::fs::metadata(from).map_err(|e| Error::io(from.display(), e))?;
@@ -117,7 +118,7 @@ pub fn publish(
         let root = match &parent {
             Some(p) if p.version != base_version => {
                 // Lost a race: replay our changes (base → ours) onto the winner.
-                let mut sink = Scanner::new(repo, ProgressBar::hidden());
+                let mut sink = Scanner::new(repo, &Quiet);
                 let merged = diff::merge(
                     repo,
                     &mut sink,

@@ -5,13 +5,13 @@ use crate::cache::index::StatKey;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::limits;
+use crate::progress::Progress;
 use crate::repo::Repo;
 use crate::snapshot::chunker;
 use crate::snapshot::diff::TreeSink;
 use crate::snapshot::tree::{check_name, check_node};
 use crate::snapshot::{Entry, Mtime, Node, Tree};
 use crate::store::pack::{self, BlobRef, PackWriter};
-use indicatif::ProgressBar;
 use std::collections::HashMap;
 use std::fs::{File, Metadata};
 use std::os::unix::ffi::OsStrExt;
@@ -33,7 +33,7 @@ pub struct Scanner<'r> {
     /// Files changed within this window before the scan are not stat-cached:
     /// a later write in the same timestamp tick would go unnoticed.
     racy_after_ns: i64,
-    progress: ProgressBar,
+    progress: &'r dyn Progress,
     /// When this commit began uploading (see `gc::MAX_COMMIT_AGE`).
     pub started: std::time::Instant,
 }
@@ -52,7 +52,7 @@ fn stat_key(m: &Metadata) -> StatKey {
 }
 
 impl<'r> Scanner<'r> {
-    pub fn new(repo: &'r Repo, progress: ProgressBar) -> Self {
+    pub fn new(repo: &'r Repo, progress: &'r dyn Progress) -> Self {
         let now_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as i64)
@@ -162,7 +162,7 @@ impl<'r> Scanner<'r> {
         let cached = self.repo.index.stat_lookup(&path_bytes, key)?;
         let (chunks, size) = match cached {
             Some(chunks) => {
-                self.progress.inc(key.size);
+                self.progress.advance(key.size);
                 (chunks, key.size)
             }
             None => self.chunk_stable(path, key)?,
@@ -209,12 +209,17 @@ impl Scanner<'_> {
 
     /// Chunks a file's current content into the data packs.
     pub fn chunk_file(&mut self, path: &Path) -> Result<(Vec<BlobRef>, u64)> {
+        self.chunk_prefix(path, u64::MAX)
+    }
+
+    /// Chunks a file's first `len` bytes (fewer if it is shorter).
+    pub fn chunk_prefix(&mut self, path: &Path, len: u64) -> Result<(Vec<BlobRef>, u64)> {
         let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
         let (mut chunks, mut size) = (Vec::new(), 0);
-        for chunk in chunker::chunks(file) {
+        for chunk in chunker::chunks(std::io::Read::take(file, len)) {
             let chunk = chunk.map_err(|e| Error::io(path.display(), e))?;
             size += chunk.len() as u64;
-            self.progress.inc(chunk.len() as u64);
+            self.progress.advance(chunk.len() as u64);
             chunks.push(self.put_chunk(&chunk)?);
         }
         Ok((chunks, size))

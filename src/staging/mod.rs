@@ -1,162 +1,46 @@
 //! The staging area: a durable, writable overlay on a dataset's base version.
 //!
 //! Its namespace is a table of nodes in SQLite (one row per staged file or
-//! directory, keyed by a never-reused id that the mount uses as an inode).
-//! A directory row either stands for a whole version subtree it has not
-//! expanded yet (`lower` tree ref) or has its children as rows. A file row
-//! either reads through to a version's chunks (`lower` chunk refs) or has been
-//! copied up into a local file `data/<id>` ("upper"). Deletions are just
-//! removed rows. Everything is on local disk and survives a crash; a commit
-//! only reads it.
+//! directory, keyed by a never-reused id that the mount uses as an inode;
+//! `row.rs`). A directory row either stands for a whole version subtree it
+//! has not expanded yet (`lower` tree ref) or has its children as rows. A
+//! file row either reads through to a version's chunks (`lower` chunk refs)
+//! or has been copied up into a local file `data/<id>` ("upper"). Deletions
+//! are just removed rows. Everything is on local disk and survives a crash.
+//! Beside the overlay operations here: `status.rs` (changes against the
+//! base), `follow.rs` (moving to other versions), `freeze.rs` and
+//! `writes.rs` (a commit's view while staging goes on changing).
 //!
 //! One process at a time owns a staging area (an exclusive `flock`): the mount
 //! daemon while it runs, or `detafs commit` when no mount is up.
 
-use crate::commit::scan::Scanner;
-use crate::commit::{self, CommitMeta};
+mod follow;
+mod freeze;
+mod row;
+mod status;
+mod writes;
+
+pub use freeze::{Frozen, Read};
+pub use row::{COLUMNS, Kind, SCHEMA, SNode, row};
+pub use writes::Writes;
+
 use crate::error::{Error, FsError, Result};
 use crate::limits;
 use crate::read;
 use crate::repo::Repo;
-use crate::snapshot::diff::{self, ChangeKind, TreeSink, TreeSource};
-use crate::snapshot::{Entry, Mtime, Node, Record, Tree};
+use crate::snapshot::diff::TreeSource;
+use crate::snapshot::{Mtime, Node, Record};
 use crate::store::pack::BlobRef;
-use indicatif::ProgressBar;
+use row::{bad_row, kind_code};
 use rusqlite::{Connection, OptionalExtension, params};
-use std::collections::{HashMap, HashSet};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub const ROOT: u64 = 1;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    File,
-    Dir,
-    Symlink,
-}
-
-/// One staged file, directory or symlink.
-#[derive(Clone, Debug)]
-pub struct SNode {
-    pub id: u64,
-    pub parent: u64,
-    pub name: Vec<u8>,
-    pub kind: Kind,
-    pub mode: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub mtime: Mtime,
-    /// Size of a lower file or symlink; upper files are sized by their local file.
-    pub size: u64,
-    /// File: its chunks in the store, unless copied up.
-    pub chunks: Option<Vec<BlobRef>>,
-    /// Directory not expanded yet: the version subtree it stands for.
-    pub tree: Option<BlobRef>,
-    pub upper: bool,
-    pub target: Vec<u8>,
-}
-
-impl SNode {
-    /// The node as it would appear in a version, if it can be said without
-    /// reading local data (upper files and expanded directories cannot).
-    fn as_version_node(&self) -> Option<Node> {
-        match self.kind {
-            Kind::File if !self.upper => Some(Node::File {
-                mode: self.mode,
-                mtime: self.mtime,
-                size: self.size,
-                chunks: self.chunks.clone().unwrap_or_default(),
-            }),
-            Kind::Dir => self.tree.map(|tree| Node::Dir {
-                mode: self.mode,
-                mtime: self.mtime,
-                tree,
-            }),
-            Kind::Symlink => Some(Node::Symlink {
-                mtime: self.mtime,
-                target: self.target.clone(),
-            }),
-            Kind::File => None,
-        }
-    }
-}
-
-pub const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS nodes(
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    parent INTEGER NOT NULL, name BLOB NOT NULL,
-    kind INTEGER NOT NULL, mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
-    mtime_s INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,
-    chunks BLOB, tree BLOB, upper INTEGER NOT NULL DEFAULT 0, target BLOB,
-    UNIQUE(parent, name));
-";
-
-pub const COLUMNS: &str =
-    "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target";
-
-fn kind_code(k: Kind) -> i64 {
-    match k {
-        Kind::File => 0,
-        Kind::Dir => 1,
-        Kind::Symlink => 2,
-    }
-}
-
-/// Decodes a row, strictly: a row that does not decode is an error naming
-/// its column, never read as an empty file or a symlink.
-pub fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
-    let bad = |i: usize, why: String| {
-        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Blob, why.into())
-    };
-    fn json<T: serde::de::DeserializeOwned>(
-        r: &rusqlite::Row,
-        i: usize,
-    ) -> rusqlite::Result<Option<T>> {
-        r.get::<_, Option<Vec<u8>>>(i)?
-            .map(|b| {
-                serde_json::from_slice(&b).map_err(|e| {
-                    rusqlite::Error::FromSqlConversionFailure(
-                        i,
-                        rusqlite::types::Type::Blob,
-                        Box::new(e),
-                    )
-                })
-            })
-            .transpose()
-    }
-    let kind = match r.get::<_, i64>(3)? {
-        0 => Kind::File,
-        1 => Kind::Dir,
-        2 => Kind::Symlink,
-        k => return Err(bad(3, format!("unknown node kind {k}"))),
-    };
-    let mode: u32 = r.get(4)?;
-    if mode > 0o7777 {
-        return Err(bad(4, format!("mode {mode:#o}")));
-    }
-    let mtime = Mtime(r.get(7)?, r.get(8)?);
-    if !limits::time_ok(mtime) {
-        return Err(bad(7, "mtime out of range".into()));
-    }
-    Ok(SNode {
-        id: r.get(0)?,
-        parent: r.get(1)?,
-        name: r.get(2)?,
-        kind,
-        mode,
-        uid: r.get(5)?,
-        gid: r.get(6)?,
-        mtime,
-        size: r.get(9)?,
-        chunks: json(r, 10)?,
-        tree: json(r, 11)?,
-        upper: r.get(12)?,
-        target: r.get::<_, Option<Vec<u8>>>(13)?.unwrap_or_default(),
-    })
-}
 
 pub fn now() -> Mtime {
     let d = std::time::SystemTime::now()
@@ -176,6 +60,10 @@ pub struct Staging {
     db: Connection,
     dir: PathBuf,
     dataset: String,
+    writes: Arc<Writes>,
+    /// While a commit runs: staged copies whose rows went meanwhile, kept
+    /// for the commit to read and removed when it ends.
+    deferred: RefCell<Option<Vec<u64>>>,
     _lock: File,
 }
 
@@ -209,6 +97,8 @@ impl Staging {
             db,
             dir: dir.to_path_buf(),
             dataset: dataset.to_string(),
+            writes: Arc::default(),
+            deferred: RefCell::new(None),
             _lock: lock,
         };
         if st.get(ROOT)?.is_none() {
@@ -247,7 +137,7 @@ impl Staging {
     /// The tree of a commit under way: if the process dies after the record
     /// landed but before staging moved to it, the next open finds the record
     /// by this tree and moves staging then (`adopt_landed`).
-    fn set_pending(&self, tree: Option<&BlobRef>) -> Result<()> {
+    pub(crate) fn set_pending(&self, tree: Option<&BlobRef>) -> Result<()> {
         match tree {
             Some(t) => self.db.execute(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES ('pending', ?1)",
@@ -308,20 +198,21 @@ impl Staging {
 
     /// Rows of staged copies whose data file is missing (a crash between a
     /// new file's row and its file): each gets an empty file, as it was
-    /// created, and is named in the log. Leftovers of a copy-up are removed.
+    /// created, and is named in the log. Files no row refers to (a copy-up
+    /// or a commit's removals cut short) are removed.
     fn repair(&self) -> Result<()> {
-        let rows: Vec<(u64, Vec<u8>)> = self
+        let rows: HashMap<u64, Vec<u8>> = self
             .db
             .prepare("SELECT id, name FROM nodes WHERE upper = 1")?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<_>>()?;
-        for (id, name) in rows {
+        for (&id, name) in &rows {
             let path = self.upper_path(id);
             if !path.exists() {
                 tracing::warn!(
                     "staging of {}: {} had no staged data after a crash; it is empty now",
                     self.dataset,
-                    crate::escape::line(&name)
+                    crate::escape::line(name)
                 );
                 crate::private::create_file(&path).map_err(|e| Error::io(path.display(), e))?;
             }
@@ -329,11 +220,19 @@ impl Staging {
         let data = self.dir.join("data");
         for entry in std::fs::read_dir(&data).map_err(|e| Error::io(data.display(), e))? {
             let path = entry.map_err(|e| Error::io(data.display(), e))?.path();
-            if path.extension().is_some_and(|x| x == "copying") {
+            let id = path
+                .file_name()
+                .and_then(|n| n.to_str()?.parse::<u64>().ok());
+            if id.is_none_or(|id| !rows.contains_key(&id)) {
                 let _ = std::fs::remove_file(&path);
             }
         }
         Ok(())
+    }
+
+    /// Where writes to staged copies are told (they do not take the lock).
+    pub fn writes(&self) -> Arc<Writes> {
+        self.writes.clone()
     }
 
     pub fn upper_path(&self, id: u64) -> PathBuf {
@@ -589,7 +488,12 @@ impl Staging {
             todo.extend(self.rows_under(n.id)?);
             self.db.execute("DELETE FROM nodes WHERE id = ?1", [n.id])?;
             if n.upper {
-                let _ = std::fs::remove_file(self.upper_path(n.id));
+                match self.deferred.borrow_mut().as_mut() {
+                    Some(kept) => kept.push(n.id),
+                    None => {
+                        let _ = std::fs::remove_file(self.upper_path(n.id));
+                    }
+                }
             }
         }
         Ok(())
@@ -698,6 +602,7 @@ impl Staging {
             ],
         )?;
         if let (Some(m), true) = (mtime, n.upper) {
+            let _writing = self.writes.begin(id, 0);
             let t = filetime::FileTime::from_unix_time(m.0, m.1);
             let path = self.upper_path(id);
             filetime::set_file_mtime(&path, t).map_err(|e| Error::io(path.display(), e))?;
@@ -743,359 +648,9 @@ impl Staging {
         }
         (n.size, n.mtime)
     }
-
-    /// Staged changes against the base version, like `git status --porcelain`.
-    /// Works offline: the base version is known locally (staging was built on it).
-    pub fn status(&self, repo: &Repo) -> Result<Vec<(char, String)>> {
-        let base = repo
-            .index
-            .records(&self.dataset)?
-            .into_iter()
-            .find(|r| r.version == self.base_version().unwrap_or(0))
-            .map(|r| r.tree);
-        let mut out = Vec::new();
-        self.status_dir(repo, ROOT, base.as_ref(), "", 0, &mut out)?;
-        Ok(out)
-    }
-
-    fn status_dir(
-        &self,
-        repo: &Repo,
-        id: u64,
-        base: Option<&BlobRef>,
-        prefix: &str,
-        depth: usize,
-        out: &mut Vec<(char, String)>,
-    ) -> Result<()> {
-        if depth > limits::MAX_DEPTH {
-            return Err(Error::InvalidInput(too_deep()));
-        }
-        let node = self.node(id)?;
-        if let Some(tree) = &node.tree {
-            for c in diff::diff(repo, base, Some(tree))? {
-                let tag = match c.kind {
-                    ChangeKind::Added => 'A',
-                    ChangeKind::Modified => 'M',
-                    ChangeKind::Removed => 'D',
-                };
-                out.push((tag, format!("{prefix}{}", crate::escape::line(&c.path))));
-            }
-            return Ok(());
-        }
-        let base_tree = match base {
-            Some(b) => repo.tree(b)?,
-            None => std::sync::Arc::new(Tree::default()),
-        };
-        let rows = self.rows_under(id)?;
-        let rows_by_name = by_name(&rows);
-        let mut names: Vec<&[u8]> = rows
-            .iter()
-            .map(|r| r.name.as_slice())
-            .chain(base_tree.entries.iter().map(|e| e.name.as_slice()))
-            .collect();
-        names.sort();
-        names.dedup();
-        for name in names {
-            let path = format!("{prefix}{}", crate::escape::line(name));
-            let row = rows_by_name.get(name).copied();
-            let old = base_tree.get(name);
-            let old_dir = match old {
-                Some(Node::Dir { tree, .. }) => Some(tree),
-                _ => None,
-            };
-            match row {
-                Some(r) if r.kind == Kind::Dir => {
-                    if old.is_some_and(|o| !o.is_dir()) {
-                        out.push(('D', path.clone()));
-                    }
-                    self.status_dir(repo, r.id, old_dir, &format!("{path}/"), depth + 1, out)?;
-                }
-                Some(r) => {
-                    if let Some(t) = old_dir {
-                        for c in diff::diff(repo, Some(t), None)? {
-                            out.push(('D', format!("{path}/{}", crate::escape::line(&c.path))));
-                        }
-                    }
-                    let same = match (old, r.as_version_node()) {
-                        (Some(o), Some(n)) => o.same(&n),
-                        _ => false,
-                    };
-                    if !same {
-                        let tag = if old.is_some_and(|o| !o.is_dir()) {
-                            'M'
-                        } else {
-                            'A'
-                        };
-                        out.push((tag, path));
-                    }
-                }
-                None => {
-                    if let Some(t) = old_dir {
-                        for c in diff::diff(repo, Some(t), None)? {
-                            out.push(('D', format!("{path}/{}", crate::escape::line(&c.path))));
-                        }
-                    } else {
-                        out.push(('D', path));
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Commits staging as the next version. `open` lists upper files still
-    /// open for writing: they are committed as they are now and stay staged.
-    /// On any failure staging is left exactly as it was.
-    pub fn commit(
-        &self,
-        repo: &Repo,
-        meta: &CommitMeta,
-        open: &HashSet<u64>,
-        progress: ProgressBar,
-    ) -> Result<Record> {
-        meta.check()?;
-        let records = repo.sync(&self.dataset)?;
-        self.adopt_landed(&records)?;
-        let base_version = self.base_version()?;
-        let base = records.iter().find(|r| r.version == base_version).cloned();
-        if let Some(b) = &base {
-            repo.index_tree(&b.tree)?;
-        }
-        let mut scanner = Scanner::new(repo, progress);
-        let mut uppers = HashMap::new();
-        let ours = self.build(&mut scanner, ROOT, 0, &mut uppers)?;
-        // Staging that holds exactly its base version (edits undone, or a
-        // killed commit adopted at open) has nothing to commit; its staged
-        // copies become read-through files of that version, so status is
-        // clean again. Equal trees name the same, durable chunks.
-        if let Some(b) = &base
-            && b.tree.id == ours.id
-        {
-            self.after_commit(repo, &ours, b, uppers, open)?;
-            return Err(Error::NothingToCommit(b.version));
-        }
-        self.set_pending(Some(&ours))?;
-        let record = commit::publish(repo, meta, scanner, base, ours)?;
-        // The version is durable; bring staging to it. Failures from here on
-        // leave staged data in place (it is in the version too).
-        self.after_commit(repo, &ours, &record, uppers, open)?;
-        self.set_pending(None)?;
-        Ok(record)
-    }
-
-    fn build(
-        &self,
-        scanner: &mut Scanner,
-        id: u64,
-        depth: usize,
-        uppers: &mut HashMap<u64, (Vec<BlobRef>, u64, Mtime)>,
-    ) -> Result<BlobRef> {
-        if depth > limits::MAX_DEPTH {
-            return Err(Error::InvalidInput(too_deep()));
-        }
-        let node = self.node(id)?;
-        if let Some(tree) = node.tree {
-            return Ok(tree);
-        }
-        let mut entries = Vec::new();
-        for r in self.rows_under(id)? {
-            let node = match r.kind {
-                Kind::Dir => Node::Dir {
-                    mode: r.mode,
-                    mtime: r.mtime,
-                    tree: self.build(scanner, r.id, depth + 1, uppers)?,
-                },
-                Kind::File if r.upper => {
-                    let path = self.upper_path(r.id);
-                    let (_, mtime) = self.size_and_mtime(&r);
-                    let (chunks, size) = scanner.chunk_file(&path)?;
-                    uppers.insert(r.id, (chunks.clone(), size, mtime));
-                    Node::File {
-                        mode: r.mode,
-                        mtime,
-                        size,
-                        chunks,
-                    }
-                }
-                _ => r.as_version_node().expect("lower file or symlink"),
-            };
-            entries.push(Entry { name: r.name, node });
-        }
-        scanner.put_tree(&Tree::new(entries))
-    }
-
-    fn after_commit(
-        &self,
-        repo: &Repo,
-        ours: &BlobRef,
-        record: &Record,
-        uppers: HashMap<u64, (Vec<BlobRef>, u64, Mtime)>,
-        open: &HashSet<u64>,
-    ) -> Result<()> {
-        let tx = self.db.unchecked_transaction()?;
-        let mut demoted = Vec::new();
-        for (id, (chunks, size, mtime)) in uppers {
-            if open.contains(&id) {
-                continue;
-            }
-            demoted.push(id);
-            tx.execute(
-                "UPDATE nodes SET upper = 0, chunks = ?2, size = ?3, mtime_s = ?4, mtime_ns = ?5 WHERE id = ?1",
-                params![id, serde_json::to_vec(&chunks).expect("serializable"), size, mtime.0, mtime.1],
-            )?;
-        }
-        // Versions that landed meanwhile were merged in: show their changes too.
-        if record.tree.id != ours.id {
-            self.apply(repo, ROOT, Some(ours), &record.tree, 0)?;
-        }
-        self.set_base(record.version)?;
-        tx.commit()?;
-        // Staged copies go only once the rows that replace them are durable.
-        self.sync()?;
-        for id in demoted {
-            let _ = std::fs::remove_file(self.upper_path(id));
-        }
-        Ok(())
-    }
-
-    /// Moves staging from version `from` to `to`, keeping local changes: a
-    /// node that still equals `from` takes `to`'s content. Used to follow
-    /// versions committed elsewhere and after a rebased commit.
-    fn apply(
-        &self,
-        repo: &Repo,
-        id: u64,
-        from: Option<&BlobRef>,
-        to: &BlobRef,
-        depth: usize,
-    ) -> Result<()> {
-        if depth > limits::MAX_DEPTH {
-            return Err(Error::InvalidInput(too_deep()));
-        }
-        let node = self.node(id)?;
-        if let Some(tree) = node.tree {
-            if from.is_some_and(|f| f.id == tree.id) {
-                self.db.execute(
-                    "UPDATE nodes SET tree = ?2 WHERE id = ?1",
-                    params![id, serde_json::to_vec(to).expect("serializable")],
-                )?;
-            }
-            return Ok(());
-        }
-        let old = match from {
-            Some(f) => repo.tree(f)?,
-            None => std::sync::Arc::new(Tree::default()),
-        };
-        let new = repo.tree(to)?;
-        let rows = self.rows_under(id)?;
-        let rows_by_name = by_name(&rows);
-        let mut names: Vec<&[u8]> = old
-            .entries
-            .iter()
-            .chain(&new.entries)
-            .map(|e| e.name.as_slice())
-            .collect();
-        names.sort();
-        names.dedup();
-        for name in names {
-            let (o, n) = (old.get(name), new.get(name));
-            let row = rows_by_name.get(name).copied();
-            let untouched = match (row, o) {
-                (None, None) => true,
-                (Some(r), Some(o)) => r.as_version_node().is_some_and(|v| v.same(o)),
-                _ => false,
-            };
-            if let (Some(r), Some(Node::Dir { tree: ot, .. }), Some(Node::Dir { tree: nt, .. })) =
-                (row, o, n)
-                && r.kind == Kind::Dir
-                && !untouched
-            {
-                self.apply(repo, r.id, Some(ot), nt, depth + 1)?;
-                continue;
-            }
-            if let (Some(r), Some(Node::Dir { tree: ot, .. })) = (row, o)
-                && r.kind == Kind::Dir
-                && r.tree.is_none()
-            {
-                // A folder staging had expanded (listed), which the new
-                // version removed or replaced: what the user did not change
-                // goes with it, and it goes if nothing of theirs is left.
-                if self.take_back(repo, r.id, ot, depth + 1)? {
-                    self.delete_subtree(r)?;
-                    if let Some(n) = n {
-                        self.insert_version_node(id, name, n, node.uid, node.gid)?;
-                    }
-                }
-                continue;
-            }
-            if !untouched {
-                continue; // changed locally: staging's version wins
-            }
-            if let Some(r) = row {
-                self.delete_subtree(r)?;
-            }
-            if let Some(n) = n {
-                self.insert_version_node(id, name, n, node.uid, node.gid)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Removes from expanded folder `id` what still equals tree `old`, the
-    /// user's own changes staying; true if nothing is left in it.
-    fn take_back(&self, repo: &Repo, id: u64, old: &BlobRef, depth: usize) -> Result<bool> {
-        if depth > limits::MAX_DEPTH {
-            return Err(Error::InvalidInput(too_deep()));
-        }
-        let old = repo.tree(old)?;
-        for r in self.rows_under(id)? {
-            match old.get(&r.name) {
-                Some(o) if r.as_version_node().is_some_and(|v| v.same(o)) => {
-                    self.delete_subtree(&r)?
-                }
-                Some(Node::Dir { tree, .. })
-                    if r.kind == Kind::Dir
-                        && r.tree.is_none()
-                        && self.take_back(repo, r.id, tree, depth + 1)? =>
-                {
-                    self.delete_subtree(&r)?
-                }
-                _ => {}
-            }
-        }
-        Ok(self.rows_under(id)?.is_empty())
-    }
-
-    /// Follows a version committed elsewhere when staging has no changes of its own.
-    pub fn fast_forward(&self, repo: &Repo, latest: &Record) -> Result<bool> {
-        let base_version = self.base_version()?;
-        if latest.version <= base_version || !self.status(repo)?.is_empty() {
-            return Ok(false);
-        }
-        let base = repo
-            .sync(&self.dataset)?
-            .into_iter()
-            .find(|r| r.version == base_version);
-        let tx = self.db.unchecked_transaction()?;
-        self.apply(repo, ROOT, base.as_ref().map(|b| &b.tree), &latest.tree, 0)?;
-        self.set_base(latest.version)?;
-        tx.commit()?;
-        Ok(true)
-    }
 }
 
-/// A row that does not decode is named, not passed on as a bare SQLite error.
-fn bad_row(which: &str, e: rusqlite::Error) -> Error {
-    match e {
-        rusqlite::Error::FromSqlConversionFailure(col, _, why) => Error::malformed(
-            format!("staging row ({which})"),
-            format!("column {col}: {why}"),
-        ),
-        other => Error::Index(other),
-    }
-}
-
-fn too_deep() -> String {
+pub(super) fn too_deep() -> String {
     format!(
         "staging nests deeper than {} directory levels, more than a version may hold",
         limits::MAX_DEPTH
@@ -1108,7 +663,7 @@ const RESERVE: &str = "reserve";
 const RESERVE_BYTES: usize = 4 << 20;
 
 /// Rows by name, so walking a folder beside its tree is linear, not quadratic.
-fn by_name(rows: &[SNode]) -> HashMap<&[u8], &SNode> {
+pub(super) fn by_name(rows: &[SNode]) -> HashMap<&[u8], &SNode> {
     rows.iter().map(|r| (r.name.as_slice(), r)).collect()
 }
 

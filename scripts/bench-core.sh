@@ -1,0 +1,109 @@
+# Mount-core benchmarks (sourced by scripts/bench.sh; uses its ROOT, RUNS,
+# BIN, now, since, timed, drop_caches, median): what users of a shared mount
+# wait for while a commit runs, status of a large staging area, and the
+# daemon's memory while a version of 1,000,000 files is walked.
+
+# Latency of `ls -l MOUNT` and of a read of a cached version file while a
+# 2 GiB file is committed from staging.
+bench_core() {
+  local res=$ROOT/core-results.txt mnt=$ROOT/cmnt; : > "$res"; mkdir -p "$mnt"
+  mountpoint -q "$mnt" && "$BIN" umount "$mnt"
+  rm -rf "$ROOT/cstore" "$ROOT/ccache" "$ROOT/cstaging" "$ROOT/cwork"
+  export DETAFS_STORE=$ROOT/cstore DETAFS_CACHE=$ROOT/ccache DETAFS_STAGING=$ROOT/cstaging
+  "$BIN" init >/dev/null; "$BIN" dataset create core >/dev/null
+  mkdir -p "$ROOT/cwork"; cp -a "$ROOT/data/small" "$ROOT/cwork/"
+  "$BIN" commit core --from "$ROOT/cwork" -m v1 >/dev/null
+  local pid; pid=$("$BIN" mount core "$mnt" --daemon)
+  local sample; sample=$(cd "$mnt/versions/v1" && find small -type f | head -1)
+  cat "$mnt/versions/v1/$sample" >/dev/null
+  for run in $(seq "$RUNS"); do
+    head -c 2G /dev/urandom > "$mnt/staging/big-$run.bin"
+    python3 - "$mnt" "$sample" "$run" >> "$res" <<'PY'
+import os, subprocess, sys, time
+mnt, sample, run = sys.argv[1:]
+commit = subprocess.Popen(["sh", "-c", f"echo 'big {run}' > {mnt}/.detafs/commit"])
+ls, read = [], []
+while commit.poll() is None:
+    t = time.perf_counter(); subprocess.run(["ls", "-l", mnt], stdout=subprocess.DEVNULL, check=True)
+    ls.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    with open(f"{mnt}/versions/v1/{sample}", "rb") as f: f.read()
+    read.append(time.perf_counter() - t)
+    time.sleep(0.02)
+assert commit.wait() == 0, "the commit failed"
+# `ls` is a process start; measure one beside it, idle, to subtract nothing
+# but to show what part is the mount's.
+idle = []
+for _ in range(20):
+    t = time.perf_counter(); subprocess.run(["ls", "-l", "/"], stdout=subprocess.DEVNULL, check=True)
+    idle.append(time.perf_counter() - t)
+print("ls", run, *ls); print("read", run, *read); print("idle", run, *idle)
+PY
+    rm "$mnt/staging/big-$run.bin"; echo "drop big $run" > "$mnt/.detafs/commit"
+  done
+  # `.detafs/status` with 100,000 new files in one staging folder.
+  mkdir "$mnt/staging/wide"
+  python3 -c "
+import os, sys
+d = sys.argv[1]
+for i in range(100000):
+    with open(os.path.join(d, f'entry-{i:06d}.txt'), 'w') as f: f.write(str(i))
+" "$mnt/staging/wide"
+  local st=()
+  for run in $(seq "$RUNS"); do st+=("$(timed cat "$mnt/.detafs/status")"); done
+  echo "status ${st[*]}" >> "$res"
+  local rss; rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+  echo "rss $rss" >> "$res"
+  "$BIN" umount "$mnt"
+  python3 - "$res" <<'PY'
+import statistics, sys
+rows = {}
+for l in open(sys.argv[1]):
+    k, *v = l.split()
+    rows.setdefault(k, []).extend(float(x) for x in (v[1:] if k in ("ls", "read", "idle") else v))
+def dist(xs):
+    xs = sorted(xs); q = lambda p: xs[min(len(xs) - 1, int(p * len(xs)))]
+    return f"{len(xs)} samples: median {statistics.median(xs) * 1e3:.1f} ms, p90 {q(0.9) * 1e3:.1f} ms, p99 {q(0.99) * 1e3:.1f} ms, max {xs[-1] * 1e3:.1f} ms"
+print("| while a 2 GiB file is committed from staging | |")
+print("|---|---|")
+print(f"| `ls -l` of the mount root (a process each) | {dist(rows['ls'])} |")
+print(f"| `ls -l /` beside it, idle (the cost of starting `ls`) | {dist(rows['idle'])} |")
+print(f"| read of a cached file under `versions/` | {dist(rows['read'])} |")
+print(f"| `.detafs/status` with 100,000 staged files in one folder | median {statistics.median(rows['status']):.2f} s ({len(rows['status'])} runs) |")
+print(f"| daemon peak RSS over all of this | {rows['rss'][0] / 1024:.0f} MiB |")
+PY
+}
+
+# The daemon's peak RSS while `find` and `ls -lR` walk a version of
+# 1,000,000 files (1,000 folders of 1,000), beside the same walk natively.
+bench_million() {
+  local mnt=$ROOT/mmnt src=$ROOT/million; mkdir -p "$mnt"
+  mountpoint -q "$mnt" && "$BIN" umount "$mnt"
+  if [ ! -d "$src" ]; then
+    python3 -c "
+import os, sys
+root = sys.argv[1]
+for d in range(1000):
+    p = os.path.join(root, f'd{d:03d}'); os.makedirs(p)
+    for i in range(1000):
+        with open(os.path.join(p, f'f{i:03d}'), 'w') as f: f.write('x' * 100)
+" "$src.tmp" && mv "$src.tmp" "$src"
+  fi
+  rm -rf "$ROOT/mlstore" "$ROOT/mlcache" "$ROOT/mlstaging"
+  export DETAFS_STORE=$ROOT/mlstore DETAFS_CACHE=$ROOT/mlcache DETAFS_STAGING=$ROOT/mlstaging
+  "$BIN" init >/dev/null; "$BIN" dataset create million >/dev/null
+  local t; t=$(now); "$BIN" commit million --from "$src" -m v1 >/dev/null; local commit_s; commit_s=$(since "$t")
+  local pid; pid=$("$BIN" mount million "$mnt" --daemon --read-only)
+  drop_caches; local find_n find_m ls_n ls_m
+  find_n=$(timed find "$src"); find_m=$(timed find "$mnt/versions/v1")
+  local rss_find; rss_find=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+  ls_n=$(timed ls -lR "$src"); ls_m=$(timed ls -lR "$mnt/versions/v1")
+  local rss; rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+  local inodes; inodes=$(grep -o '"version_inodes": *[0-9]*' "$mnt/.detafs/health" || true)
+  "$BIN" umount "$mnt"
+  echo "| 1,000,000 files (1,000 folders) | native | detafs \`versions/v1\` |"
+  echo "|---|---|---|"
+  echo "| commit --from | | $commit_s s |"
+  echo "| \`find\` (cold) | $find_n s | $find_m s, daemon peak RSS $((rss_find / 1024)) MiB |"
+  echo "| \`ls -lR\` (after find) | $ls_n s | $ls_m s, daemon peak RSS $((rss / 1024)) MiB ($inodes after) |"
+}

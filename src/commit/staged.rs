@@ -1,0 +1,156 @@
+//! Committing staging in phases, so the mount keeps serving meanwhile:
+//! freeze staging's rows under its lock; read staged copies, build trees
+//! and upload without it; publish the record; bring staging to the new
+//! version under the lock again. A write made during the commit is in the
+//! version (it came before the freeze, or before its file was read) or
+//! stays staged afterwards; docs/semantics.md says which.
+
+use super::scan::Scanner;
+use super::{CommitMeta, publish};
+use crate::error::{Error, Result};
+use crate::limits;
+use crate::progress::Progress;
+use crate::repo::Repo;
+use crate::snapshot::diff::TreeSink;
+use crate::snapshot::{Entry, Mtime, Node, Record, Tree};
+use crate::staging::{Frozen, Kind, Read, Staging};
+use crate::store::pack::BlobRef;
+use std::collections::HashSet;
+use std::ops::Deref;
+use std::os::unix::fs::MetadataExt;
+
+/// A staged copy written to while it is read is read again, this often.
+const STABLE_READS: usize = 3;
+
+/// Commits staging as the next version. `staging` takes its lock (held
+/// only while freezing and finishing); `open_writers`, called under it,
+/// lists staged copies open for writing, which stay staged. On failure
+/// staging keeps every change.
+pub fn commit_staging<G: Deref<Target = Staging>>(
+    repo: &Repo,
+    meta: &CommitMeta,
+    staging: impl Fn() -> Result<G>,
+    open_writers: impl Fn() -> HashSet<u64>,
+    progress: &dyn Progress,
+) -> Result<Record> {
+    meta.check()?;
+    let records = repo.sync(meta.dataset)?;
+    let frozen = staging()?.freeze(&records)?;
+    let result = build_and_publish(repo, meta, &frozen, &staging, &open_writers, progress);
+    if result.is_err()
+        && let Ok(st) = staging()
+    {
+        st.end_commit();
+    }
+    result
+}
+
+fn build_and_publish<G: Deref<Target = Staging>>(
+    repo: &Repo,
+    meta: &CommitMeta,
+    frozen: &Frozen,
+    staging: &impl Fn() -> Result<G>,
+    open_writers: &impl Fn() -> HashSet<u64>,
+    progress: &dyn Progress,
+) -> Result<Record> {
+    let base = frozen.base.clone();
+    if let Some(b) = &base {
+        repo.index_tree(&b.tree)?;
+    }
+    let mut build = Build {
+        frozen,
+        scanner: Scanner::new(repo, progress),
+        read: Read::new(),
+    };
+    let ours = build.dir(frozen.root().id, "", 0)?;
+    let Build { scanner, read, .. } = build;
+    // Staging that holds exactly its base version (edits undone, or a
+    // killed commit adopted at open) has nothing to commit; its staged
+    // copies become read-through files of that version, so status is
+    // clean again. Equal trees name the same, durable chunks.
+    if let Some(b) = &base
+        && b.tree.id == ours.id
+    {
+        let st = staging()?;
+        st.finish(repo, &ours, read, b, &open_writers())?;
+        return Err(Error::NothingToCommit(b.version));
+    }
+    staging()?.set_pending(Some(&ours))?;
+    let record = publish(repo, meta, scanner, base, ours)?;
+    // The version is durable; bring staging to it. Failures from here on
+    // leave staged data in place (it is in the version too).
+    let st = staging()?;
+    st.finish(repo, &ours, read, &record, &open_writers())?;
+    Ok(record)
+}
+
+/// Builds the trees of a frozen staging area.
+struct Build<'f, 'r> {
+    frozen: &'f Frozen,
+    scanner: Scanner<'r>,
+    read: Read,
+}
+
+impl Build<'_, '_> {
+    fn dir(&mut self, id: u64, path: &str, depth: usize) -> Result<BlobRef> {
+        if depth > limits::MAX_DEPTH {
+            return Err(Error::InvalidInput(format!(
+                "staging nests deeper than {} directory levels",
+                limits::MAX_DEPTH
+            )));
+        }
+        let frozen = self.frozen;
+        let mut entries = Vec::new();
+        for r in frozen.children(id) {
+            let at = format!("{path}/{}", crate::escape::line(&r.name));
+            let node = match (r.kind, r.tree) {
+                (Kind::Dir, Some(tree)) => Node::Dir {
+                    mode: r.mode,
+                    mtime: r.mtime,
+                    tree,
+                },
+                (Kind::Dir, None) => Node::Dir {
+                    mode: r.mode,
+                    mtime: r.mtime,
+                    tree: self.dir(r.id, &at, depth + 1)?,
+                },
+                (Kind::File, _) if r.upper => {
+                    let (chunks, size, mtime) = self.staged_copy(r.id, &at)?;
+                    self.read.insert(r.id, (chunks.clone(), size, mtime));
+                    Node::File {
+                        mode: r.mode,
+                        mtime,
+                        size,
+                        chunks,
+                    }
+                }
+                _ => r.as_version_node().expect("lower file or symlink"),
+            };
+            entries.push(Entry {
+                name: r.name.clone(),
+                node,
+            });
+        }
+        self.scanner.put_tree(&Tree::new(entries))
+    }
+
+    /// A staged copy's chunks and mtime as they were when its read began:
+    /// its size then is what is read, and the read is repeated if a write
+    /// touched those bytes meanwhile (appends beyond them do not), so a
+    /// version never holds a mix of bytes from before and after a write.
+    fn staged_copy(&mut self, id: u64, path: &str) -> Result<(Vec<BlobRef>, u64, Mtime)> {
+        let file = self.frozen.upper_path(id);
+        let writes = self.frozen.writes();
+        for _ in 0..STABLE_READS {
+            let before = writes.watch(id);
+            let meta = std::fs::metadata(&file).map_err(|e| Error::io(file.display(), e))?;
+            let (chunks, size) = self.scanner.chunk_prefix(&file, meta.size())?;
+            if size == meta.size() && before.unchanged_below(size, writes.counts(id)) {
+                return Ok((chunks, size, Mtime(meta.mtime(), meta.mtime_nsec() as u32)));
+            }
+        }
+        Err(Error::InvalidInput(format!(
+            "staging{path} was written to while it was read, {STABLE_READS} times; nothing was committed (commit again once it is written)"
+        )))
+    }
+}

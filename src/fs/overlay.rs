@@ -1,0 +1,363 @@
+//! `staging/`: the writable overlay, as the kernel sees it (inode numbers
+//! are staging row ids with `STAGING_BIT`); `crate::staging` does the work.
+
+use super::stored::StoredFile;
+use super::*;
+
+impl MountFs {
+    pub(super) fn staging(&self) -> Result<MutexGuard<'_, Staging>> {
+        match &self.staging {
+            Some(s) => Ok(lock(s)),
+            None => Err(Error::fs(
+                FsError::ReadOnly,
+                "staging/ (mounted --read-only)",
+            )),
+        }
+    }
+
+    pub(super) fn staging_attr(&self, st: &Staging, n: &SNode) -> Attr {
+        let (size, mtime) = st.size_and_mtime(n);
+        Attr {
+            ino: n.id | STAGING_BIT,
+            kind: staging_kind(n.kind),
+            size,
+            perm: if n.kind == Kind::Symlink {
+                0o777
+            } else {
+                n.mode as u16
+            },
+            nlink: if n.kind == Kind::Dir { 2 } else { 1 },
+            uid: n.uid,
+            gid: n.gid,
+            mtime,
+            ttl: MUTABLE_TTL,
+        }
+    }
+
+    pub(super) fn orphan_attr(&self, ino: u64, fh: u64) -> Result<Attr> {
+        let file = match lock(&self.handles).get(&fh) {
+            Some(Handle::Upper { file, .. }) => file.clone(),
+            _ => return Err(Error::fs(FsError::NotFound, format!("inode {ino}"))),
+        };
+        let m = file.metadata().map_err(|e| Error::io("staged file", e))?;
+        use std::os::unix::fs::MetadataExt;
+        Ok(Attr {
+            ino,
+            kind: FileKind::File,
+            size: m.size(),
+            perm: (m.mode() & 0o7777) as u16,
+            nlink: 0,
+            uid: m.uid(),
+            gid: m.gid(),
+            mtime: Mtime(m.mtime(), m.mtime_nsec() as u32),
+            ttl: Duration::ZERO,
+        })
+    }
+
+    pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
+        let (file, node) = match lock(&self.handles).get(&fh) {
+            Some(Handle::Upper {
+                file,
+                node,
+                writable: true,
+            }) => (file.clone(), *node),
+            Some(Handle::Stored(_)) => return Err(read_only()),
+            _ => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
+        };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&*file);
+        let _writing = self.writes.begin(node, offset);
+        // SAFETY: fd is open for the duration of the call.
+        if unsafe { libc::fallocate(fd, mode, offset as i64, length as i64) } != 0 {
+            return Err(Error::io("staged file", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// An acknowledged fsync of a staged file survives a crash: its data,
+    /// its name in staging's folder and its row.
+    pub fn fsync(&self, fh: u64) -> Result<()> {
+        let file = match lock(&self.handles).get(&fh) {
+            Some(Handle::Upper { file, .. }) => file.clone(),
+            _ => return Ok(()),
+        };
+        file.sync_all().map_err(|e| Error::io("staged file", e))?;
+        self.staging()?.sync()
+    }
+
+    /// Staging inodes open for writing: a commit keeps them staged.
+    pub(super) fn open_writers(&self) -> HashSet<u64> {
+        lock(&self.handles)
+            .values()
+            .filter_map(|h| match h {
+                Handle::Upper {
+                    node,
+                    writable: true,
+                    ..
+                } => Some(*node),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub(super) fn staging_parent(&self, parent: u64) -> Result<u64> {
+        if is_staging(parent) {
+            Ok(parent & !STAGING_BIT)
+        } else {
+            Err(read_only())
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn make(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        target: &[u8],
+    ) -> Result<Attr> {
+        let parent = self.staging_parent(parent)?;
+        let st = self.staging()?;
+        let kind = match kind {
+            FileKind::File => Kind::File,
+            FileKind::Dir => Kind::Dir,
+            FileKind::Symlink => Kind::Symlink,
+        };
+        let n = st.create(&self.repo, parent, name, kind, mode, uid, gid, target)?;
+        Ok(self.staging_attr(&st, &n))
+    }
+
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<(Attr, Opened)> {
+        let attr = self.make(parent, name, FileKind::File, mode, uid, gid, b"")?;
+        let opened = self.open(attr.ino, flags & !libc::O_TRUNC, uid)?;
+        Ok((attr, opened))
+    }
+
+    pub fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<()> {
+        let parent = self.staging_parent(parent)?;
+        self.staging()?.remove(&self.repo, parent, name, dir)
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        no_replace: bool,
+    ) -> Result<()> {
+        let (p, np) = (
+            self.staging_parent(parent)?,
+            self.staging_parent(new_parent)?,
+        );
+        self.staging()?
+            .rename(&self.repo, p, name, np, new_name, no_replace)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn setattr(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        mtime: Option<Mtime>,
+        fh: Option<u64>,
+    ) -> Result<Attr> {
+        if control::is_control(ino) {
+            return Ok(control::attr(self, ino)); // `echo > commit` truncates first
+        }
+        if !is_staging(ino) {
+            return Err(read_only());
+        }
+        let id = ino & !STAGING_BIT;
+        let st = self.staging()?;
+        if st.get(id)?.is_none()
+            && let Some(fh) = fh
+        {
+            // Unlinked while open: only the open file is left to change.
+            drop(st);
+            if let (Some(size), Some(Handle::Upper { file, .. })) =
+                (size, lock(&self.handles).get(&fh))
+            {
+                let _writing = self.writes.begin(id, 0);
+                file.set_len(size)
+                    .map_err(|e| Error::io("staged file", e))?;
+            }
+            return self.orphan_attr(ino, fh);
+        }
+        if let Some(size) = size {
+            let open = fh.and_then(|fh| match lock(&self.handles).get(&fh) {
+                Some(Handle::Upper { file, .. }) => Some(file.clone()),
+                _ => None,
+            });
+            let file = match open {
+                Some(f) => f,
+                None => {
+                    let path = st.copy_up(&self.repo, id, size > 0)?;
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&path)
+                        .map_err(|e| Error::io(path.display(), e))?;
+                    Arc::new(f)
+                }
+            };
+            let _writing = self.writes.begin(id, 0);
+            file.set_len(size)
+                .map_err(|e| Error::io("staged file", e))?;
+        }
+        st.set_attr(id, mode, uid, gid, mtime)?;
+        let n = st.node(id)?;
+        Ok(self.staging_attr(&st, &n))
+    }
+
+    pub(super) fn commit_staging(&self, message: &str, uid: u32) -> Result<Record> {
+        let author = user_name(uid);
+        let meta = CommitMeta {
+            dataset: &self.dataset,
+            message: message.trim(),
+            author: &author,
+        };
+        let _turn = lock(&self.commit_turn);
+        // Files open for writing are listed under the staging lock: an open
+        // adds its handle before it lets the lock go, so none is missed (its
+        // staged copy would be deleted under the writer).
+        let record = crate::commit::staged::commit_staging(
+            &self.repo,
+            &meta,
+            || self.staging(),
+            || self.open_writers(),
+            &crate::progress::Quiet,
+        )?;
+        self.poll()?;
+        Ok(record)
+    }
+
+    pub(super) fn staging_lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        let st = self.staging()?;
+        let n = st
+            .lookup(&self.repo, parent & !STAGING_BIT, name)?
+            .ok_or_else(|| not_found(name))?;
+        Ok(self.staging_attr(&st, &n))
+    }
+
+    pub(super) fn staging_getattr(&self, ino: u64) -> Result<Attr> {
+        let st = self.staging()?;
+        let n = st.node(ino & !STAGING_BIT)?;
+        Ok(self.staging_attr(&st, &n))
+    }
+
+    pub(super) fn staging_readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        Ok(self
+            .staging_readdir_plus(ino)?
+            .into_iter()
+            .map(|(e, _)| e)
+            .collect())
+    }
+
+    /// A staging folder's entries and attributes, under one hold of the lock.
+    pub(super) fn staging_readdir_plus(&self, ino: u64) -> Result<Vec<(DirEntry, Attr)>> {
+        let st = self.staging()?;
+        Ok(st
+            .children(&self.repo, ino & !STAGING_BIT)?
+            .into_iter()
+            .map(|n| {
+                let attr = self.staging_attr(&st, &n);
+                let entry = DirEntry {
+                    ino: n.id | STAGING_BIT,
+                    kind: staging_kind(n.kind),
+                    name: n.name,
+                };
+                (entry, attr)
+            })
+            .collect())
+    }
+
+    pub(super) fn open_staged(&self, id: u64, flags: i32, writing: bool) -> Result<Opened> {
+        let st = self.staging()?;
+        let n = st.node(id)?;
+        if n.kind == Kind::Dir {
+            return Err(Error::fs(FsError::IsDir, name_str(&n.name)));
+        }
+        let truncate = flags & libc::O_TRUNC != 0;
+        if !writing && !n.upper {
+            let path = format!(
+                "staging/{} (unchanged since v{})",
+                name_str(&n.name),
+                st.base_version()?
+            );
+            let file = StoredFile::new(n.chunks.unwrap_or_default(), None, path);
+            let fh = self.add_handle(Handle::Stored(Arc::new(file)));
+            return Ok(Opened {
+                fh,
+                keep_cache: false,
+                direct_io: false,
+            });
+        }
+        let path = st.copy_up(&self.repo, id, !truncate)?;
+        let _writing = (truncate && writing).then(|| self.writes.begin(id, 0));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(writing)
+            .truncate(truncate && writing)
+            .open(&path)
+            .map_err(|e| Error::io(path.display(), e))?;
+        let fh = self.add_handle(Handle::Upper {
+            file: Arc::new(file),
+            node: id,
+            writable: writing,
+        });
+        Ok(Opened {
+            fh,
+            keep_cache: false,
+            direct_io: false,
+        })
+    }
+
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8], uid: u32) -> Result<usize> {
+        let (file, node) = match lock(&self.handles).get(&fh) {
+            Some(Handle::Upper {
+                file,
+                node,
+                writable: true,
+            }) => (Some(file.clone()), *node),
+            Some(Handle::Commit) => (None, 0),
+            Some(_) => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
+            None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
+        };
+        let Some(file) = file else {
+            return control::commit(self, data, uid).map(|_| data.len());
+        };
+        let _writing = self.writes.begin(node, offset);
+        file.write_all_at(data, offset)
+            .map_err(|e| Error::io("staged file", e))?;
+        Ok(data.len())
+    }
+}
+
+/// Bytes `[offset, offset+size)` of a staged copy (fewer at its end).
+pub(super) fn read_staged(file: &File, offset: u64, size: u32) -> Result<Vec<u8>> {
+    let mut buf = vec![0; size as usize];
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io("staged file", e)),
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}

@@ -1,0 +1,113 @@
+//! Files whose bytes come from the store (a version's file, or a file of
+//! staging not written yet): chunk offsets, runs fetched with one range
+//! read, and the read path through the chunk cache.
+
+use super::{MountFs, PREFETCH_RUNS, READ_AHEAD};
+use crate::error::Result;
+use crate::snapshot::{Node, Tree};
+use crate::store::pack::{self, BlobRef};
+
+/// An open file whose bytes come from the store (a version file, or an
+/// unchanged file in staging).
+pub(super) struct StoredFile {
+    pub(super) chunks: Vec<BlobRef>,
+    /// Offset of each chunk, plus the file size at the end.
+    pub(super) starts: Vec<u64>,
+    /// Index of the first chunk of each run fetched with one range read.
+    pub(super) run_starts: Vec<usize>,
+    /// For a one-chunk file: the run of its directory's small files that
+    /// holds it, so reading a folder of small files costs one read per run.
+    pub(super) sibling_run: Option<Vec<BlobRef>>,
+    /// What it is, for messages (`versions/v3/a/b.csv`).
+    pub(super) path: String,
+}
+
+impl StoredFile {
+    pub(super) fn new(chunks: Vec<BlobRef>, siblings: Option<&Tree>, path: String) -> StoredFile {
+        let mut starts = Vec::with_capacity(chunks.len() + 1);
+        let mut at = 0;
+        starts.push(0);
+        for c in &chunks {
+            at += c.data_size();
+            starts.push(at);
+        }
+        let mut run_starts = Vec::new();
+        let mut i = 0;
+        for run in pack::runs(&chunks, READ_AHEAD) {
+            run_starts.push(i);
+            i += run.len();
+        }
+        let sibling_run = match (&chunks[..], siblings) {
+            ([only], Some(tree)) => {
+                let mut all: Vec<BlobRef> = tree
+                    .entries
+                    .iter()
+                    .filter_map(|e| match &e.node {
+                        Node::File { chunks, .. } if chunks.len() == 1 => Some(chunks[0]),
+                        _ => None,
+                    })
+                    .collect();
+                all.sort_by_key(|r| (r.pack, r.offset));
+                all.dedup_by_key(|r| (r.pack, r.offset));
+                pack::runs(&all, READ_AHEAD)
+                    .into_iter()
+                    .find(|run| run.iter().any(|r| r == only))
+                    .map(<[BlobRef]>::to_vec)
+            }
+            _ => None,
+        };
+        StoredFile {
+            chunks,
+            starts,
+            run_starts,
+            sibling_run,
+            path,
+        }
+    }
+
+    pub(super) fn run(&self, r: usize) -> &[BlobRef] {
+        let end = self
+            .run_starts
+            .get(r + 1)
+            .copied()
+            .unwrap_or(self.chunks.len());
+        &self.chunks[self.run_starts[r]..end]
+    }
+}
+
+impl MountFs {
+    /// Bytes `[offset, offset+size)` of a stored file, every chunk verified.
+    /// While one run of chunks is read, the next one is fetched ahead.
+    pub(super) fn read_stored(&self, f: &StoredFile, offset: u64, size: u64) -> Result<Vec<u8>> {
+        let total = f.starts.last().copied().unwrap_or(0);
+        let end = (offset + size).min(total);
+        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+        if offset >= end {
+            return Ok(out);
+        }
+        let mut i = f.starts.partition_point(|&s| s <= offset) - 1;
+        while i < f.chunks.len() && f.starts[i] < end {
+            let data = match &f.sibling_run {
+                Some(run) => {
+                    let at = run
+                        .iter()
+                        .position(|r| r.id == f.chunks[i].id)
+                        .expect("run holds the chunk");
+                    self.chunks.get(run, at)?
+                }
+                None => {
+                    let r = f.run_starts.partition_point(|&s| s <= i) - 1;
+                    for ahead in r + 1..(r + 1 + PREFETCH_RUNS).min(f.run_starts.len()) {
+                        self.chunks.prefetch(f.run(ahead).to_vec());
+                    }
+                    self.chunks.get(f.run(r), i - f.run_starts[r])?
+                }
+            };
+            let from = offset.max(f.starts[i]) - f.starts[i];
+            let to = end.min(f.starts[i + 1]) - f.starts[i];
+            out.extend_from_slice(&data[from as usize..to as usize]);
+            i += 1;
+        }
+        Ok(out)
+    }
+}

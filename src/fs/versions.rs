@@ -1,0 +1,201 @@
+//! `versions/`: one read-only directory per version, served from trees.
+
+use super::inodes::VEntry;
+use super::stored::StoredFile;
+use super::*;
+
+impl MountFs {
+    pub(super) fn version_attr(&self, ino: u64, node: &Node) -> Attr {
+        let (perm, nlink) = match node {
+            Node::File { mode, .. } => (*mode, 1),
+            Node::Dir { mode, .. } => (*mode, 2),
+            Node::Symlink { .. } => (0o777, 1),
+        };
+        Attr {
+            ino,
+            kind: node_kind(node),
+            size: node.size(),
+            perm: perm as u16,
+            nlink,
+            uid: self.opts.uid,
+            gid: self.opts.gid,
+            mtime: node.mtime(),
+            ttl: IMMUTABLE_TTL,
+        }
+    }
+
+    /// A tree of a version (the folder `at`, or the one holding it): a tree
+    /// that cannot be read is logged with the version and path it breaks.
+    pub(super) fn version_tree(&self, at: &VEntry, tree: &BlobRef) -> Result<Arc<Tree>> {
+        self.repo.tree(tree).inspect_err(|e| {
+            tracing::error!("versions/{} (v{}): {e}", at.path, at.version);
+        })
+    }
+
+    /// `versions/vN`'s attributes and root tree (listing `versions/` does not
+    /// load any version's trees).
+    pub(super) fn version_root(&self, name: &[u8], looked_up: bool) -> Result<(Attr, BlobRef)> {
+        let record = version_name(name)
+            .and_then(|v| self.record(v))
+            .ok_or_else(|| not_found(name))?;
+        let node = Node::Dir {
+            mode: 0o555,
+            mtime: Mtime(0, 0),
+            tree: record.tree,
+        };
+        let ino = self.version_child(
+            VERSIONS,
+            name,
+            VEntry {
+                version: record.version,
+                node: node.clone(),
+                path: name_str(name).into(),
+                parent_tree: None,
+            },
+            looked_up,
+        );
+        Ok((self.version_attr(ino, &node), record.tree))
+    }
+
+    /// `versions/NAME`: `latest` or `vN`.
+    pub(super) fn lookup_version(&self, name: &[u8]) -> Result<Attr> {
+        if name == b"latest" && self.latest().is_some() {
+            return self.getattr(LATEST);
+        }
+        let (attr, tree) = self.version_root(name, true)?;
+        // Someone is going into this version: load its trees ahead.
+        if !self.repo.tree_in_memory(&tree) {
+            prefetch_trees(self.repo.clone(), tree);
+        }
+        Ok(attr)
+    }
+
+    pub(super) fn lookup_in_version(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        let parent_entry = self.version_entry(parent)?;
+        let Node::Dir { tree, .. } = &parent_entry.node else {
+            return Err(Error::fs(FsError::NotDir, name_str(name)));
+        };
+        let node = self
+            .version_tree(&parent_entry, tree)?
+            .get(name)
+            .cloned()
+            .ok_or_else(|| not_found(name))?;
+        let ino = self.version_child(
+            parent,
+            name,
+            VEntry {
+                version: parent_entry.version,
+                node: node.clone(),
+                path: format!("{}/{}", parent_entry.path, name_str(name)).into(),
+                parent_tree: Some(*tree),
+            },
+            true,
+        );
+        Ok(self.version_attr(ino, &node))
+    }
+
+    /// `versions/`: `vN` for each version, then `latest`.
+    pub(super) fn list_versions(&self) -> Result<Vec<DirEntry>> {
+        let mut out = vec![];
+        let versions: Vec<u64> = self
+            .versions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|r| r.version)
+            .collect();
+        for v in &versions {
+            let name = format!("v{v}").into_bytes();
+            let (attr, _) = self.version_root(&name, false)?;
+            out.push(DirEntry {
+                ino: attr.ino,
+                kind: FileKind::Dir,
+                name,
+            });
+        }
+        if !versions.is_empty() {
+            out.push(DirEntry {
+                ino: LATEST,
+                kind: FileKind::Symlink,
+                name: b"latest".to_vec(),
+            });
+        }
+        Ok(out)
+    }
+
+    pub(super) fn list_version_dir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        let mut out = vec![];
+        let e = self.version_entry(ino)?;
+        let Node::Dir { tree, .. } = &e.node else {
+            return Err(Error::fs(FsError::NotDir, format!("inode {ino}")));
+        };
+        for child in &self.version_tree(&e, tree)?.entries {
+            let cino = self.version_child(
+                ino,
+                &child.name,
+                VEntry {
+                    version: e.version,
+                    node: child.node.clone(),
+                    path: format!("{}/{}", e.path, name_str(&child.name)).into(),
+                    parent_tree: Some(*tree),
+                },
+                false,
+            );
+            out.push(DirEntry {
+                ino: cino,
+                kind: node_kind(&child.node),
+                name: child.name.clone(),
+            });
+        }
+        Ok(out)
+    }
+
+    pub(super) fn open_version_file(&self, ino: u64) -> Result<Opened> {
+        let entry = self.version_entry(ino)?;
+        match &entry.node {
+            Node::File { chunks, .. } => {
+                let chunks = chunks.clone();
+                let siblings = match (&entry.parent_tree, chunks.len()) {
+                    (Some(t), 1) => Some(self.version_tree(&entry, t)?),
+                    _ => None,
+                };
+                let path = format!("versions/{}", entry.path);
+                let file = StoredFile::new(chunks, siblings.as_deref(), path);
+                let fh = self.add_handle(Handle::Stored(Arc::new(file)));
+                Ok(Opened {
+                    fh,
+                    keep_cache: true,
+                    direct_io: false,
+                })
+            }
+            _ => Err(Error::fs(FsError::IsDir, format!("inode {ino}"))),
+        }
+    }
+}
+
+/// Loads `root` and the trees under it into memory in the background, a
+/// level at a time with one batched read per level, up to `PREFETCH_TREES`
+/// trees. Best effort: readers report real errors; skipped when busy.
+pub(super) fn prefetch_trees(repo: Arc<Repo>, root: BlobRef) {
+    let store = repo.store.clone();
+    let _ = store.try_spawn_work(move || {
+        let mut level = vec![root];
+        let mut loaded = 0;
+        while !level.is_empty() && loaded < PREFETCH_TREES {
+            if repo.load_trees(&level).is_err() {
+                return;
+            }
+            loaded += level.len();
+            let mut next = Vec::new();
+            for r in &level {
+                let Ok(tree) = repo.tree(r) else { return };
+                next.extend(tree.entries.iter().filter_map(|e| match &e.node {
+                    Node::Dir { tree, .. } => Some(*tree),
+                    _ => None,
+                }));
+            }
+            next.truncate(PREFETCH_TREES.saturating_sub(loaded));
+            level = next;
+        }
+    });
+}

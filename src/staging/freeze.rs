@@ -1,0 +1,147 @@
+//! Staging's side of a commit (orchestrated by `commit::staged`): a frozen
+//! copy of its rows, taken under the lock, that the commit builds its tree
+//! from while the mount goes on changing staging; then, under the lock
+//! again, staging is brought to the new version without losing what
+//! changed meanwhile.
+
+use super::writes::Writes;
+use super::{COLUMNS, ROOT, SNode, Staging, row};
+use crate::error::{Error, Result};
+use crate::repo::Repo;
+use crate::snapshot::{Mtime, Record};
+use crate::store::pack::BlobRef;
+use rusqlite::params;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Staging as it was when a commit began.
+pub struct Frozen {
+    /// The version staging stood on.
+    pub base: Option<Record>,
+    root: SNode,
+    children: HashMap<u64, Vec<SNode>>,
+    data: PathBuf,
+    writes: Arc<Writes>,
+}
+
+impl Frozen {
+    pub fn root(&self) -> &SNode {
+        &self.root
+    }
+
+    /// The rows of an expanded folder, by name.
+    pub fn children(&self, id: u64) -> &[SNode] {
+        self.children.get(&id).map_or(&[], |c| c.as_slice())
+    }
+
+    /// A staged copy's file. It stays until the commit ends, even if its
+    /// row goes meanwhile.
+    pub fn upper_path(&self, id: u64) -> PathBuf {
+        self.data.join(id.to_string())
+    }
+
+    pub fn writes(&self) -> &Writes {
+        &self.writes
+    }
+}
+
+/// What a commit read from staged copies: chunks, size and mtime by row id.
+pub type Read = HashMap<u64, (Vec<BlobRef>, u64, Mtime)>;
+
+impl Staging {
+    pub fn committing(&self) -> bool {
+        self.deferred.borrow().is_some()
+    }
+
+    /// Freezes staging for a commit; `records` are the dataset's records,
+    /// read just before. Staged copies are kept from here until
+    /// `finish` or `end_commit`, and writes to them are remembered.
+    pub fn freeze(&self, records: &[Record]) -> Result<Frozen> {
+        if self.committing() {
+            return Err(Error::InvalidInput(format!(
+                "a commit of {} is already running",
+                self.dataset
+            )));
+        }
+        self.adopt_landed(records)?;
+        let base_version = self.base_version()?;
+        let base = records.iter().find(|r| r.version == base_version).cloned();
+        let mut children: HashMap<u64, Vec<SNode>> = HashMap::new();
+        let mut stmt = self.db.prepare(&format!(
+            "SELECT {COLUMNS} FROM nodes WHERE id != {ROOT} ORDER BY parent, name"
+        ))?;
+        for r in stmt.query_map([], row)? {
+            let r = r.map_err(|e| super::bad_row("staging's rows", e))?;
+            children.entry(r.parent).or_default().push(r);
+        }
+        let root = self.node(ROOT)?;
+        self.writes.start();
+        *self.deferred.borrow_mut() = Some(Vec::new());
+        Ok(Frozen {
+            base,
+            root,
+            children,
+            data: self.dir.join("data"),
+            writes: self.writes.clone(),
+        })
+    }
+
+    /// Brings staging to `record`, the version made from `ours` (different
+    /// if the commit was rebased onto versions that landed meanwhile, or the
+    /// base itself when there was nothing to commit). A staged copy becomes
+    /// a read-through file of the version unless it is open for writing
+    /// (`open`, listed under the lock) or was written since the freeze:
+    /// those stay staged, so no write is lost. Ends the commit.
+    pub fn finish(
+        &self,
+        repo: &Repo,
+        ours: &BlobRef,
+        read: Read,
+        record: &Record,
+        open: &HashSet<u64>,
+    ) -> Result<()> {
+        let written = self.writes.written();
+        let tx = self.db.unchecked_transaction()?;
+        let mut demoted = Vec::new();
+        for (id, (chunks, size, mtime)) in read {
+            if open.contains(&id) || written.contains(&id) {
+                continue;
+            }
+            demoted.push(id);
+            tx.execute(
+                "UPDATE nodes SET upper = 0, chunks = ?2, size = ?3, mtime_s = ?4, mtime_ns = ?5 WHERE id = ?1 AND upper = 1",
+                params![id, serde_json::to_vec(&chunks).expect("serializable"), size, mtime.0, mtime.1],
+            )?;
+        }
+        // Versions that landed meanwhile were merged in: show their changes too.
+        if record.tree.id != ours.id {
+            self.apply(repo, ROOT, Some(ours), &record.tree, 0)?;
+        }
+        self.set_base(record.version)?;
+        self.set_pending(None)?;
+        tx.commit()?;
+        // Staged copies go only once the rows that replace them are durable.
+        self.sync()?;
+        for id in demoted {
+            let _ = std::fs::remove_file(self.upper_path(id));
+        }
+        self.end_commit();
+        Ok(())
+    }
+
+    /// Ends a commit (after `finish`, or after a failure that left staging
+    /// as it was): copies whose rows went meanwhile are removed now.
+    pub fn end_commit(&self) {
+        self.writes.stop();
+        let Some(doomed) = self.deferred.borrow_mut().take() else {
+            return;
+        };
+        // Their rows' removal is durable before their data goes.
+        if !doomed.is_empty() && self.sync().is_ok() {
+            for id in doomed {
+                let _ = std::fs::remove_file(self.upper_path(id));
+            }
+        }
+    }
+}

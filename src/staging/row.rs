@@ -1,0 +1,145 @@
+//! A staging row: one staged file, directory or symlink, and its strict codec.
+
+use crate::error::Error;
+use crate::limits;
+use crate::snapshot::{Mtime, Node};
+use crate::store::pack::BlobRef;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+}
+
+/// One staged file, directory or symlink.
+#[derive(Clone, Debug)]
+pub struct SNode {
+    pub id: u64,
+    pub parent: u64,
+    pub name: Vec<u8>,
+    pub kind: Kind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: Mtime,
+    /// Size of a lower file or symlink; upper files are sized by their local file.
+    pub size: u64,
+    /// File: its chunks in the store, unless copied up.
+    pub chunks: Option<Vec<BlobRef>>,
+    /// Directory not expanded yet: the version subtree it stands for.
+    pub tree: Option<BlobRef>,
+    pub upper: bool,
+    pub target: Vec<u8>,
+}
+
+impl SNode {
+    /// The node as it would appear in a version, if it can be said without
+    /// reading local data (upper files and expanded directories cannot).
+    pub(crate) fn as_version_node(&self) -> Option<Node> {
+        match self.kind {
+            Kind::File if !self.upper => Some(Node::File {
+                mode: self.mode,
+                mtime: self.mtime,
+                size: self.size,
+                chunks: self.chunks.clone().unwrap_or_default(),
+            }),
+            Kind::Dir => self.tree.map(|tree| Node::Dir {
+                mode: self.mode,
+                mtime: self.mtime,
+                tree,
+            }),
+            Kind::Symlink => Some(Node::Symlink {
+                mtime: self.mtime,
+                target: self.target.clone(),
+            }),
+            Kind::File => None,
+        }
+    }
+}
+
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS nodes(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    parent INTEGER NOT NULL, name BLOB NOT NULL,
+    kind INTEGER NOT NULL, mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
+    mtime_s INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,
+    chunks BLOB, tree BLOB, upper INTEGER NOT NULL DEFAULT 0, target BLOB,
+    UNIQUE(parent, name));
+";
+
+pub const COLUMNS: &str =
+    "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target";
+
+pub(super) fn kind_code(k: Kind) -> i64 {
+    match k {
+        Kind::File => 0,
+        Kind::Dir => 1,
+        Kind::Symlink => 2,
+    }
+}
+
+/// Decodes a row, strictly: a row that does not decode is an error naming
+/// its column, never read as an empty file or a symlink.
+pub fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
+    let bad = |i: usize, why: String| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Blob, why.into())
+    };
+    fn json<T: serde::de::DeserializeOwned>(
+        r: &rusqlite::Row,
+        i: usize,
+    ) -> rusqlite::Result<Option<T>> {
+        r.get::<_, Option<Vec<u8>>>(i)?
+            .map(|b| {
+                serde_json::from_slice(&b).map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(
+                        i,
+                        rusqlite::types::Type::Blob,
+                        Box::new(e),
+                    )
+                })
+            })
+            .transpose()
+    }
+    let kind = match r.get::<_, i64>(3)? {
+        0 => Kind::File,
+        1 => Kind::Dir,
+        2 => Kind::Symlink,
+        k => return Err(bad(3, format!("unknown node kind {k}"))),
+    };
+    let mode: u32 = r.get(4)?;
+    if mode > 0o7777 {
+        return Err(bad(4, format!("mode {mode:#o}")));
+    }
+    let mtime = Mtime(r.get(7)?, r.get(8)?);
+    if !limits::time_ok(mtime) {
+        return Err(bad(7, "mtime out of range".into()));
+    }
+    Ok(SNode {
+        id: r.get(0)?,
+        parent: r.get(1)?,
+        name: r.get(2)?,
+        kind,
+        mode,
+        uid: r.get(5)?,
+        gid: r.get(6)?,
+        mtime,
+        size: r.get(9)?,
+        chunks: json(r, 10)?,
+        tree: json(r, 11)?,
+        upper: r.get(12)?,
+        target: r.get::<_, Option<Vec<u8>>>(13)?.unwrap_or_default(),
+    })
+}
+
+/// A row that does not decode is named, not passed on as a bare SQLite error.
+pub(super) fn bad_row(which: &str, e: rusqlite::Error) -> Error {
+    match e {
+        rusqlite::Error::FromSqlConversionFailure(col, _, why) => Error::malformed(
+            format!("staging row ({which})"),
+            format!("column {col}: {why}"),
+        ),
+        other => Error::Index(other),
+    }
+}

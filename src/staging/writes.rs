@@ -1,0 +1,158 @@
+//! Writes to staged copies. They go straight to the copy's file, without
+//! staging's lock, so a commit that reads copies while writes go on learns
+//! from here whether the bytes it read changed meanwhile (read again), and
+//! which copies changed since the commit froze staging (they stay staged).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+
+/// Writes on one staged copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    begun: u64,
+    running: u32,
+    /// Lowest offset a write touched since the last `watch`.
+    low: u64,
+}
+
+impl Default for Counts {
+    fn default() -> Self {
+        Counts {
+            begun: 0,
+            running: 0,
+            low: u64::MAX,
+        }
+    }
+}
+
+impl Counts {
+    /// Bytes `[0, len)` read between `self` (from `watch`) and `later` are
+    /// as they were at `self`: no write was running then, and none that
+    /// began since touched them (appends beyond `len` do not).
+    pub fn unchanged_below(&self, len: u64, later: Counts) -> bool {
+        self.running == 0 && (later.begun == self.begun || later.low >= len)
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    /// While a commit runs, entries stay once their writes end: they are
+    /// the copies written since the freeze.
+    committing: bool,
+    files: HashMap<u64, Counts>,
+}
+
+#[derive(Default)]
+pub struct Writes(Mutex<Inner>);
+
+/// A write in progress on staged copy `id`; ends when dropped.
+pub struct Writing<'a> {
+    writes: &'a Writes,
+    id: u64,
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.writes.lock();
+        let committing = inner.committing;
+        if let Some(c) = inner.files.get_mut(&self.id) {
+            c.running -= 1;
+            if c.running == 0 && !committing {
+                inner.files.remove(&self.id);
+            }
+        }
+    }
+}
+
+impl Writes {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Called before changing a staged copy's bytes from `offset` on (its
+    /// size or mtime: offset 0).
+    pub fn begin(&self, id: u64, offset: u64) -> Writing<'_> {
+        let mut inner = self.lock();
+        let c = inner.files.entry(id).or_default();
+        c.begun += 1;
+        c.running += 1;
+        c.low = c.low.min(offset);
+        Writing { writes: self, id }
+    }
+
+    /// Starts watching a copy that is about to be read (one reader at a time).
+    pub fn watch(&self, id: u64) -> Counts {
+        let mut inner = self.lock();
+        match inner.files.get_mut(&id) {
+            Some(c) => {
+                c.low = u64::MAX;
+                *c
+            }
+            None => Counts::default(),
+        }
+    }
+
+    pub fn counts(&self, id: u64) -> Counts {
+        self.lock().files.get(&id).copied().unwrap_or_default()
+    }
+
+    /// A commit froze staging: from now on every written copy is remembered
+    /// (a write running right now counts as one after the freeze).
+    pub(super) fn start(&self) {
+        let mut inner = self.lock();
+        inner.committing = true;
+        inner.files.retain(|_, c| c.running > 0);
+    }
+
+    /// Copies written since `start`.
+    pub(super) fn written(&self) -> HashSet<u64> {
+        self.lock().files.keys().copied().collect()
+    }
+
+    pub(super) fn stop(&self) {
+        let mut inner = self.lock();
+        inner.committing = false;
+        inner.files.retain(|_, c| c.running > 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_counts_as_written_if_a_write_ran_or_began_after_the_freeze() {
+        let w = Writes::default();
+        drop(w.begin(1, 0)); // before the freeze: forgotten
+        let running = w.begin(2, 0); // runs across the freeze
+        w.start();
+        drop(running);
+        drop(w.begin(3, 0));
+        let mut written: Vec<_> = w.written().into_iter().collect();
+        written.sort();
+        assert_eq!(written, [2, 3]);
+        w.stop();
+        assert!(w.written().is_empty());
+    }
+
+    #[test]
+    fn a_read_is_unchanged_unless_a_write_ran_or_touched_its_bytes() {
+        let w = Writes::default();
+        w.start();
+        let before = w.watch(7);
+        assert!(before.unchanged_below(100, w.counts(7)));
+        // An append beyond what was read leaves it as it was.
+        drop(w.begin(7, 100));
+        assert!(before.unchanged_below(100, w.counts(7)));
+        assert!(!before.unchanged_below(101, w.counts(7)));
+        // A write inside it does not.
+        let g = w.begin(7, 50);
+        assert!(!before.unchanged_below(100, w.counts(7)));
+        // Nor does a read that starts while a write runs.
+        let during = w.watch(7);
+        drop(g);
+        assert!(!during.unchanged_below(100, w.counts(7)));
+        let after = w.watch(7);
+        assert!(after.unchanged_below(100, w.counts(7)));
+    }
+}
