@@ -14,7 +14,7 @@ bench_core() {
   mkdir -p "$ROOT/cwork"; cp -a "$ROOT/data/small" "$ROOT/cwork/"
   "$BIN" commit core --from "$ROOT/cwork" -m v1 >/dev/null
   local pid; pid=$("$BIN" mount core "$mnt" --daemon)
-  local sample; sample=$(cd "$mnt/versions/v1" && find small -type f | head -1)
+  local sample; sample=$(cd "$mnt/versions/v1" && find small -type f -print -quit)
   cat "$mnt/versions/v1/$sample" >/dev/null
   for run in $(seq "$RUNS"); do
     head -c 2G /dev/urandom > "$mnt/staging/big-$run.bin"

@@ -61,10 +61,21 @@ pub enum Error {
     #[error("malformed {what}: {detail}")]
     Malformed { what: String, detail: String },
     #[error(
-        "conflict: v{winner} was committed meanwhile and also changed {}; nothing was committed",
-        .paths.join(", ")
+        "conflict: v{winner} was committed meanwhile and also changed {}; nothing was committed{}",
+        shown(paths),
+        if *staged { staged_hint(*winner) } else { String::new() }
     )]
-    Conflict { winner: u64, paths: Vec<String> },
+    Conflict {
+        winner: u64,
+        paths: Vec<Vec<u8>>,
+        /// Staging was moved onto the winner, keeping our version of `paths`.
+        staged: bool,
+    },
+    #[error(
+        "unresolved conflict with v{winner}: {} unchanged since the conflict; for each, keep yours (touch it), take theirs (copy it from versions/v{winner}/) or edit it, then commit again",
+        shown(paths)
+    )]
+    Unresolved { winner: u64, paths: Vec<Vec<u8>> },
     #[error("nothing to commit: the content equals v{0}")]
     NothingToCommit(u64),
     #[error(
@@ -148,4 +159,20 @@ impl Error {
             detail: detail.to_string(),
         }
     }
+}
+
+/// How a staged commit's conflict is resolved (docs/semantics.md).
+fn staged_hint(winner: u64) -> String {
+    format!(
+        ". Staging now stands on v{winner} with your version of those paths (status shows them as C): compare each with versions/v{winner}/, then keep yours (touch it), take theirs (copy it) or edit it, and commit again"
+    )
+}
+
+/// Paths in a message, one line each, comma-separated.
+fn shown(paths: &[Vec<u8>]) -> String {
+    paths
+        .iter()
+        .map(|p| crate::escape::line(p).into_owned())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

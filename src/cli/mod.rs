@@ -208,9 +208,11 @@ pub fn run() -> ExitCode {
     match execute(cli) {
         Ok(code) => code,
         Err(err) => {
-            let code = match err.downcast_ref::<Error>() {
-                Some(Error::Conflict { .. }) => EXIT_CONFLICT,
-                Some(Error::NothingToCommit(_)) => EXIT_NOTHING,
+            let through_mount = err.downcast_ref::<mount::ThroughMount>().map(|t| t.errno);
+            let code = match (err.downcast_ref::<Error>(), through_mount) {
+                (Some(Error::Conflict { .. } | Error::Unresolved { .. }), _) => EXIT_CONFLICT,
+                (_, Some(libc::EBUSY)) => EXIT_CONFLICT,
+                (Some(Error::NothingToCommit(_)), _) | (_, Some(libc::ENODATA)) => EXIT_NOTHING,
                 _ => 1,
             };
             eprintln!("detafs: {}", line(report(&err).as_bytes()));

@@ -173,6 +173,28 @@ pub fn umount(mountpoint: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A commit through a mount failed; its errno tells the exit code (EBUSY: a
+/// conflict, ENODATA: nothing to commit), as without a mount.
+#[derive(Debug)]
+pub struct ThroughMount {
+    mount: PathBuf,
+    pub errno: i32,
+    reason: String,
+}
+
+impl std::fmt::Display for ThroughMount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "commit through the mount at {} failed: {}",
+            self.mount.display(),
+            self.reason
+        )
+    }
+}
+
+impl std::error::Error for ThroughMount {}
+
 /// `detafs commit NAME -m MSG` without `--from`: commits staging, through
 /// the mount when one is serving it.
 pub fn commit_staging(
@@ -204,15 +226,16 @@ pub fn commit_staging(
                 let reason =
                     std::fs::read_to_string(mp.join(".detafs/last-error")).unwrap_or_default();
                 let reason = reason.trim();
-                bail!(
-                    "commit through the mount at {} failed: {}",
-                    mp.display(),
-                    if reason.is_empty() {
+                return Err(ThroughMount {
+                    mount: mp,
+                    errno: e.raw_os_error().unwrap_or(0),
+                    reason: if reason.is_empty() {
                         e.to_string()
                     } else {
                         reason.to_string()
-                    }
-                );
+                    },
+                }
+                .into());
             }
             Ok(repo
                 .sync(name)?

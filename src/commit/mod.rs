@@ -130,6 +130,7 @@ pub fn publish(
                 merged.map_err(|paths| Error::Conflict {
                     winner: p.version,
                     paths,
+                    staged: false,
                 })?
             }
             _ => ours,

@@ -35,14 +35,54 @@ pub fn commit_staging<G: Deref<Target = Staging>>(
 ) -> Result<Record> {
     meta.check()?;
     let records = repo.sync(meta.dataset)?;
-    let frozen = staging()?.freeze(&records)?;
+    let frozen = staging()?.freeze(repo, &records)?;
+    fail::fail_point!("staging-frozen");
     let result = build_and_publish(repo, meta, &frozen, &staging, &open_writers, progress);
+    let result = match result {
+        Err(Error::Conflict { winner, paths, .. }) => Err(conflict(
+            repo,
+            meta.dataset,
+            &frozen,
+            &staging,
+            winner,
+            paths,
+        )),
+        other => other,
+    };
     if result.is_err()
         && let Ok(st) = staging()
     {
         st.end_commit();
     }
     result
+}
+
+/// After a conflict with `winner`, staging stands on it with our version
+/// of `paths`, noted as conflicts to resolve; the error says how.
+fn conflict<G: Deref<Target = Staging>>(
+    repo: &Repo,
+    dataset: &str,
+    frozen: &Frozen,
+    staging: &impl Fn() -> Result<G>,
+    winner: u64,
+    paths: Vec<Vec<u8>>,
+) -> Error {
+    let moved = repo.sync(dataset).and_then(|records| {
+        let w = records
+            .iter()
+            .find(|r| r.version == winner)
+            .ok_or_else(|| Error::InvalidInput(format!("v{winner} vanished")))?;
+        staging()?.note_conflicts(repo, frozen.base.as_ref().map(|b| &b.tree), w, &paths)
+    });
+    // Staging that could not be moved keeps its base: the conflict stands.
+    let staged = moved
+        .inspect_err(|e| tracing::warn!("staging stays on its version after a conflict: {e}"))
+        .is_ok();
+    Error::Conflict {
+        winner,
+        paths,
+        staged,
+    }
 }
 
 fn build_and_publish<G: Deref<Target = Staging>>(
@@ -76,6 +116,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
         return Err(Error::NothingToCommit(b.version));
     }
     staging()?.set_pending(Some(&ours))?;
+    fail::fail_point!("staging-pending");
     let record = publish(repo, meta, scanner, base, ours)?;
     // The version is durable; bring staging to it. Failures from here on
     // leave staged data in place (it is in the version too).
@@ -103,7 +144,7 @@ impl Build<'_, '_> {
         let mut entries = Vec::new();
         for r in frozen.children(id) {
             let at = format!("{path}/{}", crate::escape::line(&r.name));
-            let node = match (r.kind, r.tree) {
+            let node = match (r.kind, r.tree.or(r.was)) {
                 (Kind::Dir, Some(tree)) => Node::Dir {
                     mode: r.mode,
                     mtime: r.mtime,

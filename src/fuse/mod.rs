@@ -87,7 +87,9 @@ pub fn errno(e: &Error) -> Errno {
             FsError::Denied => libc::EACCES,
         }),
         Error::Io { source, .. } => Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO)),
-        Error::Conflict { .. } | Error::StagingBusy(_) => Errno::from_i32(libc::EBUSY),
+        Error::Conflict { .. } | Error::Unresolved { .. } | Error::StagingBusy(_) => {
+            Errno::from_i32(libc::EBUSY)
+        }
         Error::NothingToCommit(_) => Errno::from_i32(libc::ENODATA),
         Error::CommitTooLong(_) => Errno::from_i32(libc::ETIMEDOUT),
         Error::InvalidInput(_) => Errno::from_i32(libc::EINVAL),

@@ -210,7 +210,7 @@ pub fn merge(
     base: Option<&BlobRef>,
     ours: &BlobRef,
     theirs: &BlobRef,
-) -> Result<Result<BlobRef, Vec<String>>> {
+) -> Result<Result<BlobRef, Vec<Vec<u8>>>> {
     let mut m = Merger {
         src,
         sink,
@@ -227,7 +227,7 @@ pub fn merge(
 struct Merger<'a> {
     src: &'a dyn TreeSource,
     sink: &'a mut dyn TreeSink,
-    conflicts: Vec<String>,
+    conflicts: Vec<Vec<u8>>,
     budget: Budget,
 }
 
@@ -282,8 +282,7 @@ impl Merger<'_> {
                     tree: self.sink.put_tree(&merged)?,
                 })
             } else {
-                self.conflicts
-                    .push(crate::escape::line(&join(prefix, name)).into_owned());
+                self.conflicts.push(join(prefix, name));
                 o.cloned()
             };
             if let Some(node) = picked {
@@ -448,7 +447,7 @@ mod tests {
             &map(&[("a", "1"), ("d/b", "clash"), ("d/c", "3")]),
         );
         let res = merge(&mem.clone_mem(), &mut mem, Some(&base), &ours, &clash).unwrap();
-        assert_eq!(res, Err(vec!["d/b".to_string()]));
+        assert_eq!(res, Err(vec![b"d/b".to_vec()]));
     }
 
     impl Mem {

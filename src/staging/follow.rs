@@ -26,6 +26,11 @@ impl Staging {
             return Err(Error::InvalidInput(too_deep()));
         }
         let node = self.node(id)?;
+        if let Some(was) = node.was {
+            // Expanded but unchanged: it equals `to` once this is done.
+            let now = from.filter(|f| f.id == was.id).map(|_| to);
+            self.set_was(id, now)?;
+        }
         if let Some(tree) = node.tree {
             if from.is_some_and(|f| f.id == tree.id) {
                 self.db.execute(

@@ -55,15 +55,16 @@ impl Staging {
     }
 
     /// Freezes staging for a commit; `records` are the dataset's records,
-    /// read just before. Staged copies are kept from here until
+    /// read just before. Refused while a conflict is unresolved. Staged copies are kept from here until
     /// `finish` or `end_commit`, and writes to them are remembered.
-    pub fn freeze(&self, records: &[Record]) -> Result<Frozen> {
+    pub fn freeze(&self, repo: &Repo, records: &[Record]) -> Result<Frozen> {
         if self.committing() {
             return Err(Error::InvalidInput(format!(
                 "a commit of {} is already running",
                 self.dataset
             )));
         }
+        self.check_resolved(repo)?;
         self.adopt_landed(records)?;
         let base_version = self.base_version()?;
         let base = records.iter().find(|r| r.version == base_version).cloned();
@@ -121,11 +122,13 @@ impl Staging {
         self.set_base(record.version)?;
         self.set_pending(None)?;
         tx.commit()?;
+        fail::fail_point!("staging-finished");
         // Staged copies go only once the rows that replace them are durable.
         self.sync()?;
         for id in demoted {
             let _ = std::fs::remove_file(self.upper_path(id));
         }
+        fail::fail_point!("staging-copies-removed");
         self.end_commit();
         Ok(())
     }

@@ -14,6 +14,7 @@
 //! One process at a time owns a staging area (an exclusive `flock`): the mount
 //! daemon while it runs, or `detafs commit` when no mount is up.
 
+mod conflicts;
 mod follow;
 mod freeze;
 mod row;
@@ -93,6 +94,10 @@ impl Staging {
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "NORMAL")?;
         db.execute_batch(SCHEMA)?;
+        // Staging areas made before `was` existed gain it (NULL: changed).
+        if db.prepare("SELECT was FROM nodes LIMIT 0").is_err() {
+            db.execute_batch("ALTER TABLE nodes ADD COLUMN was BLOB")?;
+        }
         let st = Staging {
             db,
             dir: dir.to_path_buf(),
@@ -105,7 +110,7 @@ impl Staging {
             let base = records.last();
             let m = now();
             st.db.execute(
-                &format!("INSERT INTO nodes({COLUMNS}) VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, NULL, ?6, 0, NULL)"),
+                &format!("INSERT INTO nodes({COLUMNS}) VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, NULL, ?6, 0, NULL, NULL)"),
                 params![
                     ROOT,
                     unsafe { libc::getuid() },
@@ -262,15 +267,18 @@ impl Staging {
 
     /// Turns a directory that stands for a version subtree into rows.
     fn expand(&self, repo: &Repo, dir: &SNode) -> Result<()> {
-        let Some(tree) = dir.tree else {
+        let Some(tree_ref) = dir.tree else {
             return Ok(());
         };
-        let tree = repo.tree(&tree)?;
+        let tree = repo.tree(&tree_ref)?;
         let tx = self.db.unchecked_transaction()?;
         for e in &tree.entries {
             self.insert_version_node(dir.id, &e.name, &e.node, dir.uid, dir.gid)?;
         }
-        tx.execute("UPDATE nodes SET tree = NULL WHERE id = ?1", [dir.id])?;
+        tx.execute(
+            "UPDATE nodes SET tree = NULL, was = ?2 WHERE id = ?1",
+            params![dir.id, serde_json::to_vec(&tree_ref).expect("serializable")],
+        )?;
         tx.commit()?;
         Ok(())
     }
@@ -377,6 +385,32 @@ impl Staging {
         self.db
             .prepare_cached("UPDATE nodes SET mtime_s = ?2, mtime_ns = ?3 WHERE id = ?1")?
             .execute(params![id, m.0, m.1])?;
+        self.changed(id)
+    }
+
+    /// Node `id` changed (its content, or an entry in it): it and the
+    /// folders above it no longer equal the subtrees they were expanded
+    /// from. A changed folder's ancestors are all changed, so the walk
+    /// stops at the first one already marked.
+    fn changed(&self, mut id: u64) -> Result<()> {
+        while id != 0 {
+            let n = self.node(id)?;
+            if n.was.is_none() {
+                break;
+            }
+            self.set_was(id, None)?;
+            id = n.parent;
+        }
+        Ok(())
+    }
+
+    fn set_was(&self, id: u64, was: Option<&BlobRef>) -> Result<()> {
+        self.db
+            .prepare_cached("UPDATE nodes SET was = ?2 WHERE id = ?1")?
+            .execute(params![
+                id,
+                was.map(|w| serde_json::to_vec(w).expect("serializable"))
+            ])?;
         Ok(())
     }
 
@@ -607,6 +641,7 @@ impl Staging {
             let path = self.upper_path(id);
             filetime::set_file_mtime(&path, t).map_err(|e| Error::io(path.display(), e))?;
         }
+        self.changed(n.parent)?;
         Ok(())
     }
 
@@ -636,6 +671,7 @@ impl Staging {
             "UPDATE nodes SET upper = 1, chunks = NULL WHERE id = ?1",
             [id],
         )?;
+        self.changed(n.parent)?;
         Ok(path)
     }
 

@@ -29,6 +29,9 @@ pub struct SNode {
     pub chunks: Option<Vec<BlobRef>>,
     /// Directory not expanded yet: the version subtree it stands for.
     pub tree: Option<BlobRef>,
+    /// Directory expanded (listed) but not changed since: the version
+    /// subtree it still equals, so commit and status need not walk it.
+    pub was: Option<BlobRef>,
     pub upper: bool,
     pub target: Vec<u8>,
 }
@@ -44,7 +47,7 @@ impl SNode {
                 size: self.size,
                 chunks: self.chunks.clone().unwrap_or_default(),
             }),
-            Kind::Dir => self.tree.map(|tree| Node::Dir {
+            Kind::Dir => self.tree.or(self.was).map(|tree| Node::Dir {
                 mode: self.mode,
                 mtime: self.mtime,
                 tree,
@@ -65,12 +68,13 @@ CREATE TABLE IF NOT EXISTS nodes(
     parent INTEGER NOT NULL, name BLOB NOT NULL,
     kind INTEGER NOT NULL, mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
     mtime_s INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,
-    chunks BLOB, tree BLOB, upper INTEGER NOT NULL DEFAULT 0, target BLOB,
+    chunks BLOB, tree BLOB, upper INTEGER NOT NULL DEFAULT 0, target BLOB, was BLOB,
     UNIQUE(parent, name));
+CREATE TABLE IF NOT EXISTS conflicts(
+    path BLOB PRIMARY KEY, theirs INTEGER NOT NULL, mark TEXT) WITHOUT ROWID;
 ";
 
-pub const COLUMNS: &str =
-    "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target";
+pub const COLUMNS: &str = "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was";
 
 pub(super) fn kind_code(k: Kind) -> i64 {
     match k {
@@ -128,6 +132,7 @@ pub fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
         size: r.get(9)?,
         chunks: json(r, 10)?,
         tree: json(r, 11)?,
+        was: json(r, 14)?,
         upper: r.get(12)?,
         target: r.get::<_, Option<Vec<u8>>>(13)?.unwrap_or_default(),
     })

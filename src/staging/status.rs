@@ -11,8 +11,11 @@ use crate::snapshot::{Node, Tree};
 use crate::store::pack::BlobRef;
 
 impl Staging {
-    /// Staged changes against the base version, like `git status --porcelain`.
+    /// Staged changes against the base version, like `git status --porcelain`
+    /// (`A`, `M`, `D`, and `C` for a conflict to resolve).
     /// Works offline: the base version is known locally (staging was built on it).
+    /// Walks without recursion (a folder's items, in order, on an explicit
+    /// stack), so staging as deep as a version may be needs no deep stack.
     pub fn status(&self, repo: &Repo) -> Result<Vec<(char, String)>> {
         let base = repo
             .index
@@ -21,33 +24,60 @@ impl Staging {
             .find(|r| r.version == self.base_version().unwrap_or(0))
             .map(|r| r.tree);
         let mut out = Vec::new();
-        self.status_dir(repo, ROOT, base.as_ref(), "", 0, &mut out)?;
+        let mut stack = vec![
+            self.status_items(repo, ROOT, base.as_ref(), "")?
+                .into_iter(),
+        ];
+        while let Some(items) = stack.last_mut() {
+            match items.next() {
+                Some(Item::Line(tag, path)) => out.push((tag, path)),
+                Some(Item::Dir(id, base, prefix)) => {
+                    if stack.len() > limits::MAX_DEPTH {
+                        return Err(Error::InvalidInput(too_deep()));
+                    }
+                    let items = self.status_items(repo, id, base.as_ref(), &prefix)?;
+                    stack.push(items.into_iter());
+                }
+                None => {
+                    stack.pop();
+                }
+            }
+        }
+        // An unresolved conflict shows as `C` (what staging holds there is ours).
+        for (path, _) in self.unresolved(repo)? {
+            let path = crate::escape::line(&path).into_owned();
+            match out.iter_mut().find(|(_, p)| *p == path) {
+                Some(line) => line.0 = 'C',
+                None => out.push(('C', path)),
+            }
+        }
         Ok(out)
     }
 
-    fn status_dir(
+    /// What one folder contributes to status: lines, and its changed
+    /// subfolders (walked in their place).
+    fn status_items(
         &self,
         repo: &Repo,
         id: u64,
         base: Option<&BlobRef>,
         prefix: &str,
-        depth: usize,
-        out: &mut Vec<(char, String)>,
-    ) -> Result<()> {
-        if depth > limits::MAX_DEPTH {
-            return Err(Error::InvalidInput(too_deep()));
-        }
+    ) -> Result<Vec<Item>> {
+        let mut out = Vec::new();
         let node = self.node(id)?;
-        if let Some(tree) = &node.tree {
+        if let Some(tree) = &node.tree.or(node.was) {
             for c in diff::diff(repo, base, Some(tree))? {
                 let tag = match c.kind {
                     ChangeKind::Added => 'A',
                     ChangeKind::Modified => 'M',
                     ChangeKind::Removed => 'D',
                 };
-                out.push((tag, format!("{prefix}{}", crate::escape::line(&c.path))));
+                out.push(Item::Line(
+                    tag,
+                    format!("{prefix}{}", crate::escape::line(&c.path)),
+                ));
             }
-            return Ok(());
+            return Ok(out);
         }
         let base_tree = match base {
             Some(b) => repo.tree(b)?,
@@ -73,14 +103,17 @@ impl Staging {
             match row {
                 Some(r) if r.kind == Kind::Dir => {
                     if old.is_some_and(|o| !o.is_dir()) {
-                        out.push(('D', path.clone()));
+                        out.push(Item::Line('D', path.clone()));
                     }
-                    self.status_dir(repo, r.id, old_dir, &format!("{path}/"), depth + 1, out)?;
+                    out.push(Item::Dir(r.id, old_dir.copied(), format!("{path}/")));
                 }
                 Some(r) => {
                     if let Some(t) = old_dir {
                         for c in diff::diff(repo, Some(t), None)? {
-                            out.push(('D', format!("{path}/{}", crate::escape::line(&c.path))));
+                            out.push(Item::Line(
+                                'D',
+                                format!("{path}/{}", crate::escape::line(&c.path)),
+                            ));
                         }
                     }
                     let same = match (old, r.as_version_node()) {
@@ -93,20 +126,29 @@ impl Staging {
                         } else {
                             'A'
                         };
-                        out.push((tag, path));
+                        out.push(Item::Line(tag, path));
                     }
                 }
                 None => {
                     if let Some(t) = old_dir {
                         for c in diff::diff(repo, Some(t), None)? {
-                            out.push(('D', format!("{path}/{}", crate::escape::line(&c.path))));
+                            out.push(Item::Line(
+                                'D',
+                                format!("{path}/{}", crate::escape::line(&c.path)),
+                            ));
                         }
                     } else {
-                        out.push(('D', path));
+                        out.push(Item::Line('D', path));
                     }
                 }
             }
         }
-        Ok(())
+        Ok(out)
     }
+}
+
+enum Item {
+    Line(char, String),
+    /// A changed folder: its row, its base subtree, its path prefix.
+    Dir(u64, Option<BlobRef>, String),
 }

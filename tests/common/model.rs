@@ -1,0 +1,359 @@
+//! The reference model of tests/model.rs and tests/model_crash.rs: random
+//! operations, applied to the file-system core (`Core`, staging over a
+//! local store, no kernel) and to a plain folder (`Model`).
+
+use super::{Env, noise};
+use detafs::fs::{FileKind, MountFs, MountOptions};
+use detafs::repo::{Options, Repo};
+use detafs::staging::Staging;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const DIRS: [&str; 4] = ["", "a", "a/b", "c"];
+const NAMES: [&str; 4] = ["x", "y", "a", "c"];
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// Opens (creating) and writes `len` bytes at `offset`.
+    Write {
+        path: String,
+        offset: u64,
+        len: usize,
+        seed: u64,
+    },
+    Truncate {
+        path: String,
+        len: u64,
+    },
+    Unlink(String),
+    Mkdir(String),
+    Rmdir(String),
+    Rename(String, String),
+    Symlink(String),
+    Chmod {
+        path: String,
+        mode: u32,
+    },
+    Commit,
+    Remount,
+}
+
+pub fn path() -> impl Strategy<Value = String> {
+    (0..DIRS.len(), 0..NAMES.len()).prop_map(|(d, n)| match DIRS[d] {
+        "" => NAMES[n].to_string(),
+        d => format!("{d}/{}", NAMES[n]),
+    })
+}
+
+pub fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (path(), 0..70_000u64, 0..70_000usize, any::<u64>())
+            .prop_map(|(path, offset, len, seed)| Op::Write { path, offset, len, seed }),
+        1 => (path(), 0..80_000u64).prop_map(|(path, len)| Op::Truncate { path, len }),
+        2 => path().prop_map(Op::Unlink),
+        2 => (1..DIRS.len()).prop_map(|d| Op::Mkdir(DIRS[d].into())),
+        1 => path().prop_map(Op::Mkdir),
+        1 => path().prop_map(Op::Rmdir),
+        2 => (path(), path()).prop_map(|(a, b)| Op::Rename(a, b)),
+        1 => path().prop_map(Op::Symlink),
+        1 => (path(), prop::sample::select(vec![0o600u32, 0o644, 0o755, 0o700]))
+            .prop_map(|(path, mode)| Op::Chmod { path, mode }),
+        1 => Just(Op::Commit),
+        1 => Just(Op::Remount),
+    ]
+}
+
+/// The file-system core over a fresh store, as a mount daemon holds it.
+pub struct Core<'e> {
+    env: &'e Env,
+    fs: Option<MountFs>,
+}
+
+impl<'e> Core<'e> {
+    pub fn open(env: &'e Env) -> Core<'e> {
+        let mut c = Core { env, fs: None };
+        c.remount();
+        c
+    }
+
+    pub fn remount(&mut self) {
+        self.fs = None; // the old one lets go of staging's lock first
+        let opts = Options {
+            store: Some(self.env.store.clone()),
+            cache_dir: Some(self.env.cache.clone()),
+            cache_size: 1 << 30,
+            store_timeout: Duration::from_secs(30),
+        };
+        let repo = Repo::open(&opts).unwrap();
+        let staging = Staging::open(&repo, &self.env.path("staging"), "ds").unwrap();
+        let opts = MountOptions { uid: 0, gid: 0 };
+        self.fs = Some(MountFs::new(repo, "ds", Some(staging), opts).unwrap());
+    }
+
+    fn fs(&self) -> &MountFs {
+        self.fs.as_ref().unwrap()
+    }
+
+    fn at(&self, top: &str, path: &str) -> Result<u64, i32> {
+        let mut ino = self
+            .fs()
+            .lookup(detafs::fs::ROOT, top.as_bytes())
+            .map_err(errno)?
+            .ino;
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            ino = self.fs().lookup(ino, part.as_bytes()).map_err(errno)?.ino;
+        }
+        Ok(ino)
+    }
+
+    /// The folder holding `path`, and its last name. Like the kernel's
+    /// path walk, a parent that is not a folder is ENOTDIR before the file
+    /// system is asked.
+    fn parent<'p>(&self, path: &'p str) -> Result<(u64, &'p [u8]), i32> {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let ino = self.at("staging", dir)?;
+        match self.fs().getattr(ino).map_err(errno)?.kind {
+            FileKind::Dir => Ok((ino, name.as_bytes())),
+            _ => Err(libc::ENOTDIR),
+        }
+    }
+
+    pub fn apply(&mut self, op: &Op) -> Result<(), i32> {
+        let fs = self.fs();
+        match op {
+            Op::Write {
+                path,
+                offset,
+                len,
+                seed,
+            } => {
+                let data = noise(*len, *seed);
+                let fh = match self.at("staging", path) {
+                    Ok(ino) => fs.open(ino, libc::O_WRONLY, 0).map_err(errno)?.fh,
+                    Err(libc::ENOENT) => {
+                        let (parent, name) = self.parent(path)?;
+                        fs.create(parent, name, 0o644, libc::O_WRONLY, 0, 0)
+                            .map_err(errno)?
+                            .1
+                            .fh
+                    }
+                    Err(e) => return Err(e),
+                };
+                let res = fs.write(fh, *offset, &data, 0).map_err(errno);
+                fs.release(fh);
+                res.map(|_| ())
+            }
+            Op::Truncate { path, len } => {
+                let ino = self.at("staging", path)?;
+                fs.setattr(ino, None, None, None, Some(*len), None, None)
+                    .map_err(errno)
+                    .map(|_| ())
+            }
+            Op::Unlink(path) | Op::Rmdir(path) => {
+                let (parent, name) = self.parent(path)?;
+                fs.remove(parent, name, matches!(op, Op::Rmdir(_)))
+                    .map_err(errno)
+            }
+            Op::Mkdir(path) | Op::Symlink(path) => {
+                let (parent, name) = self.parent(path)?;
+                let (kind, mode, target) = match op {
+                    Op::Mkdir(_) => (FileKind::Dir, 0o755, &b""[..]),
+                    _ => (FileKind::Symlink, 0o777, &b"nowhere/at/all"[..]),
+                };
+                fs.make(parent, name, kind, mode, 0, 0, target)
+                    .map_err(errno)
+                    .map(|_| ())
+            }
+            Op::Rename(from, to) => {
+                let (p, n) = self.parent(from)?;
+                let (np, nn) = self.parent(to)?;
+                // The kernel refuses a rename onto an ancestor of the
+                // source itself, once the source is found.
+                if from.starts_with(&format!("{to}/")) {
+                    fs.lookup(p, n).map_err(errno)?;
+                    return Err(libc::ENOTEMPTY);
+                }
+                fs.rename(p, n, np, nn, false).map_err(errno)
+            }
+            Op::Chmod { path, mode } => {
+                let ino = self.at("staging", path)?;
+                fs.setattr(ino, Some(*mode), None, None, None, None, None)
+                    .map_err(errno)
+                    .map(|_| ())
+            }
+            Op::Commit => {
+                let ino = self.at(".detafs", "commit").unwrap();
+                let fh = fs.open(ino, libc::O_WRONLY, 0).map_err(errno)?.fh;
+                let res = fs.write(fh, 0, b"a step", 0).map_err(errno);
+                fs.release(fh);
+                match res {
+                    Err(libc::ENODATA) => Ok(()), // nothing to commit
+                    other => other.map(|_| ()),
+                }
+            }
+            Op::Remount => {
+                self.remount();
+                Ok(())
+            }
+        }
+    }
+
+    /// What a tree under `top` holds: path → kind, permissions, content.
+    pub fn tree(&self, top: &str, path: &str) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let mut todo = vec![(self.at(top, path).unwrap(), String::new())];
+        let fs = self.fs();
+        while let Some((ino, prefix)) = todo.pop() {
+            for (e, a) in fs.readdir_plus(ino).unwrap() {
+                let path = format!("{prefix}{}", String::from_utf8_lossy(&e.name));
+                let what = match a.kind {
+                    FileKind::Dir => {
+                        todo.push((e.ino, format!("{path}/")));
+                        format!("dir {:o}", a.perm)
+                    }
+                    FileKind::Symlink => {
+                        format!(
+                            "link {}",
+                            String::from_utf8_lossy(&fs.readlink(e.ino).unwrap())
+                        )
+                    }
+                    FileKind::File => {
+                        let fh = fs.open(e.ino, libc::O_RDONLY, 0).unwrap().fh;
+                        let mut data = Vec::new();
+                        loop {
+                            let got = fs.read(fh, data.len() as u64, 1 << 20).unwrap();
+                            if got.is_empty() {
+                                break;
+                            }
+                            data.extend(got);
+                        }
+                        fs.release(fh);
+                        assert_eq!(data.len() as u64, a.size, "{path}: size and bytes disagree");
+                        format!("file {:o} {}", a.perm, fingerprint(&data))
+                    }
+                };
+                out.insert(path, what);
+            }
+        }
+        out
+    }
+
+    pub fn latest(&self) -> Option<String> {
+        let ino = self.at("versions", "latest").ok()?;
+        Some(String::from_utf8(self.fs().readlink(ino).unwrap()).unwrap())
+    }
+}
+
+pub fn errno(e: detafs::Error) -> i32 {
+    detafs::fuse::errno(&e).code()
+}
+
+fn fingerprint(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("{} {}", data.len(), hex::encode(&Sha256::digest(data)[..8]))
+}
+
+/// The reference: the same operations on a plain folder.
+pub struct Model {
+    pub root: PathBuf,
+}
+
+impl Model {
+    /// An empty folder beside the store, as staging starts.
+    pub fn new(env: &Env) -> Model {
+        let root = env.path("model");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Model { root }
+    }
+
+    fn p(&self, path: &str) -> PathBuf {
+        self.root.join(path)
+    }
+
+    pub fn apply(&self, op: &Op) -> Result<(), i32> {
+        let res = match op {
+            Op::Write {
+                path,
+                offset,
+                len,
+                seed,
+            } => std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(self.p(path))
+                .and_then(|f| f.write_all_at(&noise(*len, *seed), *offset)),
+            Op::Truncate { path, len } => std::fs::OpenOptions::new()
+                .write(true)
+                .open(self.p(path))
+                .and_then(|f| f.set_len(*len)),
+            Op::Unlink(path) => std::fs::remove_file(self.p(path)),
+            Op::Rmdir(path) => std::fs::remove_dir(self.p(path)),
+            Op::Mkdir(path) => {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new().mode(0o755).create(self.p(path))
+            }
+            Op::Symlink(path) => std::os::unix::fs::symlink("nowhere/at/all", self.p(path)),
+            Op::Rename(from, to) => std::fs::rename(self.p(from), self.p(to)),
+            Op::Chmod { path, mode } => {
+                std::fs::set_permissions(self.p(path), std::fs::Permissions::from_mode(*mode))
+            }
+            Op::Commit | Op::Remount => Ok(()),
+        };
+        res.map_err(|e| e.raw_os_error().unwrap())
+    }
+
+    pub fn tree(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let mut todo = vec![(self.root.clone(), String::new())];
+        while let Some((dir, prefix)) = todo.pop() {
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let e = e.unwrap();
+                let path = format!("{prefix}{}", e.file_name().to_string_lossy());
+                let m = std::fs::symlink_metadata(e.path()).unwrap();
+                let perm = m.permissions().mode() & 0o7777;
+                let what = if m.is_dir() {
+                    todo.push((e.path(), format!("{path}/")));
+                    format!("dir {perm:o}")
+                } else if m.file_type().is_symlink() {
+                    format!("link {}", std::fs::read_link(e.path()).unwrap().display())
+                } else {
+                    format!(
+                        "file {perm:o} {}",
+                        fingerprint(&std::fs::read(e.path()).unwrap())
+                    )
+                };
+                out.insert(path, what);
+            }
+        }
+        out
+    }
+
+    /// Whether the kernel would follow a symlink for this operation (the
+    /// core never sees such a request on that name): skipped in both. It
+    /// follows one above the last name always, and at the last name when
+    /// opening, truncating or changing mode.
+    pub fn follows_symlink(&self, op: &Op) -> bool {
+        let (paths, last): (Vec<&String>, bool) = match op {
+            Op::Write { path, .. } | Op::Truncate { path, .. } | Op::Chmod { path, .. } => {
+                (vec![path], true)
+            }
+            Op::Unlink(p) | Op::Rmdir(p) | Op::Mkdir(p) | Op::Symlink(p) => (vec![p], false),
+            Op::Rename(a, b) => (vec![a, b], false),
+            Op::Commit | Op::Remount => return false,
+        };
+        paths.into_iter().any(|path| {
+            let parts: Vec<&str> = path.split('/').collect();
+            let upto = if last { parts.len() } else { parts.len() - 1 };
+            let mut at = self.root.clone();
+            parts[..upto].iter().any(|part| {
+                at.push(part);
+                std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink())
+            })
+        })
+    }
+}
