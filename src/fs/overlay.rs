@@ -230,16 +230,31 @@ impl MountFs {
             author: &author,
         };
         let _turn = lock(&self.commit_turn);
-        // Files open for writing are listed under the staging lock: an open
-        // adds its handle before it lets the lock go, so none is missed (its
-        // staged copy would be deleted under the writer).
-        let record = crate::commit::staged::commit_staging(
-            &self.repo,
-            &meta,
-            || self.staging(),
-            || self.open_writers(),
-            &crate::progress::Quiet,
-        )?;
+        // The commit hashes and compresses on a thread of its own at a lower
+        // priority, so the threads answering readers get the cores first.
+        let record = std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("commit".into())
+                // Building trees recurses once per directory level (up to
+                // limits::MAX_DEPTH); a default 2 MiB stack is not enough.
+                .stack_size(64 << 20)
+                .spawn_scoped(s, || {
+                    lower_priority();
+                    // Files open for writing are listed under the staging lock:
+                    // an open adds its handle before it lets the lock go, so none
+                    // is missed (its staged copy would be deleted under the writer).
+                    crate::commit::staged::commit_staging(
+                        &self.repo,
+                        &meta,
+                        || self.staging(),
+                        || self.open_writers(),
+                        &crate::progress::Quiet,
+                    )
+                })
+                .map_err(|e| Error::io("starting the commit's thread", e))?
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })?;
         self.poll()?;
         Ok(record)
     }
@@ -360,4 +375,14 @@ pub(super) fn read_staged(file: &File, offset: u64, size: u32) -> Result<Vec<u8>
     }
     buf.truncate(got);
     Ok(buf)
+}
+
+/// Nice 10 for the calling thread (on Linux the nice value is per thread;
+/// threads it starts inherit it). Best effort.
+fn lower_priority() {
+    // SAFETY: gettid and setpriority take no pointers.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
 }

@@ -271,16 +271,28 @@ impl Staging {
             return Ok(());
         };
         let tree = repo.tree(&tree_ref)?;
-        let tx = self.db.unchecked_transaction()?;
-        for e in &tree.entries {
-            self.insert_version_node(dir.id, &e.name, &e.node, dir.uid, dir.gid)?;
+        self.atomically(|| {
+            for e in &tree.entries {
+                self.insert_version_node(dir.id, &e.name, &e.node, dir.uid, dir.gid)?;
+            }
+            self.db.execute(
+                "UPDATE nodes SET tree = NULL, was = ?2 WHERE id = ?1",
+                params![dir.id, serde_json::to_vec(&tree_ref).expect("serializable")],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Runs `op` as one transaction (one write to the log, all or nothing),
+    /// or within the one already open.
+    fn atomically<T>(&self, op: impl FnOnce() -> Result<T>) -> Result<T> {
+        if !self.db.is_autocommit() {
+            return op();
         }
-        tx.execute(
-            "UPDATE nodes SET tree = NULL, was = ?2 WHERE id = ?1",
-            params![dir.id, serde_json::to_vec(&tree_ref).expect("serializable")],
-        )?;
+        let tx = self.db.unchecked_transaction()?;
+        let out = op()?;
         tx.commit()?;
-        Ok(())
+        Ok(out)
     }
 
     fn insert_version_node(
@@ -435,6 +447,24 @@ impl Staging {
             return Err(Error::fs(FsError::NameTooLong, too_deep()));
         }
         let m = now();
+        let id =
+            self.atomically(|| self.insert_new(parent, name, kind, mode, uid, gid, target, m))?;
+        self.node(id)
+    }
+
+    /// The row of a new node, its (empty) staged copy, its folder's mtime.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_new(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: Kind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        target: &[u8],
+        m: Mtime,
+    ) -> Result<u64> {
         let upper = kind == Kind::File;
         self.db
             .prepare_cached(
@@ -460,7 +490,7 @@ impl Staging {
             crate::private::create_file(&path).map_err(|e| Error::io(path.display(), e))?;
         }
         self.touch_dir(parent)?;
-        self.node(id)
+        Ok(id)
     }
 
     /// Removes a file or symlink (`dir == false`) or an empty directory.
@@ -479,8 +509,10 @@ impl Staging {
         // On a full disk the database needs room to record the removal:
         // the reserve makes it, so space can always be freed.
         self.with_room(|| {
-            self.delete_subtree(&node)?;
-            self.touch_dir(parent)
+            self.atomically(|| {
+                self.delete_subtree(&node)?;
+                self.touch_dir(parent)
+            })
         })
     }
 
@@ -552,7 +584,8 @@ impl Staging {
                 "cannot move a directory into itself",
             ));
         }
-        if let Some(old) = self.lookup(repo, new_parent, new_name)? {
+        let replaced = self.lookup(repo, new_parent, new_name)?;
+        if let Some(old) = &replaced {
             if old.id == node.id {
                 return Ok(());
             }
@@ -580,14 +613,18 @@ impl Staging {
                 }
                 _ => {}
             }
-            self.delete_subtree(&old)?;
         }
-        self.db.execute(
-            "UPDATE nodes SET parent = ?2, name = ?3 WHERE id = ?1",
-            params![node.id, new_parent, new_name],
-        )?;
-        self.touch_dir(parent)?;
-        self.touch_dir(new_parent)
+        self.atomically(|| {
+            if let Some(old) = &replaced {
+                self.delete_subtree(old)?;
+            }
+            self.db.execute(
+                "UPDATE nodes SET parent = ?2, name = ?3 WHERE id = ?1",
+                params![node.id, new_parent, new_name],
+            )?;
+            self.touch_dir(parent)?;
+            self.touch_dir(new_parent)
+        })
     }
 
     /// Directory levels above a node (the root is at 0).
@@ -624,25 +661,26 @@ impl Staging {
             return Err(Error::fs(FsError::Invalid, "time out of range"));
         }
         let m = mtime.unwrap_or(n.mtime);
-        self.db.execute(
-            "UPDATE nodes SET mode = ?2, uid = ?3, gid = ?4, mtime_s = ?5, mtime_ns = ?6 WHERE id = ?1",
-            params![
+        self.atomically(|| {
+            self.db.prepare_cached(
+                "UPDATE nodes SET mode = ?2, uid = ?3, gid = ?4, mtime_s = ?5, mtime_ns = ?6 WHERE id = ?1",
+            )?
+            .execute(params![
                 id,
                 mode.map_or(n.mode, |m| m & 0o7777),
                 uid.unwrap_or(n.uid),
                 gid.unwrap_or(n.gid),
                 m.0,
                 m.1
-            ],
-        )?;
-        if let (Some(m), true) = (mtime, n.upper) {
-            let _writing = self.writes.begin(id, 0);
-            let t = filetime::FileTime::from_unix_time(m.0, m.1);
-            let path = self.upper_path(id);
-            filetime::set_file_mtime(&path, t).map_err(|e| Error::io(path.display(), e))?;
-        }
-        self.changed(n.parent)?;
-        Ok(())
+            ])?;
+            if let (Some(m), true) = (mtime, n.upper) {
+                let _writing = self.writes.begin(id, 0);
+                let t = filetime::FileTime::from_unix_time(m.0, m.1);
+                let path = self.upper_path(id);
+                filetime::set_file_mtime(&path, t).map_err(|e| Error::io(path.display(), e))?;
+            }
+            self.changed(n.parent)
+        })
     }
 
     /// Makes a file writable: copies its version content to a local file once
@@ -667,11 +705,13 @@ impl Staging {
         std::fs::rename(&tmp, &path).map_err(|e| Error::io(path.display(), e))?;
         // The copy's name is durable before the row says the data is local.
         sync_dir(&self.dir.join("data"))?;
-        self.db.execute(
-            "UPDATE nodes SET upper = 1, chunks = NULL WHERE id = ?1",
-            [id],
-        )?;
-        self.changed(n.parent)?;
+        self.atomically(|| {
+            self.db.execute(
+                "UPDATE nodes SET upper = 1, chunks = NULL WHERE id = ?1",
+                [id],
+            )?;
+            self.changed(n.parent)
+        })?;
         Ok(path)
     }
 

@@ -376,6 +376,10 @@ impl Store {
     /// work waits its turn in a queue (first come, first served): the caller,
     /// the kernel's request loop, never runs it or waits for it.
     pub fn spawn_work(&self, work: impl FnOnce() + Send + 'static) {
+        // A free permit: straight to the pool (one thread hop, not two).
+        let Err(work) = self.try_spawn_work(work) else {
+            return;
+        };
         let permits = self.work.clone();
         self.rt.spawn(async move {
             // The semaphore is never closed, so acquiring only waits.
