@@ -3,6 +3,7 @@
 
 use crate::cache::disk::DiskCache;
 use crate::cache::index::Index;
+use crate::cache::weighed::WeighedLru;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::snapshot::diff::TreeSource;
@@ -10,8 +11,6 @@ use crate::snapshot::{Node, Record, Tree};
 use crate::store::pack::{self, BlobKind, BlobRef};
 use crate::store::{Store, keys};
 use bytes::Bytes;
-use lru::LruCache;
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -32,7 +31,8 @@ pub struct Repo {
     pub state_dir: PathBuf,
     /// Names this store's local state (cache and staging folders).
     pub state_key: String,
-    trees: Mutex<LruCache<ObjectId, Arc<Tree>>>,
+    /// Trees in memory, bounded by their total number of entries.
+    trees: Mutex<WeighedLru<ObjectId, Arc<Tree>>>,
 }
 
 /// Local state belongs to one store: its id (from the marker, checked to be
@@ -46,6 +46,10 @@ fn state_key(store: &Store) -> Result<String> {
 
 /// Files of a store's local state that `reindex` rebuilds: nothing else in
 /// that folder is ever deleted.
+/// Entries of trees kept in memory (about 150 bytes each, with a file's
+/// chunk list): a version's whole namespace need not fit.
+const TREE_ENTRIES: usize = 100_000;
+
 const INDEX_FILES: [&str; 4] = [
     "index.sqlite",
     "index.sqlite-wal",
@@ -132,7 +136,7 @@ impl Repo {
             disk,
             state_dir: dir,
             state_key,
-            trees: Mutex::new(LruCache::new(NonZeroUsize::new(4096).expect("nonzero"))),
+            trees: Mutex::new(WeighedLru::new(TREE_ENTRIES)),
         })
     }
 
@@ -297,11 +301,16 @@ impl Repo {
 
     /// Remembers a tree just written, so it is not fetched back.
     pub fn remember_tree(&self, r: &BlobRef, tree: Tree, encoded: &[u8]) {
+        self.keep_tree(r, Arc::new(tree));
+        self.disk.put(&r.id, encoded);
+    }
+
+    fn keep_tree(&self, r: &BlobRef, tree: Arc<Tree>) {
+        let weight = tree.entries.len() + 1;
         self.trees
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .put(r.id, Arc::new(tree));
-        self.disk.put(&r.id, encoded);
+            .put(r.id, tree, weight);
     }
 
     /// The chunks of one run, verified. Remote stores read through the disk
@@ -378,10 +387,7 @@ impl TreeSource for Repo {
             }
         };
         let tree = Arc::new(Tree::decode(&bytes).map_err(|e| corrupt_tree(r, e))?);
-        self.trees
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .put(r.id, tree.clone());
+        self.keep_tree(r, tree.clone());
         Ok(tree)
     }
 }

@@ -493,6 +493,12 @@ fn inodes_the_kernel_forgets_are_freed_and_everything_still_reads() {
     // Everything is found and read again, byte for byte, listings included,
     // also while the kernel keeps forgetting.
     let stop = std::sync::atomic::AtomicBool::new(false);
+    struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     std::thread::scope(|s| {
         s.spawn(|| {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -500,12 +506,13 @@ fn inodes_the_kernel_forgets_are_freed_and_everything_still_reads() {
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
+        // Stops the thread above also when an assertion fails.
+        let _stop = Stop(&stop);
         for _ in 0..20 {
             assert_eq!(fingerprint(&m.path("versions/v1")), fingerprint(&a));
             assert_eq!(fingerprint(&m.path("versions/v2")), fingerprint(&b));
             run_ok(Command::new("ls").arg("-lR").arg(m.path("versions")));
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
     assert!(m.alive());
 }

@@ -4,3 +4,4 @@
 pub mod chunks;
 pub mod disk;
 pub mod index;
+pub mod weighed;

@@ -1,74 +1,202 @@
 //! Version inodes: allocated when the kernel first sees an entry, counted
 //! as the kernel counts its references, dropped when it forgets them, so
-//! memory follows what the kernel caches.
+//! memory follows what the kernel caches. The kernel may keep a million of
+//! them (it forgets only under memory pressure), so each holds only its
+//! place (its folder's inode and its index in that folder's tree) and its
+//! attributes, about a hundred bytes; what else it is (chunks, a symlink's
+//! target, its path) is read from its folder's tree when needed.
 
-use super::{FIRST_VERSION_INO, MountFs, is_staging, lock};
+use super::{Attr, FIRST_VERSION_INO, IMMUTABLE_TTL, MountFs, VERSIONS, is_staging, lock};
 use crate::error::{Error, FsError, Result};
-use crate::snapshot::Node;
+use crate::snapshot::diff::TreeSource;
+use crate::snapshot::{Mtime, Node};
 use crate::store::pack::BlobRef;
 use std::collections::HashMap;
-use std::sync::Arc;
 
-/// What a version inode stands for.
-#[derive(Clone)]
+/// A version inode, materialised: what it stands for.
 pub(super) struct VEntry {
     pub(super) version: u64,
     pub(super) node: Node,
-    /// `versions/`-relative path, for messages.
-    pub(super) path: Arc<str>,
-    /// The directory holding it (its small files are read together).
+    /// The tree of the directory holding it (none for `vN`): its small
+    /// files are read together.
     pub(super) parent_tree: Option<BlobRef>,
 }
 
-/// A version inode: what it is, the kernel's lookup count, and its key in
-/// `VersionInodes::by_name` (to drop it when the count reaches zero).
+/// A version inode as kept: its place, its attributes, the kernel's count
+/// (64 bytes).
 pub(super) struct Held {
-    pub(super) entry: VEntry,
-    pub(super) lookups: u64,
-    pub(super) key: (u64, Vec<u8>),
+    /// Entries kept for its folder's children (their places name its slot,
+    /// so the slot is reused only when none is left).
+    children: u32,
+    /// The kernel forgot it; the slot waits for its children to go.
+    forgotten: bool,
+    /// Its folder's slot (`ROOTS` for `vN`) and its index in that folder's
+    /// tree (the version number for `vN`).
+    place: Place2,
+    size: u64,
+    mtime_s: i64,
+    /// A folder's tree.
+    tree: Option<Box<BlobRef>>,
+    version: u32,
+    lookups: u32,
+    mtime_ns: u32,
+    mode: u16,
+    kind: super::FileKind,
 }
 
-/// Version inodes the kernel holds: allocated on lookup, dropped when the
-/// kernel forgets them, so memory follows what the kernel caches.
+/// A place packed as `folder slot << 32 | index`.
+type Place2 = u64;
+
+/// The folder "slot" of `versions/vN`.
+const ROOTS: u32 = u32::MAX;
+
+fn pack(folder_slot: u32, index: u32) -> Place2 {
+    (folder_slot as u64) << 32 | index as u64
+}
+
+/// Version inodes the kernel holds, in slots reused once the kernel forgot
+/// their inode, with an index by place so each entry keeps its number while
+/// it is held. An inode number is `FIRST_VERSION_INO` + generation << 32 +
+/// slot: a reused slot gets a new generation, so a number is never given to
+/// two entries (a listing kept from before answers as stale, not as another
+/// file).
 #[derive(Default)]
 pub(super) struct VersionInodes {
-    pub(super) entries: HashMap<u64, Held>,
-    pub(super) by_name: HashMap<(u64, Vec<u8>), u64>,
-    pub(super) next: u64,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    by_place: HashMap<Place2, u32>,
+    live: usize,
+}
+
+#[derive(Default)]
+struct Slot {
+    generation: u32,
+    held: Option<Held>,
+}
+
+/// Generations stay below this, so inode numbers stay below `STAGING_BIT`.
+const GENERATIONS: u32 = 1 << 28;
+
+impl VersionInodes {
+    /// The slot of `ino`, if `ino` is its current inode number.
+    fn slot(&self, ino: u64) -> Option<usize> {
+        let n = ino.checked_sub(FIRST_VERSION_INO)?;
+        let (generation, slot) = ((n >> 32) as u32, (n & 0xffff_ffff) as usize);
+        (self.slots.get(slot)?.generation == generation).then_some(slot)
+    }
+
+    fn ino(&self, slot: u32) -> u64 {
+        FIRST_VERSION_INO + ((self.slots[slot as usize].generation as u64) << 32) + slot as u64
+    }
+
+    fn get(&self, ino: u64) -> Option<&Held> {
+        let slot = self.slot(ino)?;
+        self.slots[slot].held.as_ref().filter(|h| !h.forgotten)
+    }
+
+    fn get_mut(&mut self, ino: u64) -> Option<&mut Held> {
+        let slot = self.slot(ino)?;
+        self.slots[slot].held.as_mut().filter(|h| !h.forgotten)
+    }
+
+    /// Lets go of slot `slot` (forgotten, no children left), then of its
+    /// folder's if that was the folder's last child and the folder is
+    /// forgotten too.
+    fn release(&mut self, mut slot: u32) {
+        loop {
+            let s = &mut self.slots[slot as usize];
+            let Some(h) = s.held.take() else {
+                return;
+            };
+            s.generation = (s.generation + 1) % GENERATIONS;
+            self.free.push(slot);
+            let folder = (h.place >> 32) as u32;
+            let Some(f) = self
+                .slots
+                .get_mut(folder as usize)
+                .and_then(|f| f.held.as_mut())
+            else {
+                return;
+            };
+            f.children -= 1;
+            if !(f.forgotten && f.children == 0) {
+                return;
+            }
+            slot = folder;
+        }
+    }
 }
 
 impl MountFs {
-    /// The inode for `name` under a version directory, allocated on first sight.
-    /// The inode of a version entry, allocated if new. `looked_up`: it is
-    /// for a lookup reply, counted here under the same lock as a `forget`,
-    /// so the two never race.
+    /// The inode of entry `index` of version directory `parent` (of `vN`
+    /// when `parent` is `VERSIONS`: index N), allocated if new.
+    /// `looked_up`: it is for a lookup reply, counted here under the same
+    /// lock as a `forget`, so the two never race.
     pub(super) fn version_child(
         &self,
-        parent: u64,
-        name: &[u8],
-        entry: VEntry,
+        place: (u64, u64),
+        version: u64,
+        node: &Node,
         looked_up: bool,
     ) -> u64 {
         let mut t = lock(&self.inodes);
-        let ino = match t.by_name.get(&(parent, name.to_vec())) {
-            Some(&ino) => ino,
+        let folder = match place.0 {
+            VERSIONS => ROOTS,
+            // (A folder forgotten meanwhile: a place of its own, unreachable.)
+            ino => t.slot(ino).map_or(ROOTS - 1, |s| s as u32),
+        };
+        let key = pack(folder, place.1 as u32);
+        let slot = match t.by_place.get(&key) {
+            Some(&slot) => slot,
             None => {
-                let ino = t.next;
-                t.next += 1;
-                let key = (parent, name.to_vec());
-                t.by_name.insert(key.clone(), ino);
-                t.entries.insert(
-                    ino,
-                    Held {
-                        entry,
-                        lookups: 0,
-                        key,
-                    },
-                );
-                ino
+                let (kind, mode, tree) = match node {
+                    Node::File { mode, .. } => (super::FileKind::File, *mode, None),
+                    Node::Dir { mode, tree, .. } => {
+                        (super::FileKind::Dir, *mode, Some(Box::new(*tree)))
+                    }
+                    Node::Symlink { .. } => (super::FileKind::Symlink, 0o777, None),
+                };
+                let mtime = node.mtime();
+                let held = Held {
+                    children: 0,
+                    forgotten: false,
+                    place: key,
+                    size: node.size(),
+                    mtime_s: mtime.0,
+                    tree,
+                    version: version as u32,
+                    lookups: 0,
+                    mtime_ns: mtime.1,
+                    mode: mode as u16,
+                    kind,
+                };
+                let slot = match t.free.pop() {
+                    Some(slot) => {
+                        t.slots[slot as usize].held = Some(held);
+                        slot
+                    }
+                    None => {
+                        t.slots.push(Slot {
+                            generation: 0,
+                            held: Some(held),
+                        });
+                        (t.slots.len() - 1) as u32
+                    }
+                };
+                t.by_place.insert(key, slot);
+                t.live += 1;
+                if let Some(f) = t
+                    .slots
+                    .get_mut(folder as usize)
+                    .and_then(|f| f.held.as_mut())
+                {
+                    f.children += 1;
+                }
+                slot
             }
         };
-        if looked_up && let Some(h) = t.entries.get_mut(&ino) {
+        let ino = t.ino(slot);
+        if looked_up && let Some(h) = t.get_mut(ino) {
             h.lookups += 1;
         }
         ino
@@ -76,49 +204,207 @@ impl MountFs {
 
     /// The kernel was handed `ino` in a READDIRPLUS entry.
     pub fn remember(&self, ino: u64) {
-        if let Some(h) = lock(&self.inodes).entries.get_mut(&ino) {
+        if let Some(h) = lock(&self.inodes).get_mut(ino) {
             h.lookups += 1;
         }
     }
 
     /// The kernel dropped `n` of its references to `ino`: at none, the
-    /// inode and what it holds (a chunk list, a path) are let go.
+    /// inode is let go.
     pub fn forget(&self, ino: u64, n: u64) {
         let parent = {
             let mut t = lock(&self.inodes);
-            let Some(h) = t.entries.get_mut(&ino) else {
+            let Some(h) = t.get_mut(ino) else {
                 return;
             };
-            h.lookups = h.lookups.saturating_sub(n);
+            h.lookups = h.lookups.saturating_sub(n.min(u32::MAX as u64) as u32);
             if h.lookups > 0 {
                 return;
             }
-            let Some(h) = t.entries.remove(&ino) else {
-                return;
+            h.forgotten = true;
+            let (place, children) = (h.place, h.children);
+            let slot = t.slot(ino).expect("held") as u32;
+            t.by_place.remove(&place);
+            t.live -= 1;
+            let parent = match (place >> 32) as u32 {
+                ROOTS => VERSIONS,
+                folder => t.ino(folder),
             };
-            t.by_name.remove(&h.key);
-            h.key.0
+            if children == 0 {
+                t.release(slot);
+            }
+            parent
         };
         // Its folder's kept listing names it: the next one is built anew.
-        lock(&self.listings).drop_listing(parent);
+        lock(&self.listings).remove(&parent);
     }
 
     /// Whether a version inode is still allocated (a kept listing may name
     /// one the kernel has since forgotten: the caller looks its name up again).
     pub fn is_live(&self, ino: u64) -> bool {
-        ino < FIRST_VERSION_INO || is_staging(ino) || lock(&self.inodes).entries.contains_key(&ino)
+        ino < FIRST_VERSION_INO || is_staging(ino) || lock(&self.inodes).get(ino).is_some()
     }
 
     /// Version inodes in memory (for `.detafs/health`).
     pub fn version_inodes(&self) -> usize {
-        lock(&self.inodes).entries.len()
+        lock(&self.inodes).live
     }
 
-    pub(super) fn version_entry(&self, ino: u64) -> Result<VEntry> {
-        lock(&self.inodes)
-            .entries
-            .get(&ino)
-            .map(|h| h.entry.clone())
-            .ok_or_else(|| Error::fs(FsError::NotFound, format!("inode {ino}")))
+    /// A version inode's attributes, from memory alone.
+    pub(super) fn version_attr(&self, ino: u64) -> Result<Attr> {
+        let t = lock(&self.inodes);
+        let h = t.get(ino).ok_or_else(|| gone(ino))?;
+        Ok(Attr {
+            ino,
+            kind: h.kind,
+            size: h.size,
+            perm: h.mode,
+            nlink: if h.kind == super::FileKind::Dir { 2 } else { 1 },
+            uid: self.opts.uid,
+            gid: self.opts.gid,
+            mtime: Mtime(h.mtime_s, h.mtime_ns),
+            ttl: IMMUTABLE_TTL,
+        })
     }
+
+    /// The version an inode belongs to.
+    pub(super) fn version_entry_version(&self, ino: u64) -> Result<u64> {
+        let t = lock(&self.inodes);
+        Ok(t.get(ino).ok_or_else(|| gone(ino))?.version as u64)
+    }
+
+    /// A version folder's tree.
+    pub(super) fn version_dir_tree(&self, ino: u64) -> Result<BlobRef> {
+        let t = lock(&self.inodes);
+        let h = t.get(ino).ok_or_else(|| gone(ino))?;
+        h.tree
+            .as_deref()
+            .copied()
+            .ok_or_else(|| Error::fs(FsError::NotDir, format!("inode {ino}")))
+    }
+
+    /// Where `ino`'s entry is read from.
+    fn version_place(&self, ino: u64) -> Result<Place> {
+        let t = lock(&self.inodes);
+        let h = t.get(ino).ok_or_else(|| gone(ino))?;
+        let (folder, index) = ((h.place >> 32) as u32, h.place as u32);
+        if folder == ROOTS {
+            let tree = h.tree.as_deref().copied().ok_or_else(|| gone(ino))?;
+            return Ok(Place::Root {
+                version: h.version as u64,
+                tree,
+            });
+        }
+        // The kernel holds a folder while it holds anything in it.
+        let folder = t.ino(folder);
+        let f = t.get(folder).ok_or_else(|| gone(folder))?;
+        Ok(Place::In {
+            version: h.version as u64,
+            folder,
+            folder_tree: f.tree.as_deref().copied().ok_or_else(|| gone(folder))?,
+            index: index as usize,
+        })
+    }
+
+    /// What a version inode stands for, its node read from its folder's tree.
+    pub(super) fn version_entry(&self, ino: u64) -> Result<VEntry> {
+        match self.version_place(ino)? {
+            Place::Root { version, tree } => Ok(VEntry {
+                version,
+                node: Node::Dir {
+                    mode: 0o555,
+                    mtime: Mtime(0, 0),
+                    tree,
+                },
+                parent_tree: None,
+            }),
+            Place::In {
+                version,
+                folder_tree,
+                index,
+                ..
+            } => {
+                let tree = self.version_tree(version, ino, &folder_tree)?;
+                let node = tree.entries.get(index).ok_or_else(|| gone(ino))?;
+                Ok(VEntry {
+                    version,
+                    node: node.node.clone(),
+                    parent_tree: Some(folder_tree),
+                })
+            }
+        }
+    }
+
+    /// `versions/`-relative path of a version inode, for messages.
+    pub(super) fn version_path(&self, mut ino: u64) -> String {
+        let mut names = Vec::new();
+        loop {
+            match self.version_place(ino) {
+                Ok(Place::Root { version, .. }) => {
+                    names.push(format!("v{version}"));
+                    break;
+                }
+                Ok(Place::In {
+                    folder,
+                    folder_tree,
+                    index,
+                    ..
+                }) => {
+                    let name = self
+                        .repo
+                        .tree(&folder_tree)
+                        .ok()
+                        .and_then(|t| t.entries.get(index).map(|e| super::name_str(&e.name)));
+                    names.push(name.unwrap_or_else(|| "?".into()));
+                    ino = folder;
+                }
+                Err(_) => {
+                    names.push("?".into());
+                    break;
+                }
+            }
+        }
+        names.reverse();
+        names.join("/")
+    }
+
+    /// Whether what `ino`'s requests need is in memory: a folder's tree,
+    /// or for anything else, the tree of the folder holding it.
+    pub(super) fn version_in_memory(&self, ino: u64) -> bool {
+        let tree = {
+            let t = lock(&self.inodes);
+            let Some(h) = t.get(ino) else {
+                return true; // answered at once: ENOENT
+            };
+            let folder = match (h.place >> 32) as u32 {
+                ROOTS => None,
+                slot => t.get(t.ino(slot)),
+            };
+            match (&h.tree, folder) {
+                (Some(tree), _) => **tree,
+                (None, Some(folder)) => match &folder.tree {
+                    Some(tree) => **tree,
+                    None => return true,
+                },
+                (None, None) => return true,
+            }
+        };
+        self.repo.tree_in_memory(&tree)
+    }
+}
+
+enum Place {
+    /// `versions/vN`.
+    Root { version: u64, tree: BlobRef },
+    /// Entry `index` of the tree of `folder`.
+    In {
+        version: u64,
+        folder: u64,
+        folder_tree: BlobRef,
+        index: usize,
+    },
+}
+
+fn gone(ino: u64) -> Error {
+    Error::fs(FsError::NotFound, format!("inode {ino}"))
 }

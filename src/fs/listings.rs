@@ -7,42 +7,18 @@ use crate::error::{Error, FsError, Result};
 use std::sync::Arc;
 
 /// Entries of version directory listings kept in memory (about 100 bytes each).
-const LISTING_ENTRIES: usize = 200_000;
+pub(super) const LISTING_ENTRIES: usize = 50_000;
 
 /// Listings of version directories, least recently used dropped first,
 /// bounded by their total number of entries.
-pub(super) struct Listings {
-    pub(super) lru: lru::LruCache<u64, Listing>,
-    pub(super) entries: usize,
-}
-
-impl Listings {
-    pub(super) fn put(&mut self, ino: u64, listing: Listing) {
-        self.entries += listing.len();
-        if let Some(old) = self.lru.put(ino, listing) {
-            self.entries -= old.len();
-        }
-        while self.entries > LISTING_ENTRIES {
-            match self.lru.pop_lru() {
-                Some((_, l)) => self.entries -= l.len(),
-                None => break,
-            }
-        }
-    }
-
-    pub(super) fn drop_listing(&mut self, ino: u64) {
-        if let Some(old) = self.lru.pop(&ino) {
-            self.entries -= old.len();
-        }
-    }
-}
+pub(super) type Listings = crate::cache::weighed::WeighedLru<u64, Listing>;
 
 impl MountFs {
     /// A directory's listing with attributes, `.` and `..` first. Listings of
     /// version directories never change and are kept.
     pub(super) fn dir_listing(&self, ino: u64) -> Result<Listing> {
         let immutable = self.dir_is_immutable(ino);
-        if immutable && let Some(l) = lock(&self.listings).lru.get(&ino) {
+        if immutable && let Some(l) = lock(&self.listings).get(&ino) {
             return Ok(l.clone());
         }
         let me = self.getattr(ino)?;
@@ -55,7 +31,8 @@ impl MountFs {
         listing.extend(self.readdir_plus(ino)?);
         let listing = Arc::new(listing);
         if immutable {
-            lock(&self.listings).put(ino, listing.clone());
+            let weight = listing.len();
+            lock(&self.listings).put(ino, listing.clone(), weight);
         }
         Ok(listing)
     }

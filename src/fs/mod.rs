@@ -197,20 +197,14 @@ impl MountFs {
             repo,
             dataset: dataset.to_string(),
             versions: RwLock::new(versions),
-            inodes: Mutex::new(VersionInodes {
-                next: FIRST_VERSION_INO,
-                ..Default::default()
-            }),
+            inodes: Mutex::new(VersionInodes::default()),
             writes: staging.as_ref().map(|s| s.writes()).unwrap_or_default(),
             staging: staging.map(Mutex::new),
             commit_turn: Mutex::new(()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             chunks,
-            listings: Mutex::new(Listings {
-                lru: lru::LruCache::unbounded(),
-                entries: 0,
-            }),
+            listings: Mutex::new(Listings::new(listings::LISTING_ENTRIES)),
             last_error: Mutex::new(String::new()),
             opts,
         })
@@ -326,10 +320,7 @@ impl MountFs {
                 })
             }
             i if control::is_control(i) => Ok(control::attr(self, i)),
-            _ => {
-                let e = self.version_entry(ino)?;
-                Ok(self.version_attr(ino, &e.node))
-            }
+            _ => self.version_attr(ino),
         }
     }
 
@@ -378,10 +369,7 @@ impl MountFs {
         if ino < FIRST_VERSION_INO {
             return true; // root, versions/, latest, .detafs/
         }
-        match lock(&self.inodes).entries.get(&ino).map(|h| &h.entry.node) {
-            Some(Node::Dir { tree, .. }) => self.repo.tree_in_memory(tree),
-            _ => true,
-        }
+        self.version_in_memory(ino)
     }
 
     /// A directory's entries with their attributes (READDIRPLUS), so `ls -l`

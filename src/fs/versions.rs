@@ -1,34 +1,15 @@
 //! `versions/`: one read-only directory per version, served from trees.
 
-use super::inodes::VEntry;
 use super::stored::StoredFile;
 use super::*;
 
 impl MountFs {
-    pub(super) fn version_attr(&self, ino: u64, node: &Node) -> Attr {
-        let (perm, nlink) = match node {
-            Node::File { mode, .. } => (*mode, 1),
-            Node::Dir { mode, .. } => (*mode, 2),
-            Node::Symlink { .. } => (0o777, 1),
-        };
-        Attr {
-            ino,
-            kind: node_kind(node),
-            size: node.size(),
-            perm: perm as u16,
-            nlink,
-            uid: self.opts.uid,
-            gid: self.opts.gid,
-            mtime: node.mtime(),
-            ttl: IMMUTABLE_TTL,
-        }
-    }
-
-    /// A tree of a version (the folder `at`, or the one holding it): a tree
-    /// that cannot be read is logged with the version and path it breaks.
-    pub(super) fn version_tree(&self, at: &VEntry, tree: &BlobRef) -> Result<Arc<Tree>> {
+    /// A tree of version `version` (the folder `ino`, or the one holding
+    /// it): a tree that cannot be read is logged with the version and path
+    /// it breaks.
+    pub(super) fn version_tree(&self, version: u64, ino: u64, tree: &BlobRef) -> Result<Arc<Tree>> {
         self.repo.tree(tree).inspect_err(|e| {
-            tracing::error!("versions/{} (v{}): {e}", at.path, at.version);
+            tracing::error!("versions/{} (v{version}): {e}", self.version_path(ino));
         })
     }
 
@@ -43,18 +24,9 @@ impl MountFs {
             mtime: Mtime(0, 0),
             tree: record.tree,
         };
-        let ino = self.version_child(
-            VERSIONS,
-            name,
-            VEntry {
-                version: record.version,
-                node: node.clone(),
-                path: name_str(name).into(),
-                parent_tree: None,
-            },
-            looked_up,
-        );
-        Ok((self.version_attr(ino, &node), record.tree))
+        let place = (VERSIONS, record.version);
+        let ino = self.version_child(place, record.version, &node, looked_up);
+        Ok((self.version_attr(ino)?, record.tree))
     }
 
     /// `versions/NAME`: `latest` or `vN`.
@@ -71,27 +43,22 @@ impl MountFs {
     }
 
     pub(super) fn lookup_in_version(&self, parent: u64, name: &[u8]) -> Result<Attr> {
-        let parent_entry = self.version_entry(parent)?;
-        let Node::Dir { tree, .. } = &parent_entry.node else {
-            return Err(Error::fs(FsError::NotDir, name_str(name)));
-        };
-        let node = self
-            .version_tree(&parent_entry, tree)?
-            .get(name)
-            .cloned()
-            .ok_or_else(|| not_found(name))?;
-        let ino = self.version_child(
-            parent,
-            name,
-            VEntry {
-                version: parent_entry.version,
-                node: node.clone(),
-                path: format!("{}/{}", parent_entry.path, name_str(name)).into(),
-                parent_tree: Some(*tree),
-            },
-            true,
-        );
-        Ok(self.version_attr(ino, &node))
+        let tree = self.version_dir_tree(parent).map_err(|e| match e {
+            Error::Fs {
+                kind: FsError::NotDir,
+                ..
+            } => Error::fs(FsError::NotDir, name_str(name)),
+            other => other,
+        })?;
+        let version = self.version_entry_version(parent)?;
+        let entries = self.version_tree(version, parent, &tree)?;
+        let index = entries
+            .entries
+            .binary_search_by(|e| e.name.as_slice().cmp(name))
+            .map_err(|_| not_found(name))?;
+        let node = &entries.entries[index].node;
+        let ino = self.version_child((parent, index as u64), version, node, true);
+        self.version_attr(ino)
     }
 
     /// `versions/`: `vN` for each version, then `latest`.
@@ -124,30 +91,19 @@ impl MountFs {
     }
 
     pub(super) fn list_version_dir(&self, ino: u64) -> Result<Vec<DirEntry>> {
-        let mut out = vec![];
-        let e = self.version_entry(ino)?;
-        let Node::Dir { tree, .. } = &e.node else {
-            return Err(Error::fs(FsError::NotDir, format!("inode {ino}")));
-        };
-        for child in &self.version_tree(&e, tree)?.entries {
-            let cino = self.version_child(
-                ino,
-                &child.name,
-                VEntry {
-                    version: e.version,
-                    node: child.node.clone(),
-                    path: format!("{}/{}", e.path, name_str(&child.name)).into(),
-                    parent_tree: Some(*tree),
-                },
-                false,
-            );
-            out.push(DirEntry {
-                ino: cino,
+        let tree = self.version_dir_tree(ino)?;
+        let version = self.version_entry_version(ino)?;
+        let entries = self.version_tree(version, ino, &tree)?;
+        Ok(entries
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(index, child)| DirEntry {
+                ino: self.version_child((ino, index as u64), version, &child.node, false),
                 kind: node_kind(&child.node),
                 name: child.name.clone(),
-            });
-        }
-        Ok(out)
+            })
+            .collect())
     }
 
     pub(super) fn open_version_file(&self, ino: u64) -> Result<Opened> {
@@ -156,10 +112,10 @@ impl MountFs {
             Node::File { chunks, .. } => {
                 let chunks = chunks.clone();
                 let siblings = match (&entry.parent_tree, chunks.len()) {
-                    (Some(t), 1) => Some(self.version_tree(&entry, t)?),
+                    (Some(t), 1) => Some(self.version_tree(entry.version, ino, t)?),
                     _ => None,
                 };
-                let path = format!("versions/{}", entry.path);
+                let path = format!("versions/{}", self.version_path(ino));
                 let file = StoredFile::new(chunks, siblings.as_deref(), path);
                 let fh = self.add_handle(Handle::Stored(Arc::new(file)));
                 Ok(Opened {
