@@ -20,6 +20,7 @@ struct Row {
     tree: Option<Vec<u8>>,
     upper: i64,
     target: Option<Vec<u8>>,
+    was: Option<Vec<u8>>,
 }
 
 thread_local! {
@@ -34,10 +35,10 @@ fuzz_target!(|row: Row| {
     DB.with(|db| {
         db.execute("DELETE FROM nodes", []).unwrap();
         db.execute(
-            "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             params![row.parent, row.name, row.kind, row.mode, row.uid, row.gid, row.mtime_s,
-                    row.mtime_ns, row.size, row.chunks, row.tree, row.upper, row.target],
+                    row.mtime_ns, row.size, row.chunks, row.tree, row.upper, row.target, row.was],
         )
         .unwrap();
         let sql = format!("SELECT {} FROM nodes", detafs::staging::COLUMNS);

@@ -447,50 +447,36 @@ impl Staging {
             return Err(Error::fs(FsError::NameTooLong, too_deep()));
         }
         let m = now();
-        let id =
-            self.atomically(|| self.insert_new(parent, name, kind, mode, uid, gid, target, m))?;
+        // The row, its (empty) staged copy and its folder's mtime, at once.
+        let id = self.atomically(|| {
+            let upper = kind == Kind::File;
+            self.db
+                .prepare_cached(
+                    "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, NULL, ?10, ?11)",
+                )?
+                .execute(params![
+                    parent,
+                    name,
+                    kind_code(kind),
+                    mode & 0o7777,
+                    uid,
+                    gid,
+                    m.0,
+                    m.1,
+                    target.len() as u64,
+                    upper,
+                    (kind == Kind::Symlink).then_some(target)
+                ])?;
+            let id = self.db.last_insert_rowid() as u64;
+            if upper {
+                let path = self.upper_path(id);
+                crate::private::create_file(&path).map_err(|e| Error::io(path.display(), e))?;
+            }
+            self.touch_dir(parent)?;
+            Ok(id)
+        })?;
         self.node(id)
-    }
-
-    /// The row of a new node, its (empty) staged copy, its folder's mtime.
-    #[allow(clippy::too_many_arguments)]
-    fn insert_new(
-        &self,
-        parent: u64,
-        name: &[u8],
-        kind: Kind,
-        mode: u32,
-        uid: u32,
-        gid: u32,
-        target: &[u8],
-        m: Mtime,
-    ) -> Result<u64> {
-        let upper = kind == Kind::File;
-        self.db
-            .prepare_cached(
-                "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, NULL, ?10, ?11)",
-            )?
-            .execute(params![
-                parent,
-                name,
-                kind_code(kind),
-                mode & 0o7777,
-                uid,
-                gid,
-                m.0,
-                m.1,
-                target.len() as u64,
-                upper,
-                (kind == Kind::Symlink).then_some(target)
-            ])?;
-        let id = self.db.last_insert_rowid() as u64;
-        if upper {
-            let path = self.upper_path(id);
-            crate::private::create_file(&path).map_err(|e| Error::io(path.display(), e))?;
-        }
-        self.touch_dir(parent)?;
-        Ok(id)
     }
 
     /// Removes a file or symlink (`dir == false`) or an empty directory.
