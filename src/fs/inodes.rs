@@ -49,6 +49,8 @@ type Place2 = u64;
 
 /// The folder "slot" of `versions/vN`.
 const ROOTS: u32 = u32::MAX;
+/// The folder "slot" of an entry whose folder the kernel had forgotten.
+const UNHELD: u32 = u32::MAX - 1;
 
 fn pack(folder_slot: u32, index: u32) -> Place2 {
     (folder_slot as u64) << 32 | index as u64
@@ -142,12 +144,17 @@ impl MountFs {
         let mut t = lock(&self.inodes);
         let folder = match place.0 {
             VERSIONS => ROOTS,
-            // (A folder forgotten meanwhile: a place of its own, unreachable.)
-            ino => t.slot(ino).map_or(ROOTS - 1, |s| s as u32),
+            ino => t.slot(ino).map_or(UNHELD, |s| s as u32),
         };
         let key = pack(folder, place.1 as u32);
-        let slot = match t.by_place.get(&key) {
-            Some(&slot) => slot,
+        // An entry of a folder forgotten meanwhile gets an inode of its own,
+        // never shared by place (its reads fail: the folder is gone).
+        let existing = match folder {
+            UNHELD => None,
+            _ => t.by_place.get(&key).copied(),
+        };
+        let slot = match existing {
+            Some(slot) => slot,
             None => {
                 let (kind, mode, tree) = match node {
                     Node::File { mode, .. } => (super::FileKind::File, *mode, None),
@@ -183,7 +190,9 @@ impl MountFs {
                         (t.slots.len() - 1) as u32
                     }
                 };
-                t.by_place.insert(key, slot);
+                if folder != UNHELD {
+                    t.by_place.insert(key, slot);
+                }
                 t.live += 1;
                 if let Some(f) = t
                     .slots

@@ -17,7 +17,7 @@ mod versions;
 
 use inodes::VersionInodes;
 use listings::Listings;
-use stored::StoredFile;
+use stored::{Origin, StoredFile};
 use versions::prefetch_trees;
 
 use crate::cache::chunks::ChunkCache;
@@ -459,11 +459,17 @@ impl MountFs {
 
     /// What an open handle reads, for error messages (version and path).
     pub fn describe(&self, fh: u64) -> String {
-        match lock(&self.handles).get(&fh) {
-            Some(Handle::Stored(f)) => f.path.clone(),
-            Some(Handle::Upper { node, .. }) => format!("staged file (node {node})"),
-            _ => format!("handle {fh}"),
-        }
+        // The version inode is taken out first: its path is not worked out
+        // under the handles' lock.
+        let version = match lock(&self.handles).get(&fh) {
+            Some(Handle::Stored(f)) => match &f.origin {
+                Origin::Version(ino) => *ino,
+                Origin::Said(s) => return s.clone(),
+            },
+            Some(Handle::Upper { node, .. }) => return format!("staged file (node {node})"),
+            _ => return format!("handle {fh}"),
+        };
+        format!("versions/{}", self.version_path(version))
     }
 
     /// Free space where staged data lives.

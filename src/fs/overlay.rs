@@ -1,7 +1,7 @@
 //! `staging/`: the writable overlay, as the kernel sees it (inode numbers
 //! are staging row ids with `STAGING_BIT`); `crate::staging` does the work.
 
-use super::stored::StoredFile;
+use super::stored::{Origin, StoredFile};
 use super::*;
 
 impl MountFs {
@@ -312,7 +312,7 @@ impl MountFs {
                 name_str(&n.name),
                 st.base_version()?
             );
-            let file = StoredFile::new(n.chunks.unwrap_or_default(), None, path);
+            let file = StoredFile::new(n.chunks.unwrap_or_default(), None, Origin::Said(path));
             let fh = self.add_handle(Handle::Stored(Arc::new(file)));
             return Ok(Opened {
                 fh,

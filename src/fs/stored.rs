@@ -18,12 +18,21 @@ pub(super) struct StoredFile {
     /// For a one-chunk file: the run of its directory's small files that
     /// holds it, so reading a folder of small files costs one read per run.
     pub(super) sibling_run: Option<Vec<BlobRef>>,
-    /// What it is, for messages (`versions/v3/a/b.csv`).
-    pub(super) path: String,
+    /// What it is, for messages.
+    pub(super) origin: Origin,
+}
+
+/// What a stored file is, told in messages only (so its path is worked out
+/// only when a message needs it, not on every open).
+pub(super) enum Origin {
+    /// A version inode: `versions/v3/a/b.csv`.
+    Version(u64),
+    /// Already said (a file of staging not written yet).
+    Said(String),
 }
 
 impl StoredFile {
-    pub(super) fn new(chunks: Vec<BlobRef>, siblings: Option<&Tree>, path: String) -> StoredFile {
+    pub(super) fn new(chunks: Vec<BlobRef>, siblings: Option<&Tree>, origin: Origin) -> StoredFile {
         let mut starts = Vec::with_capacity(chunks.len() + 1);
         let mut at = 0;
         starts.push(0);
@@ -61,7 +70,7 @@ impl StoredFile {
             starts,
             run_starts,
             sibling_run,
-            path,
+            origin,
         }
     }
 

@@ -1,6 +1,6 @@
 //! `versions/`: one read-only directory per version, served from trees.
 
-use super::stored::StoredFile;
+use super::stored::{Origin, StoredFile};
 use super::*;
 
 impl MountFs {
@@ -115,8 +115,7 @@ impl MountFs {
                     (Some(t), 1) => Some(self.version_tree(entry.version, ino, t)?),
                     _ => None,
                 };
-                let path = format!("versions/{}", self.version_path(ino));
-                let file = StoredFile::new(chunks, siblings.as_deref(), path);
+                let file = StoredFile::new(chunks, siblings.as_deref(), Origin::Version(ino));
                 let fh = self.add_handle(Handle::Stored(Arc::new(file)));
                 Ok(Opened {
                     fh,
