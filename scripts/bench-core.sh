@@ -18,17 +18,21 @@ bench_core() {
   cat "$mnt/versions/v1/$sample" >/dev/null
   for run in $(seq "$RUNS"); do
     head -c 2G /dev/urandom > "$mnt/staging/big-$run.bin"
-    python3 - "$mnt" "$sample" "$run" >> "$res" <<'PY'
+    python3 - "$mnt" "$sample" "$run" "$ROOT/cwork" >> "$res" <<'PY'
 import os, subprocess, sys, time
-mnt, sample, run = sys.argv[1:]
+mnt, sample, run, native = sys.argv[1:]
 commit = subprocess.Popen(["sh", "-c", f"echo 'big {run}' > {mnt}/.detafs/commit"])
-ls, read = [], []
+# Each through the mount, then the same on local disk, under the same load.
+ls, read, ls_n, read_n = [], [], [], []
+def timed(out, f):
+    t = time.perf_counter(); f(); out.append(time.perf_counter() - t)
+def cat(path):
+    with open(path, "rb") as f: f.read()
 while commit.poll() is None:
-    t = time.perf_counter(); subprocess.run(["ls", "-l", mnt], stdout=subprocess.DEVNULL, check=True)
-    ls.append(time.perf_counter() - t)
-    t = time.perf_counter()
-    with open(f"{mnt}/versions/v1/{sample}", "rb") as f: f.read()
-    read.append(time.perf_counter() - t)
+    timed(ls, lambda: subprocess.run(["ls", "-l", mnt], stdout=subprocess.DEVNULL, check=True))
+    timed(ls_n, lambda: subprocess.run(["ls", "-l", native], stdout=subprocess.DEVNULL, check=True))
+    timed(read, lambda: cat(f"{mnt}/versions/v1/{sample}"))
+    timed(read_n, lambda: cat(f"{native}/{sample}"))
     time.sleep(0.02)
 assert commit.wait() == 0, "the commit failed"
 # `ls` is a process start; measure one beside it, idle, to subtract nothing
@@ -38,6 +42,7 @@ for _ in range(20):
     t = time.perf_counter(); subprocess.run(["ls", "-l", "/"], stdout=subprocess.DEVNULL, check=True)
     idle.append(time.perf_counter() - t)
 print("ls", run, *ls); print("read", run, *read); print("idle", run, *idle)
+print("ls_n", run, *ls_n); print("read_n", run, *read_n)
 PY
     rm "$mnt/staging/big-$run.bin"; echo "drop big $run" > "$mnt/.detafs/commit"
   done
@@ -60,15 +65,17 @@ import statistics, sys
 rows = {}
 for l in open(sys.argv[1]):
     k, *v = l.split()
-    rows.setdefault(k, []).extend(float(x) for x in (v[1:] if k in ("ls", "read", "idle") else v))
+    rows.setdefault(k, []).extend(float(x) for x in (v[1:] if k in ("ls", "read", "idle", "ls_n", "read_n") else v))
 def dist(xs):
     xs = sorted(xs); q = lambda p: xs[min(len(xs) - 1, int(p * len(xs)))]
     return f"{len(xs)} samples: median {statistics.median(xs) * 1e3:.1f} ms, p90 {q(0.9) * 1e3:.1f} ms, p99 {q(0.99) * 1e3:.1f} ms, max {xs[-1] * 1e3:.1f} ms"
 print("| while a 2 GiB file is committed from staging | |")
 print("|---|---|")
 print(f"| `ls -l` of the mount root (a process each) | {dist(rows['ls'])} |")
+print(f"| `ls -l` of a local folder, same loop (the load's share) | {dist(rows['ls_n'])} |")
 print(f"| `ls -l /` beside it, idle (the cost of starting `ls`) | {dist(rows['idle'])} |")
 print(f"| read of a cached file under `versions/` | {dist(rows['read'])} |")
+print(f"| read of the same file on local disk, same loop | {dist(rows['read_n'])} |")
 print(f"| `.detafs/status` with 100,000 staged files in one folder | median {statistics.median(rows['status']):.2f} s ({len(rows['status'])} runs) |")
 print(f"| daemon peak RSS over all of this | {rows['rss'][0] / 1024:.0f} MiB |")
 PY

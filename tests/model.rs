@@ -53,3 +53,28 @@ proptest! {
         check(&ops);
     }
 }
+
+/// A commit's staged copies are removed in the background after it
+/// returns; files written again at once (copied up under the same names)
+/// must keep their new bytes, through a remount too.
+#[test]
+fn writes_right_after_a_commit_outlive_its_sweep() {
+    let env = Env::new_local();
+    let model = Model::new(&env);
+    let mut core = Core::open(&env);
+    let write = |i: usize, seed| Op::Write {
+        path: format!("c/f{i}"),
+        offset: 0,
+        len: 100,
+        seed,
+    };
+    let mut ops = vec![Op::Mkdir("c".into())];
+    ops.extend((0..3000).map(|i| write(i, 1)));
+    ops.push(Op::Commit);
+    ops.extend((0..3000).rev().map(|i| write(i, 2)));
+    ops.push(Op::Remount);
+    for op in &ops {
+        assert_eq!(core.apply(op), model.apply(op), "{op:?}");
+    }
+    assert_eq!(core.tree("staging", ""), model.tree());
+}

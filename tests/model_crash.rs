@@ -14,14 +14,13 @@ use proptest::prelude::*;
 use std::panic::AssertUnwindSafe;
 
 /// The durability steps of a commit of staging, in order.
-const STEPS: [&str; 7] = [
+const STEPS: [&str; 6] = [
     "staging-frozen",
     "pack-uploaded",
     "staging-pending",
     "before-record",
     "after-record",
     "staging-finished",
-    "staging-copies-removed",
 ];
 
 fn check(ops: &[(Op, Option<usize>)]) {

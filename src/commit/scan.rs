@@ -216,7 +216,7 @@ impl Scanner<'_> {
     pub fn chunk_prefix(&mut self, path: &Path, len: u64) -> Result<(Vec<BlobRef>, u64)> {
         let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
         let (mut chunks, mut size) = (Vec::new(), 0);
-        for chunk in chunker::chunks(std::io::Read::take(file, len)) {
+        for chunk in chunker::chunks(file, len) {
             let chunk = chunk.map_err(|e| Error::io(path.display(), e))?;
             size += chunk.len() as u64;
             self.progress.advance(chunk.len() as u64);

@@ -34,8 +34,10 @@ pub fn commit_staging<G: Deref<Target = Staging>>(
     progress: &dyn Progress,
 ) -> Result<Record> {
     meta.check()?;
+    let t = std::time::Instant::now();
     let records = repo.sync(meta.dataset)?;
     let frozen = staging()?.freeze(repo, &records)?;
+    tracing::debug!("commit: synced and frozen in {:?}", t.elapsed());
     fail::fail_point!("staging-frozen");
     let result = build_and_publish(repo, meta, &frozen, &staging, &open_writers, progress);
     let result = match result {
@@ -102,8 +104,14 @@ fn build_and_publish<G: Deref<Target = Staging>>(
         scanner: Scanner::new(repo, progress),
         read: Read::new(),
     };
+    let t = std::time::Instant::now();
     let ours = build.dir(frozen.root().id, "", 0)?;
     let Build { scanner, read, .. } = build;
+    tracing::debug!(
+        "commit: {} staged copies read and trees built in {:?}",
+        read.len(),
+        t.elapsed()
+    );
     // Staging that holds exactly its base version (edits undone, or a
     // killed commit adopted at open) has nothing to commit; its staged
     // copies become read-through files of that version, so status is
@@ -117,11 +125,15 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     }
     staging()?.set_pending(Some(&ours))?;
     fail::fail_point!("staging-pending");
+    let t = std::time::Instant::now();
     let record = publish(repo, meta, scanner, base, ours)?;
+    tracing::debug!("commit: v{} published in {:?}", record.version, t.elapsed());
     // The version is durable; bring staging to it. Failures from here on
     // leave staged data in place (it is in the version too).
+    let t = std::time::Instant::now();
     let st = staging()?;
     st.finish(repo, &ours, read, &record, &open_writers())?;
+    tracing::debug!("commit: staging finished in {:?}", t.elapsed());
     Ok(record)
 }
 

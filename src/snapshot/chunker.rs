@@ -10,14 +10,27 @@ pub const MIN_SIZE: usize = 16 * 1024;
 pub const AVG_SIZE: usize = 64 * 1024;
 pub const MAX_SIZE: usize = 256 * 1024;
 
-/// Splits a stream into chunks; memory use is bounded by `MAX_SIZE`.
-pub fn chunks<R: Read>(source: R) -> impl Iterator<Item = std::io::Result<Vec<u8>>> {
-    StreamCDC::new(source, MIN_SIZE, AVG_SIZE, MAX_SIZE).map(|r| {
-        r.map(|c| c.data).map_err(|e| match e {
-            fastcdc::v2020::Error::IoError(io) => io,
-            other => std::io::Error::other(other.to_string()),
-        })
-    })
+type Chunks<'a> = Box<dyn Iterator<Item = std::io::Result<Vec<u8>>> + 'a>;
+
+/// Splits the first `len` bytes of a stream (fewer if it ends first) into
+/// chunks; memory use is bounded by `MAX_SIZE`.
+pub fn chunks<'a, R: Read + 'a>(source: R, len: u64) -> Chunks<'a> {
+    let mut source = source.take(len);
+    if len < MIN_SIZE as u64 {
+        // One chunk at most: read it into a buffer of its size, not into
+        // the chunker's `MAX_SIZE` one (most files of a dataset are small).
+        let mut buf = Vec::with_capacity(len as usize);
+        let read = source.read_to_end(&mut buf).map(|_| buf);
+        return Box::new(std::iter::once(read).filter(|r| !matches!(r, Ok(b) if b.is_empty())));
+    }
+    Box::new(
+        StreamCDC::new(source, MIN_SIZE, AVG_SIZE, MAX_SIZE).map(|r| {
+            r.map(|c| c.data).map_err(|e| match e {
+                fastcdc::v2020::Error::IoError(io) => io,
+                other => std::io::Error::other(other.to_string()),
+            })
+        }),
+    )
 }
 
 #[cfg(test)]
@@ -40,7 +53,9 @@ mod tests {
     }
 
     fn ids(data: &[u8]) -> Vec<ObjectId> {
-        chunks(data).map(|c| ObjectId::of(&c.unwrap())).collect()
+        chunks(data, u64::MAX)
+            .map(|c| ObjectId::of(&c.unwrap()))
+            .collect()
     }
 
     proptest! {
@@ -48,7 +63,7 @@ mod tests {
         #[test]
         fn chunks_concatenate_to_input(len in 0usize..1_500_000, seed in any::<u64>()) {
             let data = pseudo_random(len, seed);
-            let parts: Vec<Vec<u8>> = chunks(&data[..]).map(|c| c.unwrap()).collect();
+            let parts: Vec<Vec<u8>> = chunks(&data[..], u64::MAX).map(|c| c.unwrap()).collect();
             for (i, p) in parts.iter().enumerate() {
                 prop_assert!(p.len() <= MAX_SIZE);
                 prop_assert!(i + 1 == parts.len() || p.len() >= MIN_SIZE);
@@ -58,13 +73,38 @@ mod tests {
     }
 
     #[test]
+    fn a_prefix_chunks_as_the_stream_of_its_bytes() {
+        let data = pseudo_random(4 * MIN_SIZE, 7);
+        for len in [
+            0,
+            1,
+            100,
+            MIN_SIZE - 1,
+            MIN_SIZE,
+            MIN_SIZE + 1,
+            3 * MIN_SIZE,
+        ] {
+            let prefix: Vec<Vec<u8>> = chunks(&data[..], len as u64).map(|c| c.unwrap()).collect();
+            let whole: Vec<Vec<u8>> = chunks(&data[..len], u64::MAX).map(|c| c.unwrap()).collect();
+            assert_eq!(prefix, whole, "{len}");
+        }
+        // A stream shorter than the prefix it is asked for ends the chunks.
+        assert_eq!(
+            chunks(&data[..10], 100)
+                .map(|c| c.unwrap())
+                .collect::<Vec<_>>(),
+            vec![data[..10].to_vec()]
+        );
+    }
+
+    #[test]
     fn middle_edit_changes_only_nearby_chunks() {
         let mut data = pseudo_random(8 << 20, 42);
         let before: HashSet<_> = ids(&data).into_iter().collect();
         let mid = data.len() / 2;
         data[mid..mid + (1 << 20)].fill(0xAB);
         let after = ids(&data);
-        let new_bytes: usize = chunks(&data[..])
+        let new_bytes: usize = chunks(&data[..], u64::MAX)
             .map(|c| c.unwrap())
             .filter(|c| !before.contains(&ObjectId::of(c)))
             .map(|c| c.len())

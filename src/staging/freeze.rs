@@ -110,10 +110,10 @@ impl Staging {
                 continue;
             }
             demoted.push(id);
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE nodes SET upper = 0, chunks = ?2, size = ?3, mtime_s = ?4, mtime_ns = ?5 WHERE id = ?1 AND upper = 1",
-                params![id, serde_json::to_vec(&chunks).expect("serializable"), size, mtime.0, mtime.1],
-            )?;
+            )?
+            .execute(params![id, serde_json::to_vec(&chunks).expect("serializable"), size, mtime.0, mtime.1])?;
         }
         // Versions that landed meanwhile were merged in: show their changes too.
         if record.tree.id != ours.id {
@@ -125,10 +125,7 @@ impl Staging {
         fail::fail_point!("staging-finished");
         // Staged copies go only once the rows that replace them are durable.
         self.sync()?;
-        for id in demoted {
-            let _ = std::fs::remove_file(self.upper_path(id));
-        }
-        fail::fail_point!("staging-copies-removed");
+        self.sweeper.sweep(demoted);
         self.end_commit();
         Ok(())
     }
@@ -142,9 +139,7 @@ impl Staging {
         };
         // Their rows' removal is durable before their data goes.
         if !doomed.is_empty() && self.sync().is_ok() {
-            for id in doomed {
-                let _ = std::fs::remove_file(self.upper_path(id));
-            }
+            self.sweeper.sweep(doomed);
         }
     }
 }

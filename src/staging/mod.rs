@@ -19,6 +19,7 @@ mod follow;
 mod freeze;
 mod row;
 mod status;
+mod sweep;
 mod writes;
 
 pub use freeze::{Frozen, Read};
@@ -65,6 +66,8 @@ pub struct Staging {
     /// While a commit runs: staged copies whose rows went meanwhile, kept
     /// for the commit to read and removed when it ends.
     deferred: RefCell<Option<Vec<u64>>>,
+    /// Dropped before the lock: no sweep outlives staging's owner.
+    sweeper: sweep::Sweeper,
     _lock: File,
 }
 
@@ -104,6 +107,7 @@ impl Staging {
             dataset: dataset.to_string(),
             writes: Arc::default(),
             deferred: RefCell::new(None),
+            sweeper: sweep::Sweeper::new(dir.join("data")),
             _lock: lock,
         };
         if st.get(ROOT)?.is_none() {
@@ -688,6 +692,7 @@ impl Staging {
         f.sync_all().map_err(|e| Error::io(tmp.display(), e))?;
         let t = filetime::FileTime::from_unix_time(n.mtime.0, n.mtime.1);
         filetime::set_file_mtime(&tmp, t).map_err(|e| Error::io(tmp.display(), e))?;
+        self.sweeper.claim(id);
         std::fs::rename(&tmp, &path).map_err(|e| Error::io(path.display(), e))?;
         // The copy's name is durable before the row says the data is local.
         sync_dir(&self.dir.join("data"))?;
