@@ -31,7 +31,7 @@ bench_s3() {
     python3 scripts/gen-dataset.py --edit "$ROOT/s3work" >/dev/null; sync
     m=$(mark); t=$(now); "$BIN" commit bench --from "$ROOT/s3work" -m v2 >/dev/null; v2=$(since "$t")
     puts2=$(count PutObject "$m")
-    read -r delta1 delta2 < <("$BIN" log bench --json | python3 -c 'import json,sys; l=json.load(sys.stdin); print(l[0]["delta_size"], l[1]["delta_size"])')
+    read -r delta1 delta2 < <("$BIN" log bench --json | python3 -c 'import json,sys; d={e["version"]: e["delta_size"] for e in json.load(sys.stdin)}; print(d[1], d[2])')
     # Only the 20,000 small files, as the first commit to a store of their own.
     local small; small=s3://$(new_bucket)/small
     small_host() { DETAFS_STORE=$small DETAFS_CACHE=$ROOT/s3cache-s "$BIN" "$@" >/dev/null; }

@@ -47,7 +47,7 @@ for run in $(seq "$RUNS"); do
   export_s=$(since "$t"); rss3=$(cat "$ROOT/rss3")
   /usr/bin/time -f "%M" -o "$ROOT/rss4" "$BIN" cat bench v1 big.bin | sha256sum >/dev/null
   rss4=$(cat "$ROOT/rss4")
-  delta=$("$BIN" log bench --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[1]["delta_size"])')
+  delta=$("$BIN" log bench --json | python3 -c 'import json,sys; print({e["version"]: e["delta_size"] for e in json.load(sys.stdin)}[2])')
   echo "$run $bytes $sha $v1 $rss $objects $same $changed $v2 $delta $rss2 $export_s $rss3 $rss4 $cp_s" | tee -a "$results" >&2
 done
 

@@ -1,7 +1,7 @@
 //! detafs: versioned datasets as content-addressed snapshots in an object store.
 //!
 //! Layers, top to bottom: `commit`, `read`, `verify`, `gc` (dataset operations)
-//! over `repo` (datasets, versions, tree loading) over `snapshot` (the model) and
+//! over `repo` and `tag` (datasets, versions, tags, tree loading) over `snapshot` (the model) and
 //! `cache` (local index and caches) over `store` (object_store).
 
 pub mod cache;
@@ -20,6 +20,7 @@ pub mod repo;
 pub mod snapshot;
 pub mod staging;
 pub mod store;
+pub mod tag;
 pub mod verify;
 
 pub use error::{Error, Result};

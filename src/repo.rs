@@ -33,6 +33,9 @@ pub struct Repo {
     pub state_key: String,
     /// Trees in memory, bounded by their total number of entries.
     trees: Mutex<WeighedLru<ObjectId, Arc<Tree>>>,
+    /// Tags read so far, by key (`tag.rs`; they never change); None for
+    /// one that does not decode.
+    pub(crate) tags: Mutex<std::collections::BTreeMap<String, Option<crate::tag::Tag>>>,
 }
 
 /// Local state belongs to one store: its id (from the marker, checked to be
@@ -137,6 +140,7 @@ impl Repo {
             state_dir: dir,
             state_key,
             trees: Mutex::new(WeighedLru::new(TREE_ENTRIES)),
+            tags: Mutex::default(),
         })
     }
 
@@ -214,28 +218,6 @@ impl Repo {
                 .insert_record(name, record.version, ObjectId::of(&bytes), &bytes)?;
         }
         self.index.latest_version(name)
-    }
-
-    /// Resolves `v3`, `3` or `latest`.
-    pub fn version(&self, name: &str, spec: &str) -> Result<Record> {
-        let records = self.sync(name)?;
-        let no_version = || Error::NoVersion {
-            dataset: name.to_string(),
-            version: spec.to_string(),
-        };
-        let found = if spec == "latest" {
-            records.last()
-        } else {
-            let n: u64 = spec
-                .strip_prefix('v')
-                .unwrap_or(spec)
-                .parse()
-                .map_err(|_| {
-                    Error::InvalidInput(format!("bad version {spec:?}: use v3, 3 or latest"))
-                })?;
-            records.iter().find(|r| r.version == n)
-        };
-        found.cloned().ok_or_else(no_version)
     }
 
     /// The node at `path` (slash-separated, relative) in a version's tree.

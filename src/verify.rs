@@ -185,7 +185,28 @@ impl Walker<'_> {
         });
     }
 
+    /// Each tag decodes and names a record of the store by its hash.
+    fn check_tags(&mut self, dataset: &str, records: &HashMap<u64, ObjectId>) -> Result<()> {
+        for listed in self.repo.store.list(&keys::tags(dataset), None)? {
+            let key = crate::escape::line(listed.key.as_bytes()).into_owned();
+            let Some(bytes) = self.repo.store.get(&listed.key)? else {
+                continue;
+            };
+            let detail = match crate::tag::Tag::decode(&bytes, &listed.key, dataset) {
+                Ok(t) if records.get(&t.version) == Some(&t.record) => continue,
+                Ok(t) => format!(
+                    "names v{}, but not the record of that version in the store",
+                    t.version
+                ),
+                Err(e) => e.to_string(),
+            };
+            self.chain_problem(key, detail);
+        }
+        Ok(())
+    }
+
     fn check_records(&mut self, dataset: &str) -> Result<()> {
+        let mut hashes = HashMap::new();
         let mut prev: Option<(u64, ObjectId)> = None;
         for listed in self.repo.store.list(&keys::records(dataset), None)? {
             // Keys are the store's: escaped wherever they are shown.
@@ -210,6 +231,7 @@ impl Walker<'_> {
                 Err(e) => return Err(e),
             };
             let hash = ObjectId::of(&bytes);
+            hashes.insert(n, hash);
             let expected = prev.map_or(1, |(v, _)| v + 1);
             if n != expected {
                 self.chain_problem(
@@ -268,7 +290,7 @@ impl Walker<'_> {
                 "known to this host but missing from the store".into(),
             );
         }
-        Ok(())
+        self.check_tags(dataset, &hashes)
     }
 
     /// Reads every chunk collected by `walk` with range reads of runs that

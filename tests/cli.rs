@@ -147,7 +147,12 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
             "no dataset named",
         ),
         (vec!["cat", "ds", "v9", "a.csv"], "has no version v9"),
-        (vec!["cat", "ds", "banana", "a.csv"], "bad version"),
+        (
+            vec!["cat", "ds", "banana", "a.csv"],
+            "has no version banana",
+        ),
+        (vec!["cat", "ds", "b@nana", "a.csv"], "bad version"),
+        (vec!["cat", "ds", "latest~x", "a.csv"], "bad version"),
         (
             vec!["cat", "ds", "v1", "missing.txt"],
             "missing.txt: no such file",

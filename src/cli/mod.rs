@@ -76,6 +76,16 @@ enum Command {
         #[arg(long)]
         author: Option<String>,
     },
+    /// Name a version (immutable: a tag never moves), or list the tags.
+    Tag {
+        /// Dataset name.
+        name: String,
+        /// The version to name: v3, 3, latest, latest~1, another tag.
+        #[arg(requires = "tag")]
+        version: Option<String>,
+        /// The new tag: letters, digits, '-', '_', '.'; not starting with 'v'.
+        tag: Option<String>,
+    },
     /// Show a dataset's history.
     Log {
         /// Dataset name.
@@ -159,6 +169,9 @@ enum Command {
         /// No staging/: versions only.
         #[arg(long)]
         read_only: bool,
+        /// Mount even on a folder that holds files (hidden while mounted).
+        #[arg(long)]
+        nonempty: bool,
         /// How often to look for versions committed elsewhere.
         #[arg(long, default_value = "2s")]
         poll_interval: humantime::Duration,
@@ -167,6 +180,23 @@ enum Command {
     Umount {
         /// Where it is mounted.
         mountpoint: PathBuf,
+    },
+    /// Discard staged changes: PATHs (default: all) become as in the version
+    /// staging is based on (through its mount if one is up).
+    Restore {
+        /// Dataset name.
+        name: String,
+        /// Paths inside the dataset, e.g. data/x.csv (default: everything).
+        paths: Vec<String>,
+    },
+    /// Make staged PATHs (default: all) as in VERSION, e.g. to commit a revert.
+    Checkout {
+        /// Dataset name.
+        name: String,
+        /// v3, 3, latest, a tag, each with ~N for N versions back.
+        version: String,
+        /// Paths inside the dataset (default: everything).
+        paths: Vec<String>,
     },
     /// Show staged changes of a dataset (like `git status --porcelain`).
     Status {
@@ -205,6 +235,13 @@ fn report(err: &anyhow::Error) -> String {
 
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Mount { .. }) {
+        // `detafs log | head` ends quietly, as other Unix tools do, rather
+        // than failing on a write to a closed pipe. (Not for a daemon: its
+        // sockets' errors are handled where they happen.)
+        // SAFETY: setting a signal's disposition to its default.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match execute(cli) {
         Ok(code) => code,
         Err(err) => {
@@ -311,6 +348,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             author,
         } => {
             let repo = open()?;
+            let author_given = author.is_some();
             let meta = CommitMeta {
                 dataset: &name,
                 message: &message,
@@ -323,11 +361,26 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     drop(pb);
                     record?
                 }
-                None => mount::commit_staging(&repo, &staging, &name, &meta)?,
+                None => mount::commit_staging(&repo, &staging, &name, &meta, author_given)?,
             };
             println!("v{}", record.version);
         }
         Command::Log { name, json } => show::log(&open()?, &name, json)?,
+        Command::Tag { name, version, tag } => {
+            let repo = open()?;
+            match (version, tag) {
+                (Some(version), Some(tag)) => {
+                    let t = repo.create_tag(&name, &version, &tag, &commit::current_user())?;
+                    println!("{} v{}", t.tag, t.version);
+                }
+                _ => {
+                    repo.check_dataset(&name)?;
+                    for t in repo.tags(&name)? {
+                        println!("{} v{}", t.tag, t.version);
+                    }
+                }
+            }
+        }
         Command::Ls {
             name,
             version,
@@ -415,6 +468,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             daemon,
             allow_other,
             read_only,
+            nonempty,
             poll_interval,
         } => {
             let args = mount::MountArgs {
@@ -423,12 +477,21 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 daemon,
                 allow_other,
                 read_only,
+                nonempty,
                 poll_interval: poll_interval.into(),
             };
             mount::tune_allocator();
             mount::mount(open()?, &staging, &args)?;
         }
         Command::Umount { mountpoint } => mount::umount(&mountpoint)?,
+        Command::Restore { name, paths } => {
+            mount::checkout(&open()?, &staging, &name, None, &paths)?;
+        }
+        Command::Checkout {
+            name,
+            version,
+            paths,
+        } => mount::checkout(&open()?, &staging, &name, Some(&version), &paths)?,
         Command::Status { name } => {
             for (tag, path) in mount::status(&open()?, &staging, &name)? {
                 println!("{tag} {path}");

@@ -9,7 +9,7 @@ use detafs::repo::Repo;
 use detafs::snapshot::Record;
 use detafs::staging::{Staging, staging_dir};
 use std::collections::HashSet;
-use std::io::Write;
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +24,7 @@ pub struct MountArgs {
     pub daemon: bool,
     pub allow_other: bool,
     pub read_only: bool,
+    pub nonempty: bool,
     pub poll_interval: Duration,
 }
 
@@ -71,12 +72,32 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
             mp.display()
         );
     }
-    let meta = std::fs::metadata(mp).with_context(|| format!("mount point {}", mp.display()))?;
+    let meta = match std::fs::metadata(mp) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "mount point {} does not exist: create it first (mkdir -p {})",
+            mp.display(),
+            mp.display()
+        ),
+        Err(e) => return Err(e).with_context(|| format!("mount point {}", mp.display())),
+    };
     if !meta.is_dir() {
         bail!("mount point {} is not a directory", mp.display());
     }
     if is_mounted(mp) {
         bail!("{} is already a mount point", mp.display());
+    }
+    // A mount over files hides them until it ends: only when asked for.
+    if !args.nonempty
+        && std::fs::read_dir(mp)
+            .with_context(|| format!("mount point {}", mp.display()))?
+            .next()
+            .is_some()
+    {
+        bail!(
+            "mount point {} is not empty: its files would be hidden while mounted (use an empty folder, or --nonempty)",
+            mp.display()
+        );
     }
     repo.check_dataset(&args.name)?;
     if !args.read_only {
@@ -202,6 +223,7 @@ pub fn commit_staging(
     staging_base: &Path,
     name: &str,
     meta: &CommitMeta,
+    author_given: bool,
 ) -> anyhow::Result<Record> {
     meta.check()?;
     repo.check_dataset(name)?;
@@ -218,7 +240,16 @@ pub fn commit_staging(
             let mp = std::fs::read_to_string(dir.join(MOUNT_FILE))
                 .map_err(|_| Error::StagingBusy(name.to_string()))?;
             let mp = PathBuf::from(mp);
+            if author_given {
+                return Err(Error::InvalidInput(format!(
+                    "--author cannot be set for a commit through the mount at {}: it records the user who commits",
+                    mp.display()
+                ))
+                .into());
+            }
+            // Read and write: the handle reads back the version its write made.
             let mut f = std::fs::OpenOptions::new()
+                .read(true)
                 .write(true)
                 .open(mp.join(".detafs/commit"))
                 .with_context(|| format!("cannot reach the mount at {}", mp.display()))?;
@@ -237,10 +268,87 @@ pub fn commit_staging(
                 }
                 .into());
             }
-            Ok(repo
-                .sync(name)?
-                .pop()
-                .expect("a version was just committed"))
+            let mut made = String::new();
+            f.seek(std::io::SeekFrom::Start(0))
+                .and_then(|_| f.read_to_string(&mut made))
+                .with_context(|| format!("cannot read back the commit at {}", mp.display()))?;
+            let version = serde_json::from_str::<serde_json::Value>(&made)
+                .ok()
+                .and_then(|e| e["version"].as_u64())
+                .with_context(|| {
+                    format!(
+                        "the mount at {} did not say which version it made",
+                        mp.display()
+                    )
+                })?;
+            repo.sync(name)?
+                .into_iter()
+                .find(|r| r.version == version)
+                .with_context(|| format!("v{version} is not in the store"))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `detafs restore` (`version` None: as the base version) and `detafs
+/// checkout`: staged `paths` (none: all) become as in that version; through
+/// the mount's control file when one is serving staging.
+pub fn checkout(
+    repo: &Repo,
+    staging_base: &Path,
+    name: &str,
+    version: Option<&str>,
+    paths: &[String],
+) -> anyhow::Result<()> {
+    repo.check_dataset(name)?;
+    let all = [".".to_string()];
+    let paths = if paths.is_empty() { &all[..] } else { paths };
+    let dir = staging_root(repo, staging_base, name)?;
+    match Staging::open(repo, &dir, name) {
+        Ok(st) => {
+            let names = paths
+                .iter()
+                .map(|p| detafs::staging::path_names(p))
+                .collect::<detafs::Result<Vec<_>>>()?;
+            let record = match version {
+                Some(spec) => repo.version(name, spec)?,
+                None => {
+                    let base = st.base_version()?;
+                    repo.sync(name)?
+                        .into_iter()
+                        .find(|r| r.version == base)
+                        .ok_or_else(|| {
+                            Error::InvalidInput("staging has no version to restore from".into())
+                        })?
+                }
+            };
+            Ok(st.checkout(repo, &record.tree, &names)?)
+        }
+        Err(Error::StagingBusy(_)) => {
+            let mp = PathBuf::from(
+                std::fs::read_to_string(dir.join(MOUNT_FILE))
+                    .map_err(|_| Error::StagingBusy(name.to_string()))?,
+            );
+            let (file, order) = match version {
+                Some(v) => ("checkout", format!("{v}\n{}\n", paths.join("\n"))),
+                None => ("restore", format!("{}\n", paths.join("\n"))),
+            };
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(mp.join(".detafs").join(file))
+                .with_context(|| format!("cannot reach the mount at {}", mp.display()))?;
+            f.write_all(order.as_bytes()).map_err(|e| {
+                let reason =
+                    std::fs::read_to_string(mp.join(".detafs/last-error")).unwrap_or_default();
+                anyhow::anyhow!(
+                    "{file} through the mount at {} failed: {}",
+                    mp.display(),
+                    match reason.trim() {
+                        "" => e.to_string(),
+                        r => r.to_string(),
+                    }
+                )
+            })
         }
         Err(e) => Err(e.into()),
     }

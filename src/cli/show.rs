@@ -18,14 +18,31 @@ fn human(bytes: u64) -> String {
 
 pub fn log(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<()> {
     let records = repo.sync(name)?;
+    let mut tags: std::collections::HashMap<u64, Vec<String>> = Default::default();
+    for t in repo.tags(name)? {
+        tags.entry(t.version).or_default().push(t.tag);
+    }
+    // Newest first, as text and as JSON (docs/cli.md names the fields).
     if as_json {
-        let rows: Vec<_> = records.iter().map(|r| r.log_entry()).collect();
+        let rows: Vec<_> = records
+            .iter()
+            .rev()
+            .map(|r| {
+                let mut e = r.log_entry();
+                e["tags"] = serde_json::json!(tags.get(&r.version).cloned().unwrap_or_default());
+                e
+            })
+            .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
     for r in records.iter().rev() {
+        let named = match tags.get(&r.version) {
+            Some(t) => format!(" ({})", t.join(", ")),
+            None => String::new(),
+        };
         println!(
-            "v{:<4} {}  {:<12} +{} ~{} -{}  {:>10}  {}",
+            "v{:<4} {}  {:<12} +{} ~{} -{}  {:>10}  {}{named}",
             r.version,
             r.time,
             line(r.author.as_bytes()),

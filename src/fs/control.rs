@@ -3,26 +3,45 @@
 
 use super::{Attr, DirEntry, FileKind, Handle, MountFs, Opened, lock};
 use crate::error::{Error, FsError, Result};
-use crate::snapshot::Mtime;
+use crate::snapshot::Record;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const COMMIT: u64 = 5;
 const STATUS: u64 = 6;
 const LOG: u64 = 7;
 const HEALTH: u64 = 8;
 const LAST_ERROR: u64 = 9;
+const LAST_COMMIT: u64 = 10;
+const RESTORE: u64 = 11;
+const CHECKOUT: u64 = 12;
 
-const FILES: [(&[u8], u64); 5] = [
+/// A control file's content when it was made for its size, and when.
+pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
+
+/// How long a control file's content, made for its size, is what an open
+/// reads.
+const SIZED_TEXT_LIFE: Duration = Duration::from_secs(1);
+
+const FILES: [(&[u8], u64); 8] = [
     (b"commit", COMMIT),
     (b"status", STATUS),
     (b"log", LOG),
     (b"health", HEALTH),
     (b"last-error", LAST_ERROR),
+    (b"last-commit", LAST_COMMIT),
+    (b"restore", RESTORE),
+    (b"checkout", CHECKOUT),
 ];
 
 pub(super) fn is_control(ino: u64) -> bool {
-    (COMMIT..=LAST_ERROR).contains(&ino)
+    (COMMIT..=CHECKOUT).contains(&ino)
+}
+
+/// Whether `ino`'s attributes need staging (its lock, which a commit
+/// holds at times): status's size is that of staging's changes.
+pub(super) fn needs_staging(ino: u64) -> bool {
+    ino == STATUS
 }
 
 pub(super) fn entries() -> Vec<DirEntry> {
@@ -37,57 +56,98 @@ pub(super) fn entries() -> Vec<DirEntry> {
 }
 
 pub(super) fn lookup(fs: &MountFs, name: &[u8]) -> Result<Attr> {
-    FILES
+    let (_, ino) = FILES
         .iter()
         .find(|(n, _)| *n == name)
-        .map(|(_, ino)| attr(fs, *ino))
-        .ok_or_else(|| super::not_found(name))
+        .ok_or_else(|| super::not_found(name))?;
+    attr(fs, *ino)
 }
 
-pub(super) fn attr(fs: &MountFs, ino: u64) -> Attr {
-    Attr {
+/// A control file's attributes. Its size is that of the content an open
+/// now would give, so tools that read as many bytes as `stat` says (pandas,
+/// DuckDB) get all of it; content is made again at each open.
+pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
+    let size = match ino {
+        COMMIT | RESTORE | CHECKOUT => 0,
+        _ => {
+            let text = Arc::new(content(fs, ino)?);
+            let size = text.len() as u64;
+            lock(&fs.control_texts).insert(ino, (Instant::now(), text));
+            size
+        }
+    };
+    let mtime = match ino {
+        LOG | LAST_COMMIT => fs.latest_time(),
+        _ => crate::staging::now(),
+    };
+    Ok(Attr {
         ino,
         kind: FileKind::File,
-        size: 0,
+        size,
         // Committing and the staged paths are the mount owner's alone; the
-        // history and health are for every reader of the mount.
+        // history and health are for every reader of the mount. The commit
+        // file reads back what its handle's last write committed.
         perm: match ino {
-            COMMIT => 0o200,
+            COMMIT => 0o600,
+            RESTORE | CHECKOUT => 0o200,
             STATUS | LAST_ERROR => 0o400,
             _ => 0o444,
         },
         nlink: 1,
         uid: fs.opts.uid,
         gid: fs.opts.gid,
-        mtime: Mtime(0, 0),
+        mtime,
         ttl: Duration::ZERO,
+    })
+}
+
+/// The content the lookup or `stat` just before this open sized, if it was
+/// just before; else made now. So `stat` and `read` agree (health's
+/// figures change from one second to the next).
+fn fresh_text(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
+    match lock(&fs.control_texts).remove(&ino) {
+        Some((at, text)) if at.elapsed() < SIZED_TEXT_LIFE => Ok(text),
+        _ => Ok(Arc::new(content(fs, ino)?)),
     }
+}
+
+fn content(fs: &MountFs, ino: u64) -> Result<Vec<u8>> {
+    Ok(match ino {
+        STATUS => status(fs)?,
+        LOG => log(fs),
+        HEALTH => health(fs),
+        LAST_ERROR => lock(&fs.last_error).clone().into_bytes(),
+        LAST_COMMIT => lock(&fs.last_commit).clone(),
+        _ => Vec::new(),
+    })
 }
 
 pub(super) fn open(fs: &MountFs, ino: u64, writing: bool, uid: u32) -> Result<Opened> {
     // The kernel checks the modes above (default_permissions); checked here
     // too, so the core holds without it.
-    if matches!(ino, COMMIT | STATUS | LAST_ERROR) && uid != fs.opts.uid && uid != 0 {
+    if matches!(ino, COMMIT | STATUS | LAST_ERROR | RESTORE | CHECKOUT)
+        && uid != fs.opts.uid
+        && uid != 0
+    {
         return Err(Error::fs(
             FsError::Denied,
-            "only the mount's owner may commit or see staged changes",
+            "only the mount's owner may commit, change or see staged changes",
         ));
     }
     let handle = match (ino, writing) {
-        (COMMIT, true) => Handle::Commit,
-        (COMMIT, false) => Handle::Text(Arc::new(vec![])),
+        (COMMIT, true) => Handle::Commit(Arc::default()),
+        (RESTORE | CHECKOUT, true) => Handle::Order(ino),
+        (RESTORE | CHECKOUT, false) => Handle::Text(Arc::default()),
         (_, true) => {
             return Err(Error::fs(
                 FsError::NotPermitted,
                 ".detafs/ files are read-only",
             ));
         }
-        (STATUS, _) => Handle::Text(Arc::new(status(fs)?)),
-        (LOG, _) => Handle::Text(Arc::new(log(fs)?)),
-        (HEALTH, _) => Handle::Text(Arc::new(health(fs))),
-        _ => Handle::Text(Arc::new(lock(&fs.last_error).clone().into_bytes())),
+        _ => Handle::Text(fresh_text(fs, ino)?),
     };
     Ok(Opened {
+        flush: matches!(handle, Handle::Commit(_)),
         fh: fs.add_handle(handle),
         keep_cache: false,
         direct_io: true,
@@ -95,21 +155,58 @@ pub(super) fn open(fs: &MountFs, ino: u64, writing: bool, uid: u32) -> Result<Op
 }
 
 /// `echo MESSAGE > .detafs/commit`: returns once the version is durable.
-pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32) -> Result<()> {
+pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32) -> Result<Record> {
     let message = String::from_utf8_lossy(data);
     match fs.commit_staging(&message, uid) {
         Ok(record) => {
             tracing::info!("committed v{} ({})", record.version, record.message);
             lock(&fs.last_error).clear();
-            Ok(())
+            *lock(&fs.last_commit) = log_line(&record);
+            Ok(record)
         }
-        Err(e) => {
-            tracing::warn!("commit failed: {e}");
-            // One line, whatever names the error quotes.
-            *lock(&fs.last_error) = format!("{}\n", crate::escape::line(e.to_string().as_bytes()));
-            Err(e)
-        }
+        Err(e) => failed(fs, e),
     }
+}
+
+/// A write to `.detafs/restore` (paths, one per line; `.` for all) or
+/// `.detafs/checkout` (a version, then paths; none for all): those paths of
+/// staging become as in the base version, or in that version.
+pub(super) fn order(fs: &MountFs, ino: u64, data: &[u8]) -> Result<()> {
+    let text =
+        std::str::from_utf8(data).map_err(|_| Error::InvalidInput("paths must be UTF-8".into()))?;
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let version = match ino {
+        CHECKOUT => Some(lines.next().ok_or_else(|| {
+            Error::InvalidInput("write a version, then the paths to check out (none: all)".into())
+        })?),
+        _ => None,
+    };
+    let mut paths: Vec<&str> = lines.collect();
+    if paths.is_empty() {
+        if ino == RESTORE {
+            return Err(Error::InvalidInput(
+                "write the paths to restore, one per line, or . for all".into(),
+            ));
+        }
+        paths.push(".");
+    }
+    fs.checkout(version, &paths).or_else(|e| failed(fs, e))
+}
+
+/// A commit (or restore) through the mount failed with `e`:
+/// `.detafs/last-error` says why.
+pub(super) fn failed<T>(fs: &MountFs, e: Error) -> Result<T> {
+    tracing::warn!("{e}");
+    // One line, whatever names the error quotes.
+    *lock(&fs.last_error) = format!("{}\n", crate::escape::line(e.to_string().as_bytes()));
+    Err(e)
+}
+
+/// A version's entry in `.detafs/log` and `.detafs/last-commit`: one JSON line.
+pub(super) fn log_line(record: &Record) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&record.log_entry()).expect("serializable");
+    line.push(b'\n');
+    line
 }
 
 fn status(fs: &MountFs) -> Result<Vec<u8>> {
@@ -122,14 +219,10 @@ fn status(fs: &MountFs) -> Result<Vec<u8>> {
     Ok(out.into_bytes())
 }
 
-fn log(fs: &MountFs) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    for r in fs.versions.read().unwrap_or_else(|p| p.into_inner()).iter() {
-        let line = r.log_entry();
-        out.extend(serde_json::to_vec(&line).expect("serializable"));
-        out.push(b'\n');
-    }
-    Ok(out)
+/// Oldest first, one JSON line per version, as a log file grows.
+fn log(fs: &MountFs) -> Vec<u8> {
+    let versions = fs.versions.read().unwrap_or_else(|p| p.into_inner());
+    versions.iter().flat_map(log_line).collect()
 }
 
 /// From what the store answered lately (the poll asks it every few

@@ -322,7 +322,7 @@ impl MountFs {
                 version,
                 node: Node::Dir {
                     mode: 0o555,
-                    mtime: Mtime(0, 0),
+                    mtime: self.commit_time(version),
                     tree,
                 },
                 parent_tree: None,

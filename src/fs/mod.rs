@@ -13,6 +13,7 @@ mod inodes;
 mod listings;
 mod overlay;
 mod stored;
+mod tags;
 mod versions;
 
 use inodes::VersionInodes;
@@ -92,6 +93,9 @@ pub struct Opened {
     pub keep_cache: bool,
     /// Generated on open (control files): bypass the page cache.
     pub direct_io: bool,
+    /// Its close may fail, so the kernel must tell it (FLUSH): a commit
+    /// handle never written to. Other closes cost no round trip.
+    pub flush: bool,
 }
 
 /// A directory listing with attributes, `.` and `..` first.
@@ -108,7 +112,11 @@ enum Handle {
         writable: bool,
     },
     Text(Arc<Vec<u8>>),
-    Commit,
+    /// `.detafs/commit` open for writing: what the last write committed
+    /// (its log entry), readable on the same handle; None until written.
+    Commit(Arc<Mutex<Option<Vec<u8>>>>),
+    /// `.detafs/restore` or `.detafs/checkout` open for writing (its inode).
+    Order(u64),
 }
 
 pub struct MountOptions {
@@ -120,6 +128,7 @@ pub struct MountFs {
     repo: Arc<Repo>,
     dataset: String,
     versions: RwLock<Vec<Record>>,
+    tags: RwLock<tags::TagTable>,
     inodes: Mutex<VersionInodes>,
     staging: Option<Mutex<Staging>>,
     /// Writes to staged copies, told to a commit without staging's lock.
@@ -131,6 +140,12 @@ pub struct MountFs {
     chunks: Arc<ChunkCache>,
     listings: Mutex<Listings>,
     last_error: Mutex<String>,
+    /// The log entry of the last commit made through this mount.
+    last_commit: Mutex<Vec<u8>>,
+    /// Control files' content as last sized, by inode (`control::attr`).
+    control_texts: Mutex<HashMap<u64, control::SizedText>>,
+    /// When the mount started: the time of its root and control folder.
+    started: Mtime,
     opts: MountOptions,
 }
 
@@ -193,10 +208,11 @@ impl MountFs {
             prefetch_trees(repo.clone(), latest.tree);
         }
         let chunks = ChunkCache::new(repo.clone(), CHUNK_CACHE_BYTES);
-        Ok(MountFs {
+        let fs = MountFs {
             repo,
             dataset: dataset.to_string(),
             versions: RwLock::new(versions),
+            tags: RwLock::default(),
             inodes: Mutex::new(VersionInodes::default()),
             writes: staging.as_ref().map(|s| s.writes()).unwrap_or_default(),
             staging: staging.map(Mutex::new),
@@ -206,8 +222,13 @@ impl MountFs {
             chunks,
             listings: Mutex::new(Listings::new(listings::LISTING_ENTRIES)),
             last_error: Mutex::new(String::new()),
+            last_commit: Mutex::new(Vec::new()),
+            control_texts: Mutex::default(),
+            started: staging::now(),
             opts,
-        })
+        };
+        fs.refresh_tags()?;
+        Ok(fs)
     }
 
     pub fn repo(&self) -> &Repo {
@@ -221,6 +242,7 @@ impl MountFs {
             let records = self.repo.index.records(&self.dataset)?;
             *self.versions.write().unwrap_or_else(|p| p.into_inner()) = records;
         }
+        self.refresh_tags()?;
         let latest = self
             .versions
             .read()
@@ -250,6 +272,18 @@ impl MountFs {
             .iter()
             .find(|r| r.version == version)
             .cloned()
+    }
+
+    /// When the newest version was committed (the mount's start if none):
+    /// the time of `versions/`, `latest` and the log.
+    fn latest_time(&self) -> Mtime {
+        let versions = self.versions.read().unwrap_or_else(|p| p.into_inner());
+        versions.last().map_or(self.started, Record::mtime)
+    }
+
+    /// When version `version` was committed: the time of `versions/vN`.
+    fn commit_time(&self, version: u64) -> Mtime {
+        self.record(version).map_or(Mtime(0, 0), |r| r.mtime())
     }
 
     fn dir_attr(&self, ino: u64, mtime: Mtime, ttl: Duration) -> Attr {
@@ -303,8 +337,8 @@ impl MountFs {
             return self.staging_getattr(ino);
         }
         match ino {
-            ROOT | CONTROL => Ok(self.dir_attr(ino, Mtime(0, 0), MUTABLE_TTL)),
-            VERSIONS => Ok(self.dir_attr(ino, Mtime(0, 0), MUTABLE_TTL)),
+            ROOT | CONTROL => Ok(self.dir_attr(ino, self.started, MUTABLE_TTL)),
+            VERSIONS => Ok(self.dir_attr(ino, self.latest_time(), MUTABLE_TTL)),
             LATEST => {
                 let target = format!("v{}", self.latest().ok_or_else(|| not_found(b"latest"))?);
                 Ok(Attr {
@@ -315,11 +349,12 @@ impl MountFs {
                     nlink: 1,
                     uid: self.opts.uid,
                     gid: self.opts.gid,
-                    mtime: Mtime(0, 0),
+                    mtime: self.latest_time(),
                     ttl: Duration::ZERO,
                 })
             }
-            i if control::is_control(i) => Ok(control::attr(self, i)),
+            i if control::is_control(i) => control::attr(self, i),
+            i if tags::is_tag(i) => self.tag_attr(i),
             _ => self.version_attr(ino),
         }
     }
@@ -367,9 +402,16 @@ impl MountFs {
             return false;
         }
         if ino < FIRST_VERSION_INO {
-            return true; // root, versions/, latest, .detafs/
+            // root, versions/, latest, .detafs/ and most of its files
+            return !control::needs_staging(ino);
         }
         self.version_in_memory(ino)
+    }
+
+    /// Whether opening `ino` needs only memory: a version's file whose
+    /// folder is in memory (control files compute their content when opened).
+    pub fn opens_from_memory(&self, ino: u64) -> bool {
+        !control::is_control(ino) && self.answers_from_memory(ino)
     }
 
     /// A directory's entries with their attributes (READDIRPLUS), so `ls -l`
@@ -392,6 +434,9 @@ impl MountFs {
             return Ok(
                 format!("v{}", self.latest().ok_or_else(|| not_found(b"latest"))?).into_bytes(),
             );
+        }
+        if tags::is_tag(ino) {
+            return self.tag_target(ino);
         }
         if is_staging(ino) {
             let n = self.staging()?.node(ino & !STAGING_BIT)?;
@@ -442,7 +487,8 @@ impl MountFs {
                 writable: *writable,
             },
             Some(Handle::Text(t)) => Handle::Text(t.clone()),
-            Some(Handle::Commit) => return Ok(vec![]),
+            Some(Handle::Commit(c)) => Handle::Text(Arc::new(lock(c).clone().unwrap_or_default())),
+            Some(Handle::Order(_)) => return Ok(vec![]),
             None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
         };
         match h {
@@ -453,8 +499,27 @@ impl MountFs {
                 let end = (start + size as usize).min(t.len());
                 Ok(t[start..end].to_vec())
             }
-            Handle::Commit | Handle::Dir(_) => Ok(vec![]),
+            Handle::Commit(_) | Handle::Order(_) | Handle::Dir(_) => Ok(vec![]),
         }
+    }
+
+    /// A close (FLUSH): only a commit handle never written to fails, so
+    /// `printf '' > .detafs/commit` is an error, not silence.
+    pub fn flush(&self, fh: u64) -> Result<()> {
+        let unwritten = match lock(&self.handles).get(&fh) {
+            Some(Handle::Commit(c)) => lock(c).is_none(),
+            _ => false,
+        };
+        if unwritten {
+            return control::failed(
+                self,
+                Error::InvalidInput(
+                    "empty commit message: nothing was committed (echo MESSAGE > .detafs/commit)"
+                        .into(),
+                ),
+            );
+        }
+        Ok(())
     }
 
     /// What an open handle reads, for error messages (version and path).

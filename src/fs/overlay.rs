@@ -176,7 +176,7 @@ impl MountFs {
         fh: Option<u64>,
     ) -> Result<Attr> {
         if control::is_control(ino) {
-            return Ok(control::attr(self, ino)); // `echo > commit` truncates first
+            return control::attr(self, ino); // `echo > commit` truncates first
         }
         if !is_staging(ino) {
             return Err(read_only());
@@ -318,6 +318,7 @@ impl MountFs {
                 fh,
                 keep_cache: false,
                 direct_io: false,
+                flush: false,
             });
         }
         let path = st.copy_up(&self.repo, id, !truncate)?;
@@ -337,22 +338,69 @@ impl MountFs {
             fh,
             keep_cache: false,
             direct_io: false,
+            flush: false,
         })
     }
 
+    /// Puts staged `paths` back as the base version (`version` None) or
+    /// version `version` has them (`detafs restore`, `detafs checkout`).
+    pub(super) fn checkout(&self, version: Option<&str>, paths: &[&str]) -> Result<()> {
+        let names = paths
+            .iter()
+            .map(|p| staging::path_names(p))
+            .collect::<Result<Vec<_>>>()?;
+        let st = self.staging()?;
+        let record = match version {
+            Some(spec) => self.repo.version(&self.dataset, spec)?,
+            None => {
+                let base = st.base_version()?;
+                self.record(base).ok_or_else(|| {
+                    Error::InvalidInput("staging has no version to restore from".into())
+                })?
+            }
+        };
+        st.checkout(&self.repo, &record.tree, &names)
+    }
+
+    /// A write to `.detafs/commit`: its message committed; the handle then
+    /// reads the new version's log entry (empty if the commit failed).
+    fn commit_write(
+        &self,
+        outcome: Arc<Mutex<Option<Vec<u8>>>>,
+        data: &[u8],
+        uid: u32,
+    ) -> Result<usize> {
+        let res = control::commit(self, data, uid);
+        *lock(&outcome) = Some(match &res {
+            Ok(record) => control::log_line(record),
+            Err(_) => Vec::new(),
+        });
+        res.map(|_| data.len())
+    }
+
     pub fn write(&self, fh: u64, offset: u64, data: &[u8], uid: u32) -> Result<usize> {
-        let (file, node) = match lock(&self.handles).get(&fh) {
+        enum Target {
+            Upper(Arc<File>, u64),
+            Commit(Arc<Mutex<Option<Vec<u8>>>>),
+            Order(u64),
+        }
+        // The handles' lock is let go before the write (or the commit) runs:
+        // those take staging's lock, under which the handles' is taken.
+        let target = match lock(&self.handles).get(&fh) {
             Some(Handle::Upper {
                 file,
                 node,
                 writable: true,
-            }) => (Some(file.clone()), *node),
-            Some(Handle::Commit) => (None, 0),
+            }) => Target::Upper(file.clone(), *node),
+            Some(Handle::Commit(c)) => Target::Commit(c.clone()),
+            Some(Handle::Order(ino)) => Target::Order(*ino),
             Some(_) => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
             None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
         };
-        let Some(file) = file else {
-            return control::commit(self, data, uid).map(|_| data.len());
+        let (file, node) = match target {
+            Target::Upper(file, node) => (file, node),
+            Target::Commit(c) => return self.commit_write(c, data, uid),
+            Target::Order(ino) => return control::order(self, ino, data).map(|_| data.len()),
         };
         let _writing = self.writes.begin(node, offset);
         file.write_all_at(data, offset)

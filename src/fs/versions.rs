@@ -21,7 +21,7 @@ impl MountFs {
             .ok_or_else(|| not_found(name))?;
         let node = Node::Dir {
             mode: 0o555,
-            mtime: Mtime(0, 0),
+            mtime: record.mtime(),
             tree: record.tree,
         };
         let place = (VERSIONS, record.version);
@@ -29,10 +29,13 @@ impl MountFs {
         Ok((self.version_attr(ino)?, record.tree))
     }
 
-    /// `versions/NAME`: `latest` or `vN`.
+    /// `versions/NAME`: `latest`, `vN` or a tag.
     pub(super) fn lookup_version(&self, name: &[u8]) -> Result<Attr> {
         if name == b"latest" && self.latest().is_some() {
             return self.getattr(LATEST);
+        }
+        if let Some(attr) = self.lookup_tag(name) {
+            return Ok(attr);
         }
         let (attr, tree) = self.version_root(name, true)?;
         // Someone is going into this version: load its trees ahead.
@@ -61,7 +64,7 @@ impl MountFs {
         self.version_attr(ino)
     }
 
-    /// `versions/`: `vN` for each version, then `latest`.
+    /// `versions/`: `vN` for each version, then `latest`, then the tags.
     pub(super) fn list_versions(&self) -> Result<Vec<DirEntry>> {
         let mut out = vec![];
         let versions: Vec<u64> = self
@@ -87,6 +90,7 @@ impl MountFs {
                 name: b"latest".to_vec(),
             });
         }
+        out.extend(self.list_tags());
         Ok(out)
     }
 
@@ -121,6 +125,7 @@ impl MountFs {
                     fh,
                     keep_cache: true,
                     direct_io: false,
+                    flush: false,
                 })
             }
             _ => Err(Error::fs(FsError::IsDir, format!("inode {ino}"))),

@@ -59,11 +59,11 @@ impl Fuse {
     /// Runs `op` right here when everything about `ino` is in memory (a
     /// thread hop costs more than the answer), else off this thread.
     fn dispatch(&self, ino: INodeNo, op: impl FnOnce(&MountFs) + Send + 'static) {
-        if self.fs.answers_from_memory(ino.0) {
-            op(&self.fs)
-        } else {
-            self.spawn(op)
-        }
+        self.here_if(self.fs.answers_from_memory(ino.0), op)
+    }
+
+    fn here_if(&self, here: bool, op: impl FnOnce(&MountFs) + Send + 'static) {
+        if here { op(&self.fs) } else { self.spawn(op) }
     }
 }
 
@@ -202,8 +202,15 @@ fn page<T>(listing: &[T], offset: u64, mut add: impl FnMut(u64, &T) -> bool) {
     }
 }
 
-fn open_flags(keep_cache: bool, direct_io: bool) -> FopenFlags {
-    let mut f = FopenFlags::empty();
+fn open_flags(o: &crate::fs::Opened) -> FopenFlags {
+    let (keep_cache, direct_io) = (o.keep_cache, o.direct_io);
+    // A close costs no FLUSH round trip unless it can fail (the kernel
+    // then counts on it; a mount without FLUSH at all would lose that).
+    let mut f = if o.flush {
+        FopenFlags::empty()
+    } else {
+        FopenFlags::FOPEN_NOFLUSH
+    };
     if keep_cache {
         f |= FopenFlags::FOPEN_KEEP_CACHE;
     }
@@ -385,10 +392,13 @@ impl Filesystem for Fuse {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let uid = req.uid();
-        self.spawn(move |fs| match fs.open(ino.0, flags.0, uid) {
-            Ok(o) => reply.opened(FileHandle(o.fh), open_flags(o.keep_cache, o.direct_io)),
+        let op = move |fs: &MountFs| match fs.open(ino.0, flags.0, uid) {
+            Ok(o) => reply.opened(FileHandle(o.fh), open_flags(&o)),
             Err(e) => reply.error(fail("open", &e)),
-        });
+        };
+        // A warm open costs one wake-up, not two: on a busy host each is
+        // a wait for a CPU (docs/benchmarks.md, issue 9).
+        self.here_if(self.fs.opens_from_memory(ino.0), op);
     }
 
     fn read(
@@ -431,14 +441,13 @@ impl Filesystem for Fuse {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Writes are written through, so a close has nothing to flush:
-        // ENOSYS once and the kernel stops sending FLUSH (one round trip
-        // less per file closed; docs/benchmarks.md says what one costs).
-        reply.error(Errno::ENOSYS);
+        // Only handles opened with `flush` get here (all others say
+        // FOPEN_NOFLUSH); the answer needs only memory.
+        empty(reply, self.fs.flush(fh.0), "close");
     }
 
     fn release(
@@ -600,7 +609,7 @@ impl Filesystem for Fuse {
                     &attr(&a),
                     Generation(0),
                     FileHandle(o.fh),
-                    open_flags(o.keep_cache, o.direct_io),
+                    open_flags(&o),
                 ),
                 Err(e) => reply.error(fail("create", &e)),
             },

@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::limits;
+use crate::snapshot::Mtime;
 use crate::store::FORMAT;
 use crate::store::pack::{self, BlobRef};
 use serde::{Deserialize, Serialize};
@@ -37,6 +38,11 @@ impl Record {
         let mut v = serde_json::to_vec_pretty(self).expect("serializable");
         v.push(b'\n');
         v
+    }
+
+    /// When it was committed (its time is checked when it is decoded).
+    pub fn mtime(&self) -> Mtime {
+        Mtime::of_rfc3339(&self.time)
     }
 
     /// The row `detafs log --json` and `.detafs/log` show (the seed's

@@ -12,6 +12,16 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mtime(pub i64, pub u32);
 
+impl Mtime {
+    /// An RFC 3339 time of a record or tag (the epoch if it is not one:
+    /// both are checked when decoded).
+    pub fn of_rfc3339(time: &str) -> Mtime {
+        let t = humantime::parse_rfc3339(time).unwrap_or(std::time::UNIX_EPOCH);
+        let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Mtime(d.as_secs() as i64, d.subsec_nanos())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Node {
     File {

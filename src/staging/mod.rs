@@ -17,12 +17,14 @@
 mod conflicts;
 mod follow;
 mod freeze;
+mod restore;
 mod row;
 mod status;
 mod sweep;
 mod writes;
 
 pub use freeze::{Frozen, Read};
+pub use restore::path_names;
 pub use row::{COLUMNS, Kind, SCHEMA, SNode, row};
 pub use writes::Writes;
 
@@ -66,6 +68,9 @@ pub struct Staging {
     /// While a commit runs: staged copies whose rows went meanwhile, kept
     /// for the commit to read and removed when it ends.
     deferred: RefCell<Option<Vec<u64>>>,
+    /// Staged copies dropped by a change not committed yet
+    /// (`dropping_after`).
+    dropping: RefCell<Option<Vec<u64>>>,
     /// Dropped before the lock: no sweep outlives staging's owner.
     sweeper: sweep::Sweeper,
     _lock: File,
@@ -107,6 +112,7 @@ impl Staging {
             dataset: dataset.to_string(),
             writes: Arc::default(),
             deferred: RefCell::new(None),
+            dropping: RefCell::new(None),
             sweeper: sweep::Sweeper::new(dir.join("data")),
             _lock: lock,
         };
@@ -544,15 +550,39 @@ impl Staging {
             todo.extend(self.rows_under(n.id)?);
             self.db.execute("DELETE FROM nodes WHERE id = ?1", [n.id])?;
             if n.upper {
-                match self.deferred.borrow_mut().as_mut() {
-                    Some(kept) => kept.push(n.id),
-                    None => {
-                        let _ = std::fs::remove_file(self.upper_path(n.id));
-                    }
-                }
+                self.drop_copy(n.id);
             }
         }
         Ok(())
+    }
+
+    /// Row `id` no longer has a staged copy: its file goes (once a running
+    /// commit, which may be reading it, ends).
+    fn drop_copy(&self, id: u64) {
+        if let Some(later) = self.dropping.borrow_mut().as_mut() {
+            later.push(id);
+            return;
+        }
+        match self.deferred.borrow_mut().as_mut() {
+            Some(kept) => kept.push(id),
+            None => {
+                let _ = std::fs::remove_file(self.upper_path(id));
+            }
+        }
+    }
+
+    /// Runs `op` in one transaction; staged copies it drops go only once it
+    /// committed (a failed one keeps them, as it keeps their rows).
+    fn dropping_after<T>(&self, op: impl FnOnce() -> Result<T>) -> Result<T> {
+        *self.dropping.borrow_mut() = Some(Vec::new());
+        let res = self.atomically(op);
+        let dropped = self.dropping.borrow_mut().take().unwrap_or_default();
+        if res.is_ok() {
+            for id in dropped {
+                self.drop_copy(id);
+            }
+        }
+        res
     }
 
     pub fn rename(

@@ -2,10 +2,12 @@
 //! `detafs status`): linear in the rows staging holds, never expanding a
 //! folder it has not touched.
 
-use super::{Kind, ROOT, Staging, by_name, too_deep};
+use super::{Kind, ROOT, SNode, Staging, by_name, too_deep};
 use crate::error::{Error, Result};
+use crate::id::ObjectId;
 use crate::limits;
 use crate::repo::Repo;
+use crate::snapshot::chunker;
 use crate::snapshot::diff::{self, ChangeKind, TreeSource};
 use crate::snapshot::{Node, Tree};
 use crate::store::pack::BlobRef;
@@ -118,6 +120,7 @@ impl Staging {
                     }
                     let same = match (old, r.as_version_node()) {
                         (Some(o), Some(n)) => o.same(&n),
+                        (Some(o), None) => self.holds(r, o),
                         _ => false,
                     };
                     if !same {
@@ -144,6 +147,34 @@ impl Staging {
             }
         }
         Ok(out)
+    }
+}
+
+impl Staging {
+    /// Whether staged copy `r` holds exactly `old` (mode, mtime, bytes),
+    /// as a commit would find: a file put back as it was is not a change.
+    /// Its bytes are hashed only when the rest already agrees.
+    fn holds(&self, r: &SNode, old: &Node) -> bool {
+        let Node::File {
+            mode,
+            mtime,
+            size,
+            chunks,
+        } = old
+        else {
+            return false;
+        };
+        if r.mode != *mode || self.size_and_mtime(r) != (*size, *mtime) {
+            return false;
+        }
+        let Ok(file) = std::fs::File::open(self.upper_path(r.id)) else {
+            return false;
+        };
+        let mut ids = chunker::chunks(file, *size).map(|c| c.map(|c| ObjectId::of(&c)));
+        chunks
+            .iter()
+            .all(|c| ids.next().is_some_and(|id| id.is_ok_and(|id| id == c.id)))
+            && ids.next().is_none()
     }
 }
 

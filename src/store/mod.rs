@@ -89,6 +89,16 @@ pub mod keys {
         }
         digits.parse().ok().filter(|&n| n > 0)
     }
+    pub fn tags(name: &str) -> String {
+        format!("datasets/{name}/tags/")
+    }
+    pub fn tag(name: &str, tag: &str) -> String {
+        format!("datasets/{name}/tags/{tag}.json")
+    }
+    /// The tag a key names, if `key` is a tag key of dataset `name`.
+    pub fn tag_name<'k>(name: &str, key: &'k str) -> Option<&'k str> {
+        key.strip_prefix(&tags(name))?.strip_suffix(".json")
+    }
     pub const PACKS: &str = "packs/";
     pub fn pack(id: &ObjectId) -> String {
         let hex = id.to_hex();

@@ -186,8 +186,12 @@ impl Env {
         c
     }
 
+    /// The log oldest first (`log --json` lists newest first).
     pub fn log(&self) -> Vec<serde_json::Value> {
-        serde_json::from_str(&self.ok(&["log", "ds", "--json"])).unwrap()
+        let mut log: Vec<serde_json::Value> =
+            serde_json::from_str(&self.ok(&["log", "ds", "--json"])).unwrap();
+        log.reverse();
+        log
     }
 }
 
@@ -344,7 +348,8 @@ impl Drop for Mount<'_> {
             .arg("-uz")
             .arg(&self.dir)
             .output();
-        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        // Gone, with its lock on staging, before the test goes on.
+        self.kill();
     }
 }
 

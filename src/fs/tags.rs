@@ -1,0 +1,96 @@
+//! `versions/TAG`: a symlink to `vN` for each tag of the dataset. Tags never
+//! move or go, so each keeps the inode it got when first seen.
+
+use super::*;
+
+/// Tags' inodes: below versions' (`FIRST_VERSION_INO`), above the fixed ones.
+const FIRST_TAG_INO: u64 = 1 << 16;
+/// Tags a mount shows; more are left out (and logged).
+const MAX_TAGS: usize = (FIRST_VERSION_INO - FIRST_TAG_INO) as usize;
+
+/// Tags seen so far, in the order seen (index = inode - FIRST_TAG_INO).
+#[derive(Default)]
+pub(super) struct TagTable {
+    tags: Vec<(String, u64, Mtime)>,
+    by_name: HashMap<String, usize>,
+}
+
+pub(super) fn is_tag(ino: u64) -> bool {
+    (FIRST_TAG_INO..FIRST_VERSION_INO).contains(&ino)
+}
+
+impl MountFs {
+    /// Reads tags made elsewhere (one listing of the store; bodies once).
+    pub(super) fn refresh_tags(&self) -> Result<()> {
+        let tags = self.repo.tags(&self.dataset)?;
+        let mut table = self.tags.write().unwrap_or_else(|p| p.into_inner());
+        for t in tags {
+            if table.by_name.contains_key(&t.tag) {
+                continue;
+            }
+            if table.tags.len() >= MAX_TAGS {
+                tracing::warn!(
+                    "{} has more than {MAX_TAGS} tags; versions/ shows the first",
+                    self.dataset
+                );
+                break;
+            }
+            let index = table.tags.len();
+            table.by_name.insert(t.tag.clone(), index);
+            table
+                .tags
+                .push((t.tag, t.version, Mtime::of_rfc3339(&t.time)));
+        }
+        Ok(())
+    }
+
+    fn tag_at(&self, ino: u64) -> Option<(String, u64, Mtime)> {
+        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
+        table.tags.get((ino - FIRST_TAG_INO) as usize).cloned()
+    }
+
+    /// The symlink `versions/TAG`, if there is such a tag.
+    pub(super) fn lookup_tag(&self, name: &[u8]) -> Option<Attr> {
+        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
+        let index = *table.by_name.get(std::str::from_utf8(name).ok()?)?;
+        drop(table);
+        self.tag_attr(FIRST_TAG_INO + index as u64).ok()
+    }
+
+    pub(super) fn tag_attr(&self, ino: u64) -> Result<Attr> {
+        let (_, version, mtime) = self.tag_at(ino).ok_or_else(|| not_found(b"tag"))?;
+        Ok(Attr {
+            ino,
+            kind: FileKind::Symlink,
+            size: format!("v{version}").len() as u64,
+            perm: 0o777,
+            nlink: 1,
+            uid: self.opts.uid,
+            gid: self.opts.gid,
+            mtime,
+            ttl: IMMUTABLE_TTL,
+        })
+    }
+
+    pub(super) fn tag_target(&self, ino: u64) -> Result<Vec<u8>> {
+        let (_, version, _) = self.tag_at(ino).ok_or_else(|| not_found(b"tag"))?;
+        Ok(format!("v{version}").into_bytes())
+    }
+
+    /// `versions/`' entries for tags, by name.
+    pub(super) fn list_tags(&self) -> Vec<DirEntry> {
+        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<DirEntry> = table
+            .tags
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _, _))| DirEntry {
+                ino: FIRST_TAG_INO + i as u64,
+                kind: FileKind::Symlink,
+                name: name.clone().into_bytes(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}

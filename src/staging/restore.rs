@@ -1,0 +1,190 @@
+//! Putting staged paths back as a version has them: `detafs restore`
+//! (discard changes: as the base version) and `detafs checkout` (as any
+//! version, to commit a revert). Staging's base stays; status then shows
+//! what differs from it.
+
+use super::{Kind, ROOT, Staging};
+use crate::error::{Error, FsError, Result};
+use crate::limits;
+use crate::repo::Repo;
+use crate::snapshot::Node;
+use crate::store::pack::BlobRef;
+use rusqlite::params;
+
+fn kind_of(node: &Node) -> Kind {
+    match node {
+        Node::File { .. } => Kind::File,
+        Node::Dir { .. } => Kind::Dir,
+        Node::Symlink { .. } => Kind::Symlink,
+    }
+}
+
+/// A path as the user gave it (`data/x.csv`, `./data/`, `/data`): its
+/// names; empty for the whole dataset (`.` or `/`).
+pub fn path_names(path: &str) -> Result<Vec<Vec<u8>>> {
+    let names: Vec<Vec<u8>> = path
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .map(|p| p.as_bytes().to_vec())
+        .collect();
+    if names.iter().any(|n| n == b"..") {
+        return Err(Error::InvalidInput(format!(
+            "bad path {path:?}: '..' is not allowed"
+        )));
+    }
+    if names.len() > limits::MAX_DEPTH {
+        return Err(Error::InvalidInput(format!("path {path:?} is too deep")));
+    }
+    Ok(names)
+}
+
+impl Staging {
+    /// Makes each of `paths` (each a list of names; an empty one is the
+    /// whole dataset) hold what `source` (a version's root tree) holds
+    /// there: its content, or nothing if it has none. All or nothing.
+    pub fn checkout(&self, repo: &Repo, source: &BlobRef, paths: &[Vec<Vec<u8>>]) -> Result<()> {
+        // Like any change during a commit (it is a batch of removes and
+        // creates): the commit keeps what it froze, staging keeps this.
+        // Every path is looked up first: a bad one changes nothing.
+        let mut wanted = Vec::new();
+        for names in paths {
+            let path = names.join(&b'/');
+            let node = repo.lookup(source, &path)?;
+            if node.is_none() && !names.is_empty() && self.find(repo, names)?.is_none() {
+                return Err(Error::fs(
+                    FsError::NotFound,
+                    format!(
+                        "{} is neither staged nor in that version",
+                        crate::escape::line(&path)
+                    ),
+                ));
+            }
+            wanted.push((names, node));
+        }
+        self.dropping_after(|| {
+            for (names, node) in &wanted {
+                match names.split_last() {
+                    None => self.checkout_root(source)?,
+                    Some((name, dirs)) => {
+                        let parent = self.make_dirs(repo, source, dirs)?;
+                        match (self.lookup(repo, parent, name)?, node) {
+                            // Same kind: the row (the inode the kernel knows) stays.
+                            (Some(old), Some(node)) if old.kind == kind_of(node) => {
+                                self.replace(&old, node)?;
+                            }
+                            (old, node) => {
+                                if let Some(old) = old {
+                                    self.delete_subtree(&old)?;
+                                }
+                                if let Some(node) = node {
+                                    let p = self.node(parent)?;
+                                    self.insert_version_node(parent, name, node, p.uid, p.gid)?;
+                                }
+                            }
+                        }
+                        self.changed(parent)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Staging's whole tree becomes `source`'s (unexpanded, like a fresh one).
+    fn checkout_root(&self, source: &BlobRef) -> Result<()> {
+        let root = self.node(ROOT)?;
+        self.replace_dir(&root, source, root.mode, root.mtime)
+    }
+
+    /// Row `old` takes version node `node`'s content, of the same kind.
+    fn replace(&self, old: &super::SNode, node: &Node) -> Result<()> {
+        match node {
+            Node::Dir { mode, mtime, tree } => self.replace_dir(old, tree, *mode, *mtime),
+            Node::File {
+                mode,
+                mtime,
+                size,
+                chunks,
+            } => {
+                self.db.execute(
+                    "UPDATE nodes SET upper = 0, chunks = ?2, size = ?3, mode = ?4, mtime_s = ?5, mtime_ns = ?6 WHERE id = ?1",
+                    params![old.id, serde_json::to_vec(chunks).expect("serializable"), size, mode, mtime.0, mtime.1],
+                )?;
+                if old.upper {
+                    self.drop_copy(old.id);
+                }
+                Ok(())
+            }
+            Node::Symlink { mtime, target } => {
+                self.db.execute(
+                    "UPDATE nodes SET target = ?2, size = ?3, mtime_s = ?4, mtime_ns = ?5 WHERE id = ?1",
+                    params![old.id, target, target.len() as u64, mtime.0, mtime.1],
+                )?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Folder `dir` stands for version subtree `tree` again (unexpanded).
+    fn replace_dir(
+        &self,
+        dir: &super::SNode,
+        tree: &BlobRef,
+        mode: u32,
+        mtime: crate::snapshot::Mtime,
+    ) -> Result<()> {
+        for child in self.rows_under(dir.id)? {
+            self.delete_subtree(&child)?;
+        }
+        self.db.execute(
+            "UPDATE nodes SET tree = ?2, was = NULL, mode = ?3, mtime_s = ?4, mtime_ns = ?5 WHERE id = ?1",
+            params![dir.id, serde_json::to_vec(tree).expect("serializable"), mode, mtime.0, mtime.1],
+        )?;
+        Ok(())
+    }
+
+    /// The staged node at `names`, if there is one.
+    fn find(&self, repo: &Repo, names: &[Vec<u8>]) -> Result<Option<super::SNode>> {
+        let mut node = self.node(ROOT)?;
+        for name in names {
+            if node.kind != Kind::Dir {
+                return Ok(None);
+            }
+            match self.lookup(repo, node.id, name)? {
+                Some(n) => node = n,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(node))
+    }
+
+    /// The staged folder at `dirs`, made (empty, with the version's mode
+    /// and time) where staging has none; a file in the way is replaced.
+    fn make_dirs(&self, repo: &Repo, source: &BlobRef, dirs: &[Vec<u8>]) -> Result<u64> {
+        let mut id = ROOT;
+        for (i, name) in dirs.iter().enumerate() {
+            match self.lookup(repo, id, name)? {
+                Some(n) if n.kind == Kind::Dir => id = n.id,
+                existing => {
+                    if let Some(n) = existing {
+                        self.delete_subtree(&n)?;
+                    }
+                    let at = dirs[..=i].join(&b'/');
+                    let (mode, mtime) = match repo.lookup(source, &at)? {
+                        Some(Node::Dir { mode, mtime, .. }) => (mode, mtime),
+                        _ => (0o755, super::now()),
+                    };
+                    let p = self.node(id)?;
+                    self.db.execute(
+                        "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, NULL, NULL, 0, NULL)",
+                        params![id, name, super::row::kind_code(Kind::Dir), mode, p.uid, p.gid, mtime.0, mtime.1],
+                    )?;
+                    self.changed(id)?;
+                    id = self.db.last_insert_rowid() as u64;
+                }
+            }
+        }
+        Ok(id)
+    }
+}

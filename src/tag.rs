@@ -1,0 +1,232 @@
+//! Tags: immutable names for versions (`2024-q1`), created like records
+//! with a conditional create, so two hosts tagging at once cannot both win.
+//! A tag carries the hash of the record it names: it cannot come to mean
+//! another version. Version specs (`latest~1`, `v3`, `TAG~2`) resolve here.
+
+use crate::error::{Error, Result};
+use crate::id::ObjectId;
+use crate::limits;
+use crate::repo::Repo;
+use crate::snapshot::Record;
+use crate::store::keys;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tag {
+    pub dataset: String,
+    pub tag: String,
+    pub version: u64,
+    /// SHA-256 of the tagged record's stored bytes.
+    pub record: ObjectId,
+    /// RFC 3339, UTC.
+    pub time: String,
+    pub author: String,
+    /// Random: makes each body unique, as a conditional create needs
+    /// (`Store::put_create`).
+    pub nonce: String,
+}
+
+/// A tag name: letters, digits, '-', '_', '.', up to 100 bytes; not
+/// `latest`, not a version (`3`, `v3`: nothing that starts with `v`, so the
+/// glob `versions/v*` matches versions only), not starting with '.' or '-'.
+pub fn validate(tag: &str) -> Result<()> {
+    let ok = !tag.is_empty()
+        && tag.len() <= 100
+        && tag != "latest"
+        && !tag.starts_with(['.', '-', 'v'])
+        && !tag.bytes().all(|b| b.is_ascii_digit())
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput(format!(
+            "invalid tag {tag:?}: use letters, digits, '-', '_' and '.'; not starting with 'v', '.' or '-', not all digits, not \"latest\""
+        )))
+    }
+}
+
+impl Tag {
+    pub(crate) fn decode(bytes: &[u8], key: &str, dataset: &str) -> Result<Tag> {
+        if bytes.len() as u64 > limits::MAX_SMALL_OBJECT {
+            return Err(Error::malformed(key, "too large for a tag"));
+        }
+        let t: Tag =
+            serde_json::from_slice(bytes).map_err(|e| Error::malformed(key, e.to_string()))?;
+        if t.dataset != dataset
+            || keys::tag(dataset, &t.tag) != key
+            || validate(&t.tag).is_err()
+            || humantime::parse_rfc3339(&t.time).is_err()
+        {
+            return Err(Error::malformed(key, "tag does not match its key"));
+        }
+        Ok(t)
+    }
+}
+
+impl Repo {
+    /// The dataset's tags of versions synced so far, by name. Bodies are
+    /// read once per process: tags never change.
+    pub fn tags(&self, dataset: &str) -> Result<Vec<Tag>> {
+        let listed = self.store.list(&keys::tags(dataset), None)?;
+        let mut known = self.tags.lock().unwrap_or_else(|p| p.into_inner());
+        let missing: Vec<String> = listed
+            .into_iter()
+            .map(|l| l.key)
+            .filter(|k| keys::tag_name(dataset, k).is_some() && !known.contains_key(k))
+            .collect();
+        for (key, bytes) in missing.iter().zip(self.store.get_many(&missing)?) {
+            if let Some(bytes) = bytes {
+                // A damaged tag names nothing (`verify` reports it); said once.
+                let tag = Tag::decode(&bytes, key, dataset)
+                    .inspect_err(|e| tracing::warn!("ignoring a tag: {e}"))
+                    .ok();
+                known.insert(key.clone(), tag);
+            }
+        }
+        // A tag names its record by hash: one that names another record
+        // of that version is forged or damaged (dropped, said once); one of a
+        // version not synced yet waits for it.
+        let prefix = keys::tags(dataset);
+        let mut tags = Vec::new();
+        for (key, slot) in known.range_mut(prefix.clone()..) {
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            let Some(t) = slot else { continue };
+            match self.index.record_hash(dataset, t.version)? {
+                Some(h) if h == t.record => tags.push(t.clone()),
+                Some(_) => {
+                    tracing::warn!(
+                        "ignoring tag {key}: it does not name the record of v{}",
+                        t.version
+                    );
+                    *slot = None;
+                }
+                None => {}
+            }
+        }
+        Ok(tags)
+    }
+
+    /// Names version `spec` of `dataset` `tag`; refused if the tag exists.
+    pub fn create_tag(&self, dataset: &str, spec: &str, tag: &str, author: &str) -> Result<Tag> {
+        validate(tag)?;
+        self.check_store(false)?;
+        let record = self.version(dataset, spec)?;
+        let hash = self
+            .index
+            .record_hash(dataset, record.version)?
+            .ok_or_else(|| Error::InvalidInput(format!("v{} is not indexed", record.version)))?;
+        let t = Tag {
+            dataset: dataset.to_string(),
+            tag: tag.to_string(),
+            version: record.version,
+            record: hash,
+            time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            author: author.to_string(),
+            nonce: hex::encode(rand::random::<[u8; 16]>()),
+        };
+        let mut body = serde_json::to_vec_pretty(&t).expect("serializable");
+        body.push(b'\n');
+        if !self
+            .store
+            .put_create(&keys::tag(dataset, tag), body.into())?
+        {
+            let existing = self.tags(dataset)?.into_iter().find(|x| x.tag == tag);
+            return Err(Error::InvalidInput(match existing {
+                Some(x) => format!("tag {tag} already names v{} (tags never move)", x.version),
+                None => format!("tag {tag} already exists"),
+            }));
+        }
+        Ok(t)
+    }
+
+    /// Resolves a version spec: `latest`, `v3`, `3` or a tag, each
+    /// optionally followed by `~N` (N versions before it).
+    pub fn version(&self, dataset: &str, spec: &str) -> Result<Record> {
+        let records = self.sync(dataset)?;
+        let no_version = || Error::NoVersion {
+            dataset: dataset.to_string(),
+            version: spec.to_string(),
+        };
+        let (base, back) = match spec.split_once('~') {
+            Some((base, n)) => (
+                base,
+                n.parse::<u64>().map_err(|_| {
+                    Error::InvalidInput(format!(
+                        "bad version {spec:?}: after '~' comes a number of versions back"
+                    ))
+                })?,
+            ),
+            None => (spec, 0),
+        };
+        let number = if base == "latest" {
+            records.last().map(|r| r.version)
+        } else if let Some(n) = number_of(base) {
+            Some(n)
+        } else if validate(base).is_ok() {
+            let tag = self.tags(dataset)?.into_iter().find(|t| t.tag == base);
+            match tag {
+                Some(t) => Some(t.version),
+                None => return Err(no_version()),
+            }
+        } else {
+            return Err(Error::InvalidInput(format!(
+                "bad version {spec:?}: use v3, 3, latest or a tag, optionally with ~N (latest~1)"
+            )));
+        };
+        number
+            .and_then(|n| n.checked_sub(back))
+            .and_then(|n| records.iter().find(|r| r.version == n))
+            .cloned()
+            .ok_or_else(no_version)
+    }
+}
+
+/// `v3` or `3`.
+fn number_of(spec: &str) -> Option<u64> {
+    let digits = spec.strip_prefix('v').unwrap_or(spec);
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_names_cannot_pass_for_versions() {
+        for ok in ["2024-q1", "release", "Q1.final", "x_1"] {
+            assert!(validate(ok).is_ok(), "{ok}");
+        }
+        let too_long = "a".repeat(101);
+        for bad in [
+            "",
+            "latest",
+            "v3",
+            "validated",
+            "3",
+            ".hidden",
+            "-x",
+            "a/b",
+            "a~1",
+            "a b",
+            &too_long,
+        ] {
+            assert!(validate(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn numbers_parse_as_versions() {
+        assert_eq!(number_of("v3"), Some(3));
+        assert_eq!(number_of("3"), Some(3));
+        assert_eq!(number_of("v"), None);
+        assert_eq!(number_of("v-1"), None);
+        assert_eq!(number_of("v99999999999999999999999"), None);
+    }
+}

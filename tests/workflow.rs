@@ -1,0 +1,483 @@
+//! The everyday workflow of a data scientist, through the CLI and a real
+//! mount: control files readable by pandas and DuckDB, commits that say
+//! which version they made, real times, quiet pipes, one order of the log.
+
+mod common;
+
+use common::{Env, Mount, commit_via_control, run_ok};
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::MetadataExt;
+use std::process::Command;
+
+/// A mount of dataset `ds` with `n` versions committed through it.
+fn mounted_with_versions(env: &Env, n: usize) -> Mount<'_> {
+    let m = env.mount(&[]);
+    for i in 1..=n {
+        std::fs::write(
+            m.path(&format!("staging/f{i}.csv")),
+            format!("a,b\n{i},{i}\n"),
+        )
+        .unwrap();
+        commit_via_control(&m, &format!("step {i}")).unwrap();
+    }
+    m
+}
+
+fn python(code: &str) -> String {
+    run_ok(Command::new("python3").args(["-c", code]))
+}
+
+#[test]
+fn control_files_have_their_real_size_and_pandas_and_duckdb_read_the_log() {
+    let env = Env::new();
+    let m = mounted_with_versions(&env, 3);
+    for name in ["log", "health", "last-commit", "status"] {
+        let path = m.path(&format!(".detafs/{name}"));
+        let size = std::fs::metadata(&path).unwrap().len();
+        let content = std::fs::read(&path).unwrap();
+        assert_eq!(size, content.len() as u64, ".detafs/{name}");
+    }
+    assert!(std::fs::metadata(m.path(".detafs/log")).unwrap().len() > 0);
+    let log = m.path(".detafs/log");
+    let rows = python(&format!(
+        "import pandas as pd; d = pd.read_json('{}', lines=True); print(len(d), list(d.version))",
+        log.display()
+    ));
+    assert_eq!(rows.trim(), "3 [1, 2, 3]");
+    let rows = python(&format!(
+        "import duckdb; print(duckdb.sql(\"select count(*), max(version) from read_json_auto('{}')\").fetchall())",
+        log.display()
+    ));
+    assert_eq!(rows.trim(), "[(3, 3)]");
+}
+
+#[test]
+fn a_notebook_globs_versions_with_v_star_and_counts_each_once() {
+    let env = Env::new();
+    let m = mounted_with_versions(&env, 3);
+    let out = python(&format!(
+        "import glob, pandas as pd; files = sorted(glob.glob('{}/versions/v*/f1.csv')); \
+         print(len(files), sum(len(pd.read_csv(f)) for f in files))",
+        m.dir.display()
+    ));
+    assert_eq!(out.trim(), "3 3", "latest is not matched by versions/v*");
+}
+
+#[test]
+fn a_commit_through_the_control_file_says_which_version_it_made() {
+    let env = Env::new();
+    let m = mounted_with_versions(&env, 1);
+    let entry: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(m.path(".detafs/last-commit")).unwrap()).unwrap();
+    assert_eq!(entry["version"], 1);
+    assert_eq!(entry["message"], "step 1");
+
+    // The same handle reads back what its write committed.
+    std::fs::write(m.path("staging/g.txt"), "g").unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.path(".detafs/commit"))
+        .unwrap();
+    f.write_all(b"second").unwrap();
+    f.seek(std::io::SeekFrom::Start(0)).unwrap();
+    let mut made = String::new();
+    f.read_to_string(&mut made).unwrap();
+    let made: serde_json::Value = serde_json::from_str(&made).unwrap();
+    assert_eq!(
+        (made["version"].as_u64(), made["message"].as_str()),
+        (Some(2), Some("second"))
+    );
+
+    // The CLI through the mount prints the version the mount made.
+    std::fs::write(m.path("staging/h.txt"), "h").unwrap();
+    assert_eq!(env.ok(&["commit", "ds", "-m", "third"]).trim(), "v3");
+    // --author cannot be honoured through a mount: refused, nothing committed.
+    std::fs::write(m.path("staging/i.txt"), "i").unwrap();
+    let (code, err) = env.fails(&["commit", "ds", "-m", "fourth", "--author", "bob"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--author"), "{err}");
+    assert_eq!(env.log().len(), 3);
+}
+
+#[test]
+fn an_empty_commit_message_is_an_error_and_commits_nothing() {
+    let env = Env::new();
+    let m = mounted_with_versions(&env, 1);
+    std::fs::write(m.path("staging/new.txt"), "new").unwrap();
+    // Opened, nothing written, closed (`printf '' > .detafs/commit`): the
+    // close fails for a program that checks it, and last-error says why.
+    let out = python(&format!(
+        "import os\nfd = os.open('{}', os.O_WRONLY | os.O_TRUNC)\ntry:\n    os.close(fd)\n    print('ok')\nexcept OSError as e:\n    print(e.errno)",
+        m.path(".detafs/commit").display()
+    ));
+    assert_eq!(out.trim(), libc::EINVAL.to_string());
+    let why = std::fs::read_to_string(m.path(".detafs/last-error")).unwrap();
+    assert!(why.contains("empty commit message"), "{why}");
+    // Only blanks: refused at the write.
+    let err = commit_via_control(&m, " \n").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+    assert_eq!(env.log().len(), 1);
+    // Files closed elsewhere in the mount are not affected.
+    std::fs::write(m.path("staging/other.txt"), "x").unwrap();
+    commit_via_control(&m, "now").unwrap();
+    assert_eq!(env.log().len(), 2);
+}
+
+#[test]
+fn versions_the_root_and_latest_carry_real_times() {
+    let env = Env::new();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let m = mounted_with_versions(&env, 2);
+    let log = env.log();
+    let time = |i: usize| {
+        let t = humantime::parse_rfc3339(log[i]["timestamp"].as_str().unwrap()).unwrap();
+        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+    };
+    let mtime = |p: &str| std::fs::symlink_metadata(m.path(p)).unwrap().mtime();
+    assert_eq!(mtime("versions/v1"), time(0));
+    assert_eq!(mtime("versions/v2"), time(1));
+    assert_eq!(mtime("versions"), time(1));
+    assert_eq!(mtime("versions/latest"), time(1));
+    for p in ["", ".detafs"] {
+        assert!(
+            mtime(p) >= before - 1 && mtime(p) <= time(0) + 1,
+            "{p}: {}",
+            mtime(p)
+        );
+    }
+}
+
+#[test]
+fn a_closed_pipe_ends_the_cli_quietly() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..30 {
+        std::fs::write(src.join(format!("f{i}")), format!("{i}\n").repeat(1000)).unwrap();
+        env.commit(&src, &format!("version {i}"));
+    }
+    for _ in 0..100 {
+        for cmd in ["log ds", "log ds --json", "diff ds v1 v30", "ls ds latest"] {
+            let out = env
+                .configure(&mut Command::new("sh"))
+                .arg("-c")
+                .arg(format!(
+                    "'{}' {cmd} | head -c 1 >/dev/null",
+                    env!("CARGO_BIN_EXE_detafs")
+                ))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{cmd}");
+            assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{cmd}");
+        }
+    }
+}
+
+#[test]
+fn log_and_log_json_list_newest_first() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 1..=3 {
+        std::fs::write(src.join("f"), i.to_string()).unwrap();
+        env.commit(&src, &format!("m{i}"));
+    }
+    let text: Vec<String> = env
+        .ok(&["log", "ds"])
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect();
+    let json: Vec<serde_json::Value> =
+        serde_json::from_str(&env.ok(&["log", "ds", "--json"])).unwrap();
+    let json: Vec<String> = json
+        .iter()
+        .map(|e| e["version_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(text, ["v3", "v2", "v1"]);
+    assert_eq!(json, text);
+}
+
+/// A dataset with versions v1..v3 of one file `f` holding "1", "2", "3".
+fn three_versions(env: &Env) {
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 1..=3 {
+        std::fs::write(src.join("f"), i.to_string()).unwrap();
+        env.commit(&src, &format!("m{i}"));
+    }
+}
+
+#[test]
+fn tags_and_relative_versions_name_versions_wherever_a_version_goes() {
+    let env = Env::new();
+    three_versions(&env);
+    assert_eq!(
+        env.ok(&["tag", "ds", "latest~2", "2024-q1"]).trim(),
+        "2024-q1 v1"
+    );
+    assert_eq!(env.ok(&["tag", "ds", "v3", "release"]).trim(), "release v3");
+    for (spec, want) in [
+        ("2024-q1", "1"),
+        ("release", "3"),
+        ("release~1", "2"),
+        ("latest~1", "2"),
+        ("v3~2", "1"),
+        ("3~0", "3"),
+    ] {
+        assert_eq!(env.ok(&["cat", "ds", spec, "f"]), want, "{spec}");
+    }
+    assert_eq!(env.ok(&["diff", "ds", "2024-q1", "release"]).trim(), "M f");
+    // Unknown, beyond the first version, or malformed: clear errors.
+    for spec in ["nope", "latest~3", "v1~1", "latest~x", "v3~-1"] {
+        let (code, err) = env.fails(&["cat", "ds", spec, "f"]);
+        assert_eq!(code, 1, "{spec}: {err}");
+        assert!(!err.contains("panicked"), "{spec}: {err}");
+    }
+    // Tags never move, and cannot pass for versions.
+    let (_, err) = env.fails(&["tag", "ds", "v2", "release"]);
+    assert!(err.contains("already names v3"), "{err}");
+    for bad in ["v4", "validated", "latest", "7", ".x", "a/b"] {
+        let (code, err) = env.fails(&["tag", "ds", "v1", bad]);
+        assert_eq!(code, 1, "{bad}: {err}");
+    }
+    let (_, err) = env.fails(&["tag", "ds", "v9", "future"]);
+    assert!(err.contains("v9"), "{err}");
+    assert_eq!(env.ok(&["tag", "ds"]), "2024-q1 v1\nrelease v3\n");
+    // The log shows them, as text and as JSON.
+    let text = env.ok(&["log", "ds"]);
+    assert!(
+        text.lines().next().unwrap().ends_with("(release)"),
+        "{text}"
+    );
+    let log = env.log();
+    assert_eq!(log[0]["tags"], serde_json::json!(["2024-q1"]));
+    assert_eq!(log[1]["tags"], serde_json::json!([]));
+    env.ok(&["verify"]);
+}
+
+#[test]
+fn two_hosts_tagging_at_once_cannot_both_win() {
+    let env = Env::new();
+    three_versions(&env);
+    for round in 0..5 {
+        let tag = format!("race{round}");
+        let children: Vec<_> = ["v1", "v2"]
+            .iter()
+            .map(|v| env.command().args(["tag", "ds", v, &tag]).spawn().unwrap())
+            .collect();
+        let won: Vec<bool> = children
+            .into_iter()
+            .map(|mut c| c.wait().unwrap().success())
+            .collect();
+        assert_eq!(won.iter().filter(|w| **w).count(), 1, "{tag}: {won:?}");
+        let listed = env.ok(&["tag", "ds"]);
+        let winner = if won[0] { "v1" } else { "v2" };
+        assert!(listed.contains(&format!("{tag} {winner}\n")), "{listed}");
+    }
+}
+
+#[test]
+fn a_damaged_or_forged_tag_is_reported_and_names_nothing() {
+    let env = Env::new();
+    three_versions(&env);
+    env.ok(&["tag", "ds", "v1", "good"]);
+    let key = "datasets/ds/tags/good.json";
+    let mut forged: serde_json::Value = serde_json::from_slice(&env.objects.read(key)).unwrap();
+    forged["version"] = serde_json::json!(2);
+    forged["tag"] = serde_json::json!("forged");
+    env.objects.write(
+        "datasets/ds/tags/forged.json",
+        serde_json::to_vec(&forged).unwrap(),
+    );
+    env.objects
+        .write("datasets/ds/tags/junk.json", b"{not json".to_vec());
+    // Everything else works; the bad ones name nothing and verify names them.
+    assert_eq!(env.ok(&["cat", "ds", "good", "f"]), "1");
+    let (code, err) = env.fails(&["cat", "ds", "forged", "f"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(env.ok(&["tag", "ds"]), "good v1\n");
+    assert!(env.ok(&["log", "ds"]).contains("(good)"));
+    let (code, out) = env.fails(&["verify"]);
+    assert_eq!(code, 1, "{out}");
+    let report = env.run(&["verify"]);
+    let stdout = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        stdout.contains("forged.json") && stdout.contains("junk.json"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("good.json"), "{stdout}");
+}
+
+#[test]
+fn a_mount_shows_tags_as_symlinks_and_follows_new_ones() {
+    let env = Env::new();
+    three_versions(&env);
+    env.ok(&["tag", "ds", "v1", "first"]);
+    let m = env.mount(&[]);
+    assert_eq!(
+        std::fs::read_link(m.path("versions/first")).unwrap(),
+        std::path::Path::new("v1")
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.path("versions/first/f")).unwrap(),
+        "1"
+    );
+    env.ok(&["tag", "ds", "v2", "second"]);
+    common::within(std::time::Duration::from_secs(10), "the new tag", || {
+        m.path("versions/second").symlink_metadata().is_ok()
+    });
+    assert_eq!(
+        std::fs::read_to_string(m.path("versions/second/f")).unwrap(),
+        "2"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(m.path("versions"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["first", "latest", "second", "v1", "v2", "v3"]);
+}
+
+fn status(env: &Env) -> Vec<String> {
+    env.ok(&["status", "ds"])
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// v1: a.csv "1", d/b.csv "2"; v2: a.csv "11", c.csv "3", no d/b.csv.
+fn two_versions(env: &Env) -> std::path::PathBuf {
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("a.csv"), "1").unwrap();
+    std::fs::write(src.join("d/b.csv"), "2").unwrap();
+    env.commit(&src, "v1");
+    std::fs::write(src.join("a.csv"), "11").unwrap();
+    std::fs::remove_file(src.join("d/b.csv")).unwrap();
+    std::fs::write(src.join("c.csv"), "3").unwrap();
+    env.commit(&src, "v2");
+    src
+}
+
+#[test]
+fn restore_discards_staged_changes_and_checkout_reverts_to_a_version() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    let st = |p: &str| m.path(&format!("staging/{p}"));
+    std::fs::write(st("a.csv"), "changed").unwrap();
+    std::fs::write(st("new.txt"), "new").unwrap();
+    std::fs::remove_file(st("c.csv")).unwrap();
+    assert_eq!(status(&env), ["M a.csv", "D c.csv", "A new.txt"]);
+
+    // One path, through the mount (the CLI writes .detafs/restore).
+    env.ok(&["restore", "ds", "a.csv"]);
+    assert_eq!(std::fs::read_to_string(st("a.csv")).unwrap(), "11");
+    assert_eq!(status(&env), ["D c.csv", "A new.txt"]);
+    // A path neither staged nor in the version: refused, nothing changed.
+    let (code, err) = env.fails(&["restore", "ds", "a.csv", "nowhere.csv"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("nowhere.csv"), "{err}");
+    assert_eq!(status(&env), ["D c.csv", "A new.txt"]);
+    // Everything, through the control file itself.
+    std::fs::write(m.path(".detafs/restore"), ".\n").unwrap();
+    assert_eq!(status(&env), Vec::<String>::new());
+    // A name that went may be in the kernel's cache for its 1 s lifetime.
+    common::within(std::time::Duration::from_secs(3), "new.txt to go", || {
+        !st("new.txt").exists()
+    });
+    assert_eq!(std::fs::read_to_string(st("c.csv")).unwrap(), "3");
+
+    // Check out v1 and commit it: a revert.
+    env.ok(&["checkout", "ds", "v1"]);
+    assert_eq!(status(&env), ["M a.csv", "D c.csv", "A d/b.csv"]);
+    assert_eq!(std::fs::read_to_string(st("d/b.csv")).unwrap(), "2");
+    commit_via_control(&m, "revert to v1").unwrap();
+    assert_eq!(env.ok(&["diff", "ds", "v1", "v3"]), "");
+    // One path of an older version, into a folder staging lacks.
+    std::fs::remove_dir_all(st("d")).unwrap();
+    std::fs::write(m.path(".detafs/checkout"), "v1\nd/b.csv\n").unwrap();
+    assert_eq!(std::fs::read_to_string(st("d/b.csv")).unwrap(), "2");
+    assert_eq!(status(&env), Vec::<String>::new());
+
+    // Without a mount, the same commands work on staging directly.
+    drop(m);
+    env.ok(&["checkout", "ds", "v2", "a.csv"]);
+    assert_eq!(status(&env), ["M a.csv"]);
+    env.ok(&["restore", "ds"]);
+    assert_eq!(status(&env), Vec::<String>::new());
+    let (code, _) = env.fails(&["checkout", "ds", "v9"]);
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn a_file_put_back_as_it_was_is_not_a_change() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    // The workaround users reached for: overwrite, then copy the committed
+    // file back with its mode and time. Status and commit agree: clean.
+    std::fs::write(m.path("staging/a.csv"), "xx").unwrap();
+    assert_eq!(status(&env), ["M a.csv"]);
+    run_ok(
+        Command::new("cp")
+            .arg("-p")
+            .arg(m.path("versions/v2/a.csv"))
+            .arg(m.path("staging/a.csv")),
+    );
+    assert_eq!(status(&env), Vec::<String>::new());
+    let err = commit_via_control(&m, "nothing").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENODATA));
+    // Same bytes, another time: a commit would record the time, so it is a change.
+    std::fs::write(m.path("staging/a.csv"), "11").unwrap();
+    assert_eq!(status(&env), ["M a.csv"]);
+}
+
+#[test]
+fn a_mount_point_that_is_missing_or_not_empty_is_refused_with_the_fix() {
+    let env = Env::new();
+    three_versions(&env);
+    let missing = env.path("no-such-dir");
+    let (code, err) = env.fails(&["mount", "ds", missing.to_str().unwrap(), "--daemon"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("does not exist") && err.contains("mkdir -p"),
+        "{err}"
+    );
+
+    let full = env.path("full");
+    std::fs::create_dir_all(&full).unwrap();
+    std::fs::write(full.join("mine.txt"), "keep").unwrap();
+    let (code, err) = env.fails(&["mount", "ds", full.to_str().unwrap(), "--daemon"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("not empty") && err.contains("--nonempty"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(full.join("mine.txt")).unwrap(),
+        "keep"
+    );
+
+    // Asked for: it mounts over them, and they are back afterwards.
+    env.ok(&[
+        "mount",
+        "ds",
+        full.to_str().unwrap(),
+        "--daemon",
+        "--nonempty",
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(full.join("versions/v1/f")).unwrap(),
+        "1"
+    );
+    env.ok(&["umount", full.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read_to_string(full.join("mine.txt")).unwrap(),
+        "keep"
+    );
+}
