@@ -481,3 +481,57 @@ fn a_mount_point_that_is_missing_or_not_empty_is_refused_with_the_fix() {
         "keep"
     );
 }
+
+#[test]
+fn log_of_a_path_lists_the_versions_that_changed_it() {
+    let env = Env::new();
+    let src = two_versions(&env); // v1: a.csv, d/b.csv; v2: a.csv changed, d/b.csv gone, c.csv
+    std::fs::write(src.join("c.csv"), "33").unwrap();
+    env.commit(&src, "v3"); // only c.csv
+    let versions = |path: &str| -> Vec<String> {
+        env.ok(&["log", "ds", "--", path])
+            .lines()
+            .map(|l| l.split_whitespace().next().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(versions("a.csv"), ["v2", "v1"]);
+    assert_eq!(versions("c.csv"), ["v3", "v2"]);
+    assert_eq!(versions("d"), ["v2", "v1"]);
+    assert_eq!(versions("./d/b.csv"), ["v2", "v1"]);
+    assert_eq!(versions("never.csv"), Vec::<String>::new());
+    let json: Vec<serde_json::Value> =
+        serde_json::from_str(&env.ok(&["log", "ds", "--json", "--", "c.csv"])).unwrap();
+    assert_eq!(json.len(), 2);
+    let (code, _) = env.fails(&["log", "ds", "--", "../x"]);
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn unsupported_calls_get_the_usual_errors_and_keep_the_daemon_log_quiet() {
+    let env = Env::new();
+    let m = mounted_with_versions(&env, 1);
+    let out = python(&format!(
+        "import os, fcntl, termios\n\
+         p = '{}'\n\
+         res = []\n\
+         for i in range(200):\n\
+         \x20   try: os.setxattr(p, 'user.x', b'1')\n\
+         \x20   except OSError as e: res.append(e.errno)\n\
+         \x20   fd = os.open(p, os.O_RDONLY)\n\
+         \x20   try: fcntl.ioctl(fd, termios.TCGETS, bytes(64))\n\
+         \x20   except OSError as e: res.append(e.errno)\n\
+         \x20   os.close(fd)\n\
+         print(sorted(set(res)))",
+        m.path("staging/f1.csv").display()
+    ));
+    assert_eq!(out.trim(), format!("[{}, {}]", libc::ENOTTY, libc::EOPNOTSUPP));
+    drop(m);
+    // A second mount appends to the same log; neither wrote warnings for
+    // those calls, nor terminal colour codes.
+    let m = env.mount(&[]);
+    drop(m);
+    let log = env.mount(&[]).log();
+    assert_eq!(log.matches("mounted ds at").count(), 3, "{log}");
+    assert!(!log.contains("Not Implemented") && !log.contains("setxattr"), "{log}");
+    assert!(!log.contains('\x1b'), "{log:?}");
+}

@@ -15,6 +15,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// Where `--help` lists the options every command takes.
+const GLOBAL: &str = "Global options";
+
 /// Exit codes beyond 0 (success), 1 (error) and 2 (usage).
 const EXIT_CONFLICT: u8 = 3;
 const EXIT_NOTHING: u8 = 4;
@@ -23,23 +26,26 @@ const EXIT_NOTHING: u8 = 4;
 #[command(
     name = "detafs",
     version,
-    about = "Versioned datasets in an object store"
+    about = "Versioned datasets in an object store",
+    after_help = "Exit codes: 0 success, 1 error, 2 usage, 3 commit conflict, 4 nothing to commit.\n\
+                  Examples: detafs dataset create weather; detafs mount weather ~/weather --daemon;\n\
+                  detafs commit weather -m \"add May\"; detafs log weather; detafs cat weather latest~1 data.csv"
 )]
 struct Cli {
     /// Store location: a path, file://, s3://BUCKET/PREFIX, gs://BUCKET/PREFIX
     /// or az://CONTAINER/PREFIX (credentials from the usual AWS_*, GOOGLE_*,
     /// AZURE_* variables). Default: an embedded store under the user's data
     /// directory.
-    #[arg(long, global = true, env = "DETAFS_STORE")]
+    #[arg(long, global = true, env = "DETAFS_STORE", help_heading = GLOBAL)]
     store: Option<String>,
     /// Directory for the local index and object cache.
-    #[arg(long, global = true, env = "DETAFS_CACHE")]
+    #[arg(long, global = true, env = "DETAFS_CACHE", help_heading = GLOBAL)]
     cache_dir: Option<PathBuf>,
     /// Where staged (uncommitted) changes live. Default: under the user's data directory.
-    #[arg(long, global = true, env = "DETAFS_STAGING")]
+    #[arg(long, global = true, env = "DETAFS_STAGING", help_heading = GLOBAL)]
     staging_dir: Option<PathBuf>,
     /// Bound on the on-disk object cache, e.g. 512MiB or 2GB.
-    #[arg(long, global = true, default_value = "1GiB")]
+    #[arg(long, global = true, default_value = "1GiB", help_heading = GLOBAL)]
     cache_size: bytesize::ByteSize,
     /// How long one operation on a remote store may keep retrying through
     /// failures before it gives up, e.g. 30s or 5m.
@@ -47,7 +53,8 @@ struct Cli {
         long,
         global = true,
         env = "DETAFS_STORE_TIMEOUT",
-        default_value = "60s"
+        default_value = "60s",
+        help_heading = GLOBAL
     )]
     store_timeout: humantime::Duration,
     #[command(subcommand)]
@@ -63,6 +70,9 @@ enum Command {
     Dataset(DatasetCmd),
     /// Record the next version of a dataset: DIR's contents with --from,
     /// otherwise the dataset's staging area (through its mount if one is up).
+    #[command(
+        after_help = "Examples:\n  detafs commit weather --from ./data -m \"first readings\"\n  detafs commit weather -m \"add May\"   (staging, through its mount if one is up)\nExit codes: 0 committed (prints the version), 1 error, 3 conflict (nothing committed), 4 nothing to commit."
+    )]
     Commit {
         /// Dataset name.
         name: String,
@@ -77,6 +87,9 @@ enum Command {
         author: Option<String>,
     },
     /// Name a version (immutable: a tag never moves), or list the tags.
+    #[command(
+        after_help = "Examples:\n  detafs tag weather v2 2024-q1\n  detafs tag weather latest release-3\n  detafs tag weather            (lists the tags)\nExit codes: 0 tagged, 1 error (the tag exists, a bad name, no such version)."
+    )]
     Tag {
         /// Dataset name.
         name: String,
@@ -86,13 +99,20 @@ enum Command {
         /// The new tag: letters, digits, '-', '_', '.'; not starting with 'v'.
         tag: Option<String>,
     },
-    /// Show a dataset's history.
+    /// Show a dataset's history, newest first (`-- PATH`: only the
+    /// versions that changed that file or folder).
+    #[command(
+        after_help = "Examples:\n  detafs log weather | head\n  detafs log weather --json\n  detafs log weather -- tables/weather.csv\nExit codes: 0, 1 error."
+    )]
     Log {
         /// Dataset name.
         name: String,
         /// One JSON array, for scripts.
         #[arg(long)]
         json: bool,
+        /// A path inside the dataset, after `--`.
+        #[arg(last = true)]
+        path: Option<String>,
     },
     /// List a directory (or show a file) of a version.
     Ls {
@@ -104,6 +124,9 @@ enum Command {
         path: Option<String>,
     },
     /// Print a file of a version to stdout.
+    #[command(
+        after_help = "Example: detafs cat weather 2024-q1 tables/weather.csv > old.csv\nExit codes: 0, 1 error."
+    )]
     Cat {
         /// Dataset name.
         name: String,
@@ -113,6 +136,9 @@ enum Command {
         path: String,
     },
     /// Show what changed between two versions.
+    #[command(
+        after_help = "Example: detafs diff weather v1 latest --stat\nExit codes: 0, 1 error."
+    )]
     Diff {
         /// Dataset name.
         name: String,
@@ -155,6 +181,9 @@ enum Command {
     /// Rebuild the local index from the store.
     Reindex,
     /// Mount a dataset: versions/ read-only, staging/ writable, .detafs/ control files.
+    #[command(
+        after_help = "Examples:\n  detafs mount weather ~/weather --daemon\n  detafs mount weather ~/weather-ro --read-only --daemon\nExit codes: 0 mounted (and, in the foreground, unmounted cleanly), 1 error."
+    )]
     Mount {
         /// Dataset name.
         name: String,
@@ -183,6 +212,9 @@ enum Command {
     },
     /// Discard staged changes: PATHs (default: all) become as in the version
     /// staging is based on (through its mount if one is up).
+    #[command(
+        after_help = "Examples:\n  detafs restore weather               (discard every staged change)\n  detafs restore weather tables/a.csv\nExit codes: 0, 1 error (nothing changed)."
+    )]
     Restore {
         /// Dataset name.
         name: String,
@@ -190,6 +222,9 @@ enum Command {
         paths: Vec<String>,
     },
     /// Make staged PATHs (default: all) as in VERSION, e.g. to commit a revert.
+    #[command(
+        after_help = "Examples:\n  detafs checkout weather v1 && detafs commit weather -m \"revert to v1\"\n  detafs checkout weather latest~1 tables/a.csv\nExit codes: 0, 1 error (nothing changed)."
+    )]
     Checkout {
         /// Dataset name.
         name: String,
@@ -365,7 +400,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             println!("v{}", record.version);
         }
-        Command::Log { name, json } => show::log(&open()?, &name, json)?,
+        Command::Log { name, json, path } => show::log(&open()?, &name, json, path.as_deref())?,
         Command::Tag { name, version, tag } => {
             let repo = open()?;
             match (version, tag) {

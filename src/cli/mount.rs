@@ -142,7 +142,11 @@ fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resu
     let log_dir = staging_root(repo, staging_base, &args.name)?;
     std::fs::create_dir_all(&log_dir)?;
     let log_path = log_dir.join("mount.log");
-    let log = std::fs::File::create(&log_path)?;
+    // Appended: an earlier mount's messages stay (docs/operations.md).
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
     let argv: Vec<String> = std::env::args().filter(|a| a != "--daemon").collect();
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.args(&argv[1..])

@@ -16,8 +16,11 @@ fn human(bytes: u64) -> String {
     bytesize::ByteSize(bytes).display().iec().to_string()
 }
 
-pub fn log(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<()> {
-    let records = repo.sync(name)?;
+pub fn log(repo: &Repo, name: &str, as_json: bool, path: Option<&str>) -> anyhow::Result<()> {
+    let mut records = repo.sync(name)?;
+    if let Some(path) = path {
+        records = changed_at(repo, records, path)?;
+    }
     let mut tags: std::collections::HashMap<u64, Vec<String>> = Default::default();
     for t in repo.tags(name)? {
         tags.entry(t.version).or_default().push(t.tag);
@@ -54,6 +57,32 @@ pub fn log(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The versions in which what `path` names differs from the version before
+/// (added, changed or removed there).
+fn changed_at(
+    repo: &Repo,
+    records: Vec<detafs::snapshot::Record>,
+    path: &str,
+) -> anyhow::Result<Vec<detafs::snapshot::Record>> {
+    let names = detafs::staging::path_names(path)?;
+    let path = names.join(&b'/');
+    let mut before: Option<Node> = None;
+    let mut out = Vec::new();
+    for r in records {
+        let now = repo.lookup(&r.tree, &path)?;
+        let same = match (&before, &now) {
+            (Some(a), Some(b)) => a.same(b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            out.push(r);
+        }
+        before = now;
+    }
+    Ok(out)
 }
 
 fn no_path(version: u64, path: &str) -> Error {

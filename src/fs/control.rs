@@ -209,14 +209,24 @@ pub(super) fn log_line(record: &Record) -> Vec<u8> {
     line
 }
 
+/// Made again only when staging changed since it was last made: a `cat`
+/// asks for its size (lookup, stat) and its content.
 fn status(fs: &MountFs) -> Result<Vec<u8>> {
     let st = fs.staging()?;
+    let now = st.generation();
+    if let Some((made, text)) = &*lock(&fs.status_text)
+        && *made == now
+    {
+        return Ok(text.clone());
+    }
     let mut out = String::new();
     // Paths are escaped by `status`: one change, one line.
     for (tag, path) in st.status(&fs.repo)? {
         out.push_str(&format!("{tag} {path}\n"));
     }
-    Ok(out.into_bytes())
+    let text = out.into_bytes();
+    *lock(&fs.status_text) = Some((now, text.clone()));
+    Ok(text)
 }
 
 /// Oldest first, one JSON line per version, as a log file grows.

@@ -144,6 +144,8 @@ pub struct MountFs {
     last_commit: Mutex<Vec<u8>>,
     /// Control files' content as last sized, by inode (`control::attr`).
     control_texts: Mutex<HashMap<u64, control::SizedText>>,
+    /// `.detafs/status` as last made, with staging's generation then.
+    status_text: Mutex<Option<((u64, u64), Vec<u8>)>>,
     /// When the mount started: the time of its root and control folder.
     started: Mtime,
     opts: MountOptions,
@@ -224,6 +226,7 @@ impl MountFs {
             last_error: Mutex::new(String::new()),
             last_commit: Mutex::new(Vec::new()),
             control_texts: Mutex::default(),
+            status_text: Mutex::default(),
             started: staging::now(),
             opts,
         };

@@ -6,15 +6,15 @@ use crate::error::{Error, FsError};
 use crate::fs::{Attr, FileKind, MountFs};
 use crate::snapshot::Mtime;
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub struct Fuse {
@@ -182,6 +182,17 @@ fn entry(reply: ReplyEntry, res: Result<Attr, Error>, op: &str) {
     match res {
         Ok(a) => reply.entry(&a.ttl, &attr(&a), Generation(0)),
         Err(e) => reply.error(fail(op, &e)),
+    }
+}
+
+/// An operation the mount does not support, said once per kind at debug
+/// level: a program looping on one must not fill the log.
+fn unsupported(op: &'static str) {
+    static SEEN: Mutex<Vec<&str>> = Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if !seen.contains(&op) {
+        seen.push(op);
+        tracing::debug!("{op} is not supported (answered once here; never logged again)");
     }
 }
 
@@ -589,6 +600,43 @@ impl Filesystem for Fuse {
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
         reply.error(Errno::ENOSYS);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        // `cp -a`, `rsync -X` try it: the kernel tells them EOPNOTSUPP.
+        unsupported("setxattr");
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        unsupported("removexattr");
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        // Programs probe files with ioctls (terminal or FICLONE checks)
+        // and go on without them: "not a terminal" is the usual answer.
+        unsupported("ioctl");
+        reply.error(Errno::from_i32(libc::ENOTTY));
     }
 
     fn create(

@@ -245,6 +245,12 @@ impl Staging {
         Ok(())
     }
 
+    /// Staging's state as of now: it changed if this did (rows changed, or
+    /// a write to a staged copy began).
+    pub fn generation(&self) -> (u64, u64) {
+        (self.db.total_changes(), self.writes.begun())
+    }
+
     /// Where writes to staged copies are told (they do not take the lock).
     pub fn writes(&self) -> Arc<Writes> {
         self.writes.clone()

@@ -40,6 +40,8 @@ struct Inner {
     /// the copies written since the freeze.
     committing: bool,
     files: HashMap<u64, Counts>,
+    /// Writes begun on any copy, ever (what `.detafs/status` was made from).
+    begun: u64,
 }
 
 #[derive(Default)]
@@ -73,11 +75,17 @@ impl Writes {
     /// size or mtime: offset 0).
     pub fn begin(&self, id: u64, offset: u64) -> Writing<'_> {
         let mut inner = self.lock();
+        inner.begun += 1;
         let c = inner.files.entry(id).or_default();
         c.begun += 1;
         c.running += 1;
         c.low = c.low.min(offset);
         Writing { writes: self, id }
+    }
+
+    /// Writes begun so far on any staged copy.
+    pub fn begun(&self) -> u64 {
+        self.lock().begun
     }
 
     /// Starts watching a copy that is about to be read (one reader at a time).
