@@ -209,6 +209,9 @@ pub(super) fn log_line(record: &Record) -> Vec<u8> {
     line
 }
 
+/// `.detafs/status` as made, with staging's generation then.
+pub(super) type MadeStatus = ((u64, u64), Vec<u8>);
+
 /// Made again only when staging changed since it was last made: a `cat`
 /// asks for its size (lookup, stat) and its content.
 fn status(fs: &MountFs) -> Result<Vec<u8>> {

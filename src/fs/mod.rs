@@ -145,7 +145,7 @@ pub struct MountFs {
     /// Control files' content as last sized, by inode (`control::attr`).
     control_texts: Mutex<HashMap<u64, control::SizedText>>,
     /// `.detafs/status` as last made, with staging's generation then.
-    status_text: Mutex<Option<((u64, u64), Vec<u8>)>>,
+    status_text: Mutex<Option<control::MadeStatus>>,
     /// When the mount started: the time of its root and control folder.
     started: Mtime,
     opts: MountOptions,
