@@ -91,14 +91,19 @@ fn default_cache() -> PathBuf {
         .join("detafs")
 }
 
-pub fn validate_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
+/// A name datasets and tags may have: 1 to 100 letters, digits, '-', '_'
+/// and '.', not starting with '.' (a key part and a file name as it is).
+pub fn plain_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 100
         && !name.starts_with('.')
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-    if ok {
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+pub fn validate_name(name: &str) -> Result<()> {
+    if plain_name(name) {
         Ok(())
     } else {
         Err(Error::InvalidInput(format!(

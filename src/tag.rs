@@ -31,14 +31,10 @@ pub struct Tag {
 /// `latest`, not a version (`3`, `v3`: nothing that starts with `v`, so the
 /// glob `versions/v*` matches versions only), not starting with '.' or '-'.
 pub fn validate(tag: &str) -> Result<()> {
-    let ok = !tag.is_empty()
-        && tag.len() <= 100
+    let ok = crate::repo::plain_name(tag)
         && tag != "latest"
-        && !tag.starts_with(['.', '-', 'v'])
-        && !tag.bytes().all(|b| b.is_ascii_digit())
-        && tag
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        && !tag.starts_with(['-', 'v'])
+        && !tag.bytes().all(|b| b.is_ascii_digit());
     if ok {
         Ok(())
     } else {

@@ -524,7 +524,10 @@ fn unsupported_calls_get_the_usual_errors_and_keep_the_daemon_log_quiet() {
          print(sorted(set(res)))",
         m.path("staging/f1.csv").display()
     ));
-    assert_eq!(out.trim(), format!("[{}, {}]", libc::ENOTTY, libc::EOPNOTSUPP));
+    assert_eq!(
+        out.trim(),
+        format!("[{}, {}]", libc::ENOTTY, libc::EOPNOTSUPP)
+    );
     drop(m);
     // A second mount appends to the same log; neither wrote warnings for
     // those calls, nor terminal colour codes.
@@ -532,6 +535,9 @@ fn unsupported_calls_get_the_usual_errors_and_keep_the_daemon_log_quiet() {
     drop(m);
     let log = env.mount(&[]).log();
     assert_eq!(log.matches("mounted ds at").count(), 3, "{log}");
-    assert!(!log.contains("Not Implemented") && !log.contains("setxattr"), "{log}");
+    assert!(
+        !log.contains("Not Implemented") && !log.contains("setxattr"),
+        "{log}"
+    );
     assert!(!log.contains('\x1b'), "{log:?}");
 }
