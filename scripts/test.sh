@@ -13,6 +13,6 @@ cargo fmt --all -- --check
 # The tests inject failures (crate feature `failpoints`); releases cannot.
 cargo clippy --all-targets --features failpoints -- -D warnings
 cargo test --all-targets --features failpoints
-DETAFS_TEST_STORE=s3 cargo test --features failpoints --test cli --test crash --test race --test mount
+DETAFS_TEST_STORE=s3 cargo test --features failpoints --test cli --test crash --test race --test mount --test workflow
 ./scripts/fuzz.sh "${DETAFS_FUZZ_SECONDS:-45}"
 ./scripts/check-release-failpoints.sh

@@ -541,3 +541,45 @@ fn unsupported_calls_get_the_usual_errors_and_keep_the_daemon_log_quiet() {
     );
     assert!(!log.contains('\x1b'), "{log:?}");
 }
+
+#[test]
+fn the_first_dataset_of_a_new_local_store_creates_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |store: &std::path::Path, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_detafs"))
+            .env("DETAFS_STORE", store)
+            .env("DETAFS_CACHE", dir.path().join("cache"))
+            .env("DETAFS_STAGING", dir.path().join("staging"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let store = dir.path().join("new-store");
+    let out = run(&store, &["dataset", "create", "weather"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("created store at"));
+    assert_eq!(
+        String::from_utf8_lossy(&run(&store, &["dataset", "list"]).stdout),
+        "weather\n"
+    );
+    // Reading a store that is not there creates nothing.
+    let missing = dir.path().join("typo");
+    let out = run(&missing, &["log", "weather"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!missing.exists());
+    // A folder of other files is not made a store.
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), "mine").unwrap();
+    let out = run(&other, &["dataset", "create", "weather"]);
+    assert_eq!(out.status.code(), Some(1));
+    let names: Vec<_> = std::fs::read_dir(&other)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["notes.txt"]);
+}

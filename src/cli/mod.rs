@@ -356,19 +356,25 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
     let open = || Repo::open(&opts).context("cannot open the store");
     match cli.command {
         Command::Init => {
-            let url = opts
-                .store
-                .clone()
-                .unwrap_or_else(|| repo::default_store().to_string_lossy().into_owned());
-            let store = detafs::store::Store::open(&url, true, opts.store_timeout)?;
-            let (_, created) = store.init(true)?;
+            let (url, created) = init(&opts)?;
             println!(
                 "{} store at {url}",
                 if created { "created" } else { "already a" }
             );
         }
         Command::Dataset(DatasetCmd::Create { name }) => {
-            open()?.create_dataset(&name)?;
+            repo::validate_name(&name)?;
+            let repo = match Repo::open(&opts) {
+                // The first dataset of a new local store creates the store,
+                // as it does for the embedded default one.
+                Err(Error::NotAStore(_)) if is_local(&opts) => {
+                    let (url, _) = init(&opts)?;
+                    eprintln!("created store at {url}");
+                    open()?
+                }
+                other => other.context("cannot open the store")?,
+            };
+            repo.create_dataset(&name)?;
             println!("created dataset {name}");
         }
         Command::Dataset(DatasetCmd::List) => {
@@ -546,6 +552,24 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Creates the store (if it is not one yet); its URL and whether it was made.
+fn init(opts: &Options) -> anyhow::Result<(String, bool)> {
+    let url = opts
+        .store
+        .clone()
+        .unwrap_or_else(|| repo::default_store().to_string_lossy().into_owned());
+    let store = detafs::store::Store::open(&url, true, opts.store_timeout)?;
+    let (_, created) = store.init(true)?;
+    Ok((url, created))
+}
+
+/// A store in a local folder (a path or file://), not a service.
+fn is_local(opts: &Options) -> bool {
+    opts.store
+        .as_deref()
+        .is_none_or(|u| !u.contains("://") || u.starts_with("file://"))
 }
 
 /// Bytes under a directory, for the progress bar (0 if unreadable: the commit
