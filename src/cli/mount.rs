@@ -142,11 +142,12 @@ fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resu
     let log_dir = staging_root(repo, staging_base, &args.name)?;
     std::fs::create_dir_all(&log_dir)?;
     let log_path = log_dir.join("mount.log");
-    // Appended: an earlier mount's messages stay (docs/operations.md).
+    // Appended: an earlier mount's messages stay (README.md says where).
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&log_path)?;
+    let start = log.metadata()?.len();
     let argv: Vec<String> = std::env::args().filter(|a| a != "--daemon").collect();
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.args(&argv[1..])
@@ -167,8 +168,10 @@ fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resu
             return Ok(());
         }
         if let Some(status) = child.try_wait()? {
-            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            bail!("mount daemon exited ({status}): {}", log.trim());
+            // Only what this daemon wrote: the log is appended to.
+            let log = std::fs::read(&log_path).unwrap_or_default();
+            let ours = String::from_utf8_lossy(log.get(start as usize..).unwrap_or_default());
+            bail!("mount daemon exited ({status}): {}", ours.trim());
         }
         std::thread::sleep(Duration::from_millis(50));
     }

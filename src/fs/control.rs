@@ -147,7 +147,6 @@ pub(super) fn open(fs: &MountFs, ino: u64, writing: bool, uid: u32) -> Result<Op
         _ => Handle::Text(fresh_text(fs, ino)?),
     };
     Ok(Opened {
-        flush: matches!(handle, Handle::Commit(_)),
         fh: fs.add_handle(handle),
         keep_cache: false,
         direct_io: true,

@@ -93,9 +93,6 @@ pub struct Opened {
     pub keep_cache: bool,
     /// Generated on open (control files): bypass the page cache.
     pub direct_io: bool,
-    /// Its close may fail, so the kernel must tell it (FLUSH): a commit
-    /// handle never written to. Other closes cost no round trip.
-    pub flush: bool,
 }
 
 /// A directory listing with attributes, `.` and `..` first.
@@ -324,8 +321,22 @@ impl MountFs {
     }
 
     /// Like `getattr`, but a staged file unlinked while open still answers
-    /// through its open handle (POSIX: the file lives until closed).
+    /// through its open handle (POSIX: the file lives until closed), and an
+    /// open control file has the size of what that handle reads (`fstat`,
+    /// then read: pandas and DuckDB get all of it).
     pub fn getattr_open(&self, ino: u64, fh: Option<u64>) -> Result<Attr> {
+        if let (true, Some(fh)) = (control::is_control(ino), fh) {
+            let size = match lock(&self.handles).get(&fh) {
+                Some(Handle::Text(t)) => Some(t.len() as u64),
+                _ => None,
+            };
+            if let Some(size) = size {
+                return Ok(Attr {
+                    size,
+                    ..self.getattr(ino)?
+                });
+            }
+        }
         match self.getattr(ino) {
             Err(Error::Fs {
                 kind: FsError::NotFound,
@@ -472,8 +483,23 @@ impl MountFs {
         self.open_version_file(ino)
     }
 
+    /// The last close of a handle. A commit handle never written to
+    /// (`printf '' > .detafs/commit`) committed nothing: `last-error` says
+    /// so. (No close can fail for it: a shell closes the file it opened
+    /// once before it writes, through the copy it made.)
     pub fn release(&self, fh: u64) {
-        lock(&self.handles).remove(&fh);
+        let handle = lock(&self.handles).remove(&fh);
+        if let Some(Handle::Commit(c)) = handle
+            && lock(&c).is_none()
+        {
+            let _: Result<()> = control::failed(
+                self,
+                Error::InvalidInput(
+                    "empty commit message: nothing was committed (echo MESSAGE > .detafs/commit)"
+                        .into(),
+                ),
+            );
+        }
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
@@ -504,25 +530,6 @@ impl MountFs {
             }
             Handle::Commit(_) | Handle::Order(_) | Handle::Dir(_) => Ok(vec![]),
         }
-    }
-
-    /// A close (FLUSH): only a commit handle never written to fails, so
-    /// `printf '' > .detafs/commit` is an error, not silence.
-    pub fn flush(&self, fh: u64) -> Result<()> {
-        let unwritten = match lock(&self.handles).get(&fh) {
-            Some(Handle::Commit(c)) => lock(c).is_none(),
-            _ => false,
-        };
-        if unwritten {
-            return control::failed(
-                self,
-                Error::InvalidInput(
-                    "empty commit message: nothing was committed (echo MESSAGE > .detafs/commit)"
-                        .into(),
-                ),
-            );
-        }
-        Ok(())
     }
 
     /// What an open handle reads, for error messages (version and path).

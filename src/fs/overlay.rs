@@ -318,7 +318,6 @@ impl MountFs {
                 fh,
                 keep_cache: false,
                 direct_io: false,
-                flush: false,
             });
         }
         let path = st.copy_up(&self.repo, id, !truncate)?;
@@ -338,7 +337,6 @@ impl MountFs {
             fh,
             keep_cache: false,
             direct_io: false,
-            flush: false,
         })
     }
 

@@ -125,7 +125,6 @@ impl MountFs {
                     fh,
                     keep_cache: true,
                     direct_io: false,
-                    flush: false,
                 })
             }
             _ => Err(Error::fs(FsError::IsDir, format!("inode {ino}"))),

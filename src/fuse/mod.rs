@@ -215,13 +215,8 @@ fn page<T>(listing: &[T], offset: u64, mut add: impl FnMut(u64, &T) -> bool) {
 
 fn open_flags(o: &crate::fs::Opened) -> FopenFlags {
     let (keep_cache, direct_io) = (o.keep_cache, o.direct_io);
-    // A close costs no FLUSH round trip unless it can fail (the kernel
-    // then counts on it; a mount without FLUSH at all would lose that).
-    let mut f = if o.flush {
-        FopenFlags::empty()
-    } else {
-        FopenFlags::FOPEN_NOFLUSH
-    };
+    // A close costs no FLUSH round trip: nothing is buffered here.
+    let mut f = FopenFlags::FOPEN_NOFLUSH;
     if keep_cache {
         f |= FopenFlags::FOPEN_KEEP_CACHE;
     }
@@ -452,13 +447,14 @@ impl Filesystem for Fuse {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Only handles opened with `flush` get here (all others say
-        // FOPEN_NOFLUSH); the answer needs only memory.
-        empty(reply, self.fs.flush(fh.0), "close");
+        // Writes are written through, so a close has nothing to flush (and
+        // opens say FOPEN_NOFLUSH): ENOSYS, should one come, and the kernel
+        // stops sending FLUSH.
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
