@@ -630,3 +630,29 @@ fn a_read_only_mount_beside_the_read_write_one_sees_its_commits() {
     );
     env.ok(&["umount", ro_dir.to_str().unwrap()]);
 }
+
+#[test]
+fn dataset_list_json_says_what_each_dataset_holds() {
+    let env = Env::new();
+    three_versions(&env);
+    env.ok(&["tag", "ds", "v2", "mid"]);
+    env.ok(&["dataset", "create", "empty"]);
+    let list: Vec<serde_json::Value> =
+        serde_json::from_str(&env.ok(&["dataset", "list", "--json"])).unwrap();
+    let ds = list.iter().find(|d| d["name"] == "ds").unwrap();
+    assert_eq!(
+        (
+            ds["versions"].as_u64(),
+            ds["latest"].as_str(),
+            ds["tags"].as_u64()
+        ),
+        (Some(3), Some("v3"), Some(1))
+    );
+    assert!(ds["stored_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(ds["latest_timestamp"], env.log()[2]["timestamp"]);
+    let empty = list.iter().find(|d| d["name"] == "empty").unwrap();
+    assert_eq!(
+        (empty["versions"].as_u64(), empty["latest"].is_null()),
+        (Some(0), true)
+    );
+}

@@ -248,7 +248,12 @@ enum DatasetCmd {
         name: String,
     },
     /// List datasets.
-    List,
+    List {
+        /// One JSON array: name, versions, latest version and its time,
+        /// tags, bytes the dataset added to the store.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The error and its causes on one line, each cause said once: library
@@ -377,11 +382,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             repo.create_dataset(&name)?;
             println!("created dataset {name}");
         }
-        Command::Dataset(DatasetCmd::List) => {
-            for name in open()?.datasets()? {
-                println!("{name}");
-            }
-        }
+        Command::Dataset(DatasetCmd::List { json }) => show::datasets(&open()?, json)?,
         Command::Commit {
             name,
             from,

@@ -59,6 +59,32 @@ pub fn log(repo: &Repo, name: &str, as_json: bool, path: Option<&str>) -> anyhow
     Ok(())
 }
 
+/// `dataset list`: names, or with `json` what each holds.
+pub fn datasets(repo: &Repo, as_json: bool) -> anyhow::Result<()> {
+    let names = repo.datasets()?;
+    if !as_json {
+        for name in names {
+            println!("{name}");
+        }
+        return Ok(());
+    }
+    let mut rows = Vec::new();
+    for name in names {
+        let records = repo.sync(&name)?;
+        let latest = records.last();
+        rows.push(serde_json::json!({
+            "name": name,
+            "versions": records.len(),
+            "latest": latest.map(|r| format!("v{}", r.version)),
+            "latest_timestamp": latest.map(|r| r.time.clone()),
+            "tags": repo.tags(&name)?.len(),
+            "stored_bytes": records.iter().map(|r| r.stats.bytes_added).sum::<u64>(),
+        }));
+    }
+    println!("{}", serde_json::to_string_pretty(&rows)?);
+    Ok(())
+}
+
 /// The versions in which what `path` names differs from the version before
 /// (added, changed or removed there).
 fn changed_at(
