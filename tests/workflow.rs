@@ -656,3 +656,25 @@ fn dataset_list_json_says_what_each_dataset_holds() {
         (Some(0), true)
     );
 }
+
+#[test]
+fn every_help_page_has_an_example_exit_codes_and_global_options_apart() {
+    let env = Env::new();
+    let commands = [
+        "init", "commit", "tag", "log", "ls", "cat", "diff", "export", "verify", "gc", "reindex",
+        "mount", "umount", "status", "restore", "checkout",
+    ];
+    for cmd in commands {
+        let help = env.ok(&[cmd, "--help"]);
+        assert!(help.contains("Exit codes:"), "{cmd}: {help}");
+        assert!(help.contains("Example"), "{cmd}: {help}");
+        let (own, global) = help
+            .split_once("Global options:")
+            .expect("a section of its own");
+        assert!(
+            !own.contains("--store <STORE>"),
+            "{cmd}: global options mixed in"
+        );
+        assert!(global.contains("--store <STORE>"), "{cmd}");
+    }
+}

@@ -64,6 +64,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Create the store (idempotent).
+    #[command(
+        after_help = "Example: DETAFS_STORE=s3://team-data/detafs detafs init\nExit codes: 0 created or already a store, 1 error (e.g. the service ignores conditional create)."
+    )]
     Init,
     /// Create or list datasets.
     #[command(subcommand)]
@@ -115,6 +118,7 @@ enum Command {
         path: Option<String>,
     },
     /// List a directory (or show a file) of a version.
+    #[command(after_help = "Example: detafs ls weather latest~1 tables\nExit codes: 0, 1 error.")]
     Ls {
         /// Dataset name.
         name: String,
@@ -151,6 +155,9 @@ enum Command {
         stat: bool,
     },
     /// Write a version's files to a new or empty directory.
+    #[command(
+        after_help = "Example: detafs export weather 2024-q1 ./restore\nExit codes: 0 exported, 1 error."
+    )]
     Export {
         /// Dataset name.
         name: String,
@@ -163,11 +170,15 @@ enum Command {
         preserve_setid: bool,
     },
     /// Audit the store: hash chain, every object present and intact.
+    #[command(
+        after_help = "Examples:\n  detafs verify\n  detafs verify weather\nExit codes: 0 no problem found, 1 problems (listed) or an error."
+    )]
     Verify {
         /// Only this dataset (default: all, and report garbage).
         name: Option<String>,
     },
     /// Delete objects no version reaches, older than the grace period.
+    #[command(after_help = "Example: detafs gc --dry-run\nExit codes: 0, 1 error.")]
     Gc {
         /// Spare unreachable objects younger than this, e.g. 24h or 2d; at
         /// least 13h, so no commit still running here or on another host
@@ -179,6 +190,7 @@ enum Command {
         dry_run: bool,
     },
     /// Rebuild the local index from the store.
+    #[command(after_help = "Example: detafs reindex\nExit codes: 0, 1 error.")]
     Reindex,
     /// Mount a dataset: versions/ read-only, staging/ writable, .detafs/ control files.
     #[command(
@@ -206,6 +218,7 @@ enum Command {
         poll_interval: humantime::Duration,
     },
     /// Unmount a detafs mount (also a stale one whose daemon was killed).
+    #[command(after_help = "Example: detafs umount ~/weather\nExit codes: 0 unmounted, 1 error.")]
     Umount {
         /// Where it is mounted.
         mountpoint: PathBuf,
@@ -234,6 +247,7 @@ enum Command {
         paths: Vec<String>,
     },
     /// Show staged changes of a dataset (like `git status --porcelain`).
+    #[command(after_help = "Example: detafs status weather\nExit codes: 0, 1 error.")]
     Status {
         /// Dataset name.
         name: String,
