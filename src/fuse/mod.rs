@@ -111,7 +111,17 @@ pub fn errno(e: &Error) -> Errno {
 
 fn fail(op: &str, e: &Error) -> Errno {
     match e {
-        Error::Fs { .. } => tracing::debug!("{op}: {e}"),
+        // The caller's own doing, told by the errno (and a failed commit
+        // by `.detafs/last-error`, logged once there): not the log's news.
+        Error::Fs { .. }
+        | Error::InvalidInput(_)
+        | Error::NothingToCommit(_)
+        | Error::Conflict { .. }
+        | Error::Unresolved { .. }
+        | Error::StagingBusy(_)
+        | Error::NoDataset(_)
+        | Error::NoVersion { .. }
+        | Error::NoPath { .. } => tracing::debug!("{op}: {e}"),
         _ => tracing::error!("{op}: {e}"),
     }
     errno(e)
