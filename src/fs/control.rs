@@ -16,11 +16,11 @@ const LAST_COMMIT: u64 = 10;
 const RESTORE: u64 = 11;
 const CHECKOUT: u64 = 12;
 
-/// A control file's content when it was made for its size, and when.
+/// A control file's content, and when it was made.
 pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
 
-/// How long a control file's content, made for its size, is what an open
-/// reads.
+/// How long a control file's content, once made, is what `stat` and
+/// reads see.
 const SIZED_TEXT_LIFE: Duration = Duration::from_secs(1);
 
 const FILES: [(&[u8], u64); 8] = [
@@ -69,12 +69,7 @@ pub(super) fn lookup(fs: &MountFs, name: &[u8]) -> Result<Attr> {
 pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
     let size = match ino {
         COMMIT | RESTORE | CHECKOUT => 0,
-        _ => {
-            let text = Arc::new(content(fs, ino)?);
-            let size = text.len() as u64;
-            lock(&fs.control_texts).insert(ino, (Instant::now(), text));
-            size
-        }
+        _ => fresh_text(fs, ino)?.len() as u64,
     };
     let mtime = match ino {
         LOG | LAST_COMMIT => fs.latest_time(),
@@ -101,14 +96,29 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
     })
 }
 
-/// The content the lookup or `stat` just before this open sized, if it was
-/// just before; else made now. So `stat` and `read` agree (health's
-/// figures change from one second to the next).
+/// A control file's content as made within the last second, else made
+/// now: so a lookup, `stat`, open, `fstat` and read in a row agree
+/// (health's figures change from one second to the next). Status is
+/// always exact (made again whenever staging changed); a commit through
+/// the mount forgets the rest (`forget_texts`).
 fn fresh_text(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
-    match lock(&fs.control_texts).remove(&ino) {
-        Some((at, text)) if at.elapsed() < SIZED_TEXT_LIFE => Ok(text),
-        _ => Ok(Arc::new(content(fs, ino)?)),
+    if ino == STATUS {
+        return Ok(Arc::new(content(fs, ino)?));
     }
+    if let Some((at, text)) = lock(&fs.control_texts).get(&ino)
+        && at.elapsed() < SIZED_TEXT_LIFE
+    {
+        return Ok(text.clone());
+    }
+    let text = Arc::new(content(fs, ino)?);
+    lock(&fs.control_texts).insert(ino, (Instant::now(), text.clone()));
+    Ok(text)
+}
+
+/// After a commit through the mount: `last-commit`, `last-error` and the
+/// log are read anew.
+fn forget_texts(fs: &MountFs) {
+    lock(&fs.control_texts).clear();
 }
 
 fn content(fs: &MountFs, ino: u64) -> Result<Vec<u8>> {
@@ -161,6 +171,7 @@ pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32) -> Result<Record> {
             tracing::info!("committed v{} ({})", record.version, record.message);
             lock(&fs.last_error).clear();
             *lock(&fs.last_commit) = log_line(&record);
+            forget_texts(fs);
             Ok(record)
         }
         Err(e) => failed(fs, e),
@@ -198,6 +209,7 @@ pub(super) fn failed<T>(fs: &MountFs, e: Error) -> Result<T> {
     tracing::warn!("{e}");
     // One line, whatever names the error quotes.
     *lock(&fs.last_error) = format!("{}\n", crate::escape::line(e.to_string().as_bytes()));
+    forget_texts(fs);
     Err(e)
 }
 
