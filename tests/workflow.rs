@@ -664,8 +664,13 @@ fn every_help_page_has_an_example_exit_codes_and_global_options_apart() {
         "init", "commit", "tag", "log", "ls", "cat", "diff", "export", "verify", "gc", "reindex",
         "mount", "umount", "status", "restore", "checkout",
     ];
-    for cmd in commands {
-        let help = env.ok(&[cmd, "--help"]);
+    let pages = commands
+        .iter()
+        .map(|c| vec![*c])
+        .chain([vec!["dataset", "create"], vec!["dataset", "list"]]);
+    for cmd in pages {
+        let help = env.ok(&[cmd.as_slice(), &["--help"]].concat());
+        let cmd = cmd.join(" ");
         assert!(help.contains("Exit codes:"), "{cmd}: {help}");
         assert!(help.contains("Example"), "{cmd}: {help}");
         let (own, global) = help

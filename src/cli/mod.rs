@@ -257,11 +257,15 @@ enum Command {
 #[derive(Subcommand)]
 enum DatasetCmd {
     /// Create an empty dataset.
+    #[command(
+        after_help = "Example: detafs dataset create weather\nExit codes: 0 created, 1 error (it exists, a bad name)."
+    )]
     Create {
         /// Dataset name: letters, digits, '-', '_', '.'.
         name: String,
     },
     /// List datasets.
+    #[command(after_help = "Example: detafs dataset list --json\nExit codes: 0, 1 error.")]
     List {
         /// One JSON array: name, versions, latest version and its time,
         /// tags, bytes the dataset added to the store.
