@@ -169,9 +169,13 @@ fn export_files(
         }
         let (batch, tail) = rest.split_at(n);
         rest = tail;
-        if bytes > RUN_BYTES {
-            // One large file: streamed.
-            let mut f = create(first)?;
+        let streamed = bytes > RUN_BYTES;
+        if streamed {
+            // One large file: streamed, its progress told as it is written.
+            let mut f = Counted {
+                out: create(first)?,
+                progress,
+            };
             read_file(repo, chunks_of(batch[0].1), &mut f).map_err(|e| match e {
                 Error::Io { source, .. } => Error::io(first.display(), source),
                 other => other,
@@ -199,10 +203,30 @@ fn export_files(
         }
         for (path, node, mode) in batch {
             finish(path, *mode, node.mtime())?;
-            progress.advance(node.size());
+            if !streamed {
+                progress.advance(node.size());
+            }
         }
     }
     Ok(())
+}
+
+/// A file being written that tells `progress` of each write.
+struct Counted<'p, W> {
+    out: W,
+    progress: &'p dyn Progress,
+}
+
+impl<W: Write> Write for Counted<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.progress.advance(n as u64);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 fn chunks_of(node: &Node) -> &[BlobRef] {

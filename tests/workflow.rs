@@ -683,3 +683,51 @@ fn every_help_page_has_an_example_exit_codes_and_global_options_apart() {
         assert!(global.contains("--store <STORE>"), "{cmd}");
     }
 }
+
+/// Counts what a library operation reports, as the CLI's bar draws it.
+#[derive(Default)]
+struct Steps(std::sync::Mutex<Vec<u64>>);
+
+impl detafs::progress::Progress for Steps {
+    fn advance(&self, done: u64) {
+        self.0.lock().unwrap().push(done);
+    }
+}
+
+#[test]
+fn exporting_one_big_file_reports_progress_as_it_goes() {
+    // The library is called in this process: a local store (the S3 run's
+    // settings are the CLI's environment only).
+    let env = Env::new_local();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("big.bin"), common::noise(40 << 20, 7)).unwrap();
+    std::fs::write(src.join("small.txt"), "s").unwrap();
+    env.commit(&src, "big");
+    let repo = detafs::repo::Repo::open(&detafs::repo::Options {
+        store: Some(env.store.clone()),
+        cache_dir: Some(env.cache.clone()),
+        cache_size: 1 << 30,
+        store_timeout: std::time::Duration::from_secs(30),
+    })
+    .unwrap();
+    let record = repo.version("ds", "latest").unwrap();
+    let steps = Steps::default();
+    let out = env.path("out");
+    detafs::read::export(&repo, &record.tree, &out, Default::default(), &steps).unwrap();
+    let steps = steps.0.into_inner().unwrap();
+    assert_eq!(
+        steps.iter().sum::<u64>(),
+        (40 << 20) + 1,
+        "every byte told once"
+    );
+    assert!(
+        steps.len() > 10,
+        "the big file in steps, not at its end: {}",
+        steps.len()
+    );
+    assert_eq!(
+        std::fs::read(out.join("big.bin")).unwrap(),
+        std::fs::read(src.join("big.bin")).unwrap()
+    );
+}
