@@ -713,19 +713,21 @@ pub fn serve(
     if opts.allow_other {
         config.acl = SessionACL::All;
     }
+    // Taken over before the mount is live: a signal that comes as soon as
+    // it can be seen unmounts it, rather than killing the process.
+    let handlers = fs.repo().store.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok::<_, std::io::Error>((
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        ))
+    });
+    let (mut int, mut term) = handlers?;
     let mut session = fuser::Session::new(Fuse::new(fs.clone()), mountpoint, &config)?;
     let mut unmounter = session.unmount_callable();
     let signals = fs.clone();
     std::thread::spawn(move || {
         signals.repo().store.block_on(async {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (mut int, mut term) = match (
-                signal(SignalKind::interrupt()),
-                signal(SignalKind::terminate()),
-            ) {
-                (Ok(i), Ok(t)) => (i, t),
-                _ => return,
-            };
             tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
         });
         tracing::info!("signal received: unmounting");
