@@ -321,22 +321,8 @@ impl MountFs {
     }
 
     /// Like `getattr`, but a staged file unlinked while open still answers
-    /// through its open handle (POSIX: the file lives until closed), and an
-    /// open control file has the size of what that handle reads (`fstat`,
-    /// then read: pandas and DuckDB get all of it).
+    /// through its open handle (POSIX: the file lives until closed).
     pub fn getattr_open(&self, ino: u64, fh: Option<u64>) -> Result<Attr> {
-        if let (true, Some(fh)) = (control::is_control(ino), fh) {
-            let size = match lock(&self.handles).get(&fh) {
-                Some(Handle::Text(t)) => Some(t.len() as u64),
-                _ => None,
-            };
-            if let Some(size) = size {
-                return Ok(Attr {
-                    size,
-                    ..self.getattr(ino)?
-                });
-            }
-        }
         match self.getattr(ino) {
             Err(Error::Fs {
                 kind: FsError::NotFound,

@@ -68,8 +68,7 @@ pub struct Staging {
     /// While a commit runs: staged copies whose rows went meanwhile, kept
     /// for the commit to read and removed when it ends.
     deferred: RefCell<Option<Vec<u64>>>,
-    /// Staged copies dropped by a change not committed yet
-    /// (`dropping_after`).
+    /// Staged copies dropped by a change not committed yet (`atomically`).
     dropping: RefCell<Option<Vec<u64>>>,
     /// Dropped before the lock: no sweep outlives staging's owner.
     sweeper: sweep::Sweeper,
@@ -300,15 +299,26 @@ impl Staging {
     }
 
     /// Runs `op` as one transaction (one write to the log, all or nothing),
-    /// or within the one already open.
+    /// or within the one already open. Staged copies it drops go only once
+    /// it committed: a failed one keeps them, as it keeps their rows.
     fn atomically<T>(&self, op: impl FnOnce() -> Result<T>) -> Result<T> {
         if !self.db.is_autocommit() {
             return op();
         }
-        let tx = self.db.unchecked_transaction()?;
-        let out = op()?;
-        tx.commit()?;
-        Ok(out)
+        *self.dropping.borrow_mut() = Some(Vec::new());
+        let res = (|| {
+            let tx = self.db.unchecked_transaction()?;
+            let out = op()?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        let dropped = self.dropping.borrow_mut().take().unwrap_or_default();
+        if res.is_ok() {
+            for id in dropped {
+                self.drop_copy(id);
+            }
+        }
+        res
     }
 
     fn insert_version_node(
@@ -575,20 +585,6 @@ impl Staging {
                 let _ = std::fs::remove_file(self.upper_path(id));
             }
         }
-    }
-
-    /// Runs `op` in one transaction; staged copies it drops go only once it
-    /// committed (a failed one keeps them, as it keeps their rows).
-    fn dropping_after<T>(&self, op: impl FnOnce() -> Result<T>) -> Result<T> {
-        *self.dropping.borrow_mut() = Some(Vec::new());
-        let res = self.atomically(op);
-        let dropped = self.dropping.borrow_mut().take().unwrap_or_default();
-        if res.is_ok() {
-            for id in dropped {
-                self.drop_copy(id);
-            }
-        }
-        res
     }
 
     pub fn rename(

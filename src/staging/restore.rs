@@ -61,7 +61,7 @@ impl Staging {
             }
             wanted.push((names, node));
         }
-        self.dropping_after(|| {
+        self.atomically(|| {
             for (names, node) in &wanted {
                 match names.split_last() {
                     None => self.checkout_root(source)?,
