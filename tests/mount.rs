@@ -925,6 +925,8 @@ fn shell_tools_in_staging_and_only_the_owner_commits() {
     for script in [
         format!("echo 'as nobody' > {}", m.path(".detafs/commit").display()),
         format!("cat {}", m.path(".detafs/status").display()),
+        format!("echo . > {}", m.path(".detafs/restore").display()),
+        format!("printf 'v1\\n' > {}", m.path(".detafs/checkout").display()),
     ] {
         let out = Command::new("setpriv")
             .args([
@@ -944,6 +946,7 @@ fn shell_tools_in_staging_and_only_the_owner_commits() {
         );
     }
     assert_eq!(env.log().len(), 2, "nothing was committed");
+    assert_eq!(fingerprint(&st), want, "nor restored or checked out");
     // The owner commits: the version records them as its author.
     common::commit_via_control(&m, "as the owner").unwrap();
     let log = env.log();
