@@ -37,9 +37,66 @@ pub fn line(bytes: &[u8]) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The bytes `line` escaped, or `None` for text `line` never writes.
+pub fn unescape(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            let mut buf = [0; 4];
+            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+            continue;
+        }
+        match chars.next()? {
+            'n' => out.push(b'\n'),
+            't' => out.push(b'\t'),
+            'r' => out.push(b'\r'),
+            '\\' => out.push(b'\\'),
+            'x' => {
+                let hex: String = chars.by_ref().take(2).collect();
+                out.push(
+                    u8::from_str_radix(&hex, 16)
+                        .ok()
+                        .filter(|_| hex.len() == 2)?,
+                );
+            }
+            'u' => {
+                let rest = chars.as_str().strip_prefix('{')?;
+                let (hex, after) = rest.split_once('}')?;
+                let c = char::from_u32(u32::from_str_radix(hex, 16).ok()?)?;
+                let mut buf = [0; 4];
+                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                chars = after.chars();
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::line;
+    use super::{line, unescape};
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn unescape_reads_back_any_line(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            prop_assert_eq!(unescape(&line(&bytes)), Some(bytes));
+        }
+
+        #[test]
+        fn unescape_reads_back_any_text(text in "\\PC*") {
+            prop_assert_eq!(unescape(&line(text.as_bytes())), Some(text.into_bytes()));
+        }
+    }
+
+    #[test]
+    fn unescape_refuses_what_line_never_writes() {
+        for bad in ["\\", "\\q", "\\x4", "\\xzz", "\\u{110000}", "\\u{41"] {
+            assert_eq!(unescape(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn one_entry_is_one_printable_line() {

@@ -33,13 +33,14 @@ pub struct Tag {
 pub fn validate(tag: &str) -> Result<()> {
     let ok = crate::repo::plain_name(tag)
         && tag != "latest"
+        && tag != "staging"
         && !tag.starts_with(['-', 'v'])
         && !tag.bytes().all(|b| b.is_ascii_digit());
     if ok {
         Ok(())
     } else {
         Err(Error::InvalidInput(format!(
-            "invalid tag {tag:?}: use letters, digits, '-', '_' and '.'; not starting with 'v', '.' or '-', not all digits, not \"latest\""
+            "invalid tag {tag:?}: use letters, digits, '-', '_' and '.'; not starting with 'v', '.' or '-', not all digits, not \"latest\" or \"staging\""
         )))
     }
 }

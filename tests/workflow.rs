@@ -731,3 +731,134 @@ fn exporting_one_big_file_reports_progress_as_it_goes() {
         std::fs::read(src.join("big.bin")).unwrap()
     );
 }
+
+#[test]
+fn diff_u_is_a_patch_that_turns_one_version_into_the_other() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("sub dir")).unwrap();
+    let rows = |n: usize, edit: usize| -> String {
+        (0..n)
+            .map(|i| match i == edit {
+                true => format!("{i},edited\n"),
+                false => format!("{i},{}\n", i * i),
+            })
+            .collect()
+    };
+    std::fs::write(src.join("big.csv"), rows(200, usize::MAX)).unwrap();
+    std::fs::write(src.join("sub dir/notes.md"), "no newline at end").unwrap();
+    std::fs::write(src.join("gone.txt"), "bye\n").unwrap();
+    std::fs::write(src.join("data.bin"), b"\x00\x01binary").unwrap();
+    env.commit(&src, "v1");
+    std::fs::write(src.join("big.csv"), rows(201, 100)).unwrap();
+    std::fs::write(src.join("sub dir/notes.md"), "no newline at end\nnow one\n").unwrap();
+    std::fs::remove_file(src.join("gone.txt")).unwrap();
+    std::fs::write(src.join("new.txt"), "hello\n").unwrap();
+    std::fs::write(src.join("data.bin"), b"\x00\x02binary").unwrap();
+    env.commit(&src, "v2");
+
+    let patch = env.ok(&["diff", "ds", "v1", "v2", "-u"]);
+    // Names end with a tab and the time, as `diff -u` writes them.
+    assert!(patch.contains("--- a/big.csv\t"), "{patch}");
+    assert!(patch.contains("+++ b/big.csv\t"), "{patch}");
+    assert!(patch.contains("-100,10000\n+100,edited\n"), "{patch}");
+    assert!(patch.contains("\\ No newline at end of file"), "{patch}");
+    assert!(
+        patch.contains("Binary files a/data.bin and b/data.bin differ"),
+        "{patch}"
+    );
+    // Only the hunks around the edits, not the whole file.
+    assert!(!patch.contains(" 50,2500\n"), "{patch}");
+
+    // Applied to an export of v1, the patch gives v2's text files.
+    let out = env.path("out");
+    env.ok(&["export", "ds", "v1", out.to_str().unwrap()]);
+    let mut apply = Command::new("patch");
+    apply.args(["-p1", "-s", "-d"]).arg(&out);
+    apply.stdin(std::process::Stdio::piped());
+    let mut child = apply.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(patch.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    for f in ["big.csv", "sub dir/notes.md", "new.txt"] {
+        assert_eq!(
+            std::fs::read(out.join(f)).unwrap(),
+            std::fs::read(src.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    assert!(!out.join("gone.txt").exists());
+}
+
+#[test]
+fn diff_against_staging_shows_staged_changes_with_and_without_a_mount() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    let st = |p: &str| m.path(&format!("staging/{p}"));
+    std::fs::write(st("a.csv"), "changed\n").unwrap();
+    std::fs::write(st("odd\nname\\.txt"), "odd\n").unwrap();
+    std::fs::remove_file(st("c.csv")).unwrap();
+
+    // Against its base, the same as status (escaped names included).
+    let against_latest = env.ok(&["diff", "ds", "latest", "staging"]);
+    assert_eq!(
+        against_latest,
+        "M a.csv\nD c.csv\nA odd\\nname\\\\.txt\n",
+        "status: {:?}",
+        status(&env)
+    );
+    // Against an older version: its own differences where staging did not
+    // touch a path, staging's where it did.
+    let against_v1 = env.ok(&["diff", "ds", "v1", "staging"]);
+    assert_eq!(against_v1, "M a.csv\nD d/b.csv\nA odd\\nname\\\\.txt\n");
+    assert_eq!(
+        env.ok(&["diff", "ds", "staging", "v1"]),
+        "M a.csv\nA d/b.csv\nD odd\\nname\\\\.txt\n"
+    );
+    let patch = env.ok(&["diff", "ds", "v1", "staging", "-u"]);
+    assert!(patch.contains("--- a/a.csv\t"), "{patch}");
+    assert!(
+        patch.contains("-1\n\\ No newline at end of file\n+changed\n"),
+        "{patch}"
+    );
+    let stat = env.ok(&["diff", "ds", "v2", "staging", "--stat"]);
+    assert!(
+        stat.ends_with("3 files changed: 1 added, 1 modified, 1 removed; +10 -1 bytes\n"),
+        "{stat}"
+    );
+
+    // A file put back as v1 has it (bytes, mode, time) is no longer a difference from v1.
+    run_ok(
+        Command::new("cp")
+            .arg("-p")
+            .arg(m.path("versions/v1/a.csv"))
+            .arg(st("a.csv")),
+    );
+    assert_eq!(
+        env.ok(&["diff", "ds", "v1", "staging"]),
+        "D d/b.csv\nA odd\\nname\\\\.txt\n"
+    );
+    let through_mount = env.ok(&["diff", "ds", "v1", "staging", "-u"]);
+
+    // Without a mount, read from staging itself: the same answers.
+    drop(m);
+    assert_eq!(
+        env.ok(&["diff", "ds", "v1", "staging"]),
+        "D d/b.csv\nA odd\\nname\\\\.txt\n"
+    );
+    assert_eq!(
+        env.ok(&["diff", "ds", "v1", "staging", "-u"]),
+        through_mount
+    );
+    let (code, err) = env.fails(&["diff", "ds", "staging", "staging"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("version"), "{err}");
+    // "staging" cannot be a tag: it would be ambiguous here.
+    let (code, err) = env.fails(&["tag", "ds", "v1", "staging"]);
+    assert_eq!(code, 1, "{err}");
+}

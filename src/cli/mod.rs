@@ -1,6 +1,7 @@
 //! Argument parsing and user-facing output. The library never prints; this
 //! module turns its results and errors into text and exit codes.
 
+mod diff;
 mod mount;
 mod show;
 
@@ -139,20 +140,23 @@ enum Command {
         /// Path inside the version.
         path: String,
     },
-    /// Show what changed between two versions.
+    /// Show what changed between two versions, or a version and staging.
     #[command(
-        after_help = "Example: detafs diff weather v1 latest --stat\nExit codes: 0, 1 error."
+        after_help = "Examples:\n  detafs diff weather v1 latest --stat\n  detafs diff weather latest staging -u\n  detafs diff weather 2024-q1 v7 -u | patch -p1 -d ./restore\nExit codes: 0, 1 error."
     )]
     Diff {
         /// Dataset name.
         name: String,
-        /// Older version (v3, 3 or latest).
+        /// Older side: v3, 3, latest, latest~1, a tag, or staging.
         from: String,
-        /// Newer version.
+        /// Newer side, the same forms.
         to: String,
         /// Summary with sizes.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "patch")]
         stat: bool,
+        /// Text files line by line, as `diff -u` (binary files as one line).
+        #[arg(short = 'u', long = "patch")]
+        patch: bool,
     },
     /// Write a version's files to a new or empty directory.
     #[command(
@@ -456,7 +460,15 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             from,
             to,
             stat,
-        } => show::diff(&open()?, &name, &from, &to, stat)?,
+            patch,
+        } => {
+            let format = match (stat, patch) {
+                (true, _) => diff::Format::Stat,
+                (_, true) => diff::Format::Patch,
+                _ => diff::Format::Names,
+            };
+            diff::diff(&open()?, &staging, &name, &from, &to, format)?
+        }
         Command::Export {
             name,
             version,
@@ -554,7 +566,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         } => mount::checkout(&open()?, &staging, &name, Some(&version), &paths)?,
         Command::Status { name } => {
             for (tag, path) in mount::status(&open()?, &staging, &name)? {
-                println!("{tag} {path}");
+                println!("{tag} {}", detafs::escape::line(&path));
             }
         }
         Command::Reindex => {

@@ -234,19 +234,15 @@ pub fn commit_staging(
 ) -> anyhow::Result<Record> {
     meta.check()?;
     repo.check_dataset(name)?;
-    let dir = staging_root(repo, staging_base, name)?;
-    match Staging::open(repo, &dir, name) {
-        Ok(st) => Ok(detafs::commit::staged::commit_staging(
+    match open_staging(repo, staging_base, name)? {
+        Owner::Here(st) => Ok(detafs::commit::staged::commit_staging(
             repo,
             meta,
-            || Ok(&st),
+            || Ok(&*st),
             HashSet::new,
             &detafs::progress::Quiet,
         )?),
-        Err(Error::StagingBusy(_)) => {
-            let mp = std::fs::read_to_string(dir.join(MOUNT_FILE))
-                .map_err(|_| Error::StagingBusy(name.to_string()))?;
-            let mp = PathBuf::from(mp);
+        Owner::Mount(mp) => {
             if author_given {
                 return Err(Error::InvalidInput(format!(
                     "--author cannot be set for a commit through the mount at {}: it records the user who commits",
@@ -293,7 +289,6 @@ pub fn commit_staging(
                 .find(|r| r.version == version)
                 .with_context(|| format!("v{version} is not in the store"))
         }
-        Err(e) => Err(e.into()),
     }
 }
 
@@ -310,9 +305,8 @@ pub fn checkout(
     repo.check_dataset(name)?;
     let all = [".".to_string()];
     let paths = if paths.is_empty() { &all[..] } else { paths };
-    let dir = staging_root(repo, staging_base, name)?;
-    match Staging::open(repo, &dir, name) {
-        Ok(st) => {
+    match open_staging(repo, staging_base, name)? {
+        Owner::Here(st) => {
             let names = paths
                 .iter()
                 .map(|p| detafs::staging::path_names(p))
@@ -331,11 +325,7 @@ pub fn checkout(
             };
             Ok(st.checkout(repo, &record.tree, &names)?)
         }
-        Err(Error::StagingBusy(_)) => {
-            let mp = PathBuf::from(
-                std::fs::read_to_string(dir.join(MOUNT_FILE))
-                    .map_err(|_| Error::StagingBusy(name.to_string()))?,
-            );
+        Owner::Mount(mp) => {
             let (file, order) = match version {
                 Some(v) => ("checkout", format!("{v}\n{}\n", paths.join("\n"))),
                 None => ("restore", format!("{}\n", paths.join("\n"))),
@@ -357,24 +347,52 @@ pub fn checkout(
                 )
             })
         }
-        Err(e) => Err(e.into()),
     }
 }
 
-/// Paths changed in staging (`detafs status NAME`), read without a mount.
-pub fn status(repo: &Repo, staging_base: &Path, name: &str) -> anyhow::Result<Vec<(char, String)>> {
+/// Paths changed in staging (`detafs status NAME`), not escaped.
+pub fn status(
+    repo: &Repo,
+    staging_base: &Path,
+    name: &str,
+) -> anyhow::Result<Vec<(char, Vec<u8>)>> {
     repo.check_dataset(name)?;
+    match open_staging(repo, staging_base, name)? {
+        Owner::Here(st) => Ok(st.status(repo)?),
+        Owner::Mount(mp) => Ok(mount_status(&mp)?),
+    }
+}
+
+/// `.detafs/status` of the mount at `mp`, read back.
+pub fn mount_status(mp: &Path) -> anyhow::Result<Vec<(char, Vec<u8>)>> {
+    let file = mp.join(".detafs/status");
+    let text = std::fs::read_to_string(&file)
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    text.lines()
+        .map(|l| {
+            let tag = l.chars().next();
+            let path = l.get(2..).and_then(detafs::escape::unescape);
+            tag.zip(path)
+                .with_context(|| format!("{} has a line it never writes: {l:?}", file.display()))
+        })
+        .collect()
+}
+
+/// A dataset's staging as a command finds it: this process owns it now, or
+/// a mount serves it (commands go through its control files).
+pub enum Owner {
+    Here(Box<Staging>),
+    Mount(PathBuf),
+}
+
+pub fn open_staging(repo: &Repo, staging_base: &Path, name: &str) -> anyhow::Result<Owner> {
     let dir = staging_root(repo, staging_base, name)?;
     match Staging::open(repo, &dir, name) {
-        Ok(st) => Ok(st.status(repo)?),
-        Err(Error::StagingBusy(_)) => {
-            let mp = PathBuf::from(std::fs::read_to_string(dir.join(MOUNT_FILE))?);
-            let text = std::fs::read_to_string(mp.join(".detafs/status"))?;
-            Ok(text
-                .lines()
-                .filter_map(|l| Some((l.chars().next()?, l.get(2..)?.to_string())))
-                .collect())
-        }
+        Ok(st) => Ok(Owner::Here(Box::new(st))),
+        Err(Error::StagingBusy(_)) => Ok(Owner::Mount(PathBuf::from(
+            std::fs::read_to_string(dir.join(MOUNT_FILE))
+                .map_err(|_| Error::StagingBusy(name.to_string()))?,
+        ))),
         Err(e) => Err(e.into()),
     }
 }

@@ -1,8 +1,7 @@
-//! Read-only commands: log, ls, cat, diff.
+//! Read-only commands: log, ls, cat (diff is `diff.rs`).
 
 use detafs::escape::line;
 use detafs::repo::Repo;
-use detafs::snapshot::diff::{self, ChangeKind};
 use detafs::snapshot::{Mtime, Node};
 use detafs::{Error, read};
 use std::io::Write;
@@ -175,44 +174,4 @@ pub fn cat(repo: &Repo, name: &str, version: &str, path: &str) -> anyhow::Result
         Some(_) => Err(Error::InvalidInput(format!("{path} is not a regular file")).into()),
         None => Err(no_path(record.version, path).into()),
     }
-}
-
-pub fn diff(repo: &Repo, name: &str, from: &str, to: &str, stat: bool) -> anyhow::Result<()> {
-    let (a, b) = (repo.version(name, from)?, repo.version(name, to)?);
-    let changes = diff::diff(repo, Some(&a.tree), Some(&b.tree))?;
-    let mut out = std::io::stdout().lock();
-    let (mut plus, mut minus) = (0u64, 0u64);
-    for c in &changes {
-        let (tag, old, new) = (
-            match c.kind {
-                ChangeKind::Added => 'A',
-                ChangeKind::Modified => 'M',
-                ChangeKind::Removed => 'D',
-            },
-            c.old.as_ref().map_or(0, Node::size),
-            c.new.as_ref().map_or(0, Node::size),
-        );
-        plus += new.saturating_sub(old);
-        minus += old.saturating_sub(new);
-        if stat {
-            write!(out, "{tag} {:>12} -> {:<12} ", old, new)?;
-        } else {
-            write!(out, "{tag} ")?;
-        }
-        writeln!(out, "{}", line(&c.path))?;
-    }
-    if stat {
-        let count = |k| changes.iter().filter(|c| c.kind == k).count();
-        writeln!(
-            out,
-            "{} files changed: {} added, {} modified, {} removed; +{} -{} bytes",
-            changes.len(),
-            count(ChangeKind::Added),
-            count(ChangeKind::Modified),
-            count(ChangeKind::Removed),
-            plus,
-            minus
-        )?;
-    }
-    Ok(())
 }

@@ -234,9 +234,9 @@ fn status(fs: &MountFs) -> Result<Vec<u8>> {
         return Ok(text.clone());
     }
     let mut out = String::new();
-    // Paths are escaped by `status`: one change, one line.
+    // Escaped: one change, one line (`escape::unescape` reads it back).
     for (tag, path) in st.status(&fs.repo)? {
-        out.push_str(&format!("{tag} {path}\n"));
+        out.push_str(&format!("{tag} {}\n", crate::escape::line(&path)));
     }
     let text = out.into_bytes();
     *lock(&fs.status_text) = Some((now, text.clone()));
@@ -266,6 +266,8 @@ fn health(fs: &MountFs) -> Vec<u8> {
         "version_inodes": fs.version_inodes(),
         "cache_bytes": fs.repo.disk.used_bytes(),
         "staging": fs.staging.is_some(),
+        // The version staging is built on (what `.detafs/status` compares with).
+        "staging_version": fs.staging.as_ref().and_then(|s| lock(s).base_version().ok()),
     });
     let mut v = serde_json::to_vec_pretty(&body).expect("serializable");
     v.push(b'\n');

@@ -14,6 +14,7 @@
 //! One process at a time owns a staging area (an exclusive `flock`): the mount
 //! daemon while it runs, or `detafs commit` when no mount is up.
 
+pub mod compare;
 mod conflicts;
 mod follow;
 mod freeze;
@@ -376,6 +377,11 @@ impl Staging {
         }
         let dir = self.dir_node(parent)?;
         self.expand(repo, &dir)?;
+        self.child(parent, name)
+    }
+
+    /// The row named `name` in folder `parent`, which must be expanded.
+    fn child(&self, parent: u64, name: &[u8]) -> Result<Option<SNode>> {
         Ok(self
             .db
             .prepare_cached(&format!(

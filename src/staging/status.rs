@@ -2,12 +2,11 @@
 //! `detafs status`): linear in the rows staging holds, never expanding a
 //! folder it has not touched.
 
+use super::compare::StagedFile;
 use super::{Kind, ROOT, SNode, Staging, by_name, too_deep};
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
 use crate::limits;
 use crate::repo::Repo;
-use crate::snapshot::chunker;
 use crate::snapshot::diff::{self, ChangeKind, TreeSource};
 use crate::snapshot::{Node, Tree};
 use crate::store::pack::BlobRef;
@@ -18,7 +17,7 @@ impl Staging {
     /// Works offline: the base version is known locally (staging was built on it).
     /// Walks without recursion (a folder's items, in order, on an explicit
     /// stack), so staging as deep as a version may be needs no deep stack.
-    pub fn status(&self, repo: &Repo) -> Result<Vec<(char, String)>> {
+    pub fn status(&self, repo: &Repo) -> Result<Vec<(char, Vec<u8>)>> {
         let base = repo
             .index
             .records(&self.dataset)?
@@ -27,7 +26,7 @@ impl Staging {
             .map(|r| r.tree);
         let mut out = Vec::new();
         let mut stack = vec![
-            self.status_items(repo, ROOT, base.as_ref(), "")?
+            self.status_items(repo, ROOT, base.as_ref(), b"")?
                 .into_iter(),
         ];
         while let Some(items) = stack.last_mut() {
@@ -47,7 +46,6 @@ impl Staging {
         }
         // An unresolved conflict shows as `C` (what staging holds there is ours).
         for (path, _) in self.unresolved(repo)? {
-            let path = crate::escape::line(&path).into_owned();
             match out.iter_mut().find(|(_, p)| *p == path) {
                 Some(line) => line.0 = 'C',
                 None => out.push(('C', path)),
@@ -63,7 +61,7 @@ impl Staging {
         repo: &Repo,
         id: u64,
         base: Option<&BlobRef>,
-        prefix: &str,
+        prefix: &[u8],
     ) -> Result<Vec<Item>> {
         let mut out = Vec::new();
         let node = self.node(id)?;
@@ -74,10 +72,7 @@ impl Staging {
                     ChangeKind::Modified => 'M',
                     ChangeKind::Removed => 'D',
                 };
-                out.push(Item::Line(
-                    tag,
-                    format!("{prefix}{}", crate::escape::line(&c.path)),
-                ));
+                out.push(Item::Line(tag, [prefix, &c.path].concat()));
             }
             return Ok(out);
         }
@@ -95,7 +90,7 @@ impl Staging {
         names.sort();
         names.dedup();
         for name in names {
-            let path = format!("{prefix}{}", crate::escape::line(name));
+            let path = [prefix, name].concat();
             let row = rows_by_name.get(name).copied();
             let old = base_tree.get(name);
             let old_dir = match old {
@@ -107,15 +102,16 @@ impl Staging {
                     if old.is_some_and(|o| !o.is_dir()) {
                         out.push(Item::Line('D', path.clone()));
                     }
-                    out.push(Item::Dir(r.id, old_dir.copied(), format!("{path}/")));
+                    out.push(Item::Dir(
+                        r.id,
+                        old_dir.copied(),
+                        [&path[..], b"/"].concat(),
+                    ));
                 }
                 Some(r) => {
                     if let Some(t) = old_dir {
                         for c in diff::diff(repo, Some(t), None)? {
-                            out.push(Item::Line(
-                                'D',
-                                format!("{path}/{}", crate::escape::line(&c.path)),
-                            ));
+                            out.push(Item::Line('D', [&path[..], b"/", &c.path].concat()));
                         }
                     }
                     let same = match (old, r.as_version_node()) {
@@ -135,10 +131,7 @@ impl Staging {
                 None => {
                     if let Some(t) = old_dir {
                         for c in diff::diff(repo, Some(t), None)? {
-                            out.push(Item::Line(
-                                'D',
-                                format!("{path}/{}", crate::escape::line(&c.path)),
-                            ));
+                            out.push(Item::Line('D', [&path[..], b"/", &c.path].concat()));
                         }
                     } else {
                         out.push(Item::Line('D', path));
@@ -151,35 +144,21 @@ impl Staging {
 }
 
 impl Staging {
-    /// Whether staged copy `r` holds exactly `old` (mode, mtime, bytes),
-    /// as a commit would find: a file put back as it was is not a change.
-    /// Its bytes are hashed only when the rest already agrees.
+    /// Whether staged copy `r` holds exactly `old`.
     fn holds(&self, r: &SNode, old: &Node) -> bool {
-        let Node::File {
-            mode,
-            mtime,
+        let (size, mtime) = self.size_and_mtime(r);
+        let file = StagedFile {
+            path: self.upper_path(r.id),
+            mode: r.mode,
             size,
-            chunks,
-        } = old
-        else {
-            return false;
+            mtime,
         };
-        if r.mode != *mode || self.size_and_mtime(r) != (*size, *mtime) {
-            return false;
-        }
-        let Ok(file) = std::fs::File::open(self.upper_path(r.id)) else {
-            return false;
-        };
-        let mut ids = chunker::chunks(file, *size).map(|c| c.map(|c| ObjectId::of(&c)));
-        chunks
-            .iter()
-            .all(|c| ids.next().is_some_and(|id| id.is_ok_and(|id| id == c.id)))
-            && ids.next().is_none()
+        super::compare::holds(&file, old)
     }
 }
 
 enum Item {
-    Line(char, String),
+    Line(char, Vec<u8>),
     /// A changed folder: its row, its base subtree, its path prefix.
-    Dir(u64, Option<BlobRef>, String),
+    Dir(u64, Option<BlobRef>, Vec<u8>),
 }

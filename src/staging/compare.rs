@@ -1,0 +1,207 @@
+//! A version against staging (`detafs diff NAME VERSION staging`): the
+//! version's diff to staging's base, corrected by staging's own status, so
+//! only the paths staging changed are looked at locally.
+
+use super::{Kind, ROOT, Staging};
+use crate::error::Result;
+use crate::id::ObjectId;
+use crate::repo::Repo;
+use crate::snapshot::chunker;
+use crate::snapshot::diff::{self, ChangeKind};
+use crate::snapshot::{Mtime, Node};
+use crate::store::pack::BlobRef;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// What one side of a diff holds at a path.
+#[derive(Clone, Debug)]
+pub enum Side {
+    /// As a version has it (a version's node, or staging reading through).
+    Node(Node),
+    /// A staged file with its own bytes on local disk.
+    File(StagedFile),
+}
+
+#[derive(Clone, Debug)]
+pub struct StagedFile {
+    pub path: PathBuf,
+    pub mode: u32,
+    pub size: u64,
+    pub mtime: Mtime,
+}
+
+impl Side {
+    pub fn size(&self) -> u64 {
+        match self {
+            Side::Node(n) => n.size(),
+            Side::File(f) => f.size,
+        }
+    }
+
+    pub fn mtime(&self) -> Mtime {
+        match self {
+            Side::Node(n) => n.mtime(),
+            Side::File(f) => f.mtime,
+        }
+    }
+
+    /// Whether both hold the same thing, as a commit would record it.
+    fn same(&self, other: &Side) -> bool {
+        match (self, other) {
+            (Side::Node(a), Side::Node(b)) => a.same(b),
+            (Side::Node(n), Side::File(f)) | (Side::File(f), Side::Node(n)) => holds(f, n),
+            (Side::File(_), Side::File(_)) => false,
+        }
+    }
+}
+
+/// One path that differs; directories are expanded into their contents.
+#[derive(Clone, Debug)]
+pub struct Delta {
+    pub path: Vec<u8>,
+    pub kind: ChangeKind,
+    pub old: Option<Side>,
+    pub new: Option<Side>,
+}
+
+/// Staging as a diff reads it: the version it is built on, what status
+/// says changed, and what a path holds now. Served by `Staging` itself, or
+/// by a mount that owns it (through its files).
+pub trait StagedView {
+    fn base(&self) -> Result<Option<BlobRef>>;
+    /// Changed paths (`A`, `M`, `D`, `C`), not escaped.
+    fn changed(&self) -> Result<Vec<(char, Vec<u8>)>>;
+    /// What staging holds at `path` (never a directory's listing: `None`
+    /// for a directory or nothing).
+    fn at(&self, path: &[u8]) -> Result<Option<Side>>;
+}
+
+/// Changes from version tree `version` to staging, in path order.
+pub fn against_staging(
+    repo: &Repo,
+    version: &BlobRef,
+    staged: &dyn StagedView,
+) -> Result<Vec<Delta>> {
+    let changed = staged.changed()?;
+    let touched: std::collections::HashSet<&[u8]> =
+        changed.iter().map(|(_, p)| p.as_slice()).collect();
+    let mut out = BTreeMap::new();
+    // Paths staging did not touch hold what its base holds.
+    for c in diff::diff(repo, Some(version), staged.base()?.as_ref())? {
+        if !touched.contains(c.path.as_slice()) {
+            out.insert(
+                c.path.clone(),
+                Delta {
+                    path: c.path,
+                    kind: c.kind,
+                    old: c.old.map(Side::Node),
+                    new: c.new.map(Side::Node),
+                },
+            );
+        }
+    }
+    for (tag, path) in changed {
+        let old = repo
+            .lookup(version, &path)?
+            .filter(|n| !n.is_dir())
+            .map(Side::Node);
+        let new = match tag {
+            'D' => None,
+            _ => staged.at(&path)?,
+        };
+        let kind = match (&old, &new) {
+            (None, None) => continue,
+            (Some(a), Some(b)) if a.same(b) => continue,
+            (None, Some(_)) => ChangeKind::Added,
+            (Some(_), None) => ChangeKind::Removed,
+            (Some(_), Some(_)) => ChangeKind::Modified,
+        };
+        out.insert(
+            path.clone(),
+            Delta {
+                path,
+                kind,
+                old,
+                new,
+            },
+        );
+    }
+    Ok(out.into_values().collect())
+}
+
+/// Whether staged file `f` holds exactly `old` (mode, mtime, bytes), as a
+/// commit would find: a file put back as it was is not a change. Its bytes
+/// are hashed only when the rest already agrees.
+pub fn holds(f: &StagedFile, old: &Node) -> bool {
+    let Node::File {
+        mode,
+        mtime,
+        size,
+        chunks,
+    } = old
+    else {
+        return false;
+    };
+    if f.mode != *mode || (f.size, f.mtime) != (*size, *mtime) {
+        return false;
+    }
+    let Ok(file) = std::fs::File::open(&f.path) else {
+        return false;
+    };
+    let mut ids = chunker::chunks(file, *size).map(|c| c.map(|c| ObjectId::of(&c)));
+    chunks
+        .iter()
+        .all(|c| ids.next().is_some_and(|id| id.is_ok_and(|id| id == c.id)))
+        && ids.next().is_none()
+}
+
+impl StagedView for (&Staging, &Repo) {
+    fn base(&self) -> Result<Option<BlobRef>> {
+        let (st, repo) = *self;
+        let base = st.base_version()?;
+        Ok(repo
+            .index
+            .records(&st.dataset)?
+            .into_iter()
+            .find(|r| r.version == base)
+            .map(|r| r.tree))
+    }
+
+    fn changed(&self) -> Result<Vec<(char, Vec<u8>)>> {
+        self.0.status(self.1)
+    }
+
+    /// Walks rows without expanding a folder: below one staging never
+    /// listed, the path reads through to the version subtree it stands for.
+    fn at(&self, path: &[u8]) -> Result<Option<Side>> {
+        let (st, repo) = *self;
+        let mut node = st.node(ROOT)?;
+        let mut names = path.split(|b| *b == b'/');
+        while let Some(name) = names.next() {
+            if let Some(tree) = node.tree {
+                let rest: Vec<&[u8]> = std::iter::once(name).chain(names).collect();
+                let found = repo.lookup(&tree, &rest.join(&b'/'))?;
+                return Ok(found.filter(|n| !n.is_dir()).map(Side::Node));
+            }
+            match st.child(node.id, name)? {
+                Some(child) => node = child,
+                None => return Ok(None),
+            }
+        }
+        Ok(match node.kind {
+            Kind::Dir => None,
+            _ => Some(match node.as_version_node() {
+                Some(n) => Side::Node(n),
+                None => {
+                    let (size, mtime) = st.size_and_mtime(&node);
+                    Side::File(StagedFile {
+                        path: st.upper_path(node.id),
+                        mode: node.mode,
+                        size,
+                        mtime,
+                    })
+                }
+            }),
+        })
+    }
+}
