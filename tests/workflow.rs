@@ -862,3 +862,72 @@ fn diff_against_staging_shows_staged_changes_with_and_without_a_mount() {
     let (code, err) = env.fails(&["tag", "ds", "v1", "staging"]);
     assert_eq!(code, 1, "{err}");
 }
+
+#[test]
+fn each_daemon_has_its_own_log_and_a_repeated_error_is_counted_not_repeated() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.csv"), common::noise(100_000, 1)).unwrap();
+    env.commit(&src, "v1");
+    let rw = env.mount(&[]);
+    let ro = env.path("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    env.ok(&[
+        "mount",
+        "ds",
+        ro.to_str().unwrap(),
+        "--daemon",
+        "--read-only",
+    ]);
+    // Trees in memory, then the file's data gone from store and cache:
+    // every read of it fails, and would log the same error.
+    for m in [rw.dir.as_path(), ro.as_path()] {
+        assert!(m.join("versions/v1/a.csv").exists());
+    }
+    for (key, _) in env.objects.list("packs/") {
+        env.objects.delete(&key);
+    }
+    std::fs::remove_dir_all(&env.cache).unwrap();
+    for _ in 0..300 {
+        assert!(std::fs::read(rw.path("versions/v1/a.csv")).is_err());
+    }
+    assert!(std::fs::read(ro.join("versions/v1/a.csv")).is_err());
+    env.ok(&["umount", ro.to_str().unwrap()]);
+    env.ok(&["umount", rw.dir.to_str().unwrap()]);
+    common::within(std::time::Duration::from_secs(10), "daemon to exit", || {
+        !rw.alive()
+    });
+
+    let log = rw.log();
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 2, "written once, then counted: {log}");
+    let counted: u64 = errors[1]
+        .rsplit_once("[and ")
+        .and_then(|(_, n)| n.strip_suffix(" more times]"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count: {log}"));
+    assert!(counted >= 299, "{log}");
+    // Lines carry their time; no colour codes.
+    assert!(errors[0].starts_with("20"), "{log}");
+    assert!(!log.contains('\x1b'), "{log}");
+    // The read-only mount wrote its own file, beside.
+    assert!(!log.contains(ro.to_str().unwrap()), "{log}");
+    let dir = std::fs::read_dir(env.staging())
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path()
+        .join("ds");
+    let ro_logs: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("mount-ro-") && n.ends_with(".log"))
+        .collect();
+    assert_eq!(ro_logs.len(), 1, "{ro_logs:?}");
+    let ro_log = std::fs::read_to_string(dir.join(&ro_logs[0])).unwrap();
+    assert!(ro_log.contains(ro.to_str().unwrap()), "{ro_log}");
+    assert!(ro_log.contains("ERROR"), "{ro_log}");
+}

@@ -2,6 +2,7 @@
 //! module turns its results and errors into text and exit codes.
 
 mod diff;
+pub mod log;
 mod mount;
 mod show;
 

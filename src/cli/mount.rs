@@ -125,13 +125,15 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
     };
     let marker = dir.join(MOUNT_FILE);
     let absolute = std::path::absolute(mp)?;
-    serve(fs, mp, &session, || {
+    let served = serve(fs, mp, &session, || {
         if !args.read_only {
             let _ = std::fs::write(&marker, absolute.as_os_str().as_encoded_bytes());
         }
         eprintln!("mounted {} at {}", args.name, mp.display());
     })
-    .with_context(|| format!("cannot mount at {}", mp.display()))?;
+    .with_context(|| format!("cannot mount at {}", mp.display()));
+    super::log::flush();
+    served?;
     let _ = std::fs::remove_file(&marker);
     Ok(())
 }
@@ -141,7 +143,15 @@ fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resu
     use std::os::unix::process::CommandExt;
     let log_dir = staging_root(repo, staging_base, &args.name)?;
     std::fs::create_dir_all(&log_dir)?;
-    let log_path = log_dir.join("mount.log");
+    // One log per daemon: the read-write mount's (one per dataset), and
+    // each read-only mount's, named for its mount point.
+    let log_path = if args.read_only {
+        let at = std::path::absolute(&args.mountpoint)?;
+        let place = detafs::id::ObjectId::of(at.as_os_str().as_encoded_bytes()).to_hex();
+        log_dir.join(format!("mount-ro-{}.log", &place[..16]))
+    } else {
+        log_dir.join("mount.log")
+    };
     // Appended: an earlier mount's messages stay (README.md says where).
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -151,6 +161,7 @@ fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resu
     let argv: Vec<String> = std::env::args().filter(|a| a != "--daemon").collect();
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.args(&argv[1..])
+        .env(super::log::DAEMON_LOG_ENV, &log_path)
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
