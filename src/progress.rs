@@ -13,3 +13,31 @@ pub trait Progress: Sync {
 pub struct Quiet;
 
 impl Progress for Quiet {}
+
+/// Progress kept in counters for another thread to read (a mount's
+/// `.detafs/progress`).
+#[derive(Default)]
+pub struct Counters {
+    total: std::sync::atomic::AtomicU64,
+    done: std::sync::atomic::AtomicU64,
+}
+
+impl Counters {
+    /// (done, total) bytes so far.
+    pub fn read(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.done.load(Relaxed), self.total.load(Relaxed))
+    }
+}
+
+impl Progress for Counters {
+    fn set_total(&self, total: u64) {
+        self.total
+            .store(total, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn advance(&self, done: u64) {
+        self.done
+            .fetch_add(done, std::sync::atomic::Ordering::Relaxed);
+    }
+}

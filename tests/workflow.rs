@@ -931,3 +931,46 @@ fn each_daemon_has_its_own_log_and_a_repeated_error_is_counted_not_repeated() {
     assert!(ro_log.contains(ro.to_str().unwrap()), "{ro_log}");
     assert!(ro_log.contains("ERROR"), "{ro_log}");
 }
+
+#[test]
+fn a_commit_through_the_mount_tells_its_progress_to_other_shells() {
+    let env = Env::new();
+    // The commit pauses once its data is read, before its record.
+    let m = env.mount_failing(&[], "staging-pending=sleep(1500)");
+    let progress = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(m.path(".detafs/progress")).unwrap()).unwrap()
+    };
+    assert_eq!(progress(), serde_json::json!({"committing": false}));
+    std::fs::write(m.path("staging/big.bin"), common::noise(8 << 20, 7)).unwrap();
+    std::fs::write(m.path("staging/small.csv"), "a,b\n").unwrap();
+    let seen = std::thread::scope(|s| {
+        let commit = s.spawn(|| commit_via_control(&m, "big one"));
+        let mut seen = Vec::new();
+        while !commit.is_finished() {
+            seen.push(progress());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        commit.join().unwrap().unwrap();
+        seen
+    });
+    let under_way: Vec<&serde_json::Value> =
+        seen.iter().filter(|p| p["committing"] == true).collect();
+    assert!(!under_way.is_empty(), "{seen:?}");
+    let total = (8 << 20) + 4;
+    let last = under_way.last().unwrap();
+    assert_eq!(last["message"], "big one");
+    assert_eq!(last["bytes_total"], total, "{last}");
+    assert_eq!(last["bytes_done"], total, "{last}");
+    assert_eq!(last["percent"], 100.0);
+    let done: Vec<u64> = under_way
+        .iter()
+        .map(|p| p["bytes_done"].as_u64().unwrap())
+        .collect();
+    assert!(done.windows(2).all(|w| w[0] <= w[1]), "{done:?}");
+    assert_eq!(progress(), serde_json::json!({"committing": false}));
+
+    // The CLI's commit through the mount reads it too (its bar is drawn on
+    // a terminal only), and still says which version it made.
+    std::fs::write(m.path("staging/more.csv"), "c,d\n").unwrap();
+    assert_eq!(env.ok(&["commit", "ds", "-m", "more"]).trim(), "v2");
+}

@@ -426,7 +426,14 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     drop(pb);
                     record?
                 }
-                None => mount::commit_staging(&repo, &staging, &name, &meta, author_given)?,
+                None => {
+                    // Sized once the commit knows what it reads.
+                    let pb = bar(0, "commit");
+                    let record =
+                        mount::commit_staging(&repo, &staging, &name, &meta, author_given, &pb);
+                    drop(pb);
+                    record?
+                }
             };
             println!("v{}", record.version);
         }

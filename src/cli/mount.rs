@@ -242,6 +242,7 @@ pub fn commit_staging(
     name: &str,
     meta: &CommitMeta,
     author_given: bool,
+    progress: &dyn detafs::progress::Progress,
 ) -> anyhow::Result<Record> {
     meta.check()?;
     repo.check_dataset(name)?;
@@ -251,7 +252,7 @@ pub fn commit_staging(
             meta,
             || Ok(&*st),
             HashSet::new,
-            &detafs::progress::Quiet,
+            progress,
         )?),
         Owner::Mount(mp) => {
             if author_given {
@@ -267,7 +268,14 @@ pub fn commit_staging(
                 .write(true)
                 .open(mp.join(".detafs/commit"))
                 .with_context(|| format!("cannot reach the mount at {}", mp.display()))?;
-            if let Err(e) = f.write_all(meta.message.as_bytes()) {
+            let done = std::sync::atomic::AtomicBool::new(false);
+            let written = std::thread::scope(|s| {
+                s.spawn(|| watch_progress(&mp, &done, progress));
+                let written = f.write_all(meta.message.as_bytes());
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                written
+            });
+            if let Err(e) = written {
                 let reason =
                     std::fs::read_to_string(mp.join(".detafs/last-error")).unwrap_or_default();
                 let reason = reason.trim();
@@ -299,6 +307,33 @@ pub fn commit_staging(
                 .into_iter()
                 .find(|r| r.version == version)
                 .with_context(|| format!("v{version} is not in the store"))
+        }
+    }
+}
+
+/// Tells `progress` what the mount at `mp` says of its commit under way
+/// (`.detafs/progress`), until `done`.
+fn watch_progress(
+    mp: &Path,
+    done: &std::sync::atomic::AtomicBool,
+    progress: &dyn detafs::progress::Progress,
+) {
+    let file = mp.join(".detafs/progress");
+    let mut told = 0;
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(200));
+        let Ok(text) = std::fs::read(&file) else {
+            return;
+        };
+        let Ok(now) = serde_json::from_slice::<serde_json::Value>(&text) else {
+            return;
+        };
+        if let (Some(bytes), Some(total)) =
+            (now["bytes_done"].as_u64(), now["bytes_total"].as_u64())
+        {
+            progress.set_total(total);
+            progress.advance(bytes.saturating_sub(told));
+            told = told.max(bytes);
         }
     }
 }

@@ -99,6 +99,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     if let Some(b) = &base {
         repo.index_tree(&b.tree)?;
     }
+    progress.set_total(frozen.staged_bytes());
     let mut build = Build {
         frozen,
         scanner: Scanner::new(repo, progress),

@@ -15,6 +15,7 @@ const LAST_ERROR: u64 = 9;
 const LAST_COMMIT: u64 = 10;
 const RESTORE: u64 = 11;
 const CHECKOUT: u64 = 12;
+const PROGRESS: u64 = 13;
 
 /// A control file's content, and when it was made.
 pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
@@ -23,7 +24,7 @@ pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
 /// reads see.
 const SIZED_TEXT_LIFE: Duration = Duration::from_secs(1);
 
-const FILES: [(&[u8], u64); 8] = [
+const FILES: [(&[u8], u64); 9] = [
     (b"commit", COMMIT),
     (b"status", STATUS),
     (b"log", LOG),
@@ -32,10 +33,11 @@ const FILES: [(&[u8], u64); 8] = [
     (b"last-commit", LAST_COMMIT),
     (b"restore", RESTORE),
     (b"checkout", CHECKOUT),
+    (b"progress", PROGRESS),
 ];
 
 pub(super) fn is_control(ino: u64) -> bool {
-    (COMMIT..=CHECKOUT).contains(&ino)
+    (COMMIT..=PROGRESS).contains(&ino)
 }
 
 /// Whether `ino`'s attributes need staging (its lock, which a commit
@@ -85,7 +87,7 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
         perm: match ino {
             COMMIT => 0o600,
             RESTORE | CHECKOUT => 0o200,
-            STATUS | LAST_ERROR => 0o400,
+            STATUS | LAST_ERROR | PROGRESS => 0o400,
             _ => 0o444,
         },
         nlink: 1,
@@ -102,7 +104,7 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
 /// always exact (made again whenever staging changed); a commit through
 /// the mount forgets the rest (`forget_texts`).
 fn fresh_text(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
-    if ino == STATUS {
+    if ino == STATUS || ino == PROGRESS {
         return Ok(Arc::new(content(fs, ino)?));
     }
     if let Some((at, text)) = lock(&fs.control_texts).get(&ino)
@@ -128,6 +130,7 @@ fn content(fs: &MountFs, ino: u64) -> Result<Vec<u8>> {
         HEALTH => health(fs),
         LAST_ERROR => lock(&fs.last_error).clone().into_bytes(),
         LAST_COMMIT => lock(&fs.last_commit).clone(),
+        PROGRESS => progress(fs),
         _ => Vec::new(),
     })
 }
@@ -135,8 +138,10 @@ fn content(fs: &MountFs, ino: u64) -> Result<Vec<u8>> {
 pub(super) fn open(fs: &MountFs, ino: u64, writing: bool, uid: u32) -> Result<Opened> {
     // The kernel checks the modes above (default_permissions); checked here
     // too, so the core holds without it.
-    if matches!(ino, COMMIT | STATUS | LAST_ERROR | RESTORE | CHECKOUT)
-        && uid != fs.opts.uid
+    if matches!(
+        ino,
+        COMMIT | STATUS | LAST_ERROR | RESTORE | CHECKOUT | PROGRESS
+    ) && uid != fs.opts.uid
         && uid != 0
     {
         return Err(Error::fs(
@@ -241,6 +246,64 @@ fn status(fs: &MountFs) -> Result<Vec<u8>> {
     let text = out.into_bytes();
     *lock(&fs.status_text) = Some((now, text.clone()));
     Ok(text)
+}
+
+/// A commit through the mount, from its start to its end, for
+/// `.detafs/progress`.
+pub(super) struct UnderWay {
+    message: String,
+    author: String,
+    started: Instant,
+    progress: Arc<crate::progress::Counters>,
+}
+
+/// Clears `.detafs/progress` when the commit ends, however it ends.
+pub(super) struct Told<'a>(&'a MountFs);
+
+impl UnderWay {
+    pub(super) fn begin<'a>(
+        fs: &'a MountFs,
+        meta: &crate::commit::CommitMeta,
+        progress: Arc<crate::progress::Counters>,
+    ) -> Told<'a> {
+        *lock(&fs.committing) = Some(UnderWay {
+            message: meta.message.to_string(),
+            author: meta.author.to_string(),
+            started: Instant::now(),
+            progress,
+        });
+        Told(fs)
+    }
+}
+
+impl Drop for Told<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.committing) = None;
+    }
+}
+
+/// One JSON line: whether a commit is under way, and how far it got
+/// (bytes of staged copies read of those to read).
+fn progress(fs: &MountFs) -> Vec<u8> {
+    let body = match &*lock(&fs.committing) {
+        None => serde_json::json!({"committing": false}),
+        Some(c) => {
+            let (done, total) = c.progress.read();
+            let done = done.min(total);
+            serde_json::json!({
+                "committing": true,
+                "message": c.message,
+                "author": c.author,
+                "elapsed_secs": c.started.elapsed().as_secs_f64(),
+                "bytes_done": done,
+                "bytes_total": total,
+                "percent": if total == 0 { 0.0 } else { (done as f64 * 1000.0 / total as f64).round() / 10.0 },
+            })
+        }
+    };
+    let mut v = serde_json::to_vec(&body).expect("serializable");
+    v.push(b'\n');
+    v
 }
 
 /// Oldest first, one JSON line per version, as a log file grows.

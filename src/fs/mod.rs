@@ -139,6 +139,8 @@ pub struct MountFs {
     last_error: Mutex<String>,
     /// The log entry of the last commit made through this mount.
     last_commit: Mutex<Vec<u8>>,
+    /// The commit through this mount under way, if one is.
+    committing: Mutex<Option<control::UnderWay>>,
     /// Control files' content as last sized, by inode (`control::attr`).
     control_texts: Mutex<HashMap<u64, control::SizedText>>,
     /// `.detafs/status` as last made, with staging's generation then.
@@ -222,6 +224,7 @@ impl MountFs {
             listings: Mutex::new(Listings::new(listings::LISTING_ENTRIES)),
             last_error: Mutex::new(String::new()),
             last_commit: Mutex::new(Vec::new()),
+            committing: Mutex::default(),
             control_texts: Mutex::default(),
             status_text: Mutex::default(),
             started: staging::now(),

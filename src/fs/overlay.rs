@@ -230,6 +230,8 @@ impl MountFs {
             author: &author,
         };
         let _turn = lock(&self.commit_turn);
+        let progress = Arc::new(crate::progress::Counters::default());
+        let _told = control::UnderWay::begin(self, &meta, progress.clone());
         // The commit hashes and compresses on a thread of its own at a lower
         // priority, so the threads answering readers get the cores first.
         let record = std::thread::scope(|s| {
@@ -248,7 +250,7 @@ impl MountFs {
                         &meta,
                         || self.staging(),
                         || self.open_writers(),
-                        &crate::progress::Quiet,
+                        &*progress,
                     )
                 })
                 .map_err(|e| Error::io("starting the commit's thread", e))?

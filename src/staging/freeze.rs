@@ -44,6 +44,17 @@ impl Frozen {
     pub fn writes(&self) -> &Writes {
         &self.writes
     }
+
+    /// Bytes of the staged copies a commit reads (its progress's total).
+    pub fn staged_bytes(&self) -> u64 {
+        self.children
+            .values()
+            .flatten()
+            .filter(|r| r.upper)
+            .filter_map(|r| std::fs::metadata(self.upper_path(r.id)).ok())
+            .map(|m| m.len())
+            .sum()
+    }
 }
 
 /// What a commit read from staged copies: chunks, size and mtime by row id.

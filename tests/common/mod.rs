@@ -276,10 +276,18 @@ impl Env {
     }
 
     pub fn mount(&self, extra: &[&str]) -> Mount<'_> {
+        self.mount_failing(extra, "")
+    }
+
+    /// A mount whose daemon runs with the given FAILPOINTS (fail crate syntax).
+    pub fn mount_failing(&self, extra: &[&str], failpoints: &str) -> Mount<'_> {
         let dir = self.dir.path().join("mnt");
         std::fs::create_dir_all(&dir).unwrap();
-        let out = self
-            .command()
+        let mut mount = self.command();
+        if !failpoints.is_empty() {
+            mount.env("FAILPOINTS", failpoints);
+        }
+        let out = mount
             .args(["mount", "ds"])
             .arg(&dir)
             .args(["--daemon", "--poll-interval", "200ms"])
