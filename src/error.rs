@@ -41,6 +41,10 @@ pub enum Error {
     NoDataset(String),
     #[error("dataset {0:?} already exists")]
     DatasetExists(String),
+    #[error(
+        "dataset {name:?} was deleted ({when}); `detafs dataset undelete {name}` brings it back until gc removes it, and its name stays taken"
+    )]
+    DatasetDeleted { name: String, when: String },
     #[error("dataset {dataset:?} has no version {version}")]
     NoVersion { dataset: String, version: String },
     #[error("{path}: no such file or directory in {version}")]

@@ -32,13 +32,13 @@ pub fn min_grace() -> Duration {
     MAX_COMMIT_AGE + Duration::from_secs(3600)
 }
 
-/// Packs reached by any version of any dataset. Fails if any tree cannot be
-/// read: deleting on a partial view could delete live data.
-pub fn reachable_packs(repo: &Repo) -> Result<HashSet<ObjectId>> {
+/// Packs reached by any version of `datasets`. Fails if any tree cannot
+/// be read: deleting on a partial view could delete live data.
+fn reachable_packs(repo: &Repo, datasets: &[String]) -> Result<HashSet<ObjectId>> {
     let mut packs = HashSet::new();
     let mut seen = HashSet::new();
-    for ds in repo.datasets()? {
-        for record in repo.sync(&ds)? {
+    for ds in datasets {
+        for record in repo.sync(ds)? {
             let mut todo = vec![record.tree];
             while let Some(r) = todo.pop() {
                 if !seen.insert(r.id) {
@@ -58,7 +58,9 @@ pub fn reachable_packs(repo: &Repo) -> Result<HashSet<ObjectId>> {
     Ok(packs)
 }
 
-/// Unreachable packs older than `grace`; deleted unless `dry_run`.
+/// Unreachable packs older than `grace`, and the records and tags of
+/// datasets deleted longer ago than `grace` (`deletion.rs`); deleted
+/// unless `dry_run`.
 pub fn gc(
     repo: &Repo,
     grace: Duration,
@@ -78,14 +80,30 @@ pub fn gc(
     let cutoff = SystemTime::now()
         .checked_sub(grace)
         .unwrap_or(SystemTime::UNIX_EPOCH);
-    let reachable = reachable_packs(repo)?;
-    let doomed: Vec<Listed> = repo
+    // A deleted dataset keeps its data for the grace (it can be undeleted);
+    // a tombstone whose time does not decode is never taken as expired.
+    let (expired, kept): (Vec<_>, Vec<_>) = repo.all_datasets()?.into_iter().partition(|(_, d)| {
+        d.as_ref()
+            .and_then(|d| d.when())
+            .is_some_and(|t| t < cutoff)
+    });
+    let kept: Vec<String> = kept.into_iter().map(|(name, _)| name).collect();
+    let reachable = reachable_packs(repo, &kept)?;
+    let mut doomed: Vec<Listed> = repo
         .store
         .list(keys::PACKS, None)?
         .into_iter()
         .filter(|l| keys::pack_id(&l.key).is_some_and(|id| !reachable.contains(&id)))
         .filter(|l| l.modified < cutoff)
         .collect();
+    // Their history goes after the packs it reached: an interrupted gc
+    // leaves a dataset that is still deleted, never one half there. The
+    // tombstone and `dataset.json` stay (the name is never reused).
+    for (name, _) in &expired {
+        for prefix in [keys::records(name), keys::tags(name)] {
+            doomed.extend(repo.store.list(&prefix, None)?);
+        }
+    }
     if !dry_run {
         progress.set_total(doomed.iter().map(|l| l.size).sum());
         for l in &doomed {

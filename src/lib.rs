@@ -6,6 +6,7 @@
 
 pub mod cache;
 pub mod commit;
+pub mod deletion;
 pub mod error;
 pub mod escape;
 pub mod fs;

@@ -171,20 +171,40 @@ impl Repo {
         }))
         .expect("serializable");
         if !self.store.put_create(&keys::dataset(name), body.into())? {
+            // A deleted dataset's name stays taken (`deletion.rs`).
+            self.check_dataset(name)?;
             return Err(Error::DatasetExists(name.to_string()));
         }
         Ok(())
     }
 
+    /// Datasets, not counting deleted ones.
     pub fn datasets(&self) -> Result<Vec<String>> {
-        self.store.list_dirs("datasets/")
+        Ok(self
+            .all_datasets()?
+            .into_iter()
+            .filter_map(|(name, deleted)| deleted.is_none().then_some(name))
+            .collect())
     }
 
+    /// Every dataset the store names, with its tombstone if deleted.
+    pub fn all_datasets(&self) -> Result<Vec<(String, Option<crate::deletion::Deletion>)>> {
+        let names = self.store.list_dirs("datasets/")?;
+        let deletions = self.deletions(&names)?;
+        Ok(names.into_iter().zip(deletions).collect())
+    }
+
+    /// Refuses a dataset that does not exist or was deleted.
     pub fn check_dataset(&self, name: &str) -> Result<()> {
         validate_name(name)?;
-        match self.store.get(&keys::dataset(name))? {
-            Some(_) => Ok(()),
-            None => Err(Error::NoDataset(name.to_string())),
+        let keys = [keys::dataset(name), keys::deleted(name)];
+        match &self.store.get_many(&keys)?[..] {
+            [None, _] => Err(Error::NoDataset(name.to_string())),
+            [Some(_), Some(d)] => Err(Repo::deleted_error(
+                name,
+                &crate::deletion::Deletion::decode(d),
+            )),
+            _ => Ok(()),
         }
     }
 

@@ -144,6 +144,7 @@ impl Repo {
     /// Resolves a version spec: `latest`, `v3`, `3` or a tag, each
     /// optionally followed by `~N` (N versions before it).
     pub fn version(&self, dataset: &str, spec: &str) -> Result<Record> {
+        self.check_dataset(dataset)?;
         let records = self.sync(dataset)?;
         let no_version = || Error::NoVersion {
             dataset: dataset.to_string(),

@@ -974,3 +974,132 @@ fn a_commit_through_the_mount_tells_its_progress_to_other_shells() {
     std::fs::write(m.path("staging/more.csv"), "c,d\n").unwrap();
     assert_eq!(env.ok(&["commit", "ds", "-m", "more"]).trim(), "v2");
 }
+
+#[test]
+fn a_deleted_dataset_is_hidden_at_once_kept_until_gc_and_its_name_stays_taken() {
+    let env = Env::new();
+    env.ok(&["dataset", "create", "other"]);
+    let src = two_versions(&env);
+    std::fs::write(src.join("shared.bin"), common::noise(300_000, 3)).unwrap();
+    env.ok(&[
+        "commit",
+        "other",
+        "--from",
+        src.to_str().unwrap(),
+        "-m",
+        "o1",
+    ]);
+    std::fs::write(src.join("only-ds.bin"), common::noise(300_000, 4)).unwrap();
+    env.commit(&src, "v3");
+
+    // Refused while mounted, read-write or read-only, and while staging
+    // holds changes: nothing is deleted.
+    let m = env.mount(&[]);
+    let (code, err) = env.fails(&["dataset", "delete", "ds"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("is mounted at") && err.contains("umount"),
+        "{err}"
+    );
+    drop(m);
+    let ro = env.path("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    env.ok(&[
+        "mount",
+        "ds",
+        ro.to_str().unwrap(),
+        "--daemon",
+        "--read-only",
+    ]);
+    let (_, err) = env.fails(&["dataset", "delete", "ds"]);
+    assert!(err.contains(ro.to_str().unwrap()), "{err}");
+    env.ok(&["umount", ro.to_str().unwrap()]);
+    env.ok(&["checkout", "ds", "v1", "a.csv"]);
+    let (_, err) = env.fails(&["dataset", "delete", "ds"]);
+    assert!(err.contains("restore"), "{err}");
+    env.ok(&["restore", "ds"]);
+    assert_eq!(env.ok(&["dataset", "list"]), "ds\nother\n");
+
+    // Deleted: hidden from every command, its name still taken.
+    env.ok(&["dataset", "delete", "ds"]);
+    assert_eq!(env.ok(&["dataset", "list"]), "other\n");
+    for args in [
+        &["log", "ds"][..],
+        &["cat", "ds", "v1", "a.csv"],
+        &["commit", "ds", "--from", src.to_str().unwrap(), "-m", "x"],
+        &["mount", "ds", ro.to_str().unwrap()],
+        &["dataset", "create", "ds"],
+        &["dataset", "delete", "ds"],
+    ] {
+        let (code, err) = env.fails(args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(err.contains("was deleted"), "{args:?}: {err}");
+    }
+    // Until gc could remove it, undelete brings it back whole (the test
+    // environment lets gc use any grace: not here).
+    run_ok(
+        env.command()
+            .env_remove("DETAFS_TEST_GC_MIN_GRACE")
+            .args(["dataset", "undelete", "ds"]),
+    );
+    assert_eq!(env.log().len(), 3);
+    assert_eq!(env.ok(&["cat", "ds", "v1", "d/b.csv"]), "2");
+    env.ok(&["verify"]);
+
+    // Deleted again, and past gc's grace: gc removes its versions and the
+    // packs only it used; the other dataset's data stays.
+    env.ok(&["dataset", "delete", "ds"]);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let packs_before = env.objects.list("packs/").len();
+    let gc = |dry: bool| {
+        let mut c = env.command();
+        c.env("DETAFS_TEST_GC_MIN_GRACE", "0s")
+            .args(["gc", "--grace", "0s"]);
+        if dry {
+            c.arg("--dry-run");
+        }
+        run_ok(&mut c)
+    };
+    let planned = gc(true);
+    assert!(planned.contains("datasets/ds/records/"), "{planned}");
+    assert_eq!(env.objects.list("datasets/ds/records/").len(), 3);
+    gc(false);
+    assert!(env.objects.list("datasets/ds/records/").is_empty());
+    assert!(env.objects.exists("datasets/ds/deleted.json"));
+    assert!(env.objects.exists("datasets/ds/dataset.json"));
+    assert!(env.objects.list("packs/").len() < packs_before);
+    env.ok(&["verify"]);
+    let shared = env.run(&["cat", "other", "v1", "shared.bin"]);
+    assert!(shared.status.success());
+    assert_eq!(shared.stdout, common::noise(300_000, 3));
+    let (code, err) = env.fails(&["dataset", "undelete", "ds"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("gc"), "{err}");
+    let (_, err) = env.fails(&["dataset", "create", "ds"]);
+    assert!(err.contains("was deleted"), "{err}");
+}
+
+#[test]
+fn a_mount_cannot_commit_to_a_dataset_another_host_deleted() {
+    let env = Env::new();
+    let m = mounted_with_versions(&env, 1);
+    // Another host's `dataset delete` (this host's mount would refuse it).
+    env.objects.write(
+        "datasets/ds/deleted.json",
+        br#"{"time": "2026-12-01T00:00:00Z", "author": "bob", "nonce": "00"}"#.to_vec(),
+    );
+    std::fs::write(m.path("staging/late.csv"), "x").unwrap();
+    assert!(commit_via_control(&m, "too late").is_err());
+    let reason = std::fs::read_to_string(m.path(".detafs/last-error")).unwrap();
+    assert!(reason.contains("was deleted"), "{reason}");
+    assert_eq!(env.objects.list("datasets/ds/records/").len(), 1);
+    // What it had stays readable, and the staged file stays staged.
+    assert_eq!(
+        std::fs::read_to_string(m.path("versions/v1/f1.csv")).unwrap(),
+        "a,b\n1,1\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.path("staging/late.csv")).unwrap(),
+        "x"
+    );
+}

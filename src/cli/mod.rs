@@ -277,6 +277,21 @@ enum DatasetCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Delete a dataset: hidden at once on every host, its data kept until
+    /// gc (after its grace) removes it; its name stays taken.
+    #[command(
+        after_help = "Example: detafs dataset delete scratch\nRefused while this host mounts it or its staging holds changes (detafs restore NAME).\nExit codes: 0 deleted, 1 error."
+    )]
+    Delete {
+        /// Dataset name.
+        name: String,
+    },
+    /// Bring back a deleted dataset, before gc removes its versions.
+    #[command(after_help = "Example: detafs dataset undelete scratch\nExit codes: 0, 1 error.")]
+    Undelete {
+        /// Dataset name.
+        name: String,
+    },
 }
 
 /// The error and its causes on one line, each cause said once: library
@@ -406,6 +421,16 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("created dataset {name}");
         }
         Command::Dataset(DatasetCmd::List { json }) => show::datasets(&open()?, json)?,
+        Command::Dataset(DatasetCmd::Delete { name }) => {
+            let repo = open()?;
+            mount::check_unused(&repo, &staging, &name)?;
+            let d = repo.delete_dataset(&name, &commit::current_user())?;
+            println!("deleted dataset {name} at {}", d.time);
+        }
+        Command::Dataset(DatasetCmd::Undelete { name }) => {
+            open()?.undelete_dataset(&name)?;
+            println!("undeleted dataset {name}");
+        }
         Command::Commit {
             name,
             from,

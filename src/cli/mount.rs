@@ -37,15 +37,52 @@ fn stale(path: &Path) -> bool {
     matches!(std::fs::metadata(path), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
 }
 
+/// Mount points and sources (`detafs:NAME` for a mount of dataset NAME)
+/// of this host's mounts.
+fn mounts() -> Vec<(PathBuf, String)> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let point = l.split(' ').nth(4)?;
+            let (_, after) = l.split_once(" - ")?;
+            let source = after.split(' ').nth(1)?;
+            Some((
+                PathBuf::from(point.replace("\\040", " ")),
+                source.to_string(),
+            ))
+        })
+        .collect()
+}
+
 fn is_mounted(path: &Path) -> bool {
     let Ok(canon) = std::fs::canonicalize(path) else {
         return false;
     };
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    mounts
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|m| Path::new(&m.replace("\\040", " ")) == canon)
+    mounts().into_iter().any(|(m, _)| m == canon)
+}
+
+/// Refuses to delete a dataset this host mounts (read-write or read-only)
+/// or whose staging holds changes a deletion would hide.
+pub fn check_unused(repo: &Repo, staging_base: &Path, name: &str) -> anyhow::Result<()> {
+    repo.check_dataset(name)?;
+    let source = format!("detafs:{name}");
+    if let Some((at, _)) = mounts().into_iter().find(|(_, s)| *s == source) {
+        bail!(
+            "dataset {name} is mounted at {}: unmount it first (detafs umount {})",
+            at.display(),
+            at.display()
+        );
+    }
+    match open_staging(repo, staging_base, name)? {
+        Owner::Mount(at) => bail!(
+            "dataset {name} is mounted at {}: unmount it first",
+            at.display()
+        ),
+        Owner::Here(st) if !st.status(repo)?.is_empty() => bail!(
+            "staging of {name} holds changes (detafs status {name}): commit them, or discard them with detafs restore {name}"
+        ),
+        Owner::Here(_) => Ok(()),
+    }
 }
 
 /// The daemon allocates and frees multi-MiB read buffers on many threads:

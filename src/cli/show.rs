@@ -16,6 +16,7 @@ fn human(bytes: u64) -> String {
 }
 
 pub fn log(repo: &Repo, name: &str, as_json: bool, path: Option<&str>) -> anyhow::Result<()> {
+    repo.check_dataset(name)?;
     let mut records = repo.sync(name)?;
     if let Some(path) = path {
         records = changed_at(repo, records, path)?;

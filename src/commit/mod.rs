@@ -76,6 +76,7 @@ pub fn commit_dir(
     progress: &dyn Progress,
 ) -> Result<Record> {
     meta.check()?;
+    repo.check_dataset(meta.dataset)?;
     let stat = std::fs::metadata(from).map_err(|e| Error::io(from.display(), e))?;
     if !stat.is_dir() {
         return Err(Error::InvalidInput(format!(
@@ -108,6 +109,8 @@ pub fn publish(
         return Err(Error::NothingToCommit(b.version));
     }
     repo.check_store(false)?;
+    // A dataset deleted meanwhile (on any host) gets no new version.
+    repo.check_dataset(req.dataset)?;
     let stat_rows = std::mem::take(&mut scanner.stat_rows);
     let started = scanner.started;
     // Everything a record reaches must be durable before the record exists.

@@ -93,9 +93,10 @@ pub fn errno(e: &Error) -> Errno {
         Error::NothingToCommit(_) => Errno::from_i32(libc::ENODATA),
         Error::CommitTooLong(_) => Errno::from_i32(libc::ETIMEDOUT),
         Error::InvalidInput(_) => Errno::from_i32(libc::EINVAL),
-        Error::NoDataset(_) | Error::NoVersion { .. } | Error::NoPath { .. } => {
-            Errno::from_i32(libc::ENOENT)
-        }
+        Error::NoDataset(_)
+        | Error::DatasetDeleted { .. }
+        | Error::NoVersion { .. }
+        | Error::NoPath { .. } => Errno::from_i32(libc::ENOENT),
         Error::Store { .. }
         | Error::Index(_)
         | Error::NotAStore(_)
@@ -120,6 +121,7 @@ fn fail(op: &str, e: &Error) -> Errno {
         | Error::Unresolved { .. }
         | Error::StagingBusy(_)
         | Error::NoDataset(_)
+        | Error::DatasetDeleted { .. }
         | Error::NoVersion { .. }
         | Error::NoPath { .. } => tracing::debug!("{op}: {e}"),
         _ => tracing::error!("{op}: {e}"),

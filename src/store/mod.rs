@@ -75,6 +75,9 @@ pub mod keys {
     pub fn dataset(name: &str) -> String {
         format!("datasets/{name}/dataset.json")
     }
+    pub fn deleted(name: &str) -> String {
+        format!("datasets/{name}/deleted.json")
+    }
     pub fn records(name: &str) -> String {
         format!("datasets/{name}/records/")
     }
