@@ -6,7 +6,7 @@
 
 pub mod cache;
 pub mod commit;
-pub mod deletion;
+pub mod datasets;
 pub mod error;
 pub mod escape;
 pub mod fs;

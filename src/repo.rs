@@ -161,53 +161,6 @@ impl Repo {
             .map_err(|e| Error::io(marker.display(), e))
     }
 
-    pub fn create_dataset(&self, name: &str) -> Result<()> {
-        validate_name(name)?;
-        self.check_store(false)?;
-        // The random id makes the body unique (see `Store::put_create`).
-        let body = serde_json::to_vec_pretty(&serde_json::json!({
-            "name": name,
-            "id": hex::encode(rand::random::<[u8; 16]>()),
-        }))
-        .expect("serializable");
-        if !self.store.put_create(&keys::dataset(name), body.into())? {
-            // A deleted dataset's name stays taken (`deletion.rs`).
-            self.check_dataset(name)?;
-            return Err(Error::DatasetExists(name.to_string()));
-        }
-        Ok(())
-    }
-
-    /// Datasets, not counting deleted ones.
-    pub fn datasets(&self) -> Result<Vec<String>> {
-        Ok(self
-            .all_datasets()?
-            .into_iter()
-            .filter_map(|(name, deleted)| deleted.is_none().then_some(name))
-            .collect())
-    }
-
-    /// Every dataset the store names, with its tombstone if deleted.
-    pub fn all_datasets(&self) -> Result<Vec<(String, Option<crate::deletion::Deletion>)>> {
-        let names = self.store.list_dirs("datasets/")?;
-        let deletions = self.deletions(&names)?;
-        Ok(names.into_iter().zip(deletions).collect())
-    }
-
-    /// Refuses a dataset that does not exist or was deleted.
-    pub fn check_dataset(&self, name: &str) -> Result<()> {
-        validate_name(name)?;
-        let keys = [keys::dataset(name), keys::deleted(name)];
-        match &self.store.get_many(&keys)?[..] {
-            [None, _] => Err(Error::NoDataset(name.to_string())),
-            [Some(_), Some(d)] => Err(Repo::deleted_error(
-                name,
-                &crate::deletion::Deletion::decode(d),
-            )),
-            _ => Ok(()),
-        }
-    }
-
     /// Reads records newer than the newest one indexed (records are immutable,
     /// so nothing older is re-read) and returns all versions, oldest first.
     pub fn sync(&self, name: &str) -> Result<Vec<Record>> {
@@ -223,8 +176,12 @@ impl Repo {
         let listed = self.store.list(&keys::records(name), offset.as_deref())?;
         if known == 0 && listed.is_empty() {
             // No records: is there a dataset at all? (A poll that finds
-            // nothing new costs one LIST, nothing more.)
-            self.check_dataset(name)?;
+            // nothing new costs one LIST, nothing more.) A deleted one still
+            // has its records, for gc and undelete.
+            validate_name(name)?;
+            if self.store.get(&keys::dataset(name))?.is_none() {
+                return Err(Error::NoDataset(name.to_string()));
+            }
         }
         // Only keys a record can have: anything else under records/ (a
         // stray upload, say) is not a version; `verify` reports it.

@@ -126,12 +126,7 @@ impl Repo {
             author: author.to_string(),
             nonce: hex::encode(rand::random::<[u8; 16]>()),
         };
-        let mut body = serde_json::to_vec_pretty(&t).expect("serializable");
-        body.push(b'\n');
-        if !self
-            .store
-            .put_create(&keys::tag(dataset, tag), body.into())?
-        {
+        if !self.put_tag(&t)? {
             let existing = self.tags(dataset)?.into_iter().find(|x| x.tag == tag);
             return Err(Error::InvalidInput(match existing {
                 Some(x) => format!("tag {tag} already names v{} (tags never move)", x.version),
@@ -139,6 +134,14 @@ impl Repo {
             }));
         }
         Ok(t)
+    }
+
+    /// Creates tag `t`; false if one of that name exists.
+    pub(crate) fn put_tag(&self, t: &Tag) -> Result<bool> {
+        let mut body = serde_json::to_vec_pretty(t).expect("serializable");
+        body.push(b'\n');
+        self.store
+            .put_create(&keys::tag(&t.dataset, &t.tag), body.into())
     }
 
     /// Resolves a version spec: `latest`, `v3`, `3` or a tag, each

@@ -1103,3 +1103,117 @@ fn a_mount_cannot_commit_to_a_dataset_another_host_deleted() {
         "x"
     );
 }
+
+#[test]
+fn a_renamed_dataset_keeps_every_version_and_tag_and_the_old_name_is_deleted() {
+    let env = Env::new();
+    two_versions(&env);
+    env.ok(&["tag", "ds", "v1", "first"]);
+    env.ok(&["tag", "ds", "latest", "second"]);
+    let before = env.log();
+    let packs = env.objects.list("packs/");
+    env.ok(&["dataset", "create", "taken"]);
+
+    // Bad renames change nothing.
+    let (code, err) = env.fails(&["dataset", "rename", "ds", "taken"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("already exists"), "{err}");
+    let (_, err) = env.fails(&["dataset", "rename", "ds", ".hidden"]);
+    assert!(err.contains("invalid dataset name"), "{err}");
+    let m = env.mount(&[]);
+    let (_, err) = env.fails(&["dataset", "rename", "ds", "weather"]);
+    assert!(err.contains("is mounted at"), "{err}");
+    drop(m);
+    assert_eq!(env.log(), before);
+    assert!(!env.objects.exists("datasets/weather/dataset.json"));
+
+    env.ok(&["dataset", "rename", "ds", "weather"]);
+    assert_eq!(env.ok(&["dataset", "list"]), "taken\nweather\n");
+    let renamed: Vec<serde_json::Value> =
+        serde_json::from_str(&env.ok(&["log", "weather", "--json"])).unwrap();
+    let old: Vec<serde_json::Value> = before.iter().rev().cloned().collect();
+    for (a, b) in renamed.iter().zip(&old) {
+        for field in [
+            "version",
+            "timestamp",
+            "author",
+            "message",
+            "tags",
+            "files_added",
+        ] {
+            assert_eq!(a[field], b[field], "{field}: {a} {b}");
+        }
+    }
+    assert_eq!(renamed.len(), old.len());
+    assert_eq!(env.ok(&["cat", "weather", "first", "d/b.csv"]), "2");
+    assert_eq!(env.ok(&["cat", "weather", "second", "c.csv"]), "3");
+    // No data moved; the records chain again, as verify checks.
+    assert_eq!(env.objects.list("packs/"), packs);
+    env.ok(&["verify"]);
+    let (_, err) = env.fails(&["log", "ds"]);
+    assert!(err.contains("renamed to weather"), "{err}");
+    // A commit to the new name goes on from the last version.
+    let src = env.path("more");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("x.csv"), "x").unwrap();
+    assert_eq!(
+        env.ok(&[
+            "commit",
+            "weather",
+            "--from",
+            src.to_str().unwrap(),
+            "-m",
+            "more"
+        ])
+        .trim(),
+        "v3"
+    );
+    env.ok(&["verify"]);
+}
+
+#[test]
+fn commits_racing_a_rename_all_land_in_the_new_name_or_are_refused() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("n.txt"), "0").unwrap();
+    env.commit(&src, "start");
+    let landed = std::thread::scope(|s| {
+        let committer = s.spawn(|| {
+            let mut landed = Vec::new();
+            for i in 1..200 {
+                let dir = env.path(&format!("c{i}"));
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(dir.join("n.txt"), i.to_string()).unwrap();
+                let out = env.run(&[
+                    "commit",
+                    "ds",
+                    "--from",
+                    dir.to_str().unwrap(),
+                    "-m",
+                    &format!("c{i}"),
+                ]);
+                if !out.status.success() {
+                    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+                    assert!(err.contains("was deleted"), "{err}");
+                    break;
+                }
+                landed.push((i, String::from_utf8(out.stdout).unwrap().trim().to_string()));
+            }
+            landed
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        env.ok(&["dataset", "rename", "ds", "new"]);
+        committer.join().unwrap()
+    });
+    assert!(!landed.is_empty(), "no commit ran before the rename");
+    // Every commit that said it made a version is in the new name, whole.
+    for (i, version) in &landed {
+        assert_eq!(
+            env.ok(&["cat", "new", version, "n.txt"]),
+            i.to_string(),
+            "{version}"
+        );
+    }
+    env.ok(&["verify"]);
+}

@@ -286,6 +286,16 @@ enum DatasetCmd {
         /// Dataset name.
         name: String,
     },
+    /// Rename a dataset: every version and tag, under the new name.
+    #[command(
+        after_help = "Example: detafs dataset rename scratch weather-2024\nThe old name is deleted (detafs dataset undelete brings it back) and stays taken. Refused while this host mounts it or its staging holds changes.\nExit codes: 0 renamed, 1 error (the new name exists, a bad name)."
+    )]
+    Rename {
+        /// Current name.
+        name: String,
+        /// New name.
+        new_name: String,
+    },
     /// Bring back a deleted dataset, before gc removes its versions.
     #[command(after_help = "Example: detafs dataset undelete scratch\nExit codes: 0, 1 error.")]
     Undelete {
@@ -426,6 +436,12 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             mount::check_unused(&repo, &staging, &name)?;
             let d = repo.delete_dataset(&name, &commit::current_user())?;
             println!("deleted dataset {name} at {}", d.time);
+        }
+        Command::Dataset(DatasetCmd::Rename { name, new_name }) => {
+            let repo = open()?;
+            mount::check_unused(&repo, &staging, &name)?;
+            repo.rename_dataset(&name, &new_name, &commit::current_user())?;
+            println!("renamed dataset {name} to {new_name}");
         }
         Command::Dataset(DatasetCmd::Undelete { name }) => {
             open()?.undelete_dataset(&name)?;

@@ -17,6 +17,8 @@ use std::time::Duration;
 /// Written next to a staging area while a mount serves it, so `detafs commit`
 /// from another shell can commit through the mount instead.
 const MOUNT_FILE: &str = "mounted-at";
+/// A read-only mount's marker: this, then a hash of its mount point.
+const RO_MOUNT_FILE: &str = "mounted-ro-";
 
 pub struct MountArgs {
     pub name: String,
@@ -37,41 +39,35 @@ fn stale(path: &Path) -> bool {
     matches!(std::fs::metadata(path), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
 }
 
-/// Mount points and sources (`detafs:NAME` for a mount of dataset NAME)
-/// of this host's mounts.
-fn mounts() -> Vec<(PathBuf, String)> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let point = l.split(' ').nth(4)?;
-            let (_, after) = l.split_once(" - ")?;
-            let source = after.split(' ').nth(1)?;
-            Some((
-                PathBuf::from(point.replace("\\040", " ")),
-                source.to_string(),
-            ))
-        })
-        .collect()
-}
-
 fn is_mounted(path: &Path) -> bool {
     let Ok(canon) = std::fs::canonicalize(path) else {
         return false;
     };
-    mounts().into_iter().any(|(m, _)| m == canon)
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| Path::new(&m.replace("\\040", " ")) == canon)
 }
 
 /// Refuses to delete a dataset this host mounts (read-write or read-only)
 /// or whose staging holds changes a deletion would hide.
 pub fn check_unused(repo: &Repo, staging_base: &Path, name: &str) -> anyhow::Result<()> {
     repo.check_dataset(name)?;
-    let source = format!("detafs:{name}");
-    if let Some((at, _)) = mounts().into_iter().find(|(_, s)| *s == source) {
-        bail!(
-            "dataset {name} is mounted at {}: unmount it first (detafs umount {})",
-            at.display(),
-            at.display()
-        );
+    let dir = staging_root(repo, staging_base, name)?;
+    // Markers of mounts that are still live (a killed daemon leaves one).
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        if file != MOUNT_FILE && !file.starts_with(RO_MOUNT_FILE) {
+            continue;
+        }
+        let Ok(at) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        if is_mounted(Path::new(&at)) {
+            bail!("dataset {name} is mounted at {at}: unmount it first (detafs umount {at})");
+        }
     }
     match open_staging(repo, staging_base, name)? {
         Owner::Mount(at) => bail!(
@@ -160,12 +156,10 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
         fs_name: format!("detafs:{}", args.name),
         poll_interval: args.poll_interval,
     };
-    let marker = dir.join(MOUNT_FILE);
+    let (marker, _) = mount_files(&dir, args)?;
     let absolute = std::path::absolute(mp)?;
     let served = serve(fs, mp, &session, || {
-        if !args.read_only {
-            let _ = std::fs::write(&marker, absolute.as_os_str().as_encoded_bytes());
-        }
+        let _ = std::fs::write(&marker, absolute.as_os_str().as_encoded_bytes());
         eprintln!("mounted {} at {}", args.name, mp.display());
     })
     .with_context(|| format!("cannot mount at {}", mp.display()));
@@ -175,20 +169,27 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
     Ok(())
 }
 
+/// A mount's marker (its mount point, while it is live: how commands find
+/// it) and its daemon's log, beside the dataset's staging area: the
+/// read-write mount's (one per dataset), and each read-only mount's,
+/// named for its mount point.
+fn mount_files(dir: &Path, args: &MountArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
+    std::fs::create_dir_all(dir)?;
+    if !args.read_only {
+        return Ok((dir.join(MOUNT_FILE), dir.join("mount.log")));
+    }
+    let at = std::path::absolute(&args.mountpoint)?;
+    let place = detafs::id::ObjectId::of(at.as_os_str().as_encoded_bytes()).to_hex();
+    Ok((
+        dir.join(format!("{RO_MOUNT_FILE}{}", &place[..16])),
+        dir.join(format!("mount-ro-{}.log", &place[..16])),
+    ))
+}
+
 /// Starts the mount as a detached child and returns once it is live.
 fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
-    let log_dir = staging_root(repo, staging_base, &args.name)?;
-    std::fs::create_dir_all(&log_dir)?;
-    // One log per daemon: the read-write mount's (one per dataset), and
-    // each read-only mount's, named for its mount point.
-    let log_path = if args.read_only {
-        let at = std::path::absolute(&args.mountpoint)?;
-        let place = detafs::id::ObjectId::of(at.as_os_str().as_encoded_bytes()).to_hex();
-        log_dir.join(format!("mount-ro-{}.log", &place[..16]))
-    } else {
-        log_dir.join("mount.log")
-    };
+    let (_, log_path) = mount_files(&staging_root(repo, staging_base, &args.name)?, args)?;
     // Appended: an earlier mount's messages stay (README.md says where).
     let log = std::fs::OpenOptions::new()
         .create(true)

@@ -109,8 +109,6 @@ pub fn publish(
         return Err(Error::NothingToCommit(b.version));
     }
     repo.check_store(false)?;
-    // A dataset deleted meanwhile (on any host) gets no new version.
-    repo.check_dataset(req.dataset)?;
     let stat_rows = std::mem::take(&mut scanner.stat_rows);
     let started = scanner.started;
     // Everything a record reaches must be durable before the record exists.
@@ -164,6 +162,10 @@ pub fn publish(
             // gc elsewhere may have collected this commit's first packs.
             return Err(Error::CommitTooLong(gc::MAX_COMMIT_AGE));
         }
+        // A dataset deleted or renamed meanwhile (on any host) gets no new
+        // version: checked last, so only a record created within a round
+        // trip of the tombstone can land after it (a rename waits for it).
+        repo.check_dataset(req.dataset)?;
         fail::fail_point!("before-record");
         if repo
             .store
