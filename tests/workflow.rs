@@ -1217,3 +1217,65 @@ fn commits_racing_a_rename_all_land_in_the_new_name_or_are_refused() {
     }
     env.ok(&["verify"]);
 }
+
+#[test]
+fn a_checkout_during_a_commit_leaves_the_commit_what_it_froze() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount_failing(&[], "staging-pending=sleep(1500)");
+    std::fs::write(m.path("staging/a.csv"), "changed").unwrap();
+    std::fs::write(m.path("staging/new.txt"), "n").unwrap();
+    std::thread::scope(|s| {
+        let commit = s.spawn(|| commit_via_control(&m, "while checking out"));
+        common::within(
+            std::time::Duration::from_secs(10),
+            "the commit to start",
+            || {
+                std::fs::read_to_string(m.path(".detafs/progress"))
+                    .unwrap()
+                    .contains("\"committing\":true")
+            },
+        );
+        env.ok(&["checkout", "ds", "v1", "a.csv"]);
+        commit.join().unwrap().unwrap();
+    });
+    assert_eq!(env.ok(&["cat", "ds", "v3", "a.csv"]), "changed");
+    assert_eq!(env.ok(&["cat", "ds", "v3", "new.txt"]), "n");
+    // The checkout came after the freeze: staging keeps it for the next commit.
+    assert_eq!(
+        std::fs::read_to_string(m.path("staging/a.csv")).unwrap(),
+        "1"
+    );
+    assert_eq!(status(&env), ["M a.csv"]);
+}
+
+#[test]
+fn a_checkout_killed_before_it_lands_changes_nothing() {
+    let env = Env::new();
+    two_versions(&env);
+    {
+        let m = env.mount_failing(&[], "checkout-applied=sleep(20000)");
+        std::fs::write(m.path("staging/a.csv"), "changed").unwrap();
+        let order = m.path(".detafs/checkout");
+        let writer = std::thread::spawn(move || {
+            let _ = std::fs::write(order, "v1\n");
+        });
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        m.kill();
+        drop(m);
+        writer.join().unwrap();
+    }
+    let m = env.mount(&[]);
+    assert_eq!(
+        std::fs::read_to_string(m.path("staging/a.csv")).unwrap(),
+        "changed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.path("staging/c.csv")).unwrap(),
+        "3"
+    );
+    assert_eq!(status(&env), ["M a.csv"]);
+    // And it works once the daemon is whole.
+    env.ok(&["checkout", "ds", "v1"]);
+    assert_eq!(status(&env), ["M a.csv", "D c.csv", "A d/b.csv"]);
+}

@@ -86,6 +86,7 @@ impl Staging {
                     }
                 }
             }
+            fail::fail_point!("checkout-applied");
             Ok(())
         })
     }
