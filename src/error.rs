@@ -37,6 +37,12 @@ pub enum Error {
         "store {url} does not honour conditional create ({detail}); detafs cannot commit safely on it and refuses to use it"
     )]
     UnsafeStore { url: String, detail: String },
+    #[error(
+        "store {0} is encrypted: give its key file (--key-file, DETAFS_KEY_FILE) or a passphrase (DETAFS_PASSWORD, --password-file)"
+    )]
+    Locked(String),
+    #[error("the key file or passphrase given does not open store {0}; nothing was changed")]
+    WrongKey(String),
     #[error("no dataset named {0:?} (see `detafs dataset list`)")]
     NoDataset(String),
     #[error("dataset {0:?} already exists")]

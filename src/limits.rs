@@ -10,6 +10,9 @@ use crate::snapshot::Mtime;
 pub const MAX_CHUNK: u64 = crate::snapshot::chunker::MAX_SIZE as u64;
 /// Largest tree, decoded (about a million entries in one directory).
 pub const MAX_TREE_BYTES: u64 = 256 << 20;
+/// What encoding adds to a blob's data at most: its encoding byte, and in
+/// a sealed store an inner encoding byte, a nonce and a tag.
+pub const BLOB_OVERHEAD: u64 = 2 + crate::store::seal::OVERHEAD as u64;
 /// A tree inflates at most this many times its stored size; detafs' own
 /// trees compress 2-10x, a decompression bomb thousands of times.
 pub const MAX_TREE_RATIO: u64 = 64;

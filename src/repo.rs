@@ -8,8 +8,9 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::snapshot::diff::TreeSource;
 use crate::snapshot::{Node, Record, Tree};
+use crate::store::codec::Codec;
 use crate::store::pack::{self, BlobKind, BlobRef};
-use crate::store::{Store, keys};
+use crate::store::{NewStore, Store, keys};
 use bytes::Bytes;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -21,10 +22,20 @@ pub struct Options {
     pub cache_size: u64,
     /// How long a remote store operation may retry before giving up.
     pub store_timeout: std::time::Duration,
+    /// A format 2 store's key file (default: `slots::default_key_file`).
+    pub key_file: Option<PathBuf>,
+    /// Asked for a passphrase when no key file opens a format 2 store.
+    pub passphrase: Option<Passphrase>,
 }
+
+/// Gives a passphrase, if there is one (the CLI: a variable, a file, or
+/// the terminal).
+pub type Passphrase = Arc<dyn Fn() -> Option<zeroize::Zeroizing<String>> + Send + Sync>;
 
 pub struct Repo {
     pub store: Arc<Store>,
+    /// How the store encodes what it holds (`store::codec`).
+    pub codec: Codec,
     pub index: Arc<Index>,
     pub disk: DiskCache,
     /// This store's local index and cache (deleting it loses nothing).
@@ -45,6 +56,31 @@ fn state_key(store: &Store) -> Result<String> {
     let info = store.info()?;
     let place = ObjectId::of(store.location().as_bytes()).to_hex();
     Ok(format!("{}-{}", info.store_id, &place[..16]))
+}
+
+/// The master key of a format 2 store, from the key file given (or the
+/// default one for its id, if there is one), else a passphrase.
+pub fn open_master(store: &Store, opts: &Options) -> Result<crate::store::seal::MasterKey> {
+    use crate::store::slots::{KeyFile, Secret, default_key_file};
+    let mut secrets = Vec::new();
+    let given = opts.key_file.clone();
+    let path = match &given {
+        Some(p) => p.clone(),
+        None => default_key_file(&store.info()?.store_id),
+    };
+    if given.is_some() || path.exists() {
+        secrets.push(Secret::KeyFile(KeyFile::read(&path)?));
+    }
+    if let Ok(master) = store.open_master(&secrets)
+        && !secrets.is_empty()
+    {
+        return Ok(master);
+    }
+    match opts.passphrase.as_ref().and_then(|p| p()) {
+        Some(p) => store.open_master(&[Secret::Passphrase(p)]),
+        None if secrets.is_empty() => Err(Error::Locked(store.url().to_string())),
+        None => Err(Error::WrongKey(store.url().to_string())),
+    }
 }
 
 /// Files of a store's local state that `reindex` rebuilds: nothing else in
@@ -122,7 +158,15 @@ impl Repo {
                 let store =
                     Store::open(&default_store().to_string_lossy(), true, opts.store_timeout)?;
                 // A local folder: its create is atomic, nothing to probe.
-                store.init(false)?;
+                // Sealed, like every new store, with a key file.
+                store.init(
+                    false,
+                    &NewStore::Sealed {
+                        key_file: opts.key_file.as_deref(),
+                        passphrase: None,
+                        by: &crate::commit::current_user(),
+                    },
+                )?;
                 store
             }
         };
@@ -131,6 +175,13 @@ impl Repo {
 
     /// A repo over an already opened store (`opts.store` is not used).
     pub fn with_store(store: Store, opts: &Options) -> Result<Repo> {
+        let codec = match store.codec() {
+            Err(Error::Locked(_)) => {
+                store.unlock(&open_master(&store, opts)?)?;
+                store.codec()?
+            }
+            other => other?,
+        };
         let state_key = state_key(&store)?;
         let root = opts.cache_dir.clone().unwrap_or_else(default_cache);
         crate::private::ensure_dir(&root)?;
@@ -140,6 +191,7 @@ impl Repo {
         let disk = DiskCache::open(dir.join("blobs"), opts.cache_size, index.clone())?;
         Ok(Repo {
             store: Arc::new(store),
+            codec,
             index,
             disk,
             state_dir: dir,
@@ -196,6 +248,16 @@ impl Repo {
             if keys::record(name, record.version) != *key || record.dataset != name {
                 return Err(Error::malformed(key, "record does not match its key"));
             }
+            if record.format != self.codec.format() {
+                return Err(Error::malformed(
+                    key,
+                    format!(
+                        "record format {} in a store of format {}",
+                        record.format,
+                        self.codec.format()
+                    ),
+                ));
+            }
             self.index
                 .insert_record(name, record.version, ObjectId::of(&bytes), &bytes)?;
         }
@@ -244,12 +306,13 @@ impl Repo {
                 self.tree(&run[0])?;
                 continue;
             }
-            for (r, bytes) in run
-                .iter()
-                .zip(pack::read_run(&self.store, run, BlobKind::Tree)?)
+            for (r, stored) in
+                run.iter()
+                    .zip(pack::read_run_stored(&self.store, run, BlobKind::Tree)?)
             {
+                let bytes = self.codec.decode_blob(r, BlobKind::Tree, stored.clone())?;
                 let tree = Tree::decode(&bytes).map_err(|e| corrupt_tree(r, e))?;
-                self.remember_tree(r, tree, &bytes);
+                self.remember_tree(r, tree, &stored);
             }
         }
         Ok(())
@@ -263,10 +326,11 @@ impl Repo {
             .contains(&r.id)
     }
 
-    /// Remembers a tree just written, so it is not fetched back.
-    pub fn remember_tree(&self, r: &BlobRef, tree: Tree, encoded: &[u8]) {
+    /// Remembers a tree just written (`stored`: as its pack holds it), so
+    /// it is not fetched back.
+    pub fn remember_tree(&self, r: &BlobRef, tree: Tree, stored: &[u8]) {
         self.keep_tree(r, Arc::new(tree));
-        self.disk.put(&r.id, encoded);
+        self.disk.put(&r.id, stored);
     }
 
     fn keep_tree(&self, r: &BlobRef, tree: Arc<Tree>) {
@@ -293,18 +357,21 @@ impl Repo {
         }
         let cached: Option<Vec<Result<Bytes>>> = run
             .iter()
-            .map(|r| self.disk.get(&r.id).map(|b| Ok(Bytes::from(b))))
+            .map(|r| self.disk.decoded(r, BlobKind::Chunk, &self.codec).map(Ok))
             .collect();
         if let Some(chunks) = cached {
             return Ok(chunks);
         }
-        let chunks = pack::read_run_each(&self.store, run, BlobKind::Chunk)?;
-        for (r, data) in run.iter().zip(&chunks) {
-            if let Ok(data) = data {
-                self.disk.put(&r.id, data);
-            }
-        }
-        Ok(chunks)
+        let stored = pack::read_run_stored(&self.store, run, BlobKind::Chunk)?;
+        Ok(run
+            .iter()
+            .zip(stored)
+            .map(|(r, stored)| {
+                let data = self.codec.decode_blob(r, BlobKind::Chunk, stored.clone())?;
+                self.disk.put(&r.id, &stored);
+                Ok(data)
+            })
+            .collect())
     }
 
     /// Records where every blob under `root` lives, for dedup by later commits.
@@ -342,11 +409,14 @@ impl TreeSource for Repo {
         {
             return Ok(t.clone());
         }
-        let bytes = match self.disk.get(&r.id) {
-            Some(b) => b.into(),
+        let bytes = match self.disk.decoded(r, BlobKind::Tree, &self.codec) {
+            Some(b) => b,
             None => {
-                let b = pack::read_blob(&self.store, r, BlobKind::Tree)?;
-                self.disk.put(&r.id, &b);
+                let stored =
+                    pack::read_run_stored(&self.store, std::slice::from_ref(r), BlobKind::Tree)?
+                        .remove(0);
+                let b = self.codec.decode_blob(r, BlobKind::Tree, stored.clone())?;
+                self.disk.put(&r.id, &stored);
                 b
             }
         };

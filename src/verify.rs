@@ -296,6 +296,7 @@ impl Walker<'_> {
     /// Reads every chunk collected by `walk` with range reads of runs that
     /// lie back to back (never a whole pack: its size is the store's word).
     fn check_chunks(&mut self, progress: &dyn Progress) -> Result<()> {
+        let codec = self.repo.codec.clone();
         for (pack_id, blobs) in std::mem::take(&mut self.chunks) {
             let key = keys::pack(&pack_id);
             self.report.blobs += blobs.len();
@@ -354,7 +355,7 @@ impl Walker<'_> {
                     progress.advance(r.len as u64);
                     let start = (r.offset - first.offset) as usize;
                     let blob = bytes.slice(start..start + r.len as usize);
-                    if let Err(e) = pack::decode(r, BlobKind::Chunk, blob) {
+                    if let Err(e) = codec.decode_blob(r, BlobKind::Chunk, blob) {
                         self.chunk_problem(&key, r, affects, e.to_string());
                     }
                 }

@@ -72,9 +72,13 @@ fn verify_reports(env: &Env, what: &str, limit: Duration) {
     assert!(mib < 200, "verify took {mib} MiB");
 }
 
-/// A store with v1 committed from a sample tree.
+/// A store with v1 committed from a sample tree: format 1, objects in the
+/// clear, so a test can craft hostile ones (a sealed store's open only
+/// with its key: tests/sealed.rs).
 fn with_v1() -> Env {
-    let env = Env::new_local();
+    let env = Env::empty_local();
+    env.ok(&["init", "--plaintext"]);
+    env.ok(&["dataset", "create", "ds"]);
     let src = env.path("src");
     sample_tree(&src, 3);
     env.commit(&src, "one");
@@ -580,11 +584,21 @@ fn records_from_the_store_are_checked() {
         offset: v1["tree"]["offset"].as_u64().unwrap(),
         len: v1["tree"]["len"].as_u64().unwrap(),
     };
+    craft::record(&env.objects, "ds", 2, &tree, |r| r["format"] = json!(3));
+    let out = env.other_host().run(&["log", "ds"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("record format 3"));
+    verify_reports(&env, "record format 3", Duration::from_secs(30));
+    // A record of the other known format is no record of this store.
+    env.objects
+        .delete("datasets/ds/records/00000000000000000002.json");
     craft::record(&env.objects, "ds", 2, &tree, |r| r["format"] = json!(2));
     let out = env.other_host().run(&["log", "ds"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("record format 2"));
-    verify_reports(&env, "record format 2", Duration::from_secs(30));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("record format 2 in a store of format 1"),
+        "{out:?}"
+    );
 }
 
 #[test]

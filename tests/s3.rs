@@ -149,6 +149,8 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
         cache_dir: Some(env.path("faulty-cache")),
         cache_size: 1 << 30,
         store_timeout: Duration::from_secs(5),
+        key_file: Some(env.key_file.clone()),
+        passphrase: None,
     };
     let repo = Repo::with_store(store, &opts).unwrap();
     let staging_dir = env.path("faulty-staging");

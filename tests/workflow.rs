@@ -709,6 +709,8 @@ fn exporting_one_big_file_reports_progress_as_it_goes() {
         cache_dir: Some(env.cache.clone()),
         cache_size: 1 << 30,
         store_timeout: std::time::Duration::from_secs(30),
+        key_file: Some(env.key_file.clone()),
+        passphrase: None,
     })
     .unwrap();
     let record = repo.version("ds", "latest").unwrap();

@@ -1,9 +1,13 @@
-//! On-disk cache of decoded store blobs, bounded in bytes, least recently used
-//! evicted first. Entries are re-verified against their id on every read.
+//! On-disk cache of store blobs as their packs hold them (so a sealed
+//! store's cache holds only ciphertext), bounded in bytes, least recently
+//! used evicted first. Entries are decoded, and so verified, on every read.
 
 use super::index::Index;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::store::codec::Codec;
+use crate::store::pack::{BlobKind, BlobRef};
+use bytes::Bytes;
 use std::collections::HashSet;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -72,25 +76,35 @@ impl DiskCache {
         self.total.load(Ordering::Relaxed)
     }
 
-    /// Whether a blob is cached (unverified: `get` checks it).
+    /// Whether a blob is cached (unverified: `decoded` checks it).
     pub fn contains(&self, id: &ObjectId) -> bool {
         self.path(id).exists()
     }
 
-    /// A cached blob, verified; a damaged entry is dropped and reported as a miss.
-    pub fn get(&self, id: &ObjectId) -> Option<Vec<u8>> {
-        let path = self.path(id);
-        let data = std::fs::read(&path).ok()?;
-        if ObjectId::of(&data) != *id {
-            tracing::warn!("cache entry {} is damaged; dropping it", path.display());
-            self.drop_entry(id, data.len() as u64);
-            return None;
+    /// A cached blob, decoded and verified against its reference; a
+    /// damaged entry is dropped and reported as a miss.
+    pub fn decoded(&self, r: &BlobRef, kind: BlobKind, codec: &Codec) -> Option<Bytes> {
+        let path = self.path(&r.id);
+        let stored = std::fs::read(&path).ok()?;
+        let size = stored.len() as u64;
+        match codec.decode_blob(r, kind, stored.into()) {
+            Ok(data) => {
+                self.record_use(&r.id, size, false);
+                Some(data)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cache entry {} is damaged ({e}); dropping it",
+                    path.display()
+                );
+                self.drop_entry(&r.id, size);
+                None
+            }
         }
-        self.record_use(id, data.len() as u64, false);
-        Some(data)
     }
 
-    /// Adds a verified blob. Cache failures are logged, never fatal.
+    /// Adds a blob as its pack holds it (verified by whoever read it).
+    /// Cache failures are logged, never fatal.
     pub fn put(&self, id: &ObjectId, data: &[u8]) {
         if data.len() as u64 > self.max_bytes / 4 {
             return;
@@ -202,24 +216,36 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let index = Arc::new(Index::open(&tmp.path().join("index.sqlite")).unwrap());
         let cache = DiskCache::open(tmp.path().join("blobs"), 10_000, index).unwrap();
-        let blobs: Vec<Vec<u8>> = (0..12u8).map(|i| vec![i; 1000]).collect();
-        let ids: Vec<ObjectId> = blobs.iter().map(|b| ObjectId::of(b)).collect();
-        for (i, b) in blobs.iter().enumerate().take(9) {
-            cache.put(&ids[i], b);
+        let codec = Codec::Plain;
+        let blobs: Vec<(BlobRef, Vec<u8>)> = (0..12u8)
+            .map(|i| {
+                let data = vec![i; 999];
+                let id = codec.blob_id(&data);
+                let encoded = codec.encode_blob(BlobKind::Chunk, &id, &data);
+                let r = BlobRef {
+                    id,
+                    pack: id,
+                    offset: 8,
+                    len: encoded.len() as u32,
+                    size: 999,
+                };
+                (r, encoded)
+            })
+            .collect();
+        let get = |i: usize| cache.decoded(&blobs[i].0, BlobKind::Chunk, &codec);
+        for (r, b) in blobs.iter().take(9) {
+            cache.put(&r.id, b);
         }
-        assert!(cache.get(&ids[0]).is_some()); // now recently used
-        for i in 9..12 {
-            cache.put(&ids[i], &blobs[i]);
+        assert!(get(0).is_some()); // now recently used
+        for (r, b) in &blobs[9..] {
+            cache.put(&r.id, b);
         }
         assert!(cache.used_bytes() <= 10_000);
-        assert!(cache.get(&ids[0]).is_some(), "recently used entry kept");
-        assert!(
-            cache.get(&ids[1]).is_none(),
-            "least recently used entry evicted"
-        );
-        assert!(cache.get(&ids[11]).is_some());
+        assert!(get(0).is_some(), "recently used entry kept");
+        assert!(get(1).is_none(), "least recently used entry evicted");
+        assert_eq!(get(11).unwrap(), vec![11u8; 999]);
         // A damaged entry is never served.
-        std::fs::write(cache.path(&ids[11]), b"garbage").unwrap();
-        assert!(cache.get(&ids[11]).is_none());
+        std::fs::write(cache.path(&blobs[11].0.id), b"garbage").unwrap();
+        assert!(get(11).is_none());
     }
 }

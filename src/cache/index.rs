@@ -26,9 +26,14 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS records(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, hash BLOB NOT NULL, body BLOB NOT NULL,
     PRIMARY KEY(dataset, version)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS blobs(
-    id BLOB PRIMARY KEY, pack BLOB NOT NULL, offset INTEGER NOT NULL, len INTEGER NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS indexed_trees(id BLOB PRIMARY KEY) WITHOUT ROWID;
+-- Blob references with their data size (format 2); the tables before
+-- sizes (`blobs`, `indexed_trees`) are dropped: this is a cache.
+DROP TABLE IF EXISTS blobs;
+DROP TABLE IF EXISTS indexed_trees;
+CREATE TABLE IF NOT EXISTS blob_refs(
+    id BLOB PRIMARY KEY, pack BLOB NOT NULL, offset INTEGER NOT NULL, len INTEGER NOT NULL,
+    size INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS trees_indexed(id BLOB PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS stat_cache(
     path BLOB PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER, ino INTEGER,
     chunks BLOB NOT NULL) WITHOUT ROWID;
@@ -41,6 +46,7 @@ fn blob_row(row: &rusqlite::Row, id: ObjectId) -> rusqlite::Result<BlobRef> {
         pack: ObjectId::from_bytes(row.get(0)?),
         offset: row.get(1)?,
         len: row.get(2)?,
+        size: row.get(3)?,
     })
 }
 
@@ -111,7 +117,8 @@ impl Index {
 
     pub fn blob(&self, id: &ObjectId) -> Result<Option<BlobRef>> {
         let conn = self.conn();
-        let mut stmt = conn.prepare_cached("SELECT pack, offset, len FROM blobs WHERE id = ?1")?;
+        let mut stmt =
+            conn.prepare_cached("SELECT pack, offset, len, size FROM blob_refs WHERE id = ?1")?;
         Ok(stmt
             .query_row([id.as_bytes()], |row| blob_row(row, *id))
             .optional()?)
@@ -124,10 +131,16 @@ impl Index {
         let tx = conn.transaction()?;
         {
             let mut stmt = tx.prepare_cached(
-                "INSERT OR IGNORE INTO blobs(id, pack, offset, len) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT OR IGNORE INTO blob_refs(id, pack, offset, len, size) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
             for b in blobs {
-                stmt.execute(params![b.id.as_bytes(), b.pack.as_bytes(), b.offset, b.len])?;
+                stmt.execute(params![
+                    b.id.as_bytes(),
+                    b.pack.as_bytes(),
+                    b.offset,
+                    b.len,
+                    b.size
+                ])?;
             }
         }
         tx.commit()?;
@@ -136,7 +149,7 @@ impl Index {
 
     pub fn tree_indexed(&self, id: &ObjectId) -> Result<bool> {
         let conn = self.conn();
-        let mut stmt = conn.prepare_cached("SELECT 1 FROM indexed_trees WHERE id = ?1")?;
+        let mut stmt = conn.prepare_cached("SELECT 1 FROM trees_indexed WHERE id = ?1")?;
         Ok(stmt.exists([id.as_bytes()])?)
     }
 
@@ -148,7 +161,7 @@ impl Index {
         let tx = conn.transaction()?;
         {
             let mut stmt =
-                tx.prepare_cached("INSERT OR IGNORE INTO indexed_trees(id) VALUES (?1)")?;
+                tx.prepare_cached("INSERT OR IGNORE INTO trees_indexed(id) VALUES (?1)")?;
             for id in ids {
                 stmt.execute([id.as_bytes()])?;
             }

@@ -2,6 +2,7 @@
 //! module turns its results and errors into text and exit codes.
 
 mod diff;
+mod keys;
 pub mod log;
 mod mount;
 mod show;
@@ -59,17 +60,36 @@ struct Cli {
         help_heading = GLOBAL
     )]
     store_timeout: humantime::Duration,
+    /// Key file of an encrypted store. Default: the one `init` wrote for
+    /// it under ~/.config/detafs/keys/.
+    #[arg(long, global = true, env = "DETAFS_KEY_FILE", help_heading = GLOBAL)]
+    key_file: Option<PathBuf>,
+    /// File whose first line is the passphrase of an encrypted store
+    /// (or set DETAFS_PASSWORD; else it is asked on the terminal).
+    #[arg(long, global = true, env = "DETAFS_PASSWORD_FILE", help_heading = GLOBAL)]
+    password_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Create the store (idempotent).
+    /// Create the store (idempotent): encrypted (AES-256) unless --plaintext,
+    /// with a new key file to back up.
     #[command(
-        after_help = "Example: DETAFS_STORE=s3://team-data/detafs detafs init\nExit codes: 0 created or already a store, 1 error (e.g. the service ignores conditional create)."
+        after_help = "Examples:\n  DETAFS_STORE=s3://team-data/detafs detafs init\n  detafs init --passphrase   (also a passphrase slot, for other hosts)\nExit codes: 0 created or already a store, 1 error (e.g. the service ignores conditional create)."
     )]
-    Init,
+    Init {
+        /// An unencrypted store (format 1), for public data.
+        #[arg(long)]
+        plaintext: bool,
+        /// Add a passphrase slot too (DETAFS_NEW_PASSWORD, or asked twice).
+        #[arg(long, conflicts_with = "plaintext")]
+        passphrase: bool,
+    },
+    /// The key slots of an encrypted store: what may open it.
+    #[command(subcommand)]
+    Key(KeyCmd),
     /// Create or list datasets.
     #[command(subcommand)]
     Dataset(DatasetCmd),
@@ -304,6 +324,33 @@ enum DatasetCmd {
     },
 }
 
+#[derive(Subcommand)]
+enum KeyCmd {
+    /// List the key slots.
+    #[command(after_help = "Example: detafs key list\nExit codes: 0, 1 error.")]
+    List,
+    /// Add a slot: a new key file, or a passphrase.
+    #[command(
+        after_help = "Examples:\n  detafs key add --file ~/weather-host2.key\n  DETAFS_NEW_PASSWORD=... detafs key add --passphrase\nExit codes: 0 added, 1 error."
+    )]
+    Add {
+        /// Write a new key file here (0600; never over an existing file).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// A new passphrase (DETAFS_NEW_PASSWORD, or asked twice).
+        #[arg(long, conflicts_with = "file")]
+        passphrase: bool,
+    },
+    /// Remove a slot: its key file or passphrase opens the store no more.
+    #[command(
+        after_help = "Example: detafs key remove 3f2a9c01d4e5b6a7\nExit codes: 0 removed, 1 error (no such slot, the last one)."
+    )]
+    Remove {
+        /// Slot id, as `key list` shows it.
+        id: String,
+    },
+}
+
 /// The error and its causes on one line, each cause said once: library
 /// errors already quote their source, which the chain lists again.
 fn report(err: &anyhow::Error) -> String {
@@ -385,6 +432,8 @@ fn options(cli: &Cli) -> Options {
         cache_dir: cli.cache_dir.clone(),
         cache_size: cli.cache_size.as_u64(),
         store_timeout: cli.store_timeout.into(),
+        key_file: cli.key_file.clone(),
+        passphrase: Some(keys::passphrase_source(cli.password_file.clone())),
     }
 }
 
@@ -408,21 +457,35 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(mount::default_staging);
     let open = || Repo::open(&opts).context("cannot open the store");
     match cli.command {
-        Command::Init => {
-            let (url, created) = init(&opts)?;
+        Command::Init {
+            plaintext,
+            passphrase,
+        } => {
+            let (url, created, key_file) = keys::init(&opts, plaintext, passphrase)?;
             println!(
                 "{} store at {url}",
                 if created { "created" } else { "already a" }
             );
+            if let Some(k) = key_file {
+                keys::tell_key_file(&k);
+            }
         }
+        Command::Key(KeyCmd::List) => keys::list(&open()?)?,
+        Command::Key(KeyCmd::Add { file, passphrase }) => {
+            keys::add(&open()?, &opts, file.as_deref(), passphrase)?
+        }
+        Command::Key(KeyCmd::Remove { id }) => keys::remove(&open()?, &id)?,
         Command::Dataset(DatasetCmd::Create { name }) => {
             repo::validate_name(&name)?;
             let repo = match Repo::open(&opts) {
                 // The first dataset of a new local store creates the store,
                 // as it does for the embedded default one.
                 Err(Error::NotAStore(_)) if is_local(&opts) => {
-                    let (url, _) = init(&opts)?;
+                    let (url, _, key_file) = keys::init(&opts, false, false)?;
                     eprintln!("created store at {url}");
+                    if let Some(k) = key_file {
+                        keys::tell_key_file(&k);
+                    }
                     open()?
                 }
                 other => other.context("cannot open the store")?,
@@ -632,17 +695,6 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Creates the store (if it is not one yet); its URL and whether it was made.
-fn init(opts: &Options) -> anyhow::Result<(String, bool)> {
-    let url = opts
-        .store
-        .clone()
-        .unwrap_or_else(|| repo::default_store().to_string_lossy().into_owned());
-    let store = detafs::store::Store::open(&url, true, opts.store_timeout)?;
-    let (_, created) = store.init(true)?;
-    Ok((url, created))
 }
 
 /// A store in a local folder (a path or file://), not a service.

@@ -142,7 +142,7 @@ pub fn publish(
             None => None,
         };
         let record = Record {
-            format: crate::store::FORMAT,
+            format: repo.codec.format(),
             dataset: req.dataset.to_string(),
             version,
             parent: parent_hash,

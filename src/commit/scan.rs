@@ -11,7 +11,8 @@ use crate::snapshot::chunker;
 use crate::snapshot::diff::TreeSink;
 use crate::snapshot::tree::{check_name, check_node};
 use crate::snapshot::{Entry, Mtime, Node, Tree};
-use crate::store::pack::{self, BlobRef, PackWriter};
+use crate::store::codec::Codec;
+use crate::store::pack::{BlobKind, BlobRef, PackWriter};
 use std::collections::HashMap;
 use std::fs::{File, Metadata};
 use std::os::unix::ffi::OsStrExt;
@@ -34,6 +35,7 @@ pub struct Scanner<'r> {
     /// a later write in the same timestamp tick would go unnoticed.
     racy_after_ns: i64,
     progress: &'r dyn Progress,
+    codec: Codec,
     /// When this commit began uploading (see `gc::MAX_COMMIT_AGE`).
     pub started: std::time::Instant,
 }
@@ -65,6 +67,7 @@ impl<'r> Scanner<'r> {
             stat_rows: Vec::new(),
             racy_after_ns: now_ns - 2_000_000_000,
             progress,
+            codec: repo.codec.clone(),
             started: std::time::Instant::now(),
         }
     }
@@ -85,11 +88,12 @@ impl<'r> Scanner<'r> {
     }
 
     fn put_chunk(&mut self, data: &[u8]) -> Result<BlobRef> {
-        let id = ObjectId::of(data);
+        let id = self.codec.blob_id(data);
         if let Some(r) = self.known(&id)? {
             return Ok(r);
         }
-        let r = self.data.add(id, &pack::encode(data, false))?;
+        let encoded = self.codec.encode_blob(BlobKind::Chunk, &id, data);
+        let r = self.data.add(id, &encoded, data.len())?;
         self.written.insert(id, r);
         Ok(r)
     }
@@ -154,11 +158,13 @@ impl<'r> Scanner<'r> {
 
     fn scan_file(&mut self, path: &Path, meta: &Metadata) -> Result<Node> {
         let key = stat_key(meta);
-        let path_bytes = std::path::absolute(path)
-            .map_err(|e| Error::io(path.display(), e))?
-            .as_os_str()
-            .as_bytes()
-            .to_vec();
+        // A sealed store's local index keeps no file name in the clear.
+        let path_bytes = self.codec.local_name(
+            std::path::absolute(path)
+                .map_err(|e| Error::io(path.display(), e))?
+                .as_os_str()
+                .as_bytes(),
+        );
         let cached = self.repo.index.stat_lookup(&path_bytes, key)?;
         let (chunks, size) = match cached {
             Some(chunks) => {
@@ -216,7 +222,7 @@ impl Scanner<'_> {
     pub fn chunk_prefix(&mut self, path: &Path, len: u64) -> Result<(Vec<BlobRef>, u64)> {
         let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
         let (mut chunks, mut size) = (Vec::new(), 0);
-        for chunk in chunker::chunks(file, len) {
+        for chunk in chunker::chunks(file, len, self.codec.chunker_seed()) {
             let chunk = chunk.map_err(|e| Error::io(path.display(), e))?;
             size += chunk.len() as u64;
             self.progress.advance(chunk.len() as u64);
@@ -248,13 +254,14 @@ impl TreeSink for Scanner<'_> {
                 limits::MAX_TREE_BYTES >> 20
             )));
         }
-        let id = ObjectId::of(&json);
+        let id = self.codec.blob_id(&json);
         if let Some(r) = self.known(&id)? {
             return Ok(r);
         }
-        let r = self.trees.add(id, &pack::encode(&json, true))?;
+        let encoded = self.codec.encode_blob(BlobKind::Tree, &id, &json);
+        let r = self.trees.add(id, &encoded, json.len())?;
         self.written.insert(id, r);
-        self.repo.remember_tree(&r, tree.clone(), &json);
+        self.repo.remember_tree(&r, tree.clone(), &encoded);
         Ok(r)
     }
 }

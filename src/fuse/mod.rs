@@ -100,6 +100,8 @@ pub fn errno(e: &Error) -> Errno {
         Error::Store { .. }
         | Error::Index(_)
         | Error::NotAStore(_)
+        | Error::Locked(_)
+        | Error::WrongKey(_)
         | Error::FormatTooNew { .. }
         | Error::DatasetExists(_)
         | Error::UnsafeStore { .. }

@@ -13,8 +13,9 @@ pub const MAX_SIZE: usize = 256 * 1024;
 type Chunks<'a> = Box<dyn Iterator<Item = std::io::Result<Vec<u8>>> + 'a>;
 
 /// Splits the first `len` bytes of a stream (fewer if it ends first) into
-/// chunks; memory use is bounded by `MAX_SIZE`.
-pub fn chunks<'a, R: Read + 'a>(source: R, len: u64) -> Chunks<'a> {
+/// chunks; memory use is bounded by `MAX_SIZE`. `seed` keys the gear table
+/// (`Codec::chunker_seed`; 0 is the published one, format 1's).
+pub fn chunks<'a, R: Read + 'a>(source: R, len: u64, seed: u64) -> Chunks<'a> {
     let mut source = source.take(len);
     if len < MIN_SIZE as u64 {
         // One chunk at most: read it into a buffer of its size, not into
@@ -24,7 +25,15 @@ pub fn chunks<'a, R: Read + 'a>(source: R, len: u64) -> Chunks<'a> {
         return Box::new(std::iter::once(read).filter(|r| !matches!(r, Ok(b) if b.is_empty())));
     }
     Box::new(
-        StreamCDC::new(source, MIN_SIZE, AVG_SIZE, MAX_SIZE).map(|r| {
+        StreamCDC::with_level_and_seed(
+            source,
+            MIN_SIZE,
+            AVG_SIZE,
+            MAX_SIZE,
+            fastcdc::v2020::Normalization::Level1,
+            seed,
+        )
+        .map(|r| {
             r.map(|c| c.data).map_err(|e| match e {
                 fastcdc::v2020::Error::IoError(io) => io,
                 other => std::io::Error::other(other.to_string()),
@@ -53,7 +62,7 @@ mod tests {
     }
 
     fn ids(data: &[u8]) -> Vec<ObjectId> {
-        chunks(data, u64::MAX)
+        chunks(data, u64::MAX, 0)
             .map(|c| ObjectId::of(&c.unwrap()))
             .collect()
     }
@@ -63,7 +72,7 @@ mod tests {
         #[test]
         fn chunks_concatenate_to_input(len in 0usize..1_500_000, seed in any::<u64>()) {
             let data = pseudo_random(len, seed);
-            let parts: Vec<Vec<u8>> = chunks(&data[..], u64::MAX).map(|c| c.unwrap()).collect();
+            let parts: Vec<Vec<u8>> = chunks(&data[..], u64::MAX, 0).map(|c| c.unwrap()).collect();
             for (i, p) in parts.iter().enumerate() {
                 prop_assert!(p.len() <= MAX_SIZE);
                 prop_assert!(i + 1 == parts.len() || p.len() >= MIN_SIZE);
@@ -84,13 +93,17 @@ mod tests {
             MIN_SIZE + 1,
             3 * MIN_SIZE,
         ] {
-            let prefix: Vec<Vec<u8>> = chunks(&data[..], len as u64).map(|c| c.unwrap()).collect();
-            let whole: Vec<Vec<u8>> = chunks(&data[..len], u64::MAX).map(|c| c.unwrap()).collect();
+            let prefix: Vec<Vec<u8>> = chunks(&data[..], len as u64, 0)
+                .map(|c| c.unwrap())
+                .collect();
+            let whole: Vec<Vec<u8>> = chunks(&data[..len], u64::MAX, 0)
+                .map(|c| c.unwrap())
+                .collect();
             assert_eq!(prefix, whole, "{len}");
         }
         // A stream shorter than the prefix it is asked for ends the chunks.
         assert_eq!(
-            chunks(&data[..10], 100)
+            chunks(&data[..10], 100, 0)
                 .map(|c| c.unwrap())
                 .collect::<Vec<_>>(),
             vec![data[..10].to_vec()]
@@ -104,7 +117,7 @@ mod tests {
         let mid = data.len() / 2;
         data[mid..mid + (1 << 20)].fill(0xAB);
         let after = ids(&data);
-        let new_bytes: usize = chunks(&data[..], u64::MAX)
+        let new_bytes: usize = chunks(&data[..], u64::MAX, 0)
             .map(|c| c.unwrap())
             .filter(|c| !before.contains(&ObjectId::of(c)))
             .map(|c| c.len())
@@ -112,5 +125,20 @@ mod tests {
         assert!(after.len() > 64);
         // 1 MiB changed; at most a couple of max-size chunks around it are new.
         assert!(new_bytes <= (1 << 20) + 2 * MAX_SIZE, "{new_bytes}");
+    }
+
+    #[test]
+    fn a_keyed_chunker_cuts_elsewhere() {
+        let data = pseudo_random(4 << 20, 9);
+        let cuts = |seed| -> Vec<usize> {
+            chunks(&data[..], u64::MAX, seed)
+                .map(|c| c.unwrap().len())
+                .collect()
+        };
+        assert_ne!(cuts(0), cuts(0x5eed_1234_abcd_ef01));
+        assert_eq!(
+            cuts(0x5eed_1234_abcd_ef01).iter().sum::<usize>(),
+            data.len()
+        );
     }
 }

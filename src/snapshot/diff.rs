@@ -323,6 +323,7 @@ mod tests {
                 pack: id,
                 offset: 8,
                 len: 1,
+                size: 0,
             })
         }
     }
@@ -337,6 +338,7 @@ mod tests {
                 pack: ObjectId::from_bytes([0; 32]),
                 offset: 8,
                 len: content.len() as u32 + 1,
+                size: content.len() as u32,
             }],
         }
     }

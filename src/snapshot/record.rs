@@ -71,11 +71,14 @@ impl Record {
             )));
         }
         let r: Record = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
-        if r.format != FORMAT {
-            return Err(bad(format!(
-                "record format {} is not one this detafs reads ({FORMAT})",
-                r.format
-            )));
+        if !(1..=FORMAT).contains(&r.format) {
+            return Err(Error::malformed(
+                what,
+                format!(
+                    "record format {} is not one this detafs reads (1 to {FORMAT})",
+                    r.format
+                ),
+            ));
         }
         crate::repo::validate_name(&r.dataset).map_err(|e| bad(e.to_string()))?;
         if r.version == 0 || (r.version == 1) != r.parent.is_none() {

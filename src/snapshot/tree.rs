@@ -145,7 +145,7 @@ impl Tree {
                 packs.len() - 1
             }
         };
-        let mut wire_ref = |r: &BlobRef| WireRef(r.id, pack_index(r.pack), r.offset, r.len);
+        let mut wire_ref = |r: &BlobRef| WireRef::new(r, pack_index(r.pack));
         let entries = self
             .entries
             .iter()
@@ -194,11 +194,13 @@ impl Tree {
                 .ok_or_else(|| Error::malformed("tree", format!("pack index {i} out of range")))
         };
         let blob = |w: &WireRef, max_len: u64| -> Result<BlobRef> {
+            let (id, pack_index, offset, len, size) = w.parts();
             let r = BlobRef {
-                id: w.0,
-                pack: pack(w.1)?,
-                offset: w.2,
-                len: w.3,
+                id,
+                pack: pack(pack_index)?,
+                offset,
+                len,
+                size,
             };
             // At least the encoding byte and one byte of payload, after the
             // pack's magic, within the bound for its kind.
@@ -227,9 +229,20 @@ impl Tree {
                 } => {
                     let chunks = chunks
                         .iter()
-                        .map(|c| blob(c, limits::MAX_CHUNK + 1))
+                        .map(|c| blob(c, limits::MAX_CHUNK + limits::BLOB_OVERHEAD))
                         .collect::<Result<Vec<_>>>()?;
-                    // Chunks are stored raw, so their lengths say the file's size.
+                    if let Some(c) = chunks
+                        .iter()
+                        .find(|c| c.size == 0 || u64::from(c.size) > limits::MAX_CHUNK)
+                    {
+                        return Err(bad(format!(
+                            "{:?}: chunk {} of {} bytes",
+                            name.lossy(),
+                            c.id.short(),
+                            c.size
+                        )));
+                    }
+                    // Chunk sizes say where each byte of the file is.
                     let sum: u64 = chunks.iter().map(BlobRef::data_size).sum();
                     if sum != *size {
                         return Err(bad(format!(
@@ -257,7 +270,7 @@ impl Tree {
                     Node::Dir {
                         mode: *mode,
                         mtime: *mtime,
-                        tree: blob(tree, limits::MAX_TREE_BYTES + 1)?,
+                        tree: blob(tree, limits::MAX_TREE_BYTES + limits::BLOB_OVERHEAD)?,
                     },
                 ),
                 WireEntry::Symlink {
@@ -327,9 +340,33 @@ struct WireTree {
     entries: Vec<WireEntry>,
 }
 
-/// `[blob id, index into packs, offset, length]`
+/// `[blob id, index into packs, offset, length]`, and the data size after
+/// them where it is not `length - 1` (a raw blob's, as every format 1
+/// chunk is: format 1 trees are unchanged).
 #[derive(Serialize, Deserialize)]
-struct WireRef(ObjectId, usize, u64, u32);
+#[serde(untagged)]
+enum WireRef {
+    Raw(ObjectId, usize, u64, u32),
+    Sized(ObjectId, usize, u64, u32, u32),
+}
+
+impl WireRef {
+    fn new(r: &BlobRef, pack: usize) -> WireRef {
+        if r.size == BlobRef::raw_size(r.len) {
+            WireRef::Raw(r.id, pack, r.offset, r.len)
+        } else {
+            WireRef::Sized(r.id, pack, r.offset, r.len, r.size)
+        }
+    }
+
+    /// (id, pack index, offset, length, size).
+    fn parts(&self) -> (ObjectId, usize, u64, u32, u32) {
+        match *self {
+            WireRef::Raw(id, p, o, l) => (id, p, o, l, BlobRef::raw_size(l)),
+            WireRef::Sized(id, p, o, l, s) => (id, p, o, l, s),
+        }
+    }
+}
 
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
@@ -394,6 +431,7 @@ mod tests {
             pack: ObjectId::from_bytes([pack; 32]),
             offset: 8 + n as u64,
             len: 100,
+            size: 99,
         }
     }
 

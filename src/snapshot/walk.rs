@@ -137,6 +137,7 @@ mod tests {
                 pack: ObjectId::of(b"p"),
                 offset: 8 + k as u64,
                 len: 10,
+                size: 9,
             };
             out.push((r, Arc::new(tree)));
         }

@@ -4,11 +4,11 @@
 
 use super::{Kind, ROOT, Staging};
 use crate::error::Result;
-use crate::id::ObjectId;
 use crate::repo::Repo;
 use crate::snapshot::chunker;
 use crate::snapshot::diff::{self, ChangeKind};
 use crate::snapshot::{Mtime, Node};
+use crate::store::codec::Codec;
 use crate::store::pack::BlobRef;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -46,10 +46,10 @@ impl Side {
     }
 
     /// Whether both hold the same thing, as a commit would record it.
-    fn same(&self, other: &Side) -> bool {
+    fn same(&self, other: &Side, codec: &Codec) -> bool {
         match (self, other) {
             (Side::Node(a), Side::Node(b)) => a.same(b),
-            (Side::Node(n), Side::File(f)) | (Side::File(f), Side::Node(n)) => holds(f, n),
+            (Side::Node(n), Side::File(f)) | (Side::File(f), Side::Node(n)) => holds(f, n, codec),
             (Side::File(_), Side::File(_)) => false,
         }
     }
@@ -111,7 +111,7 @@ pub fn against_staging(
         };
         let kind = match (&old, &new) {
             (None, None) => continue,
-            (Some(a), Some(b)) if a.same(b) => continue,
+            (Some(a), Some(b)) if a.same(b, &repo.codec) => continue,
             (None, Some(_)) => ChangeKind::Added,
             (Some(_), None) => ChangeKind::Removed,
             (Some(_), Some(_)) => ChangeKind::Modified,
@@ -132,7 +132,7 @@ pub fn against_staging(
 /// Whether staged file `f` holds exactly `old` (mode, mtime, bytes), as a
 /// commit would find: a file put back as it was is not a change. Its bytes
 /// are hashed only when the rest already agrees.
-pub fn holds(f: &StagedFile, old: &Node) -> bool {
+pub fn holds(f: &StagedFile, old: &Node, codec: &Codec) -> bool {
     let Node::File {
         mode,
         mtime,
@@ -148,7 +148,8 @@ pub fn holds(f: &StagedFile, old: &Node) -> bool {
     let Ok(file) = std::fs::File::open(&f.path) else {
         return false;
     };
-    let mut ids = chunker::chunks(file, *size).map(|c| c.map(|c| ObjectId::of(&c)));
+    let mut ids =
+        chunker::chunks(file, *size, codec.chunker_seed()).map(|c| c.map(|c| codec.blob_id(&c)));
     chunks
         .iter()
         .all(|c| ids.next().is_some_and(|id| id.is_ok_and(|id| id == c.id)))

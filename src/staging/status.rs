@@ -116,7 +116,7 @@ impl Staging {
                     }
                     let same = match (old, r.as_version_node()) {
                         (Some(o), Some(n)) => o.same(&n),
-                        (Some(o), None) => self.holds(r, o),
+                        (Some(o), None) => self.holds(r, o, &repo.codec),
                         _ => false,
                     };
                     if !same {
@@ -145,7 +145,7 @@ impl Staging {
 
 impl Staging {
     /// Whether staged copy `r` holds exactly `old`.
-    fn holds(&self, r: &SNode, old: &Node) -> bool {
+    fn holds(&self, r: &SNode, old: &Node, codec: &crate::store::codec::Codec) -> bool {
         let (size, mtime) = self.size_and_mtime(r);
         let file = StagedFile {
             path: self.upper_path(r.id),
@@ -153,7 +153,7 @@ impl Staging {
             size,
             mtime,
         };
-        super::compare::holds(&file, old)
+        super::compare::holds(&file, old, codec)
     }
 }
 

@@ -3,10 +3,13 @@
 //! This is the only module that imports `object_store`, and the one place where
 //! synchronous callers cross into the tokio runtime (`block_on`, `spawn`).
 
+pub mod codec;
 pub mod pack;
 #[cfg(feature = "cloud")]
 mod remote;
 pub mod retry;
+pub mod seal;
+pub mod slots;
 
 use crate::error::{Error, Result};
 use bytes::Bytes;
@@ -22,8 +25,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Runtime;
 
-/// The store format this build reads and writes.
-pub const FORMAT: u32 = 1;
+/// The newest store format this build reads and writes: 2, sealed
+/// (`codec.rs`); format 1 stores (in the clear) stay format 1.
+pub const FORMAT: u32 = 2;
 const MARKER: &str = "detafs.json";
 
 /// Contents of the marker object at the root of every store.
@@ -33,6 +37,34 @@ pub struct StoreInfo {
     /// Random id: names this store's local cache, so a store re-created at the
     /// same URL never inherits a stale cache.
     pub store_id: String,
+    /// Format 2: how it is sealed (`SEALING`, the only one there is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealing: Option<String>,
+}
+
+/// Format 2's algorithms, named in its marker.
+pub const SEALING: &str = "aes-256-gcm, hmac-sha256 ids, hkdf-sha256 subkeys, argon2id slots";
+
+/// How `init` makes a new store.
+pub enum NewStore<'a> {
+    /// Format 1: in the clear, for public data.
+    Plaintext,
+    /// Format 2: a random master key in a key file (`key_file`, or the
+    /// default for the new store's id), and a passphrase slot if given.
+    Sealed {
+        key_file: Option<&'a std::path::Path>,
+        passphrase: Option<&'a str>,
+        by: &'a str,
+    },
+}
+
+/// What `init` did.
+pub struct Created {
+    pub info: StoreInfo,
+    /// False if the store existed.
+    pub created: bool,
+    /// The key file written, which the user must back up.
+    pub key_file: Option<std::path::PathBuf>,
 }
 
 impl StoreInfo {
@@ -50,7 +82,11 @@ impl StoreInfo {
         }
         // The id names local folders: exactly as `init` makes it, so a
         // hostile marker can never name a path.
-        if info.format == 0 || !crate::id::is_lower_hex(&info.store_id, 32) {
+        let sealing_ok = match info.format {
+            1 => info.sealing.is_none(),
+            _ => info.sealing.as_deref() == Some(SEALING),
+        };
+        if info.format == 0 || !sealing_ok || !crate::id::is_lower_hex(&info.store_id, 32) {
             return Err(Error::malformed(
                 what(),
                 "format or store_id is not one detafs writes",
@@ -129,6 +165,9 @@ pub struct Store {
     work: Arc<tokio::sync::Semaphore>,
     policy: Policy,
     health: Arc<Health>,
+    /// How objects are encoded: known once the marker is read (format 1),
+    /// or once the store is unlocked (format 2).
+    codec: std::sync::OnceLock<codec::Codec>,
 }
 
 impl Store {
@@ -185,6 +224,7 @@ impl Store {
             work: Arc::new(tokio::sync::Semaphore::new(WORK_PERMITS)),
             policy,
             health: Arc::new(Health::default()),
+            codec: std::sync::OnceLock::new(),
         })
     }
 
@@ -214,8 +254,9 @@ impl Store {
 
     /// Creates the store marker; idempotent, refuses a location holding anything else.
     /// With `probe`, also checks conditional create (`probe`) before writing
-    /// anything, so a refused location is left as it was.
-    pub fn init(&self, probe: bool) -> Result<(StoreInfo, bool)> {
+    /// anything, so a refused location is left as it was. A sealed store's
+    /// key slots are written before its marker, the commit point of `init`.
+    pub fn init(&self, probe: bool, new: &NewStore) -> Result<Created> {
         let existing = self.try_info()?;
         if existing.is_none()
             && let Some(first) = self.first_key()?
@@ -229,18 +270,68 @@ impl Store {
             self.probe()?;
         }
         if let Some(info) = existing {
-            return Ok((info, false));
+            return Ok(Created {
+                info,
+                created: false,
+                key_file: None,
+            });
         }
-        let info = StoreInfo {
-            format: FORMAT,
-            store_id: hex::encode(rand::random::<[u8; 16]>()),
+        let store_id = hex::encode(rand::random::<[u8; 16]>());
+        let (info, key_file) = match new {
+            NewStore::Plaintext => (
+                StoreInfo {
+                    format: 1,
+                    store_id,
+                    sealing: None,
+                },
+                None,
+            ),
+            NewStore::Sealed {
+                key_file,
+                passphrase,
+                by,
+            } => {
+                let master = seal::MasterKey::random();
+                let path = key_file
+                    .map(std::path::Path::to_path_buf)
+                    .unwrap_or_else(|| slots::default_key_file(&store_id));
+                self.add_slot_to(&store_id, &master, Some(&path), None, by)?;
+                if let Some(p) = passphrase {
+                    self.add_slot_to(&store_id, &master, None, Some(p), by)?;
+                }
+                let _ = self
+                    .codec
+                    .set(codec::Codec::Sealed(Arc::new(seal::Keys::derive(
+                        &master, &store_id,
+                    ))));
+                (
+                    StoreInfo {
+                        format: 2,
+                        store_id,
+                        sealing: Some(SEALING.to_string()),
+                    },
+                    Some(path),
+                )
+            }
         };
         let body = serde_json::to_vec_pretty(&info).expect("serializable");
         if !self.put_create(MARKER, body.into())? {
-            // Another process initialised it first: use theirs.
-            return Ok((self.info()?, false));
+            // Another process initialised it first: use theirs (our slots
+            // are bound to our store id and open nothing of it).
+            if let Some(path) = &key_file {
+                let _ = std::fs::remove_file(path);
+            }
+            return Ok(Created {
+                info: self.info()?,
+                created: false,
+                key_file: None,
+            });
         }
-        Ok((info, true))
+        Ok(Created {
+            info,
+            created: true,
+            key_file,
+        })
     }
 
     /// Checks that the store honours conditional create, which the commit
@@ -290,17 +381,51 @@ impl Store {
         Ok(first.map(|m| m.location.to_string()))
     }
 
-    /// Whole small object, or `None` if it does not exist.
+    /// How this store encodes objects; a format 2 store must be unlocked
+    /// first (`unlock`).
+    pub fn codec(&self) -> Result<codec::Codec> {
+        if let Some(c) = self.codec.get() {
+            return Ok(c.clone());
+        }
+        match self.info()?.format {
+            1 => Ok(self.codec.get_or_init(|| codec::Codec::Plain).clone()),
+            _ => Err(Error::Locked(self.url.clone())),
+        }
+    }
+
+    /// Opens a format 2 store with its master key (`slots::unlock`).
+    pub fn unlock(&self, master: &seal::MasterKey) -> Result<()> {
+        let info = self.info()?;
+        let keys = seal::Keys::derive(master, &info.store_id);
+        let _ = self.codec.set(codec::Codec::Sealed(Arc::new(keys)));
+        Ok(())
+    }
+
+    /// Whole small object, or `None` if it does not exist; in a sealed
+    /// store, opened and checked.
     pub fn get(&self, key: &str) -> Result<Option<Bytes>> {
-        self.rt.block_on(self.fetch(key))
+        let raw = self.rt.block_on(self.fetch(key))?;
+        raw.map(|b| self.open_object(key, b)).transpose()
     }
 
     /// Whole objects, fetched several at a time; `None` for missing ones.
     pub fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Bytes>>> {
         use futures::StreamExt;
         let fetches = futures::stream::iter(keys.iter().map(|k| self.fetch(k)));
-        self.rt
-            .block_on(fetches.buffered(PARALLEL_GETS).try_collect())
+        let raw: Vec<Option<Bytes>> = self
+            .rt
+            .block_on(fetches.buffered(PARALLEL_GETS).try_collect())?;
+        keys.iter()
+            .zip(raw)
+            .map(|(k, b)| b.map(|b| self.open_object(k, b)).transpose())
+            .collect()
+    }
+
+    fn open_object(&self, key: &str, stored: Bytes) -> Result<Bytes> {
+        if !codec::sealed_key(key) {
+            return Ok(stored);
+        }
+        self.codec()?.open_object(key, stored)
     }
 
     /// A whole small object (marker, dataset, record): anything larger than
@@ -351,6 +476,10 @@ impl Store {
     /// finding our own bytes under `key` means an earlier attempt whose answer
     /// was lost did create it.
     pub fn put_create(&self, key: &str, body: Bytes) -> Result<bool> {
+        let body = match codec::sealed_key(key) {
+            true => self.codec()?.seal_object(key, body),
+            false => body,
+        };
         let path = Path::from(key);
         let res = self.rt.block_on(self.call(key, || async {
             let opts = PutOptions {
@@ -362,9 +491,10 @@ impl Store {
         }));
         match res {
             Ok(()) => Ok(true),
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                Ok(self.get(key)?.is_some_and(|found| found == body))
-            }
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(self
+                .rt
+                .block_on(self.fetch(key))?
+                .is_some_and(|found| found == body)),
             Err(e) => Err(Error::store(key, e)),
         }
     }

@@ -9,25 +9,25 @@
 use super::{Store, keys};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
-use crate::limits;
 use bytes::Bytes;
 use std::collections::VecDeque;
 use tokio::task::JoinHandle;
 
 pub const MAGIC: &[u8; 8] = b"DTFSPAK1";
 
-/// Encoding byte of a blob. Room for later ones (encryption) without a format break.
-const RAW: u8 = 0;
-const ZSTD: u8 = 1;
-
-/// Where a blob lives: `len` bytes at `offset` of pack `pack`, decoding to bytes
-/// whose SHA-256 is `id`.
+/// Where a blob lives: `len` bytes at `offset` of pack `pack`, decoding to
+/// `size` bytes of data whose id is `id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "WireBlobRef", into = "WireBlobRef")]
 pub struct BlobRef {
     pub id: ObjectId,
     pub pack: ObjectId,
     pub offset: u64,
     pub len: u32,
+    /// Bytes of data it decodes to. Written only where it is not `len - 1`
+    /// (a raw blob, as every format 1 chunk is), so format 1 references
+    /// stay as they were; for format 1 trees it means nothing.
+    pub size: u32,
 }
 
 impl BlobRef {
@@ -35,10 +35,50 @@ impl BlobRef {
         self.offset + self.len as u64
     }
 
-    /// Bytes of data in a file chunk. Format 1 stores chunks raw (one encoding
-    /// byte, then the data), so readers can seek without fetching.
+    /// Bytes of data in a file chunk: a reader seeks by these without fetching.
     pub fn data_size(&self) -> u64 {
-        self.len.saturating_sub(1) as u64
+        u64::from(self.size)
+    }
+
+    /// The size a reference that does not say has: that of a raw blob.
+    pub fn raw_size(len: u32) -> u32 {
+        len.saturating_sub(1)
+    }
+}
+
+/// `BlobRef` as JSON (records, local state): `size` only when it is not
+/// that of a raw blob.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct WireBlobRef {
+    id: ObjectId,
+    pack: ObjectId,
+    offset: u64,
+    len: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    size: Option<u32>,
+}
+
+impl From<WireBlobRef> for BlobRef {
+    fn from(w: WireBlobRef) -> BlobRef {
+        BlobRef {
+            id: w.id,
+            pack: w.pack,
+            offset: w.offset,
+            len: w.len,
+            size: w.size.unwrap_or(BlobRef::raw_size(w.len)),
+        }
+    }
+}
+
+impl From<BlobRef> for WireBlobRef {
+    fn from(r: BlobRef) -> WireBlobRef {
+        WireBlobRef {
+            id: r.id,
+            pack: r.pack,
+            offset: r.offset,
+            len: r.len,
+            size: (r.size != BlobRef::raw_size(r.len)).then_some(r.size),
+        }
     }
 }
 
@@ -58,20 +98,6 @@ impl BlobKind {
     }
 }
 
-pub fn encode(data: &[u8], compress: bool) -> Vec<u8> {
-    if compress {
-        let mut out = vec![ZSTD];
-        out.extend(zstd::bulk::compress(data, 3).expect("zstd compress into memory"));
-        if out.len() < data.len() + 1 {
-            return out;
-        }
-    }
-    let mut out = Vec::with_capacity(data.len() + 1);
-    out.push(RAW);
-    out.extend_from_slice(data);
-    out
-}
-
 /// Checks the first bytes of a pack (`verify` reads them of every pack).
 pub fn check_header(pack: &ObjectId, head: &[u8]) -> Result<()> {
     if head == MAGIC {
@@ -81,59 +107,6 @@ pub fn check_header(pack: &ObjectId, head: &[u8]) -> Result<()> {
         keys::pack(pack),
         "does not start with the pack magic DTFSPAK1",
     ))
-}
-
-/// Decodes a stored blob and checks it against its id: never hand out
-/// unverified bytes. Raw blobs are returned without copying.
-pub fn decode(r: &BlobRef, kind: BlobKind, encoded: Bytes) -> Result<Bytes> {
-    let corrupt = |detail: String| Error::Corrupt {
-        kind: kind.name(),
-        id: r.id,
-        pack: r.pack,
-        detail,
-    };
-    if encoded.len() != r.len as usize {
-        return Err(corrupt(format!(
-            "{} bytes where its reference says {}",
-            encoded.len(),
-            r.len
-        )));
-    }
-    // Chunks are raw, always: their offsets in a file follow from their
-    // lengths, so every reader (cat, export, the mount) reads them alike.
-    let data = match (kind, encoded.split_first()) {
-        (_, Some((&RAW, _))) => encoded.slice(1..),
-        (BlobKind::Tree, Some((&ZSTD, rest))) => inflate(rest, limits::tree_bound(r.len))
-            .map_err(|e| corrupt(format!("cannot decompress: {e}")))?
-            .into(),
-        (_, Some((other, _))) => {
-            return Err(corrupt(format!(
-                "encoding byte {other} is not one a {} may have",
-                kind.name()
-            )));
-        }
-        (_, None) => return Err(corrupt("empty blob".into())),
-    };
-    if ObjectId::of(&data) != r.id {
-        return Err(corrupt("content does not match its SHA-256".into()));
-    }
-    Ok(data)
-}
-
-/// Decompresses a zstd frame into at most `max` bytes: a small object that
-/// inflates without end is refused before it takes the memory.
-fn inflate(frame: &[u8], max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    zstd::stream::read::Decoder::new(frame)?
-        .take(max + 1)
-        .read_to_end(&mut out)?;
-    if out.len() as u64 > max {
-        return Err(std::io::Error::other(format!(
-            "inflates beyond {max} bytes"
-        )));
-    }
-    Ok(out)
 }
 
 /// Fetches and verifies one blob.
@@ -150,6 +123,16 @@ pub fn read_run(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Vec<By
 /// Like `read_run`, with each blob verified on its own: a corrupt blob
 /// fails only itself, not its neighbours in the run.
 pub fn read_run_each(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Vec<Result<Bytes>>> {
+    let codec = store.codec()?;
+    Ok(read_run_stored(store, run, kind)?
+        .into_iter()
+        .zip(run)
+        .map(|(stored, r)| codec.decode_blob(r, kind, stored))
+        .collect())
+}
+
+/// The blobs of a run as their pack holds them, not yet decoded.
+pub fn read_run_stored(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Vec<Bytes>> {
     let (first, last) = (run[0], run[run.len() - 1]);
     let bytes = store
         .get_range(&keys::pack(&first.pack), first.offset..last.end())?
@@ -162,7 +145,7 @@ pub fn read_run_each(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<V
         .iter()
         .map(|r| {
             let start = (r.offset - first.offset) as usize;
-            decode(r, kind, bytes.slice(start..start + r.len as usize))
+            bytes.slice(start..start + r.len as usize)
         })
         .collect())
 }
@@ -210,13 +193,15 @@ impl<'s> PackWriter<'s> {
         }
     }
 
-    /// Adds an encoded blob and returns where it will live.
-    pub fn add(&mut self, id: ObjectId, encoded: &[u8]) -> Result<BlobRef> {
+    /// Adds a blob of `size` bytes of data, encoded, and returns where it
+    /// will live.
+    pub fn add(&mut self, id: ObjectId, encoded: &[u8], size: usize) -> Result<BlobRef> {
         let r = BlobRef {
             id,
             pack: self.id,
             offset: self.buf.len() as u64,
             len: encoded.len() as u32,
+            size: size as u32,
         };
         self.buf.extend_from_slice(encoded);
         if self.buf.len() >= self.target {
@@ -275,48 +260,8 @@ mod tests {
             pack: ObjectId::from_bytes([pack; 32]),
             offset,
             len,
+            size: BlobRef::raw_size(len),
         }
-    }
-
-    #[test]
-    fn encode_decode_round_trip_and_detect_corruption() {
-        for data in [&b""[..], b"hello", &[7u8; 10_000]] {
-            for compress in [false, true] {
-                let enc = encode(data, compress);
-                let br = BlobRef {
-                    id: ObjectId::of(data),
-                    ..r(1, 8, enc.len() as u32)
-                };
-                assert_eq!(
-                    decode(&br, BlobKind::Tree, enc.clone().into()).unwrap(),
-                    data
-                );
-                // Chunks are raw only: a compressed one is refused, not served.
-                assert_eq!(
-                    decode(&br, BlobKind::Chunk, enc.clone().into()).is_ok(),
-                    enc[0] == RAW
-                );
-                let mut bad = enc.clone();
-                let last = bad.len() - 1;
-                if last > 0 {
-                    bad[last] ^= 1;
-                    assert!(decode(&br, BlobKind::Tree, bad.into()).is_err());
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_decompression_bomb_is_refused_within_its_bound() {
-        let huge = vec![b' '; 64 << 20];
-        let enc = encode(&huge, true);
-        assert!(enc.len() < 10_000, "{}", enc.len());
-        let br = BlobRef {
-            id: ObjectId::of(&huge),
-            ..r(1, 8, enc.len() as u32)
-        };
-        let err = decode(&br, BlobKind::Tree, enc.into()).unwrap_err();
-        assert!(err.to_string().contains("inflates beyond"), "{err}");
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub struct Env {
     pub bucket: Option<String>,
     /// The S3 server's endpoint (when `bucket` is set).
     pub endpoint: String,
+    /// The store's key file (`init` writes it; other hosts share it, as
+    /// a user copies it to them).
+    pub key_file: PathBuf,
 }
 
 impl Env {
@@ -38,6 +41,15 @@ impl Env {
     pub fn new() -> Env {
         let env = Env::empty();
         env.ok(&["init"]);
+        env.ok(&["dataset", "create", "ds"]);
+        env
+    }
+
+    /// `Env::new` with a format 1 store (`init --plaintext`): objects in
+    /// the clear, for tests that change them by hand.
+    pub fn new_plaintext() -> Env {
+        let env = Env::empty();
+        env.ok(&["init", "--plaintext"]);
         env.ok(&["dataset", "create", "ds"]);
         env
     }
@@ -66,6 +78,7 @@ impl Env {
         Env {
             objects: Objects::local(&store),
             store: store.to_str().unwrap().to_string(),
+            key_file: dir.path().join("store.key"),
             dir,
             cache,
             bucket: None,
@@ -86,6 +99,7 @@ impl Env {
             store: format!("s3://{bucket}/store"),
             objects: Objects::s3(endpoint, &bucket, "store"),
             cache: dir.path().join("cache"),
+            key_file: dir.path().join("store.key"),
             dir,
             bucket: Some(bucket),
             endpoint: endpoint.to_string(),
@@ -102,6 +116,7 @@ impl Env {
                 None => Objects::local(Path::new(&self.store)),
             },
             cache: dir.path().join("cache"),
+            key_file: self.key_file.clone(),
             dir,
             bucket: self.bucket.clone(),
             endpoint: self.endpoint.clone(),
@@ -121,6 +136,8 @@ impl Env {
         c.env("DETAFS_STORE", &self.store)
             .env("DETAFS_CACHE", &self.cache)
             .env("DETAFS_STAGING", self.staging())
+            .env("DETAFS_KEY_FILE", &self.key_file)
+            .env_remove("DETAFS_PASSWORD")
             .env_remove("FAILPOINTS")
             // Debris is swept at once here; `gc_refuses_a_grace_below_the_safe_minimum`
             // checks the real minimum.

@@ -86,6 +86,8 @@ impl<'e> Core<'e> {
             cache_dir: Some(self.env.cache.clone()),
             cache_size: 1 << 30,
             store_timeout: Duration::from_secs(30),
+            key_file: Some(self.env.key_file.clone()),
+            passphrase: None,
         };
         let repo = Repo::open(&opts).unwrap();
         let staging = Staging::open(&repo, &self.env.path("staging"), "ds").unwrap();
