@@ -19,6 +19,7 @@ if [ -z "$("$BIN" log demo)" ]; then
   printf '3,Nairobi,24.1\n' >> "$demo/tables/weather.csv"
   "$BIN" commit demo --from "$demo" -m "add Nairobi"
 fi
+echo "--- the embedded store is encrypted (AES-256); back up its key file: $(ls "${XDG_CONFIG_HOME:-$HOME/.config}"/detafs/keys/*.key 2>/dev/null | head -1)"
 echo "--- detafs log demo"
 "$BIN" log demo
 echo "--- detafs diff demo v1 latest --stat"

@@ -68,7 +68,7 @@ pub fn open_master(store: &Store, opts: &Options) -> Result<crate::store::seal::
         Some(p) => p.clone(),
         None => default_key_file(&store.info()?.store_id),
     };
-    if given.is_some() || path.exists() {
+    if path.exists() {
         secrets.push(Secret::KeyFile(KeyFile::read(&path)?));
     }
     if let Ok(master) = store.open_master(&secrets)

@@ -293,7 +293,8 @@ fn two_hosts_tagging_at_once_cannot_both_win() {
 
 #[test]
 fn a_damaged_or_forged_tag_is_reported_and_names_nothing() {
-    let env = Env::new();
+    // Tags in the clear, to forge one (a sealed one does not open: sealed.rs).
+    let env = Env::new_plaintext();
     three_versions(&env);
     env.ok(&["tag", "ds", "v1", "good"]);
     let key = "datasets/ds/tags/good.json";
@@ -1085,11 +1086,8 @@ fn a_deleted_dataset_is_hidden_at_once_kept_until_gc_and_its_name_stays_taken() 
 fn a_mount_cannot_commit_to_a_dataset_another_host_deleted() {
     let env = Env::new();
     let m = mounted_with_versions(&env, 1);
-    // Another host's `dataset delete` (this host's mount would refuse it).
-    env.objects.write(
-        "datasets/ds/deleted.json",
-        br#"{"time": "2026-12-01T00:00:00Z", "author": "bob", "nonce": "00"}"#.to_vec(),
-    );
+    // Another host's `dataset delete` (this host's would refuse: it mounts it).
+    env.other_host().ok(&["dataset", "delete", "ds"]);
     std::fs::write(m.path("staging/late.csv"), "x").unwrap();
     assert!(commit_via_control(&m, "too late").is_err());
     let reason = std::fs::read_to_string(m.path(".detafs/last-error")).unwrap();

@@ -24,10 +24,18 @@ pub fn passphrase_source(file: Option<PathBuf>) -> Passphrase {
         if !std::io::stdin().is_terminal() {
             return None;
         }
-        rpassword::prompt_password("detafs passphrase: ")
-            .ok()
-            .map(Zeroizing::new)
+        let p = rpassword::prompt_password("detafs passphrase: ").ok()?;
+        let _ = PROMPTED.set(Zeroizing::new(p.clone()));
+        Some(Zeroizing::new(p))
     })
+}
+
+/// A passphrase typed on the terminal, for a mount daemon this process
+/// starts (it has no terminal to ask on).
+static PROMPTED: std::sync::OnceLock<Zeroizing<String>> = std::sync::OnceLock::new();
+
+pub fn prompted() -> Option<&'static str> {
+    PROMPTED.get().map(|p| p.as_str())
 }
 
 /// A new passphrase: `DETAFS_NEW_PASSWORD`, or asked twice on the terminal.
@@ -91,6 +99,9 @@ pub fn tell_key_file(path: &Path) {
 }
 
 pub fn list(repo: &Repo) -> anyhow::Result<()> {
+    if !repo.codec.is_sealed() {
+        bail!("this store is not encrypted (format 1): it has no key slots");
+    }
     for s in repo.store.slots()? {
         let kind = match s.kind {
             SlotKind::Keyfile => "key-file",

@@ -200,6 +200,7 @@ fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resu
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.args(&argv[1..])
         .env(super::log::DAEMON_LOG_ENV, &log_path)
+        .envs(super::keys::prompted().map(|p| ("DETAFS_PASSWORD", p)))
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);

@@ -205,8 +205,13 @@ impl Env {
 
     /// The log oldest first (`log --json` lists newest first).
     pub fn log(&self) -> Vec<serde_json::Value> {
+        self.log_of("ds")
+    }
+
+    /// The log of dataset `name`, oldest first.
+    pub fn log_of(&self, name: &str) -> Vec<serde_json::Value> {
         let mut log: Vec<serde_json::Value> =
-            serde_json::from_str(&self.ok(&["log", "ds", "--json"])).unwrap();
+            serde_json::from_str(&self.ok(&["log", name, "--json"])).unwrap();
         log.reverse();
         log
     }
