@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs (once) and starts LocalStack's S3 on 127.0.0.1:4566 without docker,
+# Installs (once) and starts LocalStack's S3 (and KMS) on 127.0.0.1:4566 without docker,
 # unless one already answers there. The S3 tests and benchmarks run against it:
 # it is the S3 server runnable here that honours conditional create under races.
 # Prints nothing on success; exits non-zero with LocalStack's log otherwise.
@@ -10,8 +10,15 @@ LISTEN=${LOCALSTACK_LISTEN:-127.0.0.1:4566}
 DATA=${LOCALSTACK_DATA:-/var/tmp/localstack-s3}
 PIDFILE=${LOCALSTACK_PIDFILE:-/tmp/localstack.pid}
 ENDPOINT=http://127.0.0.1:${LISTEN##*:}
-healthy() { curl -fs "$ENDPOINT/_localstack/health" 2>/dev/null | grep -q '"s3": "\(running\|available\)"'; }
+# S3, and KMS for the server-side encryption tests.
+up() { curl -fs "$ENDPOINT/_localstack/health" 2>/dev/null | grep -q "\"$1\": \"\\(running\\|available\\)\""; }
+healthy() { up s3 && up kms; }
 healthy && exit 0
+# One of ours without KMS (an older script's): replaced.
+if up s3 && [ -f "$PIDFILE" ]; then
+  kill "$(cat "$PIDFILE")" 2>/dev/null || true
+  for _ in $(seq 1 50); do up s3 || break; sleep 0.2; done
+fi
 
 command -v curl >/dev/null || { apt-get update -qq && apt-get install -y -qq curl >/dev/null; }
 PYROOT=$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")
@@ -29,7 +36,7 @@ if ! [ -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import localstack' 2>
     "service_identity<24.3" "joserfc<1.1"
 fi
 mkdir -p "$DATA"
-GATEWAY_LISTEN=$LISTEN SERVICES=s3 EAGER_SERVICE_LOADING=1 DISABLE_EVENTS=1 \
+GATEWAY_LISTEN=$LISTEN SERVICES=s3,kms EAGER_SERVICE_LOADING=1 DISABLE_EVENTS=1 \
 SKIP_SSL_CERT_DOWNLOAD=1 LOCALSTACK_VOLUME_DIR=$DATA FILESYSTEM_ROOT=$DATA \
   setsid nohup "$VENV/bin/python" -m localstack.runtime.main >"$DATA/localstack.log" 2>&1 </dev/null &
 echo $! >"$PIDFILE"

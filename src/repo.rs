@@ -26,6 +26,8 @@ pub struct Options {
     pub key_file: Option<PathBuf>,
     /// Asked for a passphrase when no key file opens a format 2 store.
     pub passphrase: Option<Passphrase>,
+    /// S3 server-side encryption to ask of every upload and check.
+    pub sse: Option<crate::store::sse::Sse>,
 }
 
 /// Gives a passphrase, if there is one (the CLI: a variable, a file, or
@@ -153,10 +155,10 @@ impl Repo {
     /// first use, so a new user needs no configuration.
     pub fn open(opts: &Options) -> Result<Repo> {
         let store = match &opts.store {
-            Some(url) => Store::open(url, false, opts.store_timeout)?,
+            Some(url) => Store::open(url, false, opts.store_timeout, opts.sse.as_ref())?,
             None => {
                 let store =
-                    Store::open(&default_store().to_string_lossy(), true, opts.store_timeout)?;
+                    Store::open(&default_store().to_string_lossy(), true, opts.store_timeout, None)?;
                 // A local folder: its create is atomic, nothing to probe.
                 // Sealed, like every new store, with a key file.
                 store.init(

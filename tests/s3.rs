@@ -8,14 +8,14 @@ mod common;
 
 use common::faults::{Faulty, Overwriting};
 use common::objects;
-use common::{Env, commit_via_control, fingerprint, noise, within};
+use common::{Env, commit_via_control, fingerprint, noise, run_ok, sample_tree, within};
 use detafs::commit::CommitMeta;
 use detafs::repo::{Options, Repo};
 use detafs::staging::{Kind, ROOT, Staging};
 use detafs::store::Store;
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -151,6 +151,7 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
         store_timeout: Duration::from_secs(5),
         key_file: Some(env.key_file.clone()),
         passphrase: None,
+        sse: None,
     };
     let repo = Repo::with_store(store, &opts).unwrap();
     let staging_dir = env.path("faulty-staging");
@@ -502,4 +503,80 @@ fn gc_on_another_host_spares_a_commit_in_flight() {
         noise(3_000_000, 9),
         "host b reads what host a committed"
     );
+}
+
+/// `x-amz-server-side-encryption` of every object under the store, as the
+/// S3 server reports it (HEAD, through boto3).
+fn sse_of_objects(env: &Env) -> Vec<String> {
+    let bucket = env.bucket.clone().unwrap();
+    let script = format!(
+        "import boto3\n\
+         s3 = boto3.client('s3', endpoint_url='{}', aws_access_key_id='test', \
+         aws_secret_access_key='test', region_name='us-east-1')\n\
+         for o in s3.list_objects_v2(Bucket='{bucket}', Prefix='store/').get('Contents', []):\n\
+         \x20   print(s3.head_object(Bucket='{bucket}', Key=o['Key']).get('ServerSideEncryption'))\n",
+        objects::S3_ENDPOINT
+    );
+    let out = Command::new("python3").args(["-c", &script]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn server_side_encryption_is_asked_of_every_upload_and_checked() {
+    for (sse, header) in [("aes256", "AES256"), ("kms", "aws:kms")] {
+        let env = Env::empty_s3();
+        let with = |args: &[&str]| run_ok(env.command().env("DETAFS_SSE", sse).args(args));
+        with(&["init"]);
+        with(&["dataset", "create", "ds"]);
+        let src = env.path("src");
+        sample_tree(&src, 1);
+        with(&["commit", "ds", "--from", src.to_str().unwrap(), "-m", "v1"]);
+        with(&["tag", "ds", "v1", "first"]);
+        let seen = sse_of_objects(&env);
+        assert!(seen.len() >= 6, "{seen:?}");
+        assert!(seen.iter().all(|s| s == header), "{sse}: {seen:?}");
+    }
+    // Not for a local folder (detafs encrypts it itself).
+    let local = Env::empty_local();
+    let (code, err) = {
+        let out = local
+            .command()
+            .args(["--sse", "aes256", "init"])
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    assert_eq!(code, Some(1));
+    assert!(err.contains("--sse is for S3 stores"), "{err}");
+    let out = local.command().args(["--sse", "des", "init"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "a bad --sse is a usage error");
+}
+
+#[test]
+fn a_server_that_does_not_apply_server_side_encryption_is_refused_at_once() {
+    // s3rver (scripts/s3rver.sh, 127.0.0.1:4568) ignores the header.
+    let env = Env::empty_local();
+    let prefix = format!("p{}", rand::random::<u32>());
+    let started = std::time::Instant::now();
+    let out = env
+        .command()
+        .args(["--store", &format!("s3://liar/{prefix}"), "--sse", "aes256"])
+        .args(["--store-timeout", "10m", "init"])
+        .envs(objects::S3_ENV)
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:4568")
+        .env("AWS_ACCESS_KEY_ID", "S3RVER")
+        .env("AWS_SECRET_ACCESS_KEY", "S3RVER")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("server-side encryption not applied"), "{err}");
+    assert!(err.contains("asked for AES256"), "{err}");
+    // Refused, not retried for the store timeout.
+    assert!(started.elapsed() < std::time::Duration::from_secs(120), "{:?}", started.elapsed());
 }

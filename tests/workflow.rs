@@ -712,6 +712,7 @@ fn exporting_one_big_file_reports_progress_as_it_goes() {
         store_timeout: std::time::Duration::from_secs(30),
         key_file: Some(env.key_file.clone()),
         passphrase: None,
+        sse: None,
     })
     .unwrap();
     let record = repo.version("ds", "latest").unwrap();

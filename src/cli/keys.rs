@@ -72,7 +72,7 @@ pub fn init(
         .store
         .clone()
         .unwrap_or_else(|| detafs::repo::default_store().to_string_lossy().into_owned());
-    let store = Store::open(&url, true, opts.store_timeout)?;
+    let store = Store::open(&url, true, opts.store_timeout, opts.sse.as_ref())?;
     let pass = if passphrase {
         Some(new_passphrase()?)
     } else {

@@ -68,8 +68,17 @@ struct Cli {
     /// (or set DETAFS_PASSWORD; else it is asked on the terminal).
     #[arg(long, global = true, env = "DETAFS_PASSWORD_FILE", help_heading = GLOBAL)]
     password_file: Option<PathBuf>,
+    /// S3 server-side encryption asked of every upload and checked in its
+    /// answer: aes256, kms or kms:KEY_ID (a service that does not apply it
+    /// is refused at the first write).
+    #[arg(long, global = true, env = "DETAFS_SSE", help_heading = GLOBAL, value_parser = parse_sse)]
+    sse: Option<detafs::store::sse::Sse>,
     #[command(subcommand)]
     command: Command,
+}
+
+fn parse_sse(s: &str) -> Result<detafs::store::sse::Sse, String> {
+    detafs::store::sse::Sse::parse(s).map_err(|e| e.to_string())
 }
 
 #[derive(Subcommand)]
@@ -434,6 +443,7 @@ fn options(cli: &Cli) -> Options {
         store_timeout: cli.store_timeout.into(),
         key_file: cli.key_file.clone(),
         passphrase: Some(keys::passphrase_source(cli.password_file.clone())),
+        sse: cli.sse.clone(),
     }
 }
 

@@ -10,6 +10,7 @@ mod remote;
 pub mod retry;
 pub mod seal;
 pub mod slots;
+pub mod sse;
 
 use crate::error::{Error, Result};
 use bytes::Bytes;
@@ -175,8 +176,18 @@ impl Store {
     /// `az://`, without checking its contents. A local folder is created only
     /// when `create` is set (by `init`). Remote operations are retried through
     /// transient failures for up to `deadline` each.
-    pub fn open(url: &str, create: bool, deadline: Duration) -> Result<Store> {
+    pub fn open(
+        url: &str,
+        create: bool,
+        deadline: Duration,
+        sse: Option<&sse::Sse>,
+    ) -> Result<Store> {
         let (inner, policy, location): (Arc<dyn ObjectStore>, _, _) = match url.split_once("://") {
+            None | Some(("file", _)) if sse.is_some() => {
+                return Err(Error::InvalidInput(format!(
+                    "{url}: --sse is for S3 stores; a local folder is encrypted by detafs itself (format 2)"
+                )));
+            }
             None | Some(("file", _)) => {
                 let path = url.strip_prefix("file://").unwrap_or(url);
                 let (fs, canonical) = local(path, create)?;
@@ -185,7 +196,7 @@ impl Store {
             Some((scheme, rest)) => {
                 let policy = Policy::remote(deadline);
                 let location = url.trim_end_matches('/').to_string();
-                (open_remote(url, scheme, rest, &policy)?, policy, location)
+                (open_remote(url, scheme, rest, &policy, sse)?, policy, location)
             }
         };
         Store::with_policy(inner, url, &location, policy)
@@ -683,7 +694,13 @@ where
 use remote::open as open_remote;
 
 #[cfg(not(feature = "cloud"))]
-fn open_remote(url: &str, _: &str, _: &str, _: &Policy) -> Result<Arc<dyn ObjectStore>> {
+fn open_remote(
+    url: &str,
+    _: &str,
+    _: &str,
+    _: &Policy,
+    _: Option<&sse::Sse>,
+) -> Result<Arc<dyn ObjectStore>> {
     Err(Error::InvalidInput(format!(
         "{url}: this detafs was built without remote stores (feature `cloud`)"
     )))

@@ -2,8 +2,13 @@
 //! own tools are: from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
 
 use super::retry::Policy;
+use super::sse::{self, Sse};
 use crate::error::{Error, Result};
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3EncryptionConfigKey};
+use object_store::client::{
+    ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest,
+    HttpResponse, HttpService, ReqwestConnector,
+};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::prefix::PrefixStore;
@@ -17,7 +22,13 @@ pub(super) fn open(
     scheme: &str,
     rest: &str,
     policy: &Policy,
+    sse: Option<&Sse>,
 ) -> Result<Arc<dyn ObjectStore>> {
+    if sse.is_some() && !matches!(scheme, "s3" | "s3a") {
+        return Err(Error::InvalidInput(format!(
+            "{url}: --sse is for S3 stores (GCS and Azure encrypt every object themselves)"
+        )));
+    }
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
     let prefix = prefix.trim_matches('/');
     if bucket.is_empty() {
@@ -50,6 +61,20 @@ pub(super) fn open(
                 .is_some_and(|e| e.starts_with("http://"))
             {
                 b = b.with_allow_http(true);
+            }
+            if let Some(sse) = sse {
+                b = b
+                    .with_config(
+                        AmazonS3ConfigKey::Encryption(S3EncryptionConfigKey::ServerSideEncryption),
+                        sse.header(),
+                    )
+                    .with_http_connector(CheckSse(sse.header()));
+                if let Sse::Kms(Some(id)) = sse {
+                    b = b.with_config(
+                        AmazonS3ConfigKey::Encryption(S3EncryptionConfigKey::KmsKeyId),
+                        id,
+                    );
+                }
             }
             build!(b, AmazonS3ConfigKey::Client)
         }
@@ -88,5 +113,51 @@ fn http_retry(policy: &Policy) -> RetryConfig {
         },
         max_retries: 3,
         retry_timeout: policy.request_timeout(),
+    }
+}
+
+/// Connects a client whose every successful PUT must come back saying the
+/// encryption asked for (`x-amz-server-side-encryption`).
+#[derive(Debug)]
+struct CheckSse(&'static str);
+
+impl HttpConnector for CheckSse {
+    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+        Ok(HttpClient::new(Checked {
+            inner: ReqwestConnector::default().connect(options)?,
+            want: self.0,
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct Checked {
+    inner: HttpClient,
+    want: &'static str,
+}
+
+#[async_trait::async_trait]
+impl HttpService for Checked {
+    async fn call(&self, req: HttpRequest) -> std::result::Result<HttpResponse, HttpError> {
+        let put = req.method() == http::Method::PUT;
+        let resp = self.inner.execute(req).await?;
+        if put && resp.status().is_success() {
+            let got = resp
+                .headers()
+                .get("x-amz-server-side-encryption")
+                .and_then(|v| v.to_str().ok());
+            if got != Some(self.want) {
+                return Err(HttpError::new(
+                    HttpErrorKind::Unknown,
+                    std::io::Error::other(format!(
+                        "{}: asked for {}, the service answered {}; it may hold the object unencrypted",
+                        sse::REFUSED,
+                        self.want,
+                        got.map_or("nothing".to_string(), |g| format!("{g:?}"))
+                    )),
+                ));
+            }
+        }
+        Ok(resp)
     }
 }

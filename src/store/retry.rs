@@ -56,7 +56,7 @@ pub fn transient(e: &object_store::Error) -> bool {
             let client_error = msg.contains("status code: 4")
                 && !msg.contains("status code: 408")
                 && !msg.contains("status code: 429");
-            !client_error
+            !client_error && !msg.contains(super::sse::REFUSED)
         }
         _ => false,
     }

@@ -88,6 +88,7 @@ impl<'e> Core<'e> {
             store_timeout: Duration::from_secs(30),
             key_file: Some(self.env.key_file.clone()),
             passphrase: None,
+            sse: None,
         };
         let repo = Repo::open(&opts).unwrap();
         let staging = Staging::open(&repo, &self.env.path("staging"), "ds").unwrap();
