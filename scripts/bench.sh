@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Store and commit benchmark (docs/benchmarks.md). Medians of RUNS runs, each
 # beside `openssl dgst -sha256` over the same bytes in the same run.
-#   scripts/bench.sh [RUNS] [store|mount|core|million|s3|scale|all]
+#   scripts/bench.sh [RUNS] [store|mount|core|million|s3|scale|sealed|all]
 #   (default 3 runs, all; BENCH_DIR default /var/tmp/detafs-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -135,6 +135,7 @@ PY
 
 source scripts/bench-s3.sh
 source scripts/bench-core.sh
+source scripts/bench-sealed.sh
 case "$WHAT" in
   store) bench_store ;;
   mount) bench_mount ;;
@@ -142,5 +143,6 @@ case "$WHAT" in
   million) bench_million ;;
   s3) bench_s3 ;;
   scale) bench_scale ;;
-  *) bench_store; bench_mount; bench_core; bench_million; bench_s3; bench_scale ;;
+  sealed) bench_sealed ;;
+  *) bench_store; bench_mount; bench_core; bench_million; bench_s3; bench_scale; bench_sealed ;;
 esac

@@ -1,0 +1,43 @@
+# Sealed (format 2) against plaintext (format 1) stores (sourced by
+# scripts/bench.sh; uses its ROOT, RUNS, BIN, now, since, drop_caches,
+# median): commit of v1, a cold read of the 512 MiB file through a mount,
+# and the bytes each stores, in the same run.
+bench_sealed() {
+  local res=$ROOT/sealed-results.txt mnt=$ROOT/smnt; : > "$res"; mkdir -p "$mnt"
+  mountpoint -q "$mnt" && "$BIN" umount "$mnt"
+  for run in $(seq "$RUNS"); do
+    local row="$run"
+    for kind in plaintext sealed; do
+      rm -rf "$ROOT/s-$kind" "$ROOT/s-$kind-cache" "$ROOT/s-$kind-staging"
+      export DETAFS_STORE=$ROOT/s-$kind DETAFS_CACHE=$ROOT/s-$kind-cache DETAFS_STAGING=$ROOT/s-$kind-staging
+      if [ $kind = plaintext ]; then "$BIN" init --plaintext >/dev/null; else "$BIN" init >/dev/null 2>&1; fi
+      "$BIN" dataset create bench >/dev/null
+      sync; sleep 5
+      local t; t=$(now)
+      "$BIN" commit bench --from "$ROOT/data" -m v1 >/dev/null
+      local commit; commit=$(since "$t")
+      local stored; stored=$(du -sb "$ROOT/s-$kind/packs" | cut -f1)
+      rm -rf "$DETAFS_CACHE"
+      "$BIN" mount bench "$mnt" --daemon --read-only >/dev/null
+      drop_caches
+      t=$(now); cat "$mnt/versions/v1/big.bin" >/dev/null; local read; read=$(since "$t")
+      "$BIN" umount "$mnt"
+      row="$row $commit $stored $read"
+    done
+    echo "$row" | tee -a "$res" >&2
+  done
+  python3 - "$res" "$(du -sb --apparent-size "$ROOT/data" | cut -f1)" <<'PY'
+import statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
+data = float(sys.argv[2])
+med = lambda i: statistics.median(r[i] for r in rows)
+mb, mib = 1e6, 1 << 20
+pc, ps, pr, sc, ss, sr = (med(i) for i in range(1, 7))
+print(f"| runs | {len(rows)} (medians) | dataset {data / mib:.0f} MiB |")
+print("|---|---|---|")
+print("| | plaintext (format 1) | sealed (format 2) |")
+print(f"| commit v1 | {pc:.2f} s | {sc:.2f} s = {sc / pc * 100:.0f}% of plaintext |")
+print(f"| cold read of big.bin through a mount | {pr:.2f} s | {sr:.2f} s = {sr / pr * 100:.0f}% of plaintext |")
+print(f"| bytes stored (packs) | {ps / mb:.0f} MB | {ss / mb:.0f} MB |")
+PY
+}
