@@ -157,8 +157,12 @@ impl Repo {
         let store = match &opts.store {
             Some(url) => Store::open(url, false, opts.store_timeout, opts.sse.as_ref())?,
             None => {
-                let store =
-                    Store::open(&default_store().to_string_lossy(), true, opts.store_timeout, None)?;
+                let store = Store::open(
+                    &default_store().to_string_lossy(),
+                    true,
+                    opts.store_timeout,
+                    None,
+                )?;
                 // A local folder: its create is atomic, nothing to probe.
                 // Sealed, like every new store, with a key file.
                 store.init(

@@ -517,8 +517,15 @@ fn sse_of_objects(env: &Env) -> Vec<String> {
          \x20   print(s3.head_object(Bucket='{bucket}', Key=o['Key']).get('ServerSideEncryption'))\n",
         objects::S3_ENDPOINT
     );
-    let out = Command::new("python3").args(["-c", &script]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -549,11 +556,18 @@ fn server_side_encryption_is_asked_of_every_upload_and_checked() {
             .args(["--sse", "aes256", "init"])
             .output()
             .unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
     assert_eq!(code, Some(1));
     assert!(err.contains("--sse is for S3 stores"), "{err}");
-    let out = local.command().args(["--sse", "des", "init"]).output().unwrap();
+    let out = local
+        .command()
+        .args(["--sse", "des", "init"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "a bad --sse is a usage error");
 }
 
@@ -578,5 +592,9 @@ fn a_server_that_does_not_apply_server_side_encryption_is_refused_at_once() {
     assert!(err.contains("server-side encryption not applied"), "{err}");
     assert!(err.contains("asked for AES256"), "{err}");
     // Refused, not retried for the store timeout.
-    assert!(started.elapsed() < std::time::Duration::from_secs(120), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(120),
+        "{:?}",
+        started.elapsed()
+    );
 }

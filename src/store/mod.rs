@@ -196,7 +196,11 @@ impl Store {
             Some((scheme, rest)) => {
                 let policy = Policy::remote(deadline);
                 let location = url.trim_end_matches('/').to_string();
-                (open_remote(url, scheme, rest, &policy, sse)?, policy, location)
+                (
+                    open_remote(url, scheme, rest, &policy, sse)?,
+                    policy,
+                    location,
+                )
             }
         };
         Store::with_policy(inner, url, &location, policy)

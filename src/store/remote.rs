@@ -4,12 +4,12 @@
 use super::retry::Policy;
 use super::sse::{self, Sse};
 use crate::error::{Error, Result};
-use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey, S3EncryptionConfigKey};
-use object_store::client::{
-    ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest,
-    HttpResponse, HttpService, ReqwestConnector,
-};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::client::{
+    ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+    HttpService, ReqwestConnector,
+};
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::prefix::PrefixStore;
 use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, RetryConfig};
@@ -63,17 +63,12 @@ pub(super) fn open(
                 b = b.with_allow_http(true);
             }
             if let Some(sse) = sse {
+                let key = |k: &str| k.parse::<AmazonS3ConfigKey>().expect("a known key");
                 b = b
-                    .with_config(
-                        AmazonS3ConfigKey::Encryption(S3EncryptionConfigKey::ServerSideEncryption),
-                        sse.header(),
-                    )
+                    .with_config(key("aws_server_side_encryption"), sse.header())
                     .with_http_connector(CheckSse(sse.header()));
                 if let Sse::Kms(Some(id)) = sse {
-                    b = b.with_config(
-                        AmazonS3ConfigKey::Encryption(S3EncryptionConfigKey::KmsKeyId),
-                        id,
-                    );
+                    b = b.with_config(key("aws_sse_kms_key_id"), id);
                 }
             }
             build!(b, AmazonS3ConfigKey::Client)
