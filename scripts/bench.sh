@@ -9,7 +9,9 @@ RUNS=${1:-3}
 WHAT=${2:-all}
 ROOT=${BENCH_DIR:-/var/tmp/detafs-bench}
 cargo build --release -q
-BIN=$PWD/${CARGO_TARGET_DIR:-target}/release/detafs
+TARGET=${CARGO_TARGET_DIR:-target}
+[[ $TARGET = /* ]] || TARGET=$PWD/$TARGET
+BIN=$TARGET/release/detafs
 mkdir -p "$ROOT"
 if [ ! -d "$ROOT/data" ]; then
   echo "generating the dataset in $ROOT/data" >&2

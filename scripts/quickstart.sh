@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 cargo build --release -q
-BIN=$PWD/${CARGO_TARGET_DIR:-target}/release/detafs
+TARGET=${CARGO_TARGET_DIR:-target}
+[[ $TARGET = /* ]] || TARGET=$PWD/$TARGET
+BIN=$TARGET/release/detafs
 demo=$(mktemp -d)
 trap 'rm -rf "$demo"' EXIT
 mkdir -p "$demo/tables"
