@@ -96,7 +96,9 @@ impl Codec {
             BlobKind::Tree => limits::tree_bound(r.len),
         };
         let data = match (self, encoded.split_first()) {
-            (Codec::Plain, Some((&RAW, _))) if kind == BlobKind::Tree || r.size + 1 == r.len => {
+            (Codec::Plain, Some((&RAW, _)))
+                if kind == BlobKind::Tree || u64::from(r.size) + 1 == u64::from(r.len) =>
+            {
                 encoded.slice(1..)
             }
             (Codec::Plain, Some((&ZSTD, rest))) if kind == BlobKind::Tree => inflate(rest, max)
@@ -294,6 +296,17 @@ mod tests {
         assert!(
             Codec::Plain
                 .decode_blob(&r, BlobKind::Chunk, zstd.into())
+                .is_err()
+        );
+        // A size no reference can hold (a hostile local row) is refused, not overflowed.
+        let (r, enc) = reference(&Codec::Plain, BlobKind::Chunk, &text);
+        let huge = BlobRef {
+            size: u32::MAX,
+            ..r
+        };
+        assert!(
+            Codec::Plain
+                .decode_blob(&huge, BlobKind::Chunk, enc.into())
                 .is_err()
         );
     }
