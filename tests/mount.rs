@@ -925,6 +925,7 @@ fn shell_tools_in_staging_and_only_the_owner_commits() {
     for script in [
         format!("echo 'as nobody' > {}", m.path(".detafs/commit").display()),
         format!("cat {}", m.path(".detafs/status").display()),
+        format!("cat {}", m.path(".detafs/progress").display()),
         format!("echo . > {}", m.path(".detafs/restore").display()),
         format!("printf 'v1\\n' > {}", m.path(".detafs/checkout").display()),
     ] {
