@@ -93,6 +93,14 @@ fn unchanged_data_costs_nothing_and_a_middle_edit_costs_a_few_chunks() {
         added < 100_000 + 2 * 256 * 1024 + 20_000,
         "edit stored {added} bytes"
     );
+    // A 1 MiB edit of fresh data stores at most 3x its size, chunks around
+    // it, seal and tree included (sealed or not).
+    big[1 << 20..2 << 20].copy_from_slice(&noise(1 << 20, 8));
+    std::fs::write(src.join("big.bin"), &big).unwrap();
+    env.commit(&src, "edit 1 MiB");
+    let added = env.log()[3]["delta_size"].as_u64().unwrap();
+    assert!(added <= 3 << 20, "a 1 MiB edit stored {added} bytes");
+    eprintln!("a 1 MiB edit stored {added} bytes");
 
     // Nothing changed: refused with its own exit code, no version made.
     let (code, err) = env.fails(&[
@@ -105,7 +113,7 @@ fn unchanged_data_costs_nothing_and_a_middle_edit_costs_a_few_chunks() {
     ]);
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("nothing to commit"), "{err}");
-    assert_eq!(env.log().len(), 3);
+    assert_eq!(env.log().len(), 4);
 }
 
 #[test]

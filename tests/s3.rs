@@ -457,6 +457,65 @@ fn a_fleet_of_two_hosts_commits_to_one_bucket_and_a_third_replays_it() {
 }
 
 #[test]
+fn two_hosts_open_one_bucket_with_their_own_key_slots() {
+    let a = Env::new_s3();
+    run_ok(
+        a.command()
+            .env("DETAFS_NEW_PASSWORD", "host b's own passphrase")
+            .args(["key", "add", "--passphrase"]),
+    );
+    // Host b was given the passphrase, not the key file.
+    let mut b = a.other_host();
+    b.key_file = b.path("no-such.key");
+    b.password = Some("host b's own passphrase".into());
+    {
+        let ma = a.mount(&[]);
+        let mb = b.mount(&[]);
+        std::fs::write(ma.path("staging/a.txt"), b"from a").unwrap();
+        commit_via_control(&ma, "a's commit").unwrap();
+        within(Duration::from_secs(5), "a's version on b", || {
+            mb.path("versions/v1/a.txt").exists()
+        });
+        std::fs::write(mb.path("staging/b.txt"), b"from b").unwrap();
+        commit_via_control(&mb, "b's commit").unwrap();
+        within(Duration::from_secs(5), "b's version on a", || {
+            ma.path("versions/v2/b.txt").exists()
+        });
+        assert_eq!(
+            std::fs::read(ma.path("versions/v2/b.txt")).unwrap(),
+            b"from b"
+        );
+        assert_eq!(
+            std::fs::read(mb.path("versions/v2/a.txt")).unwrap(),
+            b"from a"
+        );
+    }
+    b.ok(&["verify"]);
+    // A wrong passphrase on b: one error, nothing written.
+    let before = a.objects.list("");
+    let mut wrong = b.other_host();
+    wrong.password = Some("not b's passphrase".into());
+    let src = wrong.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("x.txt"), b"x").unwrap();
+    let (code, err) = wrong.fails(&["commit", "ds", "--from", src.to_str().unwrap(), "-m", "x"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(a.objects.list(""), before);
+    // Revoking b's slot locks b out; a goes on with its key file.
+    let list = a.ok(&["key", "list"]);
+    let slot = list
+        .lines()
+        .find(|l| l.contains("passphrase"))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or_else(|| panic!("no passphrase slot in {list}"));
+    a.ok(&["key", "remove", slot]);
+    let (code, err) = b.fails(&["log", "ds"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(a.log().len(), 2);
+}
+
+#[test]
 fn gc_on_another_host_spares_a_commit_in_flight() {
     let a = Env::new_s3();
     let b = a.other_host();

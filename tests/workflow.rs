@@ -31,7 +31,7 @@ fn python(code: &str) -> String {
 fn control_files_have_their_real_size_and_pandas_and_duckdb_read_the_log() {
     let env = Env::new();
     let m = mounted_with_versions(&env, 3);
-    for name in ["log", "health", "last-commit", "status"] {
+    for name in ["log", "health", "last-commit", "status", "base"] {
         // stat, then open and read: what a tool that sizes its buffer does.
         let path = m.path(&format!(".detafs/{name}"));
         let mut f = std::fs::File::open(&path).unwrap();
@@ -807,6 +807,10 @@ fn diff_against_staging_shows_staged_changes_with_and_without_a_mount() {
     std::fs::write(st("a.csv"), "changed\n").unwrap();
     std::fs::write(st("odd\nname\\.txt"), "odd\n").unwrap();
     std::fs::remove_file(st("c.csv")).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/base")).unwrap(),
+        "v2\n"
+    );
 
     // Against its base, the same as status (escaped names included).
     let against_latest = env.ok(&["diff", "ds", "latest", "staging"]);

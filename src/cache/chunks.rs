@@ -113,7 +113,11 @@ impl ChunkCache {
                 };
                 // Own copy: a slice would keep the whole run's buffer alive
                 // and the byte bound would not bound memory.
-                let data = Bytes::copy_from_slice(&data);
+                let data = if self.repo.codec.decodes_into_own_buffers() {
+                    data
+                } else {
+                    Bytes::copy_from_slice(&data)
+                };
                 st.bytes += data.len();
                 if let Some(old) = st.lru.put(r.id, data) {
                     st.bytes -= old.len();

@@ -132,12 +132,16 @@ struct Mounted {
 
 impl Mounted {
     fn new(repo: &Repo, name: &str, mp: &Path) -> anyhow::Result<Mounted> {
-        let file = mp.join(".detafs/health");
-        let health: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?,
-        )
-        .with_context(|| format!("{} is not JSON", file.display()))?;
-        let version = health["staging_version"].as_u64().unwrap_or(0);
+        let file = mp.join(".detafs/base");
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let version = match text.trim() {
+            "none" => 0,
+            v => v
+                .strip_prefix('v')
+                .and_then(|n| n.parse().ok())
+                .with_context(|| format!("{} holds {text:?}, not a version", file.display()))?,
+        };
         let base = repo
             .sync(name)?
             .into_iter()

@@ -1,6 +1,7 @@
 //! Turns a local directory into trees and chunks: walks it, chunks and hashes
 //! every file, packs what the store does not hold yet.
 
+use super::encoder::{Encoded, Encoder};
 use crate::cache::index::StatKey;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -38,6 +39,15 @@ pub struct Scanner<'r> {
     codec: Codec,
     /// When this commit began uploading (see `gc::MAX_COMMIT_AGE`).
     pub started: std::time::Instant,
+    /// Started at the first new chunk, on the commit's own thread.
+    encoder: Option<Encoder>,
+}
+
+/// A chunk of a file being read: where it lives, or its id while it is
+/// being encoded.
+enum Slot {
+    Ready(BlobRef),
+    Encoding(ObjectId),
 }
 
 fn mtime_of(m: &Metadata) -> Mtime {
@@ -69,6 +79,7 @@ impl<'r> Scanner<'r> {
             progress,
             codec: repo.codec.clone(),
             started: std::time::Instant::now(),
+            encoder: None,
         }
     }
 
@@ -87,15 +98,55 @@ impl<'r> Scanner<'r> {
         self.repo.index.blob(id)
     }
 
-    fn put_chunk(&mut self, data: &[u8]) -> Result<BlobRef> {
-        let id = self.codec.blob_id(data);
+    fn put_chunk(&mut self, data: Vec<u8>) -> Result<Slot> {
+        let id = self.codec.blob_id(&data);
         if let Some(r) = self.known(&id)? {
-            return Ok(r);
+            return Ok(Slot::Ready(r));
         }
-        let encoded = self.codec.encode_blob(BlobKind::Chunk, &id, data);
-        let r = self.data.add(id, &encoded, data.len())?;
-        self.written.insert(id, r);
-        Ok(r)
+        // A file of one small chunk (most files of a dataset) has nothing
+        // to overlap with: encoded here, it costs no hand-off.
+        let idle = self.encoder.as_ref().is_none_or(|e| !e.busy());
+        if idle && data.len() < chunker::MIN_SIZE {
+            let bytes = self.codec.encode_blob(BlobKind::Chunk, &id, &data);
+            let size = data.len();
+            self.pack(vec![Encoded { id, bytes, size }])?;
+            return Ok(Slot::Ready(self.written[&id]));
+        }
+        if self.encoder.is_none() {
+            let started = Encoder::start(self.codec.clone())
+                .map_err(|e| Error::io("a thread to encode chunks", e))?;
+            self.encoder = Some(started);
+        }
+        let encoder = self.encoder.as_mut().expect("started above");
+        if !encoder.is_pending(&id) {
+            let done = encoder.submit(id, data);
+            self.pack(done)?;
+        }
+        Ok(Slot::Encoding(id))
+    }
+
+    /// Puts encoded chunks into the data packs, in the order they came.
+    fn pack(&mut self, done: Vec<Encoded>) -> Result<()> {
+        for e in done {
+            let r = self.data.add(e.id, &e.bytes, e.size)?;
+            self.written.insert(e.id, r);
+        }
+        Ok(())
+    }
+
+    /// Where each chunk lives, once every one being encoded is packed.
+    fn resolve(&mut self, slots: Vec<Slot>) -> Result<Vec<BlobRef>> {
+        if let Some(encoder) = self.encoder.as_mut() {
+            let done = encoder.drain();
+            self.pack(done)?;
+        }
+        Ok(slots
+            .into_iter()
+            .map(|s| match s {
+                Slot::Ready(r) => r,
+                Slot::Encoding(id) => self.written[&id],
+            })
+            .collect())
     }
 
     /// Snapshots directory `dir` and everything under it; returns its tree.
@@ -221,14 +272,14 @@ impl Scanner<'_> {
     /// Chunks a file's first `len` bytes (fewer if it is shorter).
     pub fn chunk_prefix(&mut self, path: &Path, len: u64) -> Result<(Vec<BlobRef>, u64)> {
         let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
-        let (mut chunks, mut size) = (Vec::new(), 0);
+        let (mut slots, mut size) = (Vec::new(), 0);
         for chunk in chunker::chunks(file, len, self.codec.chunker_seed()) {
             let chunk = chunk.map_err(|e| Error::io(path.display(), e))?;
             size += chunk.len() as u64;
             self.progress.advance(chunk.len() as u64);
-            chunks.push(self.put_chunk(&chunk)?);
+            slots.push(self.put_chunk(chunk)?);
         }
-        Ok((chunks, size))
+        Ok((self.resolve(slots)?, size))
     }
 }
 

@@ -16,6 +16,7 @@ const LAST_COMMIT: u64 = 10;
 const RESTORE: u64 = 11;
 const CHECKOUT: u64 = 12;
 const PROGRESS: u64 = 13;
+const BASE: u64 = 14;
 
 /// A control file's content, and when it was made.
 pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
@@ -24,7 +25,7 @@ pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
 /// reads see.
 const SIZED_TEXT_LIFE: Duration = Duration::from_secs(1);
 
-const FILES: [(&[u8], u64); 9] = [
+const FILES: [(&[u8], u64); 10] = [
     (b"commit", COMMIT),
     (b"status", STATUS),
     (b"log", LOG),
@@ -34,16 +35,18 @@ const FILES: [(&[u8], u64); 9] = [
     (b"restore", RESTORE),
     (b"checkout", CHECKOUT),
     (b"progress", PROGRESS),
+    (b"base", BASE),
 ];
 
 pub(super) fn is_control(ino: u64) -> bool {
-    (COMMIT..=PROGRESS).contains(&ino)
+    (COMMIT..=BASE).contains(&ino)
 }
 
 /// Whether `ino`'s attributes need staging (its lock, which a commit
-/// holds at times): status's size is that of staging's changes.
+/// holds at times): status's size is that of staging's changes, base's
+/// that of its version number.
 pub(super) fn needs_staging(ino: u64) -> bool {
-    ino == STATUS
+    ino == STATUS || ino == BASE
 }
 
 pub(super) fn entries() -> Vec<DirEntry> {
@@ -104,7 +107,7 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
 /// always exact (made again whenever staging changed); a commit through
 /// the mount forgets the rest (`forget_texts`).
 fn fresh_text(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
-    if ino == STATUS || ino == PROGRESS {
+    if matches!(ino, STATUS | PROGRESS | BASE) {
         return Ok(Arc::new(content(fs, ino)?));
     }
     if let Some((at, text)) = lock(&fs.control_texts).get(&ino)
@@ -131,6 +134,7 @@ fn content(fs: &MountFs, ino: u64) -> Result<Vec<u8>> {
         LAST_ERROR => lock(&fs.last_error).clone().into_bytes(),
         LAST_COMMIT => lock(&fs.last_commit).clone(),
         PROGRESS => progress(fs),
+        BASE => base(fs)?,
         _ => Vec::new(),
     })
 }
@@ -304,6 +308,20 @@ fn progress(fs: &MountFs) -> Vec<u8> {
     let mut v = serde_json::to_vec(&body).expect("serializable");
     v.push(b'\n');
     v
+}
+
+/// The version staging is built on, `vN` (`none` before the first
+/// commit, or without staging), read from staging itself: exact where
+/// health's `staging_version` may be a second old.
+fn base(fs: &MountFs) -> Result<Vec<u8>> {
+    let version = match &fs.staging {
+        Some(st) => lock(st).base_version()?,
+        None => 0,
+    };
+    Ok(match version {
+        0 => b"none\n".to_vec(),
+        v => format!("v{v}\n").into_bytes(),
+    })
 }
 
 /// Oldest first, one JSON line per version, as a log file grows.

@@ -34,15 +34,29 @@ pub struct Env {
     /// The store's key file (`init` writes it; other hosts share it, as
     /// a user copies it to them).
     pub key_file: PathBuf,
+    /// A passphrase this host opens the store with (DETAFS_PASSWORD), for
+    /// a host given a passphrase slot rather than the key file.
+    pub password: Option<String>,
 }
 
 impl Env {
     /// A fresh, initialised store with one dataset `ds`.
     pub fn new() -> Env {
         let env = Env::empty();
-        env.ok(&["init"]);
+        env.init();
         env.ok(&["dataset", "create", "ds"]);
         env
+    }
+
+    /// `detafs init`: a sealed store (format 2), or a plaintext one
+    /// (format 1) when `DETAFS_TEST_PLAINTEXT=1`; scripts/test.sh runs
+    /// the S3 loop so, and each format gets the end-to-end suites.
+    fn init(&self) {
+        if std::env::var("DETAFS_TEST_PLAINTEXT").is_ok_and(|v| v == "1") {
+            self.ok(&["init", "--plaintext"]);
+        } else {
+            self.ok(&["init"]);
+        }
     }
 
     /// `Env::new` with a format 1 store (`init --plaintext`): objects in
@@ -57,7 +71,7 @@ impl Env {
     /// `Env::new` on a local folder whatever `DETAFS_TEST_STORE` says.
     pub fn new_local() -> Env {
         let env = Env::empty_local();
-        env.ok(&["init"]);
+        env.init();
         env.ok(&["dataset", "create", "ds"]);
         env
     }
@@ -83,6 +97,7 @@ impl Env {
             cache,
             bucket: None,
             endpoint: String::new(),
+            password: None,
         }
     }
 
@@ -103,6 +118,7 @@ impl Env {
             dir,
             bucket: Some(bucket),
             endpoint: endpoint.to_string(),
+            password: None,
         }
     }
 
@@ -120,13 +136,14 @@ impl Env {
             dir,
             bucket: self.bucket.clone(),
             endpoint: self.endpoint.clone(),
+            password: self.password.clone(),
         }
     }
 
     /// `Env::new` on S3 whatever `DETAFS_TEST_STORE` says.
     pub fn new_s3() -> Env {
         let env = Env::empty_s3();
-        env.ok(&["init"]);
+        env.init();
         env.ok(&["dataset", "create", "ds"]);
         env
     }
@@ -137,11 +154,14 @@ impl Env {
             .env("DETAFS_CACHE", &self.cache)
             .env("DETAFS_STAGING", self.staging())
             .env("DETAFS_KEY_FILE", &self.key_file)
-            .env_remove("DETAFS_PASSWORD")
             .env_remove("FAILPOINTS")
             // Debris is swept at once here; `gc_refuses_a_grace_below_the_safe_minimum`
             // checks the real minimum.
             .env("DETAFS_TEST_GC_MIN_GRACE", "0s");
+        match &self.password {
+            Some(p) => c.env("DETAFS_PASSWORD", p),
+            None => c.env_remove("DETAFS_PASSWORD"),
+        };
         if self.bucket.is_some() {
             c.envs(objects::S3_ENV)
                 .env("AWS_ENDPOINT_URL", &self.endpoint);
