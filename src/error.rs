@@ -125,6 +125,8 @@ pub enum FsError {
     ReadOnly,
     #[error("operation not permitted")]
     NotPermitted,
+    #[error("operation not supported")]
+    Unsupported,
     #[error("permission denied")]
     Denied,
 }

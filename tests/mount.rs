@@ -163,6 +163,51 @@ fn versions_are_read_only() {
         erofs
     );
     assert_eq!(errno_of(std::fs::write(m.path("versions/v3"), b"x")), erofs);
+    // What staging refuses as unsupported (EPERM, EOPNOTSUPP) is EROFS in
+    // versions/, in either order (the kernel must not learn "unsupported"
+    // for the whole mount).
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &std::path::Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let last = || std::io::Error::last_os_error().raw_os_error().unwrap();
+    let setxattr = |p: &std::path::Path| {
+        let r = unsafe {
+            libc::setxattr(
+                c(p).as_ptr(),
+                c"user.x".as_ptr(),
+                b"1".as_ptr().cast(),
+                1,
+                0,
+            )
+        };
+        if r == 0 { 0 } else { last() }
+    };
+    let removexattr = |p: &std::path::Path| {
+        let r = unsafe { libc::removexattr(c(p).as_ptr(), c"user.x".as_ptr()) };
+        if r == 0 { 0 } else { last() }
+    };
+    let mkfifo = |p: &std::path::Path| {
+        let r = unsafe { libc::mkfifo(c(p).as_ptr(), 0o644) };
+        if r == 0 { 0 } else { last() }
+    };
+    let staged = m.path("staging/a.csv");
+    for _ in 0..2 {
+        assert_eq!(setxattr(&staged), libc::EOPNOTSUPP);
+        assert_eq!(removexattr(&staged), libc::EOPNOTSUPP);
+        assert_eq!(setxattr(&f), erofs);
+        assert_eq!(removexattr(&f), erofs);
+        assert_eq!(setxattr(&m.path("versions/v1")), erofs);
+    }
+    assert_eq!(mkfifo(&m.path("versions/v1/fifo")), erofs);
+    assert_eq!(mkfifo(&m.path("staging/fifo")), libc::EPERM);
+    assert_eq!(
+        errno_of(std::fs::hard_link(&f, m.path("versions/v1/new-link"))),
+        erofs
+    );
+    assert_eq!(
+        errno_of(std::fs::hard_link(&staged, m.path("staging/new-link"))),
+        libc::EPERM
+    );
+    assert!(!m.path("staging/fifo").exists() && !m.path("staging/new-link").exists());
 }
 
 #[test]
@@ -1109,5 +1154,60 @@ fn a_deleted_object_is_eio_for_its_files_named_in_the_log_and_by_verify() {
     assert!(
         report.contains(&pack) && report.contains("v2:ds/sub/big.bin"),
         "{report}"
+    );
+}
+
+#[test]
+fn a_file_unlinked_while_open_lives_until_its_last_close() {
+    use std::io::Seek;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    let path = m.path("staging/scratch.bin");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(b"before unlink").unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(!path.exists());
+    // fstat, fchmod and ftruncate come to the daemon without this handle.
+    let meta = f.metadata().unwrap();
+    assert_eq!(meta.len(), 13);
+    assert_eq!(meta.nlink(), 0);
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .unwrap();
+    assert_eq!(f.metadata().unwrap().mode() & 0o7777, 0o600);
+    f.write_all(b", after").unwrap();
+    f.set_len(20).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 20);
+    f.rewind().unwrap();
+    let mut back = String::new();
+    f.read_to_string(&mut back).unwrap();
+    assert_eq!(back, "before unlink, after");
+    // It is in no status, no commit, and gone with its last close.
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        ""
+    );
+    drop(f);
+    assert!(!path.exists());
+    // Anonymous temporary files of Python's standard library work.
+    let out = run_ok(Command::new("python3").args([
+        "-c",
+        "import os, sys, tempfile\n\
+         with tempfile.TemporaryFile(dir=sys.argv[1]) as t:\n\
+         \x20   t.write(b'x' * 100000); t.flush(); os.fchmod(t.fileno(), 0o640)\n\
+         \x20   t.seek(0); n = len(t.read())\n\
+         \x20   print(n, os.fstat(t.fileno()).st_size, oct(os.fstat(t.fileno()).st_mode & 0o777))",
+        m.path("staging").to_str().unwrap(),
+    ]));
+    assert_eq!(out.trim(), "100000 100000 0o640");
+    assert_eq!(
+        std::fs::read_dir(m.path("staging")).unwrap().count(),
+        std::fs::read_dir(m.path("versions/v2")).unwrap().count()
     );
 }

@@ -238,6 +238,17 @@ impl MountFs {
         &self.repo
     }
 
+    /// What a change the mount does not carry out (hard links, special
+    /// files, extended attributes) gets at inode `ino`: EROFS outside
+    /// staging, where nothing may change, `in_staging` inside it.
+    pub fn refuse(&self, ino: u64, in_staging: FsError, op: &str) -> Error {
+        if is_staging(ino) && self.staging.is_some() {
+            Error::fs(in_staging, format!("{op} in staging/"))
+        } else {
+            read_only()
+        }
+    }
+
     /// Reads records committed elsewhere; moves a clean staging area along.
     pub fn poll(&self) -> Result<()> {
         // Most polls find nothing new: only then re-read the index's records.
@@ -324,13 +335,19 @@ impl MountFs {
     }
 
     /// Like `getattr`, but a staged file unlinked while open still answers
-    /// through its open handle (POSIX: the file lives until closed).
+    /// through an open handle (POSIX: the file lives until closed; `fstat`
+    /// comes with no handle).
     pub fn getattr_open(&self, ino: u64, fh: Option<u64>) -> Result<Attr> {
         match self.getattr(ino) {
-            Err(Error::Fs {
-                kind: FsError::NotFound,
-                ..
-            }) if fh.is_some() => self.orphan_attr(ino, fh.expect("checked")),
+            Err(
+                e @ Error::Fs {
+                    kind: FsError::NotFound,
+                    ..
+                },
+            ) if is_staging(ino) => match fh.or_else(|| self.handle_of(ino & !STAGING_BIT)) {
+                Some(fh) => self.orphan_attr(ino, fh),
+                None => Err(e),
+            },
             other => other,
         }
     }

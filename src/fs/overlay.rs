@@ -34,6 +34,15 @@ impl MountFs {
         }
     }
 
+    /// An open handle of staged file `node`: what is left of a file
+    /// unlinked while open (POSIX: it lives until its last close).
+    pub(super) fn handle_of(&self, node: u64) -> Option<u64> {
+        lock(&self.handles).iter().find_map(|(fh, h)| match h {
+            Handle::Upper { node: n, .. } if *n == node => Some(*fh),
+            _ => None,
+        })
+    }
+
     pub(super) fn orphan_attr(&self, ino: u64, fh: u64) -> Result<Attr> {
         let file = match lock(&self.handles).get(&fh) {
             Some(Handle::Upper { file, .. }) => file.clone(),
@@ -184,16 +193,22 @@ impl MountFs {
         let id = ino & !STAGING_BIT;
         let st = self.staging()?;
         if st.get(id)?.is_none()
-            && let Some(fh) = fh
+            && let Some(fh) = fh.or_else(|| self.handle_of(id))
         {
-            // Unlinked while open: only the open file is left to change.
+            // Unlinked while open: only the open file is left to change
+            // (`fchmod` and `ftruncate` come with no handle, or another's).
             drop(st);
-            if let (Some(size), Some(Handle::Upper { file, .. })) =
-                (size, lock(&self.handles).get(&fh))
-            {
-                let _writing = self.writes.begin(id, 0);
-                file.set_len(size)
-                    .map_err(|e| Error::io("staged file", e))?;
+            if let Some(Handle::Upper { file, .. }) = lock(&self.handles).get(&fh) {
+                if let Some(size) = size {
+                    let _writing = self.writes.begin(id, 0);
+                    file.set_len(size)
+                        .map_err(|e| Error::io("staged file", e))?;
+                }
+                if let Some(mode) = mode {
+                    use std::os::unix::fs::PermissionsExt;
+                    file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
+                        .map_err(|e| Error::io("staged file", e))?;
+                }
             }
             return self.orphan_attr(ino, fh);
         }

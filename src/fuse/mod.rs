@@ -84,6 +84,7 @@ pub fn errno(e: &Error) -> Errno {
             FsError::NameTooLong => libc::ENAMETOOLONG,
             FsError::ReadOnly => libc::EROFS,
             FsError::NotPermitted => libc::EPERM,
+            FsError::Unsupported => libc::EOPNOTSUPP,
             FsError::Denied => libc::EACCES,
         }),
         Error::Io { source, .. } => Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO)),
@@ -325,7 +326,8 @@ impl Filesystem for Fuse {
     ) {
         if mode & libc::S_IFMT != libc::S_IFREG {
             // Versions hold files, directories and symlinks only.
-            reply.error(Errno::from_i32(libc::EPERM));
+            let e = self.fs.refuse(parent.0, FsError::NotPermitted, "mknod");
+            reply.error(errno(&e));
             return;
         }
         self.make(req, parent, name, FileKind::File, mode & !umask, b"", reply);
@@ -402,12 +404,13 @@ impl Filesystem for Fuse {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _newparent: INodeNo,
+        newparent: INodeNo,
         _newname: &OsStr,
         reply: ReplyEntry,
     ) {
         // Hard links are not versioned (docs/semantics.md).
-        reply.error(Errno::from_i32(libc::EPERM));
+        let e = self.fs.refuse(newparent.0, FsError::NotPermitted, "link");
+        reply.error(errno(&e));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -615,21 +618,24 @@ impl Filesystem for Fuse {
     fn setxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _name: &OsStr,
         _value: &[u8],
         _flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        // `cp -a`, `rsync -X` try it: the kernel tells them EOPNOTSUPP.
+        // `cp -a`, `rsync -X` try it. Not ENOSYS: the kernel would then
+        // answer EOPNOTSUPP itself everywhere, versions/ included (EROFS).
         unsupported("setxattr");
-        reply.error(Errno::ENOSYS);
+        let e = self.fs.refuse(ino.0, FsError::Unsupported, "setxattr");
+        reply.error(errno(&e));
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
         unsupported("removexattr");
-        reply.error(Errno::ENOSYS);
+        let e = self.fs.refuse(ino.0, FsError::Unsupported, "removexattr");
+        reply.error(errno(&e));
     }
 
     fn ioctl(
