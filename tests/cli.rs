@@ -117,6 +117,32 @@ fn unchanged_data_costs_nothing_and_a_middle_edit_costs_a_few_chunks() {
 }
 
 #[test]
+fn content_repeated_within_a_file_is_stored_once() {
+    // Chunks are encoded on another thread while the file is read: one
+    // seen again before its first copy is packed must not be stored twice.
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let block = noise(300_000, 11);
+    let file: Vec<u8> = block
+        .iter()
+        .copied()
+        .cycle()
+        .take(40 * block.len())
+        .collect();
+    std::fs::write(src.join("repeated.bin"), &file).unwrap();
+    env.commit(&src, "v1");
+    let added = env.log()[0]["delta_size"].as_u64().unwrap();
+    assert!(
+        added < 4 * block.len() as u64,
+        "{added} bytes stored for 40 copies of {} bytes",
+        block.len()
+    );
+    assert!(env.run(&["cat", "ds", "v1", "repeated.bin"]).stdout == file);
+    env.ok(&["verify"]);
+}
+
+#[test]
 fn twenty_thousand_small_files_make_few_objects() {
     let env = Env::new();
     let src = env.path("src");

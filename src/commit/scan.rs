@@ -50,6 +50,20 @@ enum Slot {
     Encoding(ObjectId),
 }
 
+/// An entry of a folder being scanned; a file's chunks may still be
+/// being encoded.
+enum Scanned {
+    Node(Node),
+    File {
+        mode: u32,
+        mtime: Mtime,
+        size: u64,
+        slots: Vec<Slot>,
+        /// Its stat-cache row, if it may have one.
+        stat_row: Option<(Vec<u8>, StatKey)>,
+    },
+}
+
 fn mtime_of(m: &Metadata) -> Mtime {
     Mtime(m.mtime(), m.mtime_nsec() as u32)
 }
@@ -128,25 +142,30 @@ impl<'r> Scanner<'r> {
     /// Puts encoded chunks into the data packs, in the order they came.
     fn pack(&mut self, done: Vec<Encoded>) -> Result<()> {
         for e in done {
-            let r = self.data.add(e.id, &e.bytes, e.size)?;
+            let r = self.data.add(e.id, e.bytes.into(), e.size)?;
             self.written.insert(e.id, r);
         }
         Ok(())
     }
 
-    /// Where each chunk lives, once every one being encoded is packed.
-    fn resolve(&mut self, slots: Vec<Slot>) -> Result<Vec<BlobRef>> {
+    /// Packs every chunk being encoded.
+    fn flush(&mut self) -> Result<()> {
         if let Some(encoder) = self.encoder.as_mut() {
             let done = encoder.drain();
             self.pack(done)?;
         }
-        Ok(slots
+        Ok(())
+    }
+
+    /// Where each chunk lives (after `flush`).
+    fn refs(&self, slots: Vec<Slot>) -> Vec<BlobRef> {
+        slots
             .into_iter()
             .map(|s| match s {
                 Slot::Ready(r) => r,
                 Slot::Encoding(id) => self.written[&id],
             })
-            .collect())
+            .collect()
     }
 
     /// Snapshots directory `dir` and everything under it; returns its tree.
@@ -168,26 +187,26 @@ impl<'r> Scanner<'r> {
         // In name order, as trees list them: files read together then lie
         // together in the packs, and are fetched together.
         items.sort_by_key(|item| item.file_name());
-        let mut entries = Vec::new();
+        let mut scanned = Vec::new();
         for item in items {
             let path = item.path();
             let meta =
                 std::fs::symlink_metadata(&path).map_err(|e| Error::io(path.display(), e))?;
             let ft = meta.file_type();
             let node = if ft.is_dir() {
-                Node::Dir {
+                Scanned::Node(Node::Dir {
                     mode: meta.mode() & 0o7777,
                     mtime: mtime_of(&meta),
                     tree: self.scan_level(&path, depth + 1)?,
-                }
+                })
             } else if ft.is_file() {
                 self.scan_file(&path, &meta)?
             } else if ft.is_symlink() {
                 let target = std::fs::read_link(&path).map_err(|e| Error::io(path.display(), e))?;
-                Node::Symlink {
+                Scanned::Node(Node::Symlink {
                     mtime: mtime_of(&meta),
                     target: target.as_os_str().as_bytes().to_vec(),
-                }
+                })
             } else {
                 let kind = if ft.is_fifo() {
                     "FIFO"
@@ -199,15 +218,40 @@ impl<'r> Scanner<'r> {
                 tracing::warn!("skipping {} ({kind}: not a regular file)", path.display());
                 continue;
             };
-            entries.push(Entry {
-                name: item.file_name().as_bytes().to_vec(),
-                node,
-            });
+            scanned.push((item.file_name().as_bytes().to_vec(), node));
+        }
+        // Files' chunks are placed once per folder, not once per file: the
+        // next file is hashed while the last one's chunks are encoded.
+        self.flush()?;
+        let mut entries = Vec::with_capacity(scanned.len());
+        for (name, s) in scanned {
+            let node = match s {
+                Scanned::Node(node) => node,
+                Scanned::File {
+                    mode,
+                    mtime,
+                    size,
+                    slots,
+                    stat_row,
+                } => {
+                    let chunks = self.refs(slots);
+                    if let Some((path, key)) = stat_row {
+                        self.stat_rows.push((path, key, chunks.clone()));
+                    }
+                    Node::File {
+                        mode,
+                        mtime,
+                        size,
+                        chunks,
+                    }
+                }
+            };
+            entries.push(Entry { name, node });
         }
         self.put_tree(&Tree::new(entries))
     }
 
-    fn scan_file(&mut self, path: &Path, meta: &Metadata) -> Result<Node> {
+    fn scan_file(&mut self, path: &Path, meta: &Metadata) -> Result<Scanned> {
         let key = stat_key(meta);
         // A sealed store's local index keeps no file name in the clear.
         let path_bytes = self.codec.local_name(
@@ -217,24 +261,22 @@ impl<'r> Scanner<'r> {
                 .as_bytes(),
         );
         let cached = self.repo.index.stat_lookup(&path_bytes, key)?;
-        let (chunks, size) = match cached {
+        let (slots, size) = match cached {
             Some(chunks) => {
                 self.progress.advance(key.size);
-                (chunks, key.size)
+                (chunks.into_iter().map(Slot::Ready).collect(), key.size)
             }
             None => self.chunk_stable(path, key)?,
         };
-        if key.mtime_ns < self.racy_after_ns
+        let stable = key.mtime_ns < self.racy_after_ns
             && key.ctime_ns < self.racy_after_ns
-            && size == key.size
-        {
-            self.stat_rows.push((path_bytes, key, chunks.clone()));
-        }
-        Ok(Node::File {
+            && size == key.size;
+        Ok(Scanned::File {
             mode: meta.mode() & 0o7777,
             mtime: mtime_of(meta),
             size,
-            chunks,
+            slots,
+            stat_row: stable.then_some((path_bytes, key)),
         })
     }
 }
@@ -247,9 +289,9 @@ impl Scanner<'_> {
     /// times and inode are compared after the read, and a file written
     /// meanwhile is read again, then named in an error. What is stored is
     /// never a mix of bytes from before and after a write.
-    fn chunk_stable(&mut self, path: &Path, mut before: StatKey) -> Result<(Vec<BlobRef>, u64)> {
+    fn chunk_stable(&mut self, path: &Path, mut before: StatKey) -> Result<(Vec<Slot>, u64)> {
         for _ in 0..STABLE_READS {
-            let (chunks, size) = self.chunk_file(path)?;
+            let (chunks, size) = self.chunk_slots(path, u64::MAX)?;
             let after = std::fs::symlink_metadata(path)
                 .map(|m| stat_key(&m))
                 .map_err(|e| Error::io(path.display(), e))?;
@@ -264,13 +306,16 @@ impl Scanner<'_> {
         )))
     }
 
-    /// Chunks a file's current content into the data packs.
-    pub fn chunk_file(&mut self, path: &Path) -> Result<(Vec<BlobRef>, u64)> {
-        self.chunk_prefix(path, u64::MAX)
+    /// Chunks a file's first `len` bytes (fewer if it is shorter) into
+    /// the data packs.
+    pub fn chunk_prefix(&mut self, path: &Path, len: u64) -> Result<(Vec<BlobRef>, u64)> {
+        let (slots, size) = self.chunk_slots(path, len)?;
+        self.flush()?;
+        Ok((self.refs(slots), size))
     }
 
-    /// Chunks a file's first `len` bytes (fewer if it is shorter).
-    pub fn chunk_prefix(&mut self, path: &Path, len: u64) -> Result<(Vec<BlobRef>, u64)> {
+    /// Like `chunk_prefix`, leaving chunks being encoded as they are.
+    fn chunk_slots(&mut self, path: &Path, len: u64) -> Result<(Vec<Slot>, u64)> {
         let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
         let (mut slots, mut size) = (Vec::new(), 0);
         for chunk in chunker::chunks(file, len, self.codec.chunker_seed()) {
@@ -279,7 +324,7 @@ impl Scanner<'_> {
             self.progress.advance(chunk.len() as u64);
             slots.push(self.put_chunk(chunk)?);
         }
-        Ok((self.resolve(slots)?, size))
+        Ok((slots, size))
     }
 }
 
@@ -310,7 +355,8 @@ impl TreeSink for Scanner<'_> {
             return Ok(r);
         }
         let encoded = self.codec.encode_blob(BlobKind::Tree, &id, &json);
-        let r = self.trees.add(id, &encoded, json.len())?;
+        let encoded = bytes::Bytes::from(encoded);
+        let r = self.trees.add(id, encoded.clone(), json.len())?;
         self.written.insert(id, r);
         self.repo.remember_tree(&r, tree.clone(), &encoded);
         Ok(r)

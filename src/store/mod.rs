@@ -515,12 +515,12 @@ impl Store {
     }
 
     /// Uploads an immutable object on the runtime; the caller awaits the handle.
-    pub fn spawn_put(&self, key: String, body: Bytes) -> tokio::task::JoinHandle<Result<()>> {
+    pub fn spawn_put(&self, key: String, body: PutPayload) -> tokio::task::JoinHandle<Result<()>> {
         let (inner, policy, health) = (self.inner.clone(), self.policy, self.health.clone());
         self.rt.spawn(async move {
             let path = Path::from(key.as_str());
             let put = || {
-                let payload = PutPayload::from(body.clone());
+                let payload = body.clone();
                 async { inner.put(&path, payload).await.map(|_| ()) }
             };
             retrying(policy, &health, &key, put)

@@ -170,11 +170,15 @@ pub fn runs(refs: &[BlobRef], max_bytes: u64) -> Vec<&[BlobRef]> {
 }
 
 /// Appends blobs to packs and uploads each full pack in the background.
+/// A pack is kept as the list of its blobs, uploaded as they are: no blob
+/// is copied into a pack buffer (on this machine kind fresh memory costs
+/// more than the copy).
 pub struct PackWriter<'s> {
     store: &'s Store,
     target: usize,
     id: ObjectId,
-    buf: Vec<u8>,
+    blobs: Vec<Bytes>,
+    len: usize,
     inflight: VecDeque<JoinHandle<Result<()>>>,
     max_inflight: usize,
     written: Vec<(ObjectId, u64)>,
@@ -186,7 +190,8 @@ impl<'s> PackWriter<'s> {
             store,
             target,
             id: random_id(),
-            buf: MAGIC.to_vec(),
+            blobs: vec![Bytes::from_static(MAGIC)],
+            len: MAGIC.len(),
             inflight: VecDeque::new(),
             max_inflight: 3,
             written: Vec::new(),
@@ -195,30 +200,32 @@ impl<'s> PackWriter<'s> {
 
     /// Adds a blob of `size` bytes of data, encoded, and returns where it
     /// will live.
-    pub fn add(&mut self, id: ObjectId, encoded: &[u8], size: usize) -> Result<BlobRef> {
+    pub fn add(&mut self, id: ObjectId, encoded: Bytes, size: usize) -> Result<BlobRef> {
         let r = BlobRef {
             id,
             pack: self.id,
-            offset: self.buf.len() as u64,
+            offset: self.len as u64,
             len: encoded.len() as u32,
             size: size as u32,
         };
-        self.buf.extend_from_slice(encoded);
-        if self.buf.len() >= self.target {
+        self.len += encoded.len();
+        self.blobs.push(encoded);
+        if self.len >= self.target {
             self.seal()?;
         }
         Ok(r)
     }
 
     fn seal(&mut self) -> Result<()> {
-        if self.buf.len() == MAGIC.len() {
+        if self.len == MAGIC.len() {
             return Ok(());
         }
-        let body = std::mem::replace(&mut self.buf, MAGIC.to_vec());
-        self.written.push((self.id, body.len() as u64));
+        let blobs = std::mem::replace(&mut self.blobs, vec![Bytes::from_static(MAGIC)]);
+        self.written.push((self.id, self.len as u64));
+        self.len = MAGIC.len();
         let key = keys::pack(&self.id);
         self.inflight
-            .push_back(self.store.spawn_put(key, Bytes::from(body)));
+            .push_back(self.store.spawn_put(key, blobs.into_iter().collect()));
         self.id = random_id();
         // Bound memory: at most `max_inflight` packs are buffered for upload.
         while self.inflight.len() > self.max_inflight {
