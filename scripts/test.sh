@@ -9,6 +9,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
+# tests/posix.rs runs pjdfstest (the Rust one) against staging.
+if ! command -v pjdfstest >/dev/null; then
+  dpkg -s libacl1-dev >/dev/null 2>&1 || {
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq libacl1-dev >/dev/null
+  }
+  cargo install --quiet --locked pjdfstest@0.2.2
+fi
 ./scripts/localstack.sh
 ./scripts/s3rver.sh
 cargo fmt --all -- --check
