@@ -49,7 +49,7 @@ fn reachable_packs(repo: &Repo, datasets: &[String]) -> Result<HashSet<ObjectId>
                     match &e.node {
                         Node::Dir { tree, .. } => todo.push(*tree),
                         Node::File { chunks, .. } => packs.extend(chunks.iter().map(|c| c.pack)),
-                        Node::Symlink { .. } => {}
+                        Node::Symlink { .. } | Node::Special { .. } => {}
                     }
                 }
             }

@@ -5,7 +5,7 @@ use crate::progress::Progress;
 use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
 use crate::snapshot::walk;
-use crate::snapshot::{Mtime, Node};
+use crate::snapshot::{Mtime, Node, Special};
 use crate::store::pack::{self, BlobRef};
 use filetime::FileTime;
 use std::collections::HashMap;
@@ -50,14 +50,11 @@ pub fn read_file(repo: &Repo, chunks: &[BlobRef], out: &mut dyn Write) -> Result
     })
 }
 
-fn set_mtime(path: &Path, m: Mtime, symlink: bool) -> Result<()> {
+/// Sets the times of `path` itself, never of what it points to, and
+/// without opening it (opening a FIFO would wait for a writer).
+fn set_mtime(path: &Path, m: Mtime) -> Result<()> {
     let t = FileTime::from_unix_time(m.0, m.1);
-    let res = if symlink {
-        filetime::set_symlink_file_times(path, t, t)
-    } else {
-        filetime::set_file_times(path, t, t)
-    };
-    res.map_err(|e| Error::io(path.display(), e))
+    filetime::set_symlink_file_times(path, t, t).map_err(|e| Error::io(path.display(), e))
 }
 
 /// How `export` treats what could be dangerous to recreate.
@@ -132,13 +129,46 @@ pub fn export(
                 Node::Symlink { mtime, target } => {
                     std::os::unix::fs::symlink(OsStr::from_bytes(target), &path)
                         .map_err(|e| Error::io(path.display(), e))?;
-                    set_mtime(&path, *mtime, true)?;
+                    set_mtime(&path, *mtime)?;
+                }
+                Node::Special {
+                    kind,
+                    mode: m,
+                    mtime,
+                    rdev,
+                } => {
+                    // mknod applies the umask: the mode is set after.
+                    if make_special(&path, *kind, mode(*m), *rdev)? {
+                        finish(&path, mode(*m), *mtime)?;
+                    }
                 }
             }
         }
         export_files(repo, &files, progress)?;
     }
     Ok(())
+}
+
+/// Recreates a FIFO, socket or device node at `path` with `mode`; false
+/// (and a warning) for a device when the caller may not make one: only
+/// root may, and the rest of the export goes on without it.
+fn make_special(path: &Path, kind: Special, mode: u32, rdev: u64) -> Result<bool> {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::InvalidInput(format!("{}: NUL in path", path.display())))?;
+    // SAFETY: a NUL-terminated path; mknod only reads it.
+    let made = unsafe { libc::mknod(c_path.as_ptr(), kind.file_type() | mode, rdev) };
+    if made != 0 {
+        let e = std::io::Error::last_os_error();
+        if kind.has_rdev() && e.raw_os_error() == Some(libc::EPERM) {
+            tracing::warn!(
+                "{}: not recreated (a device node; only root may make one)",
+                path.display()
+            );
+            return Ok(false);
+        }
+        return Err(Error::io(path.display(), e));
+    }
+    Ok(true)
 }
 
 /// Writes a directory's files in batches whose chunks are fetched together:
@@ -240,5 +270,5 @@ fn chunks_of(node: &Node) -> &[BlobRef] {
 fn finish(path: &Path, mode: u32, mtime: Mtime) -> Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(|e| Error::io(path.display(), e))?;
-    set_mtime(path, mtime, false)
+    set_mtime(path, mtime)
 }

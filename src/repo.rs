@@ -396,7 +396,7 @@ impl Repo {
                 match &e.node {
                     Node::Dir { tree, .. } => todo.push(*tree),
                     Node::File { chunks, .. } => blobs.extend_from_slice(chunks),
-                    Node::Symlink { .. } => {}
+                    Node::Symlink { .. } | Node::Special { .. } => {}
                 }
             }
         }

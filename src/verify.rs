@@ -152,7 +152,7 @@ impl Walker<'_> {
                                 .add(format!("v{version}:{path}"));
                         }
                     }
-                    Node::Symlink { .. } => {}
+                    Node::Symlink { .. } | Node::Special { .. } => {}
                 }
             }
         }

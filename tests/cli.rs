@@ -3,7 +3,6 @@
 mod common;
 
 use common::{Env, fingerprint, noise, sample_tree};
-use std::os::unix::ffi::OsStrExt;
 
 #[test]
 fn versions_export_byte_identical_with_modes_and_mtimes() {
@@ -255,26 +254,6 @@ fn stores_that_are_not_stores_are_refused() {
         err.contains("format 99") && err.contains("upgrade"),
         "{err}"
     );
-}
-
-#[test]
-fn special_files_are_skipped_with_a_warning() {
-    let env = Env::new();
-    let src = env.path("src");
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("ok.txt"), b"ok").unwrap();
-    let fifo = src.join("pipe");
-    let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
-    let out = env.run(&["commit", "ds", "--from", src.to_str().unwrap(), "-m", "m"]);
-    assert!(out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("skipping") && err.contains("pipe") && err.contains("FIFO"),
-        "{err}"
-    );
-    let ls = env.ok(&["ls", "ds", "v1"]);
-    assert!(ls.contains("ok.txt") && !ls.contains("pipe"), "{ls}");
 }
 
 #[test]

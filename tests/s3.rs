@@ -170,7 +170,17 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
         let name = format!("r{round:03}.bin");
         let data = noise(2000 + (round as usize * 37) % 5000, round);
         let node = loop {
-            match st.create(&repo, ROOT, name.as_bytes(), Kind::File, 0o644, 0, 0, b"") {
+            match st.create(
+                &repo,
+                ROOT,
+                name.as_bytes(),
+                Kind::File,
+                0o644,
+                0,
+                0,
+                b"",
+                0,
+            ) {
                 Ok(n) => break n,
                 Err(detafs::Error::Fs { .. }) => {
                     break st.lookup(&repo, ROOT, name.as_bytes()).unwrap().unwrap();

@@ -188,7 +188,7 @@ impl StagedView for Mounted {
                 mtime,
             }))
         } else {
-            None
+            Node::special_of(&meta, mtime).map(Side::Node)
         })
     }
 }
@@ -306,7 +306,7 @@ fn text(repo: &Repo, side: &Side) -> anyhow::Result<Option<String>> {
     match side {
         Side::Node(Node::File { chunks, .. }) => read::read_file(repo, chunks, &mut bytes)?,
         Side::Node(Node::Symlink { target, .. }) => bytes.extend_from_slice(target),
-        Side::Node(Node::Dir { .. }) => {}
+        Side::Node(Node::Dir { .. } | Node::Special { .. }) => {}
         Side::File(f) => {
             std::fs::File::open(&f.path)
                 .and_then(|file| file.take(MAX_TEXT + 1).read_to_end(&mut bytes))

@@ -2,7 +2,7 @@
 
 use detafs::escape::line;
 use detafs::repo::Repo;
-use detafs::snapshot::{Mtime, Node};
+use detafs::snapshot::{Mtime, Node, Special};
 use detafs::{Error, read};
 use std::io::Write;
 
@@ -118,11 +118,22 @@ fn no_path(version: u64, path: &str) -> Error {
     }
 }
 
+/// The letter `ls -l` gives a special entry.
+fn special_letter(kind: Special) -> char {
+    match kind {
+        Special::Fifo => 'p',
+        Special::Socket => 's',
+        Special::Char => 'c',
+        Special::Block => 'b',
+    }
+}
+
 fn entry(out: &mut impl Write, node: &Node, name: &[u8]) -> std::io::Result<()> {
     let (kind, mode) = match node {
         Node::File { mode, .. } => ('-', *mode),
         Node::Dir { mode, .. } => ('d', *mode),
         Node::Symlink { .. } => ('l', 0o777),
+        Node::Special { kind, mode, .. } => (special_letter(*kind), *mode),
     };
     write!(
         out,
@@ -132,8 +143,12 @@ fn entry(out: &mut impl Write, node: &Node, name: &[u8]) -> std::io::Result<()> 
         when(node.mtime())
     )?;
     write!(out, "{}", line(name))?;
-    if let Node::Symlink { target, .. } = node {
-        write!(out, " -> {}", line(target))?;
+    match node {
+        Node::Symlink { target, .. } => write!(out, " -> {}", line(target))?,
+        Node::Special { kind, rdev, .. } if kind.has_rdev() => {
+            write!(out, " ({}, {})", libc::major(*rdev), libc::minor(*rdev))?
+        }
+        _ => {}
     }
     writeln!(out)
 }

@@ -17,7 +17,7 @@ use crate::store::pack::{BlobKind, BlobRef, PackWriter};
 use std::collections::HashMap;
 use std::fs::{File, Metadata};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// Target pack size: large enough that a commit of many small files costs few
@@ -207,15 +207,16 @@ impl<'r> Scanner<'r> {
                     mtime: mtime_of(&meta),
                     target: target.as_os_str().as_bytes().to_vec(),
                 })
+            } else if let Some(node) = Node::special_of(&meta, mtime_of(&meta))
+                && self.codec.format() >= 2
+            {
+                Scanned::Node(node)
             } else {
-                let kind = if ft.is_fifo() {
-                    "FIFO"
-                } else if ft.is_socket() {
-                    "socket"
-                } else {
-                    "device"
-                };
-                tracing::warn!("skipping {} ({kind}: not a regular file)", path.display());
+                // Format 1 trees hold files, directories and symlinks only.
+                tracing::warn!(
+                    "skipping {} (a FIFO, socket or device: a format 1 store cannot hold it)",
+                    path.display()
+                );
                 continue;
             };
             scanned.push((item.file_name().as_bytes().to_vec(), node));
@@ -332,9 +333,16 @@ impl TreeSink for Scanner<'_> {
     fn put_tree(&mut self, tree: &Tree) -> Result<BlobRef> {
         // Only what every reader accepts is written (e.g. a file dated after
         // year 9999 is refused here, not stored for readers to trip on).
+        let format = self.codec.format();
         for e in &tree.entries {
             check_name(&e.name)
                 .and_then(|_| check_node(&e.node))
+                .and_then(|_| match e.node {
+                    Node::Special { .. } if format < 2 => {
+                        Err("a format 1 store cannot hold FIFOs, sockets or devices".into())
+                    }
+                    _ => Ok(()),
+                })
                 .map_err(|why| {
                     Error::InvalidInput(format!(
                         "cannot commit {:?}: {why}",

@@ -178,7 +178,9 @@ impl Build<'_, '_> {
                         chunks,
                     }
                 }
-                _ => r.as_version_node().expect("lower file or symlink"),
+                _ => r
+                    .as_version_node()
+                    .expect("lower file, symlink or special entry"),
             };
             entries.push(Entry {
                 name: r.name.clone(),

@@ -97,6 +97,7 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
         uid: fs.opts.uid,
         gid: fs.opts.gid,
         mtime,
+        rdev: 0,
         ttl: Duration::ZERO,
     })
 }

@@ -33,6 +33,7 @@ pub(super) struct Held {
     /// Its folder's slot (`ROOTS` for `vN`) and its index in that folder's
     /// tree (the version number for `vN`).
     place: Place2,
+    /// Its size; a special entry's device number (its size is 0).
     size: u64,
     mtime_s: i64,
     /// A folder's tree.
@@ -162,13 +163,19 @@ impl MountFs {
                         (super::FileKind::Dir, *mode, Some(Box::new(*tree)))
                     }
                     Node::Symlink { .. } => (super::FileKind::Symlink, 0o777, None),
+                    Node::Special { kind, mode, .. } => {
+                        (super::FileKind::Special(*kind), *mode, None)
+                    }
                 };
                 let mtime = node.mtime();
                 let held = Held {
                     children: 0,
                     forgotten: false,
                     place: key,
-                    size: node.size(),
+                    size: match node {
+                        Node::Special { rdev, .. } => *rdev,
+                        _ => node.size(),
+                    },
                     mtime_s: mtime.0,
                     tree,
                     version: version as u32,
@@ -263,15 +270,17 @@ impl MountFs {
     pub(super) fn version_attr(&self, ino: u64) -> Result<Attr> {
         let t = lock(&self.inodes);
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
+        let special = matches!(h.kind, super::FileKind::Special(_));
         Ok(Attr {
             ino,
             kind: h.kind,
-            size: h.size,
+            size: if special { 0 } else { h.size },
             perm: h.mode,
             nlink: if h.kind == super::FileKind::Dir { 2 } else { 1 },
             uid: self.opts.uid,
             gid: self.opts.gid,
             mtime: Mtime(h.mtime_s, h.mtime_ns),
+            rdev: if special { h.size } else { 0 },
             ttl: IMMUTABLE_TTL,
         })
     }

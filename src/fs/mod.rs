@@ -26,7 +26,7 @@ use crate::commit::{CommitMeta, user_name};
 use crate::error::{Error, FsError, Result};
 use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
-use crate::snapshot::{Mtime, Node, Record, Tree};
+use crate::snapshot::{Mtime, Node, Record, Special, Tree};
 use crate::staging::{self, Kind, SNode, Staging, Writes};
 use crate::store::pack::BlobRef;
 use std::collections::{HashMap, HashSet};
@@ -65,6 +65,7 @@ pub enum FileKind {
     Dir,
     File,
     Symlink,
+    Special(Special),
 }
 
 #[derive(Clone, Debug)]
@@ -77,6 +78,8 @@ pub struct Attr {
     pub uid: u32,
     pub gid: u32,
     pub mtime: Mtime,
+    /// A device's number (0 for everything else).
+    pub rdev: u64,
     pub ttl: Duration,
 }
 
@@ -175,6 +178,7 @@ fn node_kind(node: &Node) -> FileKind {
         Node::File { .. } => FileKind::File,
         Node::Dir { .. } => FileKind::Dir,
         Node::Symlink { .. } => FileKind::Symlink,
+        Node::Special { kind, .. } => FileKind::Special(*kind),
     }
 }
 
@@ -183,6 +187,7 @@ fn staging_kind(k: Kind) -> FileKind {
         Kind::File => FileKind::File,
         Kind::Dir => FileKind::Dir,
         Kind::Symlink => FileKind::Symlink,
+        Kind::Special(s) => FileKind::Special(s),
     }
 }
 
@@ -310,6 +315,7 @@ impl MountFs {
             uid: self.opts.uid,
             gid: self.opts.gid,
             mtime,
+            rdev: 0,
             ttl,
         }
     }
@@ -370,6 +376,7 @@ impl MountFs {
                     uid: self.opts.uid,
                     gid: self.opts.gid,
                     mtime: self.latest_time(),
+                    rdev: 0,
                     ttl: Duration::ZERO,
                 })
             }

@@ -30,6 +30,7 @@ impl MountFs {
             uid: n.uid,
             gid: n.gid,
             mtime,
+            rdev: n.rdev,
             ttl: MUTABLE_TTL,
         }
     }
@@ -59,6 +60,7 @@ impl MountFs {
             uid: m.uid(),
             gid: m.gid(),
             mtime: Mtime(m.mtime(), m.mtime_nsec() as u32),
+            rdev: 0,
             ttl: Duration::ZERO,
         })
     }
@@ -116,6 +118,7 @@ impl MountFs {
         }
     }
 
+    /// Creates a staged entry: `target` is a symlink's, `rdev` a device's.
     #[allow(clippy::too_many_arguments)]
     pub fn make(
         &self,
@@ -126,6 +129,7 @@ impl MountFs {
         uid: u32,
         gid: u32,
         target: &[u8],
+        rdev: u64,
     ) -> Result<Attr> {
         let parent = self.staging_parent(parent)?;
         let st = self.staging()?;
@@ -133,8 +137,9 @@ impl MountFs {
             FileKind::File => Kind::File,
             FileKind::Dir => Kind::Dir,
             FileKind::Symlink => Kind::Symlink,
+            FileKind::Special(s) => Kind::Special(s),
         };
-        let n = st.create(&self.repo, parent, name, kind, mode, uid, gid, target)?;
+        let n = st.create(&self.repo, parent, name, kind, mode, uid, gid, target, rdev)?;
         Ok(self.staging_attr(&st, &n))
     }
 
@@ -147,7 +152,7 @@ impl MountFs {
         uid: u32,
         gid: u32,
     ) -> Result<(Attr, Opened)> {
-        let attr = self.make(parent, name, FileKind::File, mode, uid, gid, b"")?;
+        let attr = self.make(parent, name, FileKind::File, mode, uid, gid, b"", 0)?;
         let opened = self.open(attr.ino, flags & !libc::O_TRUNC, uid)?;
         Ok((attr, opened))
     }

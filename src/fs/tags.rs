@@ -68,6 +68,7 @@ impl MountFs {
             uid: self.opts.uid,
             gid: self.opts.gid,
             mtime,
+            rdev: 0,
             ttl: IMMUTABLE_TTL,
         })
     }

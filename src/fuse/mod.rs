@@ -4,7 +4,7 @@
 
 use crate::error::{Error, FsError};
 use crate::fs::{Attr, FileKind, MountFs};
-use crate::snapshot::Mtime;
+use crate::snapshot::{Mtime, Special};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -32,7 +32,8 @@ impl Fuse {
         self.fs.repo().store.spawn_work(move || op(&fs));
     }
 
-    /// Creates a staged directory, empty file or symlink owned by the caller.
+    /// Creates a staged directory, empty file, symlink (`target`) or special
+    /// entry (`rdev`) owned by the caller.
     #[allow(clippy::too_many_arguments)]
     fn make(
         &self,
@@ -42,6 +43,7 @@ impl Fuse {
         kind: FileKind,
         mode: u32,
         target: &[u8],
+        rdev: u64,
         reply: ReplyEntry,
     ) {
         let (name, target, uid, gid) = (
@@ -51,7 +53,7 @@ impl Fuse {
             req.gid(),
         );
         self.spawn(move |fs| {
-            let res = fs.make(parent.0, &name, kind, mode, uid, gid, &target);
+            let res = fs.make(parent.0, &name, kind, mode, uid, gid, &target, rdev);
             entry(reply, res, "create")
         });
     }
@@ -169,6 +171,10 @@ fn kind(k: FileKind) -> FileType {
         FileKind::Dir => FileType::Directory,
         FileKind::File => FileType::RegularFile,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Special(Special::Fifo) => FileType::NamedPipe,
+        FileKind::Special(Special::Socket) => FileType::Socket,
+        FileKind::Special(Special::Char) => FileType::CharDevice,
+        FileKind::Special(Special::Block) => FileType::BlockDevice,
     }
 }
 
@@ -187,7 +193,9 @@ fn attr(a: &Attr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        // The kernel's encoding of a device number is 32 bits wide; dev_t
+        // values of real devices fit in it.
+        rdev: u32::try_from(a.rdev).unwrap_or(0),
         blksize: 4096,
         flags: 0,
     }
@@ -321,16 +329,34 @@ impl Filesystem for Fuse {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            // Versions hold files, directories and symlinks only.
-            let e = self.fs.refuse(parent.0, FsError::NotPermitted, "mknod");
-            reply.error(errno(&e));
-            return;
-        }
-        self.make(req, parent, name, FileKind::File, mode & !umask, b"", reply);
+        // The kernel passes only these types, and devices only from a caller
+        // allowed to make them (CAP_MKNOD); `nodev` keeps them unopenable.
+        let kind = match Special::of_mode(mode) {
+            Some(s) => FileKind::Special(s),
+            None if mode & libc::S_IFMT == libc::S_IFREG => FileKind::File,
+            None => {
+                let e = self.fs.refuse(parent.0, FsError::Invalid, "mknod");
+                reply.error(errno(&e));
+                return;
+            }
+        };
+        let rdev = match kind {
+            FileKind::Special(s) if s.has_rdev() => u64::from(rdev),
+            _ => 0,
+        };
+        self.make(
+            req,
+            parent,
+            name,
+            kind,
+            mode & !umask & 0o7777,
+            b"",
+            rdev,
+            reply,
+        );
     }
 
     fn mkdir(
@@ -342,7 +368,16 @@ impl Filesystem for Fuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.make(req, parent, name, FileKind::Dir, mode & !umask, b"", reply);
+        self.make(
+            req,
+            parent,
+            name,
+            FileKind::Dir,
+            mode & !umask,
+            b"",
+            0,
+            reply,
+        );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -371,6 +406,7 @@ impl Filesystem for Fuse {
             FileKind::Symlink,
             0o777,
             target,
+            0,
             reply,
         );
     }

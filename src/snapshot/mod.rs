@@ -7,4 +7,4 @@ pub mod tree;
 pub mod walk;
 
 pub use record::{Record, Stats};
-pub use tree::{Entry, Mtime, Node, Tree};
+pub use tree::{Entry, Mtime, Node, Special, Tree};

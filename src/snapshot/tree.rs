@@ -22,6 +22,45 @@ impl Mtime {
     }
 }
 
+/// What a special entry is: kept with its mode and device number, as tar
+/// keeps them, never opened for data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Special {
+    Fifo,
+    Socket,
+    Char,
+    Block,
+}
+
+impl Special {
+    /// The kind of a `st_mode`'s file type bits, if they name one.
+    pub fn of_mode(mode: u32) -> Option<Special> {
+        match mode & libc::S_IFMT {
+            libc::S_IFIFO => Some(Special::Fifo),
+            libc::S_IFSOCK => Some(Special::Socket),
+            libc::S_IFCHR => Some(Special::Char),
+            libc::S_IFBLK => Some(Special::Block),
+            _ => None,
+        }
+    }
+
+    /// Its file type bits (`S_IFIFO`, ...).
+    pub fn file_type(self) -> u32 {
+        match self {
+            Special::Fifo => libc::S_IFIFO,
+            Special::Socket => libc::S_IFSOCK,
+            Special::Char => libc::S_IFCHR,
+            Special::Block => libc::S_IFBLK,
+        }
+    }
+
+    /// Only devices have a device number.
+    pub fn has_rdev(self) -> bool {
+        matches!(self, Special::Char | Special::Block)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Node {
     File {
@@ -39,9 +78,28 @@ pub enum Node {
         mtime: Mtime,
         target: Vec<u8>,
     },
+    /// A FIFO, socket or device node (format 2 only).
+    Special {
+        kind: Special,
+        mode: u32,
+        mtime: Mtime,
+        rdev: u64,
+    },
 }
 
 impl Node {
+    /// A FIFO, socket or device as `lstat` described it, if it is one.
+    pub fn special_of(meta: &std::fs::Metadata, mtime: Mtime) -> Option<Node> {
+        use std::os::unix::fs::MetadataExt;
+        let kind = Special::of_mode(meta.mode())?;
+        Some(Node::Special {
+            kind,
+            mode: meta.mode() & 0o7777,
+            mtime,
+            rdev: if kind.has_rdev() { meta.rdev() } else { 0 },
+        })
+    }
+
     /// Equal as content and metadata, wherever the blobs happen to be stored.
     pub fn same(&self, other: &Node) -> bool {
         match (self, other) {
@@ -96,15 +154,16 @@ impl Node {
         match self {
             Node::File { size, .. } => *size,
             Node::Symlink { target, .. } => target.len() as u64,
-            Node::Dir { .. } => 0,
+            Node::Dir { .. } | Node::Special { .. } => 0,
         }
     }
 
     pub fn mtime(&self) -> Mtime {
         match self {
-            Node::File { mtime, .. } | Node::Dir { mtime, .. } | Node::Symlink { mtime, .. } => {
-                *mtime
-            }
+            Node::File { mtime, .. }
+            | Node::Dir { mtime, .. }
+            | Node::Symlink { mtime, .. }
+            | Node::Special { mtime, .. } => *mtime,
         }
     }
 }
@@ -174,6 +233,18 @@ impl Tree {
                         name,
                         mtime: *mtime,
                         target: Bytes::from(target.clone()),
+                    },
+                    Node::Special {
+                        kind,
+                        mode,
+                        mtime,
+                        rdev,
+                    } => WireEntry::Special {
+                        name,
+                        kind: *kind,
+                        mode: *mode,
+                        mtime: *mtime,
+                        rdev: *rdev,
                     },
                 }
             })
@@ -284,6 +355,21 @@ impl Tree {
                         target: target.clone().into_vec(),
                     },
                 ),
+                WireEntry::Special {
+                    name,
+                    kind,
+                    mode,
+                    mtime,
+                    rdev,
+                } => (
+                    name,
+                    Node::Special {
+                        kind: *kind,
+                        mode: *mode,
+                        mtime: *mtime,
+                        rdev: *rdev,
+                    },
+                ),
             };
             let name = name.clone().into_vec();
             check_name(&name).map_err(bad)?;
@@ -316,9 +402,15 @@ pub fn check_name(name: &[u8]) -> std::result::Result<(), String> {
 /// Modes, times and targets in the ranges detafs writes.
 pub fn check_node(node: &Node) -> std::result::Result<(), String> {
     let mode = match node {
-        Node::File { mode, .. } | Node::Dir { mode, .. } => *mode,
+        Node::File { mode, .. } | Node::Dir { mode, .. } | Node::Special { mode, .. } => *mode,
         Node::Symlink { .. } => 0,
     };
+    if let Node::Special { kind, rdev, .. } = node
+        && !kind.has_rdev()
+        && *rdev != 0
+    {
+        return Err(format!("a {kind:?} with device number {rdev}"));
+    }
     if mode > 0o7777 {
         return Err(format!("mode {mode:#o} has bits beyond 0o7777"));
     }
@@ -388,6 +480,13 @@ enum WireEntry {
         name: Bytes,
         mtime: Mtime,
         target: Bytes,
+    },
+    Special {
+        name: Bytes,
+        kind: Special,
+        mode: u32,
+        mtime: Mtime,
+        rdev: u64,
     },
 }
 
@@ -460,6 +559,20 @@ mod tests {
             prop::collection::vec(1u8..=255, 1..20).prop_map(|target| Node::Symlink {
                 mtime: Mtime(-5, 0),
                 target
+            }),
+            (0u32..0o7777, any::<u64>(), 0usize..4).prop_map(|(mode, rdev, k)| {
+                let kind = [
+                    Special::Fifo,
+                    Special::Socket,
+                    Special::Char,
+                    Special::Block,
+                ][k];
+                Node::Special {
+                    kind,
+                    mode,
+                    mtime: Mtime(7, 8),
+                    rdev: if kind.has_rdev() { rdev } else { 0 },
+                }
             }),
         ]
     }

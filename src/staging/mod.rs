@@ -36,7 +36,7 @@ use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
 use crate::snapshot::{Mtime, Node, Record};
 use crate::store::pack::BlobRef;
-use row::{bad_row, kind_code};
+use row::{ADDED_COLUMNS, bad_row, kind_code};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -102,9 +102,17 @@ impl Staging {
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "NORMAL")?;
         db.execute_batch(SCHEMA)?;
-        // Staging areas made before `was` existed gain it (NULL: changed).
-        if db.prepare("SELECT was FROM nodes LIMIT 0").is_err() {
-            db.execute_batch("ALTER TABLE nodes ADD COLUMN was BLOB")?;
+        // Staging areas made before a column existed gain it (`was` NULL:
+        // changed; `rdev` 0).
+        for (column, definition) in ADDED_COLUMNS {
+            if db
+                .prepare(&format!("SELECT {column} FROM nodes LIMIT 0"))
+                .is_err()
+            {
+                db.execute_batch(&format!(
+                    "ALTER TABLE nodes ADD COLUMN {column} {definition}"
+                ))?;
+            }
         }
         let st = Staging {
             db,
@@ -120,7 +128,7 @@ impl Staging {
             let base = records.last();
             let m = now();
             st.db.execute(
-                &format!("INSERT INTO nodes({COLUMNS}) VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, NULL, ?6, 0, NULL, NULL)"),
+                &format!("INSERT INTO nodes({COLUMNS}) VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, NULL, ?6, 0, NULL, NULL, 0)"),
                 params![
                     ROOT,
                     unsafe { libc::getuid() },
@@ -330,7 +338,7 @@ impl Staging {
         uid: u32,
         gid: u32,
     ) -> Result<u64> {
-        let (kind, mode, size, chunks, tree, target) = match node {
+        let (kind, mode, size, chunks, tree, target, rdev) = match node {
             Node::File {
                 mode, size, chunks, ..
             } => (
@@ -340,6 +348,7 @@ impl Staging {
                 Some(serde_json::to_vec(chunks).expect("serializable")),
                 None,
                 None,
+                0,
             ),
             Node::Dir { mode, tree, .. } => (
                 Kind::Dir,
@@ -348,6 +357,7 @@ impl Staging {
                 None,
                 Some(serde_json::to_vec(tree).expect("serializable")),
                 None,
+                0,
             ),
             Node::Symlink { target, .. } => (
                 Kind::Symlink,
@@ -356,15 +366,19 @@ impl Staging {
                 None,
                 None,
                 Some(target.clone()),
+                0,
             ),
+            Node::Special {
+                kind, mode, rdev, ..
+            } => (Kind::Special(*kind), *mode, 0, None, None, None, *rdev),
         };
         let m = node.mtime();
         self.db
             .prepare_cached(
-                "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12)",
+                "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, rdev)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13)",
             )?
-            .execute(params![parent, name, kind_code(kind), mode, uid, gid, m.0, m.1, size, chunks, tree, target])?;
+            .execute(params![parent, name, kind_code(kind), mode, uid, gid, m.0, m.1, size, chunks, tree, target, rdev as i64])?;
         Ok(self.db.last_insert_rowid() as u64)
     }
 
@@ -458,7 +472,8 @@ impl Staging {
         Ok(())
     }
 
-    /// Creates a file (empty, upper), directory or symlink.
+    /// Creates a file (empty, upper), directory, symlink (`target`) or
+    /// special entry (a device's number in `rdev`).
     #[allow(clippy::too_many_arguments)]
     pub fn create(
         &self,
@@ -470,8 +485,16 @@ impl Staging {
         uid: u32,
         gid: u32,
         target: &[u8],
+        rdev: u64,
     ) -> Result<SNode> {
         check_name(name)?;
+        if matches!(kind, Kind::Special(_)) && repo.codec.format() < 2 {
+            // Format 1 trees hold files, directories and symlinks only.
+            return Err(Error::fs(
+                FsError::NotPermitted,
+                "FIFOs, sockets and devices need a format 2 store",
+            ));
+        }
         if self.lookup(repo, parent, name)?.is_some() {
             return Err(Error::fs(FsError::Exists, String::from_utf8_lossy(name)));
         }
@@ -484,8 +507,8 @@ impl Staging {
             let upper = kind == Kind::File;
             self.db
                 .prepare_cached(
-                    "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, NULL, ?10, ?11)",
+                    "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, rdev)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, NULL, ?10, ?11, ?12)",
                 )?
                 .execute(params![
                     parent,
@@ -498,7 +521,8 @@ impl Staging {
                     m.1,
                     target.len() as u64,
                     upper,
-                    (kind == Kind::Symlink).then_some(target)
+                    (kind == Kind::Symlink).then_some(target),
+                    rdev as i64
                 ])?;
             let id = self.db.last_insert_rowid() as u64;
             if upper {

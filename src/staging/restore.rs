@@ -16,6 +16,7 @@ fn kind_of(node: &Node) -> Kind {
         Node::File { .. } => Kind::File,
         Node::Dir { .. } => Kind::Dir,
         Node::Symlink { .. } => Kind::Symlink,
+        Node::Special { kind, .. } => Kind::Special(*kind),
     }
 }
 
@@ -120,6 +121,15 @@ impl Staging {
                 self.db.execute(
                     "UPDATE nodes SET target = ?2, size = ?3, mtime_s = ?4, mtime_ns = ?5 WHERE id = ?1",
                     params![old.id, target, target.len() as u64, mtime.0, mtime.1],
+                )?;
+                Ok(())
+            }
+            Node::Special {
+                mode, mtime, rdev, ..
+            } => {
+                self.db.execute(
+                    "UPDATE nodes SET mode = ?2, rdev = ?3, mtime_s = ?4, mtime_ns = ?5 WHERE id = ?1",
+                    params![old.id, mode, *rdev as i64, mtime.0, mtime.1],
                 )?;
                 Ok(())
             }

@@ -2,7 +2,7 @@
 
 use crate::error::Error;
 use crate::limits;
-use crate::snapshot::{Mtime, Node};
+use crate::snapshot::{Mtime, Node, Special};
 use crate::store::pack::BlobRef;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -10,9 +10,11 @@ pub enum Kind {
     File,
     Dir,
     Symlink,
+    /// A FIFO, socket or device node: a row only, no data.
+    Special(Special),
 }
 
-/// One staged file, directory or symlink.
+/// One staged file, directory, symlink or special entry.
 #[derive(Clone, Debug)]
 pub struct SNode {
     pub id: u64,
@@ -34,6 +36,8 @@ pub struct SNode {
     pub was: Option<BlobRef>,
     pub upper: bool,
     pub target: Vec<u8>,
+    /// A device's number (0 for everything else).
+    pub rdev: u64,
 }
 
 impl SNode {
@@ -56,6 +60,12 @@ impl SNode {
                 mtime: self.mtime,
                 target: self.target.clone(),
             }),
+            Kind::Special(kind) => Some(Node::Special {
+                kind,
+                mode: self.mode,
+                mtime: self.mtime,
+                rdev: self.rdev,
+            }),
             Kind::File => None,
         }
     }
@@ -69,18 +79,28 @@ CREATE TABLE IF NOT EXISTS nodes(
     kind INTEGER NOT NULL, mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
     mtime_s INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,
     chunks BLOB, tree BLOB, upper INTEGER NOT NULL DEFAULT 0, target BLOB, was BLOB,
+    rdev INTEGER NOT NULL DEFAULT 0,
     UNIQUE(parent, name));
 CREATE TABLE IF NOT EXISTS conflicts(
     path BLOB PRIMARY KEY, theirs INTEGER NOT NULL, mark TEXT) WITHOUT ROWID;
 ";
 
-pub const COLUMNS: &str = "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was";
+pub const COLUMNS: &str = "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was, rdev";
+
+/// Columns added after the first staging areas were made, with their
+/// definitions: `Staging::open` adds those a database lacks.
+pub const ADDED_COLUMNS: [(&str, &str); 2] =
+    [("was", "BLOB"), ("rdev", "INTEGER NOT NULL DEFAULT 0")];
 
 pub(super) fn kind_code(k: Kind) -> i64 {
     match k {
         Kind::File => 0,
         Kind::Dir => 1,
         Kind::Symlink => 2,
+        Kind::Special(Special::Fifo) => 3,
+        Kind::Special(Special::Socket) => 4,
+        Kind::Special(Special::Char) => 5,
+        Kind::Special(Special::Block) => 6,
     }
 }
 
@@ -110,6 +130,10 @@ pub fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
         0 => Kind::File,
         1 => Kind::Dir,
         2 => Kind::Symlink,
+        3 => Kind::Special(Special::Fifo),
+        4 => Kind::Special(Special::Socket),
+        5 => Kind::Special(Special::Char),
+        6 => Kind::Special(Special::Block),
         k => return Err(bad(3, format!("unknown node kind {k}"))),
     };
     let mode: u32 = r.get(4)?;
@@ -135,6 +159,7 @@ pub fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
         was: json(r, 14)?,
         upper: r.get(12)?,
         target: r.get::<_, Option<Vec<u8>>>(13)?.unwrap_or_default(),
+        rdev: r.get::<_, i64>(15)? as u64,
     })
 }
 

@@ -166,7 +166,7 @@ impl<'e> Core<'e> {
                     Op::Mkdir(_) => (FileKind::Dir, 0o755, &b""[..]),
                     _ => (FileKind::Symlink, 0o777, &b"nowhere/at/all"[..]),
                 };
-                fs.make(parent, name, kind, mode, 0, 0, target)
+                fs.make(parent, name, kind, mode, 0, 0, target, 0)
                     .map_err(errno)
                     .map(|_| ())
             }
@@ -237,6 +237,7 @@ impl<'e> Core<'e> {
                         assert_eq!(data.len() as u64, a.size, "{path}: size and bytes disagree");
                         format!("file {:o} {}", a.perm, fingerprint(&data))
                     }
+                    FileKind::Special(s) => format!("{s:?} {:o} {}", a.perm, a.rdev),
                 };
                 out.insert(path, what);
             }

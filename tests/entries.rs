@@ -1,0 +1,192 @@
+//! Entries beyond files, directories and symlinks, through every path a
+//! version takes: made in `staging/`, committed, seen in `versions/`,
+//! exported, committed again with `commit --from`.
+
+mod common;
+
+use common::{Env, commit_via_control, run_ok};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::process::Command;
+
+/// (name, type letter, permission bits, device number as major:minor).
+type Seen = Vec<(String, char, u32, String)>;
+
+/// The special entries of folder `dir`, as `ls -l` would tell them.
+fn specials(dir: &Path) -> Seen {
+    let mut seen: Seen = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            let t = m.file_type();
+            let letter = if t.is_fifo() {
+                'p'
+            } else if t.is_socket() {
+                's'
+            } else if t.is_char_device() {
+                'c'
+            } else if t.is_block_device() {
+                'b'
+            } else {
+                '-'
+            };
+            let dev = if letter == 'c' || letter == 'b' {
+                format!("{}:{}", libc::major(m.rdev()), libc::minor(m.rdev()))
+            } else {
+                String::new()
+            };
+            let name = e.file_name().into_string().unwrap();
+            (name, letter, m.mode() & 0o7777, dev)
+        })
+        .filter(|s| s.1 != '-')
+        .collect();
+    seen.sort();
+    seen
+}
+
+fn expected() -> Seen {
+    vec![
+        ("disk".into(), 'b', 0o640, "7:200".into()),
+        ("fifo".into(), 'p', 0o640, String::new()),
+        ("null".into(), 'c', 0o666, "1:3".into()),
+        ("sock".into(), 's', 0o755, String::new()),
+    ]
+}
+
+/// A sealed (format 2) store, whatever `DETAFS_TEST_PLAINTEXT` says:
+/// format 1 trees cannot hold these entries.
+fn sealed_env() -> Env {
+    let env = Env::empty();
+    env.ok(&["init"]);
+    env.ok(&["dataset", "create", "ds"]);
+    env
+}
+
+/// Makes the four kinds in `dir` with the usual tools.
+fn make_specials(dir: &Path) {
+    let at = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    run_ok(Command::new("mkfifo").args(["-m", "0640", &at("fifo")]));
+    run_ok(Command::new("mknod").args(["-m", "0666", &at("null"), "c", "1", "3"]));
+    run_ok(Command::new("mknod").args(["-m", "0640", &at("disk"), "b", "7", "200"]));
+    // A socket is made by bind(2).
+    run_ok(Command::new("python3").args([
+        "-c",
+        "import os, socket, sys\n\
+         s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o755)",
+        &at("sock"),
+    ]));
+}
+
+#[test]
+fn fifos_sockets_and_devices_round_trip_through_every_path() {
+    let env = sealed_env();
+    let m = env.mount(&[]);
+    let staging = m.path("staging");
+    make_specials(&staging);
+    assert_eq!(specials(&staging), expected(), "in staging");
+    // The mount is nodev: a device node in it opens nothing.
+    let opened = std::fs::File::open(staging.join("null"));
+    assert_eq!(opened.unwrap_err().raw_os_error(), Some(libc::EACCES));
+    let status = std::fs::read_to_string(m.path(".detafs/status")).unwrap();
+    assert_eq!(status.lines().count(), 4, "{status}");
+    commit_via_control(&m, "specials").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        ""
+    );
+    assert_eq!(
+        specials(&m.path("versions/v1")),
+        expected(),
+        "in versions/v1"
+    );
+    // A read-only file system refuses to make them.
+    let fifo = m.path("versions/v1/new-fifo");
+    let out = Command::new("mkfifo").arg(&fifo).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Read-only file system"));
+
+    // `ls` of the CLI names them as ls -l does.
+    let ls = env.ok(&["ls", "ds", "v1"]);
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("c0666") && l.contains("null (1, 3)")),
+        "{ls}"
+    );
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("p0640") && l.ends_with("fifo")),
+        "{ls}"
+    );
+
+    // Export recreates them (devices as root, which this test runs as).
+    let out = env.path("out");
+    env.ok(&["export", "ds", "v1", out.to_str().unwrap()]);
+    assert_eq!(specials(&out), expected(), "exported");
+
+    // commit --from records them, not skips them.
+    env.ok(&["dataset", "create", "again"]);
+    env.ok(&[
+        "commit",
+        "again",
+        "--from",
+        out.to_str().unwrap(),
+        "-m",
+        "again",
+    ]);
+    let out2 = env.path("out2");
+    env.ok(&["export", "again", "v1", out2.to_str().unwrap()]);
+    assert_eq!(specials(&out2), expected(), "exported after commit --from");
+
+    // Without CAP_MKNOD (as any user but root), devices are left out with a
+    // clear message and everything else is exported.
+    let out3 = env.path("out3");
+    let mut export = Command::new("setpriv");
+    export
+        .args(["--bounding-set=-mknod", "--inh-caps=-mknod"])
+        .arg(env!("CARGO_BIN_EXE_detafs"))
+        .args(["export", "ds", "v1", out3.to_str().unwrap()]);
+    let done = env.configure(&mut export).output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{err}");
+    assert!(err.contains("only root may make one"), "{err}");
+    let kinds: Vec<char> = specials(&out3).iter().map(|s| s.1).collect();
+    assert_eq!(kinds, ['p', 's']);
+
+    // Removed, renamed and re-moded like any entry, and committed so.
+    std::fs::rename(staging.join("fifo"), staging.join("fifo2")).unwrap();
+    std::fs::remove_file(staging.join("disk")).unwrap();
+    let status = std::fs::read_to_string(m.path(".detafs/status")).unwrap();
+    assert_eq!(status.lines().count(), 3, "{status}");
+    commit_via_control(&m, "moved").unwrap();
+    let names: Vec<String> = specials(&m.path("versions/v2"))
+        .into_iter()
+        .map(|s| s.0)
+        .collect();
+    assert_eq!(names, ["fifo2", "null", "sock"]);
+    assert!(m.alive());
+}
+
+#[test]
+fn a_format_1_store_refuses_them_plainly() {
+    let env = Env::new_plaintext();
+    let m = env.mount(&[]);
+    let out = Command::new("mkfifo")
+        .arg(m.path("staging/fifo"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Operation not permitted"),
+        "{out:?}"
+    );
+    // commit --from leaves them out, saying so.
+    let src = env.path("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("a"), b"a").unwrap();
+    make_specials(&src);
+    let out = env.run(&["commit", "ds", "--from", src.to_str().unwrap(), "-m", "x"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("a format 1 store cannot hold it"), "{err}");
+    assert_eq!(env.ok(&["ls", "ds", "v1"]).lines().count(), 1);
+}
