@@ -190,3 +190,94 @@ fn a_format_1_store_refuses_them_plainly() {
     assert!(err.contains("a format 1 store cannot hold it"), "{err}");
     assert_eq!(env.ok(&["ls", "ds", "v1"]).lines().count(), 1);
 }
+
+/// (atime, mtime, ctime) of `path`, in nanoseconds.
+fn times(path: &Path) -> (i128, i128, i128) {
+    let m = std::fs::symlink_metadata(path).unwrap();
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    (
+        ns(m.atime(), m.atime_nsec()),
+        ns(m.mtime(), m.mtime_nsec()),
+        ns(m.ctime(), m.ctime_nsec()),
+    )
+}
+
+#[test]
+fn staging_keeps_atime_and_ctime_apart_from_the_mtime() {
+    let env = Env::new();
+    let m = env.mount(&[]);
+    let f = m.path("staging/f");
+    std::fs::write(&f, b"data").unwrap();
+    let (a0, m0, c0) = times(&f);
+    let touch = |args: &[&str]| run_ok(Command::new("touch").args(args).arg(&f));
+    // Access time alone, to the nanosecond; the mtime stays.
+    touch(&["-a", "-d", "2001-02-03 04:05:06.123456789 UTC"]);
+    let (a1, m1, c1) = times(&f);
+    assert_eq!(a1, 981_173_106_123_456_789);
+    assert_eq!(m1, m0);
+    assert!(c1 >= c0);
+    // Modification time alone, past 2038; the atime stays.
+    touch(&["-m", "-d", "2040-01-01 00:00:00 UTC"]);
+    let (a2, m2, c2) = times(&f);
+    assert_eq!((a2, m2), (a1, 2_208_988_800_000_000_000));
+    assert!(c2 >= c1);
+    // chmod moves the ctime only.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let before = times(&f);
+    run_ok(Command::new("chmod").arg("600").arg(&f));
+    let after = times(&f);
+    assert_eq!((after.0, after.1), (before.0, before.1));
+    assert!(after.2 > before.2, "{before:?} {after:?}");
+    // A write moves mtime and ctime, not the atime; a read moves nothing
+    // (staging keeps atimes as a noatime mount does).
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, b" more"))
+        .unwrap();
+    let written = times(&f);
+    assert_eq!(written.0, after.0);
+    // (The mtime was in 2040: now is earlier.)
+    assert!(
+        written.1 < after.1 && written.2 > after.2,
+        "{after:?} {written:?}"
+    );
+    assert_eq!(std::fs::read(&f).unwrap(), b"data more");
+    assert_eq!(times(&f), written);
+    // A rename moves the ctime and keeps the rest.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let g = m.path("staging/g");
+    std::fs::rename(&f, &g).unwrap();
+    let renamed = times(&g);
+    assert_eq!((renamed.0, renamed.1), (written.0, written.1));
+    assert!(renamed.2 > written.2);
+    // The same after the daemon restarts: the times are in staging's rows.
+    drop(m);
+    let m = env.mount(&[]);
+    assert_eq!(times(&m.path("staging/g")), renamed);
+}
+
+#[test]
+fn directory_link_counts_follow_mkdir_rename_and_rmdir() {
+    let env = Env::new();
+    // A committed folder with two subfolders, not listed yet in staging.
+    let src = env.path("src");
+    for d in ["top/a", "top/b", "other"] {
+        std::fs::create_dir_all(src.join(d)).unwrap();
+    }
+    env.commit(&src, "folders");
+    let m = env.mount(&[]);
+    let nlink = |rel: &str| std::fs::metadata(m.path(rel)).unwrap().nlink();
+    assert_eq!(nlink("staging/top"), 4);
+    assert_eq!(nlink("staging"), 4);
+    std::fs::create_dir(m.path("staging/top/c")).unwrap();
+    assert_eq!(nlink("staging/top"), 5);
+    std::fs::rename(m.path("staging/top/a"), m.path("staging/other/a")).unwrap();
+    assert_eq!((nlink("staging/top"), nlink("staging/other")), (4, 3));
+    std::fs::remove_dir(m.path("staging/top/b")).unwrap();
+    assert_eq!(nlink("staging/top"), 3);
+    // Files are not counted.
+    std::fs::write(m.path("staging/top/file"), b"x").unwrap();
+    assert_eq!(nlink("staging/top"), 3);
+}

@@ -97,6 +97,8 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
         uid: fs.opts.uid,
         gid: fs.opts.gid,
         mtime,
+        atime: mtime,
+        ctime: mtime,
         rdev: 0,
         ttl: Duration::ZERO,
     })

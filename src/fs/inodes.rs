@@ -271,6 +271,7 @@ impl MountFs {
         let t = lock(&self.inodes);
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         let special = matches!(h.kind, super::FileKind::Special(_));
+        let mtime = Mtime(h.mtime_s, h.mtime_ns);
         Ok(Attr {
             ino,
             kind: h.kind,
@@ -279,7 +280,9 @@ impl MountFs {
             nlink: if h.kind == super::FileKind::Dir { 2 } else { 1 },
             uid: self.opts.uid,
             gid: self.opts.gid,
-            mtime: Mtime(h.mtime_s, h.mtime_ns),
+            mtime,
+            atime: mtime,
+            ctime: mtime,
             rdev: if special { h.size } else { 0 },
             ttl: IMMUTABLE_TTL,
         })

@@ -78,6 +78,8 @@ pub struct Attr {
     pub uid: u32,
     pub gid: u32,
     pub mtime: Mtime,
+    pub atime: Mtime,
+    pub ctime: Mtime,
     /// A device's number (0 for everything else).
     pub rdev: u64,
     pub ttl: Duration,
@@ -315,6 +317,8 @@ impl MountFs {
             uid: self.opts.uid,
             gid: self.opts.gid,
             mtime,
+            atime: mtime,
+            ctime: mtime,
             rdev: 0,
             ttl,
         }
@@ -367,6 +371,7 @@ impl MountFs {
             VERSIONS => Ok(self.dir_attr(ino, self.latest_time(), MUTABLE_TTL)),
             LATEST => {
                 let target = format!("v{}", self.latest().ok_or_else(|| not_found(b"latest"))?);
+                let mtime = self.latest_time();
                 Ok(Attr {
                     ino,
                     kind: FileKind::Symlink,
@@ -375,7 +380,9 @@ impl MountFs {
                     nlink: 1,
                     uid: self.opts.uid,
                     gid: self.opts.gid,
-                    mtime: self.latest_time(),
+                    mtime,
+                    atime: mtime,
+                    ctime: mtime,
                     rdev: 0,
                     ttl: Duration::ZERO,
                 })

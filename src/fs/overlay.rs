@@ -15,24 +15,32 @@ impl MountFs {
         }
     }
 
-    pub(super) fn staging_attr(&self, st: &Staging, n: &SNode) -> Attr {
-        let (size, mtime) = st.size_and_mtime(n);
-        Attr {
+    pub(super) fn staging_attr(&self, st: &Staging, n: &SNode) -> Result<Attr> {
+        let seen = st.seen(n);
+        // A folder's `..` and each subfolder's link to it count, as POSIX
+        // file systems count them.
+        let nlink = match n.kind {
+            Kind::Dir => 2 + st.subdirs(&self.repo, n)?,
+            _ => 1,
+        };
+        Ok(Attr {
             ino: n.id | STAGING_BIT,
             kind: staging_kind(n.kind),
-            size,
+            size: seen.size,
             perm: if n.kind == Kind::Symlink {
                 0o777
             } else {
                 n.mode as u16
             },
-            nlink: if n.kind == Kind::Dir { 2 } else { 1 },
+            nlink,
             uid: n.uid,
             gid: n.gid,
-            mtime,
+            mtime: seen.mtime,
+            atime: seen.atime,
+            ctime: seen.ctime,
             rdev: n.rdev,
             ttl: MUTABLE_TTL,
-        }
+        })
     }
 
     /// An open handle of staged file `node`: what is left of a file
@@ -60,6 +68,8 @@ impl MountFs {
             uid: m.uid(),
             gid: m.gid(),
             mtime: Mtime(m.mtime(), m.mtime_nsec() as u32),
+            atime: Mtime(m.atime(), m.atime_nsec() as u32),
+            ctime: Mtime(m.ctime(), m.ctime_nsec() as u32),
             rdev: 0,
             ttl: Duration::ZERO,
         })
@@ -140,7 +150,7 @@ impl MountFs {
             FileKind::Special(s) => Kind::Special(s),
         };
         let n = st.create(&self.repo, parent, name, kind, mode, uid, gid, target, rdev)?;
-        Ok(self.staging_attr(&st, &n))
+        self.staging_attr(&st, &n)
     }
 
     pub fn create(
@@ -186,7 +196,7 @@ impl MountFs {
         uid: Option<u32>,
         gid: Option<u32>,
         size: Option<u64>,
-        mtime: Option<Mtime>,
+        (atime, mtime): (Option<Mtime>, Option<Mtime>),
         fh: Option<u64>,
     ) -> Result<Attr> {
         if control::is_control(ino) {
@@ -237,9 +247,9 @@ impl MountFs {
             file.set_len(size)
                 .map_err(|e| Error::io("staged file", e))?;
         }
-        st.set_attr(id, mode, uid, gid, mtime)?;
+        st.set_attr(id, mode, (uid, gid), atime, mtime)?;
         let n = st.node(id)?;
-        Ok(self.staging_attr(&st, &n))
+        self.staging_attr(&st, &n)
     }
 
     pub(super) fn commit_staging(&self, message: &str, uid: u32) -> Result<Record> {
@@ -286,13 +296,13 @@ impl MountFs {
         let n = st
             .lookup(&self.repo, parent & !STAGING_BIT, name)?
             .ok_or_else(|| not_found(name))?;
-        Ok(self.staging_attr(&st, &n))
+        self.staging_attr(&st, &n)
     }
 
     pub(super) fn staging_getattr(&self, ino: u64) -> Result<Attr> {
         let st = self.staging()?;
         let n = st.node(ino & !STAGING_BIT)?;
-        Ok(self.staging_attr(&st, &n))
+        self.staging_attr(&st, &n)
     }
 
     pub(super) fn staging_readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
@@ -306,19 +316,23 @@ impl MountFs {
     /// A staging folder's entries and attributes, under one hold of the lock.
     pub(super) fn staging_readdir_plus(&self, ino: u64) -> Result<Vec<(DirEntry, Attr)>> {
         let st = self.staging()?;
-        Ok(st
-            .children(&self.repo, ino & !STAGING_BIT)?
+        let children = st.children(&self.repo, ino & !STAGING_BIT)?;
+        // Subfolders not listed yet are counted in their trees: read
+        // together, not one by one (best effort: a failure shows below).
+        let trees: Vec<BlobRef> = children.iter().filter_map(|n| n.tree).collect();
+        let _ = self.repo.load_trees(&trees);
+        children
             .into_iter()
             .map(|n| {
-                let attr = self.staging_attr(&st, &n);
+                let attr = self.staging_attr(&st, &n)?;
                 let entry = DirEntry {
                     ino: n.id | STAGING_BIT,
                     kind: staging_kind(n.kind),
                     name: n.name,
                 };
-                (entry, attr)
+                Ok((entry, attr))
             })
-            .collect())
+            .collect()
     }
 
     pub(super) fn open_staged(&self, id: u64, flags: i32, writing: bool) -> Result<Opened> {

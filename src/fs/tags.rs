@@ -68,6 +68,8 @@ impl MountFs {
             uid: self.opts.uid,
             gid: self.opts.gid,
             mtime,
+            atime: mtime,
+            ctime: mtime,
             rdev: 0,
             ttl: IMMUTABLE_TTL,
         })

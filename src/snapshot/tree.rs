@@ -9,7 +9,7 @@ use crate::store::pack::{self, BlobRef};
 use serde::{Deserialize, Serialize};
 
 /// Modification time: seconds and nanoseconds since the Unix epoch.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Mtime(pub i64, pub u32);
 
 impl Mtime {

@@ -194,7 +194,7 @@ impl StagedView for (&Staging, &Repo) {
             _ => Some(match node.as_version_node() {
                 Some(n) => Side::Node(n),
                 None => {
-                    let (size, mtime) = st.size_and_mtime(&node);
+                    let super::Seen { size, mtime, .. } = st.seen(&node);
                     Side::File(StagedFile {
                         path: st.upper_path(node.id),
                         mode: node.mode,

@@ -81,7 +81,7 @@ impl Staging {
                 Err(e) => return Err(e),
             }
         }
-        let (size, mtime) = self.size_and_mtime(&node);
+        let super::Seen { size, mtime, .. } = self.seen(&node);
         Ok(Some(format!(
             "{} {:?} {:o} {size} {}.{}",
             node.id, node.kind, node.mode, mtime.0, mtime.1

@@ -128,7 +128,7 @@ impl Staging {
             let base = records.last();
             let m = now();
             st.db.execute(
-                &format!("INSERT INTO nodes({COLUMNS}) VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, NULL, ?6, 0, NULL, NULL, 0)"),
+                &format!("INSERT INTO nodes({COLUMNS}) VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, NULL, ?6, 0, NULL, NULL, 0, NULL, NULL, NULL, NULL)"),
                 params![
                     ROOT,
                     unsafe { libc::getuid() },
@@ -438,10 +438,14 @@ impl Staging {
         Ok(rows)
     }
 
+    /// An entry of folder `id` came, went or was renamed: its mtime and
+    /// ctime are now.
     fn touch_dir(&self, id: u64) -> Result<()> {
         let m = now();
         self.db
-            .prepare_cached("UPDATE nodes SET mtime_s = ?2, mtime_ns = ?3 WHERE id = ?1")?
+            .prepare_cached(
+                "UPDATE nodes SET mtime_s = ?2, mtime_ns = ?3, ctime_s = NULL, ctime_ns = NULL WHERE id = ?1",
+            )?
             .execute(params![id, m.0, m.1])?;
         self.changed(id)
     }
@@ -666,13 +670,15 @@ impl Staging {
                 _ => {}
             }
         }
+        // A renamed entry's status changed (Linux file systems say so too).
+        let t = now();
         self.atomically(|| {
             if let Some(old) = &replaced {
                 self.delete_subtree(old)?;
             }
             self.db.execute(
-                "UPDATE nodes SET parent = ?2, name = ?3 WHERE id = ?1",
-                params![node.id, new_parent, new_name],
+                "UPDATE nodes SET parent = ?2, name = ?3, ctime_s = ?4, ctime_ns = ?5 WHERE id = ?1",
+                params![node.id, new_parent, new_name, t.0, t.1],
             )?;
             self.touch_dir(parent)?;
             self.touch_dir(new_parent)
@@ -699,32 +705,46 @@ impl Staging {
         Ok(false)
     }
 
+    /// Changes what is given; every change moves the ctime to now.
     pub fn set_attr(
         &self,
         id: u64,
         mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
+        (uid, gid): (Option<u32>, Option<u32>),
+        atime: Option<Mtime>,
         mtime: Option<Mtime>,
     ) -> Result<()> {
         let n = self.node(id)?;
-        if mtime.is_some_and(|m| !limits::time_ok(m)) {
+        if [atime, mtime]
+            .iter()
+            .flatten()
+            .any(|t| !limits::time_ok(*t))
+        {
             // A time no version can hold (after year 9999, say).
             return Err(Error::fs(FsError::Invalid, "time out of range"));
         }
         let m = mtime.unwrap_or(n.mtime);
+        // An access time that was the old mtime stays what it was.
+        let a = atime.or(n.atime).unwrap_or(n.mtime);
+        let c = now();
         self.atomically(|| {
-            self.db.prepare_cached(
-                "UPDATE nodes SET mode = ?2, uid = ?3, gid = ?4, mtime_s = ?5, mtime_ns = ?6 WHERE id = ?1",
-            )?
-            .execute(params![
-                id,
-                mode.map_or(n.mode, |m| m & 0o7777),
-                uid.unwrap_or(n.uid),
-                gid.unwrap_or(n.gid),
-                m.0,
-                m.1
-            ])?;
+            self.db
+                .prepare_cached(
+                    "UPDATE nodes SET mode = ?2, uid = ?3, gid = ?4, mtime_s = ?5, mtime_ns = ?6,
+                 atime_s = ?7, atime_ns = ?8, ctime_s = ?9, ctime_ns = ?10 WHERE id = ?1",
+                )?
+                .execute(params![
+                    id,
+                    mode.map_or(n.mode, |m| m & 0o7777),
+                    uid.unwrap_or(n.uid),
+                    gid.unwrap_or(n.gid),
+                    m.0,
+                    m.1,
+                    a.0,
+                    a.1,
+                    c.0,
+                    c.1
+                ])?;
             if let (Some(m), true) = (mtime, n.upper) {
                 let _writing = self.writes.begin(id, 0);
                 let t = filetime::FileTime::from_unix_time(m.0, m.1);
@@ -768,15 +788,35 @@ impl Staging {
         Ok(path)
     }
 
-    /// Size and mtime as a reader sees them now.
-    pub fn size_and_mtime(&self, n: &SNode) -> (u64, Mtime) {
+    /// Size and times as a reader sees them now: an upper file's size and
+    /// mtime are its local file's, its ctime the later of the row's and
+    /// the local file's.
+    pub fn seen(&self, n: &SNode) -> Seen {
+        let row_ctime = n.ctime.unwrap_or(n.mtime);
+        let mut seen = Seen {
+            size: n.size,
+            mtime: n.mtime,
+            atime: n.atime.unwrap_or(n.mtime),
+            ctime: row_ctime,
+        };
         if n.upper
             && let Ok(m) = std::fs::metadata(self.upper_path(n.id))
         {
-            return (m.size(), Mtime(m.mtime(), m.mtime_nsec() as u32));
+            seen.size = m.size();
+            seen.mtime = Mtime(m.mtime(), m.mtime_nsec() as u32);
+            seen.ctime = row_ctime.max(Mtime(m.ctime(), m.ctime_nsec() as u32));
         }
-        (n.size, n.mtime)
+        seen
     }
+}
+
+/// What `stat` tells of a staged entry (`Staging::seen`).
+#[derive(Clone, Copy, Debug)]
+pub struct Seen {
+    pub size: u64,
+    pub mtime: Mtime,
+    pub atime: Mtime,
+    pub ctime: Mtime,
 }
 
 pub(super) fn too_deep() -> String {

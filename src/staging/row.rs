@@ -25,6 +25,12 @@ pub struct SNode {
     pub uid: u32,
     pub gid: u32,
     pub mtime: Mtime,
+    /// Access time, where it is not the mtime (set by `utimensat`; reads
+    /// leave it, as with `noatime`).
+    pub atime: Option<Mtime>,
+    /// Status change time, where it is not the mtime (an upper file's is
+    /// also its local file's, whichever is later).
+    pub ctime: Option<Mtime>,
     /// Size of a lower file or symlink; upper files are sized by their local file.
     pub size: u64,
     /// File: its chunks in the store, unless copied up.
@@ -80,17 +86,24 @@ CREATE TABLE IF NOT EXISTS nodes(
     mtime_s INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL,
     chunks BLOB, tree BLOB, upper INTEGER NOT NULL DEFAULT 0, target BLOB, was BLOB,
     rdev INTEGER NOT NULL DEFAULT 0,
+    atime_s INTEGER, atime_ns INTEGER, ctime_s INTEGER, ctime_ns INTEGER,
     UNIQUE(parent, name));
 CREATE TABLE IF NOT EXISTS conflicts(
     path BLOB PRIMARY KEY, theirs INTEGER NOT NULL, mark TEXT) WITHOUT ROWID;
 ";
 
-pub const COLUMNS: &str = "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was, rdev";
+pub const COLUMNS: &str = "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was, rdev, atime_s, atime_ns, ctime_s, ctime_ns";
 
 /// Columns added after the first staging areas were made, with their
 /// definitions: `Staging::open` adds those a database lacks.
-pub const ADDED_COLUMNS: [(&str, &str); 2] =
-    [("was", "BLOB"), ("rdev", "INTEGER NOT NULL DEFAULT 0")];
+pub const ADDED_COLUMNS: [(&str, &str); 6] = [
+    ("was", "BLOB"),
+    ("rdev", "INTEGER NOT NULL DEFAULT 0"),
+    ("atime_s", "INTEGER"),
+    ("atime_ns", "INTEGER"),
+    ("ctime_s", "INTEGER"),
+    ("ctime_ns", "INTEGER"),
+];
 
 pub(super) fn kind_code(k: Kind) -> i64 {
     match k {
@@ -140,10 +153,18 @@ pub fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
     if mode > 0o7777 {
         return Err(bad(4, format!("mode {mode:#o}")));
     }
-    let mtime = Mtime(r.get(7)?, r.get(8)?);
-    if !limits::time_ok(mtime) {
-        return Err(bad(7, "mtime out of range".into()));
-    }
+    let time = |s: usize| -> rusqlite::Result<Option<Mtime>> {
+        let t = match (r.get::<_, Option<i64>>(s)?, r.get::<_, Option<u32>>(s + 1)?) {
+            (Some(secs), Some(ns)) => Mtime(secs, ns),
+            (None, None) => return Ok(None),
+            _ => return Err(bad(s, "half a time".into())),
+        };
+        if !limits::time_ok(t) {
+            return Err(bad(s, "time out of range".into()));
+        }
+        Ok(Some(t))
+    };
+    let mtime = time(7)?.ok_or_else(|| bad(7, "no mtime".into()))?;
     Ok(SNode {
         id: r.get(0)?,
         parent: r.get(1)?,
@@ -160,6 +181,8 @@ pub fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
         upper: r.get(12)?,
         target: r.get::<_, Option<Vec<u8>>>(13)?.unwrap_or_default(),
         rdev: r.get::<_, i64>(15)? as u64,
+        atime: time(16)?,
+        ctime: time(18)?,
     })
 }
 

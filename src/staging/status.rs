@@ -146,7 +146,7 @@ impl Staging {
 impl Staging {
     /// Whether staged copy `r` holds exactly `old`.
     fn holds(&self, r: &SNode, old: &Node, codec: &crate::store::codec::Codec) -> bool {
-        let (size, mtime) = self.size_and_mtime(r);
+        let super::Seen { size, mtime, .. } = self.seen(r);
         let file = StagedFile {
             path: self.upper_path(r.id),
             mode: r.mode,

@@ -151,7 +151,7 @@ impl<'e> Core<'e> {
             }
             Op::Truncate { path, len } => {
                 let ino = self.at("staging", path)?;
-                fs.setattr(ino, None, None, None, Some(*len), None, None)
+                fs.setattr(ino, None, None, None, Some(*len), (None, None), None)
                     .map_err(errno)
                     .map(|_| ())
             }
@@ -183,7 +183,7 @@ impl<'e> Core<'e> {
             }
             Op::Chmod { path, mode } => {
                 let ino = self.at("staging", path)?;
-                fs.setattr(ino, Some(*mode), None, None, None, None, None)
+                fs.setattr(ino, Some(*mode), None, None, None, (None, None), None)
                     .map_err(errno)
                     .map(|_| ())
             }
