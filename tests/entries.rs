@@ -209,7 +209,8 @@ fn staging_keeps_atime_and_ctime_apart_from_the_mtime() {
     let f = m.path("staging/f");
     std::fs::write(&f, b"data").unwrap();
     let (a0, m0, c0) = times(&f);
-    assert_eq!(a0, m0, "a new file's atime is its mtime");
+    // Created, then written: the write moved mtime and ctime, not the atime.
+    assert!(a0 <= m0 && m0 <= c0, "{a0} {m0} {c0}");
     let touch = |args: &[&str]| run_ok(Command::new("touch").args(args).arg(&f));
     // Access time alone, to the nanosecond; the mtime stays.
     touch(&["-a", "-d", "2001-02-03 04:05:06.123456789 UTC"]);
