@@ -50,11 +50,13 @@ pub fn read_file(repo: &Repo, chunks: &[BlobRef], out: &mut dyn Write) -> Result
     })
 }
 
-/// Sets the times of `path` itself, never of what it points to, and
-/// without opening it (opening a FIFO would wait for a writer).
-fn set_mtime(path: &Path, m: Mtime) -> Result<()> {
-    let t = FileTime::from_unix_time(m.0, m.1);
-    filetime::set_symlink_file_times(path, t, t).map_err(|e| Error::io(path.display(), e))
+/// Gives `path` the atime and mtime of `node`: of `path` itself, never of
+/// what it points to, and without opening it (opening a FIFO would wait
+/// for a writer).
+fn set_times(path: &Path, node: &Node) -> Result<()> {
+    let t = |m: Mtime| FileTime::from_unix_time(m.0, m.1);
+    filetime::set_symlink_file_times(path, t(node.atime()), t(node.mtime()))
+        .map_err(|e| Error::io(path.display(), e))
 }
 
 /// How `export` treats what could be dangerous to recreate.
@@ -99,13 +101,13 @@ pub fn export(
     // after its contents are written (its mode may forbid writing).
     enum Step {
         Fill(BlobRef, PathBuf),
-        Finish(PathBuf, u32, Mtime),
+        Finish(PathBuf, u32, Node),
     }
     let mut steps = vec![Step::Fill(*root, dest.to_path_buf())];
     while let Some(step) = steps.pop() {
         let (tree, dir) = match step {
-            Step::Finish(path, m, mtime) => {
-                finish(&path, mode(m), mtime)?;
+            Step::Finish(path, m, node) => {
+                finish(&path, mode(m), &node)?;
                 continue;
             }
             Step::Fill(tree, dir) => (repo.tree(&tree)?, dir),
@@ -117,29 +119,25 @@ pub fn export(
             let path = dir.join(OsStr::from_bytes(&entry.name));
             match &entry.node {
                 Node::File { mode: m, .. } => files.push((path, &entry.node, mode(*m))),
-                Node::Dir {
-                    mode: m,
-                    mtime,
-                    tree,
-                } => {
+                Node::Dir { mode: m, tree, .. } => {
                     std::fs::create_dir(&path).map_err(|e| Error::io(path.display(), e))?;
-                    steps.push(Step::Finish(path.clone(), *m, *mtime));
+                    steps.push(Step::Finish(path.clone(), *m, entry.node.clone()));
                     steps.push(Step::Fill(*tree, path));
                 }
-                Node::Symlink { mtime, target } => {
+                Node::Symlink { target, .. } => {
                     std::os::unix::fs::symlink(OsStr::from_bytes(target), &path)
                         .map_err(|e| Error::io(path.display(), e))?;
-                    set_mtime(&path, *mtime)?;
+                    set_times(&path, &entry.node)?;
                 }
                 Node::Special {
                     kind,
                     mode: m,
-                    mtime,
                     rdev,
+                    ..
                 } => {
                     // mknod applies the umask: the mode is set after.
                     if make_special(&path, *kind, mode(*m), *rdev)? {
-                        finish(&path, mode(*m), *mtime)?;
+                        finish(&path, mode(*m), &entry.node)?;
                     }
                 }
             }
@@ -232,7 +230,7 @@ fn export_files(
             }
         }
         for (path, node, mode) in batch {
-            finish(path, *mode, node.mtime())?;
+            finish(path, *mode, node)?;
             if !streamed {
                 progress.advance(node.size());
             }
@@ -267,8 +265,8 @@ fn chunks_of(node: &Node) -> &[BlobRef] {
 }
 
 /// Sets a written file's or directory's mode and mtime.
-fn finish(path: &Path, mode: u32, mtime: Mtime) -> Result<()> {
+fn finish(path: &Path, mode: u32, node: &Node) -> Result<()> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(|e| Error::io(path.display(), e))?;
-    set_mtime(path, mtime)
+    set_times(path, node)
 }

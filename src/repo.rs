@@ -276,6 +276,7 @@ impl Repo {
             mode: 0o755,
             mtime: Default::default(),
             tree: *root,
+            atime: None,
         };
         for part in path
             .split(|&b| b == b'/')

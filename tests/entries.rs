@@ -283,3 +283,67 @@ fn directory_link_counts_follow_mkdir_rename_and_rmdir() {
     std::fs::write(m.path("staging/top/file"), b"x").unwrap();
     assert_eq!(nlink("staging/top"), 3);
 }
+
+#[test]
+fn an_atime_set_apart_is_committed_shown_in_versions_and_exported() {
+    let env = sealed_env();
+    let m = env.mount(&[]);
+    let (f, d) = (m.path("staging/f"), m.path("staging/d"));
+    std::fs::write(&f, b"data").unwrap();
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(m.path("staging/plain"), b"p").unwrap();
+    for p in [&f, &d] {
+        run_ok(
+            Command::new("touch")
+                .args(["-a", "-d", "2001-02-03 04:05:06.5 UTC"])
+                .arg(p),
+        );
+    }
+    let staged = [times(&f), times(&d), times(&m.path("staging/plain"))];
+    commit_via_control(&m, "atimes").unwrap();
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        "",
+        "a commit leaves staging equal to the version"
+    );
+    let atime = 981_173_106_500_000_000;
+    for (i, name) in ["f", "d", "plain"].iter().enumerate() {
+        let (a, mt, _) = times(&m.path(&format!("versions/v1/{name}")));
+        assert_eq!((a, mt), (staged[i].0, staged[i].1), "{name}");
+    }
+    assert_eq!(staged[0].0, atime);
+    assert_eq!(staged[1].0, atime);
+    // An entry without an atime of its own shows its mtime.
+    assert_eq!(staged[2].0, staged[2].1);
+    let out = env.path("out");
+    env.ok(&["export", "ds", "v1", out.to_str().unwrap()]);
+    assert_eq!(times(&out.join("f")).0, atime);
+    assert_eq!(times(&out.join("d")).0, atime);
+    // Changing only an atime is a change to commit.
+    run_ok(
+        Command::new("touch")
+            .args(["-a", "-d", "2002-01-01 UTC"])
+            .arg(&f),
+    );
+    let status = std::fs::read_to_string(m.path(".detafs/status")).unwrap();
+    assert_eq!(status, "M f\n");
+    commit_via_control(&m, "atime only").unwrap();
+    assert_eq!(times(&m.path("versions/v2/f")).0, 1_009_843_200_000_000_000);
+}
+
+#[test]
+fn a_format_1_store_keeps_no_atime_apart() {
+    let env = Env::new_plaintext();
+    let m = env.mount(&[]);
+    let f = m.path("staging/f");
+    std::fs::write(&f, b"data").unwrap();
+    run_ok(
+        Command::new("touch")
+            .args(["-a", "-d", "2001-01-01 UTC"])
+            .arg(&f),
+    );
+    let (a, mt, _) = times(&f);
+    assert_eq!(a, mt, "its versions could not hold it");
+    commit_via_control(&m, "one").unwrap();
+    assert_eq!(times(&m.path("versions/v1/f")).1, mt);
+}

@@ -21,6 +21,9 @@ struct Row {
     upper: i64,
     target: Option<Vec<u8>>,
     was: Option<Vec<u8>>,
+    rdev: i64,
+    atime: (Option<i64>, Option<i64>),
+    ctime: (Option<i64>, Option<i64>),
 }
 
 thread_local! {
@@ -35,17 +38,22 @@ fuzz_target!(|row: Row| {
     DB.with(|db| {
         db.execute("DELETE FROM nodes", []).unwrap();
         db.execute(
-            "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+            "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was,
+                               rdev, atime_s, atime_ns, ctime_s, ctime_ns)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
             params![row.parent, row.name, row.kind, row.mode, row.uid, row.gid, row.mtime_s,
-                    row.mtime_ns, row.size, row.chunks, row.tree, row.upper, row.target, row.was],
+                    row.mtime_ns, row.size, row.chunks, row.tree, row.upper, row.target, row.was,
+                    row.rdev, row.atime.0, row.atime.1, row.ctime.0, row.ctime.1],
         )
         .unwrap();
         let sql = format!("SELECT {} FROM nodes", detafs::staging::COLUMNS);
         let decoded = db.query_row(&sql, [], detafs::staging::row);
         if let Ok(n) = decoded {
-            assert!((0..=2).contains(&row.kind));
+            assert!((0..=6).contains(&row.kind));
             assert!(n.mode <= 0o7777);
+            for t in [Some(n.mtime), n.atime, n.ctime].into_iter().flatten() {
+                assert!(t.1 < 1_000_000_000);
+            }
         }
     });
 });

@@ -173,12 +173,15 @@ impl StagedView for Mounted {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io(full.display(), e)),
         };
+        // Read through the mount: staging's times (reads move no atime).
         let mtime = Mtime(meta.mtime(), meta.mtime_nsec() as u32);
+        let atime = Mtime(meta.atime(), meta.atime_nsec() as u32);
         Ok(if meta.is_symlink() {
             let target = std::fs::read_link(&full).map_err(|e| Error::io(full.display(), e))?;
             Some(Side::Node(Node::Symlink {
                 mtime,
                 target: target.into_os_string().into_encoded_bytes(),
+                atime: Node::atime_apart(Some(atime), mtime),
             }))
         } else if meta.is_file() {
             Some(Side::File(StagedFile {
@@ -186,9 +189,10 @@ impl StagedView for Mounted {
                 mode: meta.mode() & 0o7777,
                 size: meta.len(),
                 mtime,
+                atime,
             }))
         } else {
-            Node::special_of(&meta, mtime).map(Side::Node)
+            Node::special_of(&meta, mtime, Some(atime)).map(Side::Node)
         })
     }
 }

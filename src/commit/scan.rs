@@ -198,6 +198,7 @@ impl<'r> Scanner<'r> {
                     mode: meta.mode() & 0o7777,
                     mtime: mtime_of(&meta),
                     tree: self.scan_level(&path, depth + 1)?,
+                    atime: None,
                 })
             } else if ft.is_file() {
                 self.scan_file(&path, &meta)?
@@ -206,8 +207,9 @@ impl<'r> Scanner<'r> {
                 Scanned::Node(Node::Symlink {
                     mtime: mtime_of(&meta),
                     target: target.as_os_str().as_bytes().to_vec(),
+                    atime: None,
                 })
-            } else if let Some(node) = Node::special_of(&meta, mtime_of(&meta))
+            } else if let Some(node) = Node::special_of(&meta, mtime_of(&meta), None)
                 && self.codec.format() >= 2
             {
                 Scanned::Node(node)
@@ -244,6 +246,7 @@ impl<'r> Scanner<'r> {
                         mtime,
                         size,
                         chunks,
+                        atime: None,
                     }
                 }
             };
@@ -340,6 +343,9 @@ impl TreeSink for Scanner<'_> {
                 .and_then(|_| match e.node {
                     Node::Special { .. } if format < 2 => {
                         Err("a format 1 store cannot hold FIFOs, sockets or devices".into())
+                    }
+                    _ if format < 2 && e.node.atime() != e.node.mtime() => {
+                        Err("a format 1 store cannot hold an atime apart from the mtime".into())
                     }
                     _ => Ok(()),
                 })

@@ -162,11 +162,13 @@ impl Build<'_, '_> {
                     mode: r.mode,
                     mtime: r.mtime,
                     tree,
+                    atime: Node::atime_apart(r.atime, r.mtime),
                 },
                 (Kind::Dir, None) => Node::Dir {
                     mode: r.mode,
                     mtime: r.mtime,
                     tree: self.dir(r.id, &at, depth + 1)?,
+                    atime: Node::atime_apart(r.atime, r.mtime),
                 },
                 (Kind::File, _) if r.upper => {
                     let (chunks, size, mtime) = self.staged_copy(r.id, &at)?;
@@ -176,6 +178,7 @@ impl Build<'_, '_> {
                         mtime,
                         size,
                         chunks,
+                        atime: Node::atime_apart(r.atime, mtime),
                     }
                 }
                 _ => r

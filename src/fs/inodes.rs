@@ -68,6 +68,9 @@ pub(super) struct VersionInodes {
     slots: Vec<Slot>,
     free: Vec<u32>,
     by_place: HashMap<Place2, u32>,
+    /// Atimes of the few entries whose atime is not their mtime, by slot
+    /// (kept here, not in every `Held`).
+    atimes: HashMap<u32, Mtime>,
     live: usize,
 }
 
@@ -113,6 +116,7 @@ impl VersionInodes {
             };
             s.generation = (s.generation + 1) % GENERATIONS;
             self.free.push(slot);
+            self.atimes.remove(&slot);
             let folder = (h.place >> 32) as u32;
             let Some(f) = self
                 .slots
@@ -200,6 +204,9 @@ impl MountFs {
                 if folder != UNHELD {
                     t.by_place.insert(key, slot);
                 }
+                if node.atime() != mtime {
+                    t.atimes.insert(slot, node.atime());
+                }
                 t.live += 1;
                 if let Some(f) = t
                     .slots
@@ -272,6 +279,7 @@ impl MountFs {
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         let special = matches!(h.kind, super::FileKind::Special(_));
         let mtime = Mtime(h.mtime_s, h.mtime_ns);
+        let atime = t.slot(ino).and_then(|s| t.atimes.get(&(s as u32)));
         Ok(Attr {
             ino,
             kind: h.kind,
@@ -281,7 +289,7 @@ impl MountFs {
             uid: self.opts.uid,
             gid: self.opts.gid,
             mtime,
-            atime: mtime,
+            atime: atime.copied().unwrap_or(mtime),
             ctime: mtime,
             rdev: if special { h.size } else { 0 },
             ttl: IMMUTABLE_TTL,
@@ -336,6 +344,7 @@ impl MountFs {
                     mode: 0o555,
                     mtime: self.commit_time(version),
                     tree,
+                    atime: None,
                 },
                 parent_tree: None,
             }),

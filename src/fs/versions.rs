@@ -23,6 +23,7 @@ impl MountFs {
             mode: 0o555,
             mtime: record.mtime(),
             tree: record.tree,
+            atime: None,
         };
         let place = (VERSIONS, record.version);
         let ino = self.version_child(place, record.version, &node, looked_up);

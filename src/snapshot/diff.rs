@@ -266,6 +266,7 @@ impl Merger<'_> {
                     mode,
                     mtime,
                     tree: o_tree,
+                    atime,
                 }),
                 Some(Node::Dir { tree: t_tree, .. }),
             ) = (o, t)
@@ -280,6 +281,7 @@ impl Merger<'_> {
                     mode: *mode,
                     mtime: *mtime,
                     tree: self.sink.put_tree(&merged)?,
+                    atime: *atime,
                 })
             } else {
                 self.conflicts.push(join(prefix, name));
@@ -340,6 +342,7 @@ mod tests {
                 len: content.len() as u32 + 1,
                 size: content.len() as u32,
             }],
+            atime: None,
         }
     }
 
@@ -368,6 +371,7 @@ mod tests {
                     mode: 0o755,
                     mtime: Mtime(2, 0),
                     tree,
+                    atime: None,
                 },
             );
         }

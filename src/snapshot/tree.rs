@@ -61,6 +61,8 @@ impl Special {
     }
 }
 
+/// Every node's `atime` is its access time where it is not the mtime
+/// (`Node::atime_apart`); format 2 only.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Node {
     File {
@@ -68,15 +70,18 @@ pub enum Node {
         mtime: Mtime,
         size: u64,
         chunks: Vec<BlobRef>,
+        atime: Option<Mtime>,
     },
     Dir {
         mode: u32,
         mtime: Mtime,
         tree: BlobRef,
+        atime: Option<Mtime>,
     },
     Symlink {
         mtime: Mtime,
         target: Vec<u8>,
+        atime: Option<Mtime>,
     },
     /// A FIFO, socket or device node (format 2 only).
     Special {
@@ -84,12 +89,17 @@ pub enum Node {
         mode: u32,
         mtime: Mtime,
         rdev: u64,
+        atime: Option<Mtime>,
     },
 }
 
 impl Node {
     /// A FIFO, socket or device as `lstat` described it, if it is one.
-    pub fn special_of(meta: &std::fs::Metadata, mtime: Mtime) -> Option<Node> {
+    pub fn special_of(
+        meta: &std::fs::Metadata,
+        mtime: Mtime,
+        atime: Option<Mtime>,
+    ) -> Option<Node> {
         use std::os::unix::fs::MetadataExt;
         let kind = Special::of_mode(meta.mode())?;
         Some(Node::Special {
@@ -97,7 +107,24 @@ impl Node {
             mode: meta.mode() & 0o7777,
             mtime,
             rdev: if kind.has_rdev() { meta.rdev() } else { 0 },
+            atime: Node::atime_apart(atime, mtime),
         })
+    }
+
+    /// How a node holds access time `atime`: only where it is not `mtime`,
+    /// so that one state has one encoding (and one tree id).
+    pub fn atime_apart(atime: Option<Mtime>, mtime: Mtime) -> Option<Mtime> {
+        atime.filter(|a| *a != mtime)
+    }
+
+    /// The access time (the mtime unless one was kept apart).
+    pub fn atime(&self) -> Mtime {
+        match self {
+            Node::File { atime, .. }
+            | Node::Dir { atime, .. }
+            | Node::Symlink { atime, .. }
+            | Node::Special { atime, .. } => atime.unwrap_or(self.mtime()),
+        }
     }
 
     /// Equal as content and metadata, wherever the blobs happen to be stored.
@@ -109,28 +136,37 @@ impl Node {
                     mtime,
                     size,
                     chunks,
+                    atime,
                 },
                 Node::File {
                     mode: m2,
                     mtime: t2,
                     size: s2,
                     chunks: c2,
+                    atime: a2,
                 },
             ) => {
                 mode == m2
                     && mtime == t2
+                    && atime == a2
                     && size == s2
                     && chunks.len() == c2.len()
                     && chunks.iter().zip(c2).all(|(a, b)| a.id == b.id)
             }
             (
-                Node::Dir { mode, mtime, tree },
+                Node::Dir {
+                    mode,
+                    mtime,
+                    tree,
+                    atime,
+                },
                 Node::Dir {
                     mode: m2,
                     mtime: t2,
                     tree: tr2,
+                    atime: a2,
                 },
-            ) => mode == m2 && mtime == t2 && tree.id == tr2.id,
+            ) => mode == m2 && mtime == t2 && atime == a2 && tree.id == tr2.id,
             (a, b) => a == b,
         }
     }
@@ -216,35 +252,50 @@ impl Tree {
                         mtime,
                         size,
                         chunks,
+                        atime,
                     } => WireEntry::File {
                         name,
                         mode: *mode,
                         mtime: *mtime,
                         size: *size,
                         chunks: chunks.iter().map(&mut wire_ref).collect(),
+                        atime: *atime,
                     },
-                    Node::Dir { mode, mtime, tree } => WireEntry::Dir {
+                    Node::Dir {
+                        mode,
+                        mtime,
+                        tree,
+                        atime,
+                    } => WireEntry::Dir {
                         name,
                         mode: *mode,
                         mtime: *mtime,
                         tree: wire_ref(tree),
+                        atime: *atime,
                     },
-                    Node::Symlink { mtime, target } => WireEntry::Symlink {
+                    Node::Symlink {
+                        mtime,
+                        target,
+                        atime,
+                    } => WireEntry::Symlink {
                         name,
                         mtime: *mtime,
                         target: Bytes::from(target.clone()),
+                        atime: *atime,
                     },
                     Node::Special {
                         kind,
                         mode,
                         mtime,
                         rdev,
+                        atime,
                     } => WireEntry::Special {
                         name,
                         kind: *kind,
                         mode: *mode,
                         mtime: *mtime,
                         rdev: *rdev,
+                        atime: *atime,
                     },
                 }
             })
@@ -297,6 +348,7 @@ impl Tree {
                     mtime,
                     size,
                     chunks,
+                    atime,
                 } => {
                     let chunks = chunks
                         .iter()
@@ -328,6 +380,7 @@ impl Tree {
                             mtime: *mtime,
                             size: *size,
                             chunks,
+                            atime: *atime,
                         },
                     )
                 }
@@ -336,23 +389,27 @@ impl Tree {
                     mode,
                     mtime,
                     tree,
+                    atime,
                 } => (
                     name,
                     Node::Dir {
                         mode: *mode,
                         mtime: *mtime,
                         tree: blob(tree, limits::MAX_TREE_BYTES + limits::BLOB_OVERHEAD)?,
+                        atime: *atime,
                     },
                 ),
                 WireEntry::Symlink {
                     name,
                     mtime,
                     target,
+                    atime,
                 } => (
                     name,
                     Node::Symlink {
                         mtime: *mtime,
                         target: target.clone().into_vec(),
+                        atime: *atime,
                     },
                 ),
                 WireEntry::Special {
@@ -361,6 +418,7 @@ impl Tree {
                     mode,
                     mtime,
                     rdev,
+                    atime,
                 } => (
                     name,
                     Node::Special {
@@ -368,6 +426,7 @@ impl Tree {
                         mode: *mode,
                         mtime: *mtime,
                         rdev: *rdev,
+                        atime: *atime,
                     },
                 ),
             };
@@ -414,9 +473,10 @@ pub fn check_node(node: &Node) -> std::result::Result<(), String> {
     if mode > 0o7777 {
         return Err(format!("mode {mode:#o} has bits beyond 0o7777"));
     }
-    let t = node.mtime();
-    if !limits::time_ok(t) {
-        return Err(format!("mtime {}.{} is out of range", t.0, t.1));
+    for (what, t) in [("mtime", node.mtime()), ("atime", node.atime())] {
+        if !limits::time_ok(t) {
+            return Err(format!("{what} {}.{} is out of range", t.0, t.1));
+        }
     }
     if let Node::Symlink { target, .. } = node
         && (target.is_empty() || target.len() > limits::MAX_TARGET || target.contains(&0))
@@ -469,17 +529,23 @@ enum WireEntry {
         mtime: Mtime,
         size: u64,
         chunks: Vec<WireRef>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        atime: Option<Mtime>,
     },
     Dir {
         name: Bytes,
         mode: u32,
         mtime: Mtime,
         tree: WireRef,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        atime: Option<Mtime>,
     },
     Symlink {
         name: Bytes,
         mtime: Mtime,
         target: Bytes,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        atime: Option<Mtime>,
     },
     Special {
         name: Bytes,
@@ -487,6 +553,8 @@ enum WireEntry {
         mode: u32,
         mtime: Mtime,
         rdev: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        atime: Option<Mtime>,
     },
 }
 
@@ -540,25 +608,29 @@ mod tests {
                 0u32..0o7777,
                 limits::MIN_TIME..=limits::MAX_TIME,
                 0u32..1_000_000_000,
-                prop::collection::vec((any::<u8>(), 0u8..3), 0..5)
+                prop::collection::vec((any::<u8>(), 0u8..3), 0..5),
+                prop::option::of(limits::MIN_TIME..=limits::MAX_TIME),
             )
-                .prop_map(|(mode, s, ns, c)| {
+                .prop_map(|(mode, s, ns, c, a)| {
                     let chunks: Vec<BlobRef> = c.into_iter().map(|(n, p)| blob(n, p)).collect();
                     Node::File {
                         mode,
                         mtime: Mtime(s, ns),
                         size: chunks.iter().map(BlobRef::data_size).sum(),
                         chunks,
+                        atime: Node::atime_apart(a.map(|a| Mtime(a, 1)), Mtime(s, ns)),
                     }
                 }),
             (0u32..0o777, any::<u8>()).prop_map(|(mode, n)| Node::Dir {
                 mode,
                 mtime: Mtime(1, 2),
-                tree: blob(n, 9)
+                tree: blob(n, 9),
+                atime: Some(Mtime(3, 4)),
             }),
             prop::collection::vec(1u8..=255, 1..20).prop_map(|target| Node::Symlink {
                 mtime: Mtime(-5, 0),
-                target
+                target,
+                atime: None,
             }),
             (0u32..0o7777, any::<u64>(), 0usize..4).prop_map(|(mode, rdev, k)| {
                 let kind = [
@@ -572,6 +644,7 @@ mod tests {
                     mode,
                     mtime: Mtime(7, 8),
                     rdev: if kind.has_rdev() { rdev } else { 0 },
+                    atime: None,
                 }
             }),
         ]

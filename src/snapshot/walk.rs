@@ -117,6 +117,7 @@ mod tests {
                 mtime: Mtime(0, 0),
                 size: 0,
                 chunks: vec![],
+                atime: None,
             },
         };
         for k in 0..=levels {
@@ -128,6 +129,7 @@ mod tests {
                         mode: 0o755,
                         mtime: Mtime(0, 0),
                         tree: *below,
+                        atime: None,
                     },
                 }));
             }

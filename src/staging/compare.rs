@@ -28,6 +28,7 @@ pub struct StagedFile {
     pub mode: u32,
     pub size: u64,
     pub mtime: Mtime,
+    pub atime: Mtime,
 }
 
 impl Side {
@@ -129,7 +130,7 @@ pub fn against_staging(
     Ok(out.into_values().collect())
 }
 
-/// Whether staged file `f` holds exactly `old` (mode, mtime, bytes), as a
+/// Whether staged file `f` holds exactly `old` (mode, times, bytes), as a
 /// commit would find: a file put back as it was is not a change. Its bytes
 /// are hashed only when the rest already agrees.
 pub fn holds(f: &StagedFile, old: &Node, codec: &Codec) -> bool {
@@ -138,11 +139,15 @@ pub fn holds(f: &StagedFile, old: &Node, codec: &Codec) -> bool {
         mtime,
         size,
         chunks,
+        atime,
     } = old
     else {
         return false;
     };
-    if f.mode != *mode || (f.size, f.mtime) != (*size, *mtime) {
+    if f.mode != *mode
+        || (f.size, f.mtime) != (*size, *mtime)
+        || Node::atime_apart(Some(f.atime), f.mtime) != *atime
+    {
         return false;
     }
     let Ok(file) = std::fs::File::open(&f.path) else {
@@ -194,12 +199,15 @@ impl StagedView for (&Staging, &Repo) {
             _ => Some(match node.as_version_node() {
                 Some(n) => Side::Node(n),
                 None => {
-                    let super::Seen { size, mtime, .. } = st.seen(&node);
+                    let super::Seen {
+                        size, mtime, atime, ..
+                    } = st.seen(&node);
                     Side::File(StagedFile {
                         path: st.upper_path(node.id),
                         mode: node.mode,
                         size,
                         mtime,
+                        atime,
                     })
                 }
             }),

@@ -73,6 +73,9 @@ pub struct Staging {
     dropping: RefCell<Option<Vec<u64>>>,
     /// Dropped before the lock: no sweep outlives staging's owner.
     sweeper: sweep::Sweeper,
+    /// Its store's versions hold atimes (format 2): else the atime is the
+    /// mtime here too, so that status shows what a commit would store.
+    keeps_atime: bool,
     _lock: File,
 }
 
@@ -122,6 +125,7 @@ impl Staging {
             deferred: RefCell::new(None),
             dropping: RefCell::new(None),
             sweeper: sweep::Sweeper::new(dir.join("data")),
+            keeps_atime: repo.codec.format() >= 2,
             _lock: lock,
         };
         if st.get(ROOT)?.is_none() {
@@ -373,12 +377,13 @@ impl Staging {
             } => (Kind::Special(*kind), *mode, 0, None, None, None, *rdev),
         };
         let m = node.mtime();
+        let a = Node::atime_apart(Some(node.atime()), m);
         self.db
             .prepare_cached(
-                "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, rdev)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13)",
+                "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, rdev, atime_s, atime_ns)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15)",
             )?
-            .execute(params![parent, name, kind_code(kind), mode, uid, gid, m.0, m.1, size, chunks, tree, target, rdev as i64])?;
+            .execute(params![parent, name, kind_code(kind), mode, uid, gid, m.0, m.1, size, chunks, tree, target, rdev as i64, a.map(|a| a.0), a.map(|a| a.1)])?;
         Ok(self.db.last_insert_rowid() as u64)
     }
 
@@ -724,8 +729,11 @@ impl Staging {
             return Err(Error::fs(FsError::Invalid, "time out of range"));
         }
         let m = mtime.unwrap_or(n.mtime);
-        // An access time that was the old mtime stays what it was.
-        let a = atime.or(n.atime).unwrap_or(n.mtime);
+        // An atime never set apart follows the mtime.
+        let a = match self.keeps_atime {
+            true => atime.or(n.atime),
+            false => None,
+        };
         let c = now();
         self.atomically(|| {
             self.db
@@ -740,8 +748,8 @@ impl Staging {
                     gid.unwrap_or(n.gid),
                     m.0,
                     m.1,
-                    a.0,
-                    a.1,
+                    a.map(|a| a.0),
+                    a.map(|a| a.1),
                     c.0,
                     c.1
                 ])?;
@@ -790,13 +798,13 @@ impl Staging {
 
     /// Size and times as a reader sees them now: an upper file's size and
     /// mtime are its local file's, its ctime the later of the row's and
-    /// the local file's.
+    /// the local file's; the atime is the mtime unless set apart.
     pub fn seen(&self, n: &SNode) -> Seen {
         let row_ctime = n.ctime.unwrap_or(n.mtime);
         let mut seen = Seen {
             size: n.size,
             mtime: n.mtime,
-            atime: n.atime.unwrap_or(n.mtime),
+            atime: n.mtime,
             ctime: row_ctime,
         };
         if n.upper
@@ -806,6 +814,7 @@ impl Staging {
             seen.mtime = Mtime(m.mtime(), m.mtime_nsec() as u32);
             seen.ctime = row_ctime.max(Mtime(m.ctime(), m.ctime_nsec() as u32));
         }
+        seen.atime = n.atime.unwrap_or(seen.mtime);
         seen
     }
 }

@@ -100,13 +100,23 @@ impl Staging {
 
     /// Row `old` takes version node `node`'s content, of the same kind.
     fn replace(&self, old: &super::SNode, node: &Node) -> Result<()> {
+        // The version's times: its atime (or none apart), ctime now.
+        let a = Node::atime_apart(Some(node.atime()), node.mtime());
+        let c = super::now();
+        self.db.execute(
+            "UPDATE nodes SET atime_s = ?2, atime_ns = ?3, ctime_s = ?4, ctime_ns = ?5 WHERE id = ?1",
+            params![old.id, a.map(|a| a.0), a.map(|a| a.1), c.0, c.1],
+        )?;
         match node {
-            Node::Dir { mode, mtime, tree } => self.replace_dir(old, tree, *mode, *mtime),
+            Node::Dir {
+                mode, mtime, tree, ..
+            } => self.replace_dir(old, tree, *mode, *mtime),
             Node::File {
                 mode,
                 mtime,
                 size,
                 chunks,
+                ..
             } => {
                 self.db.execute(
                     "UPDATE nodes SET upper = 0, chunks = ?2, size = ?3, mode = ?4, mtime_s = ?5, mtime_ns = ?6 WHERE id = ?1",
@@ -117,7 +127,7 @@ impl Staging {
                 }
                 Ok(())
             }
-            Node::Symlink { mtime, target } => {
+            Node::Symlink { mtime, target, .. } => {
                 self.db.execute(
                     "UPDATE nodes SET target = ?2, size = ?3, mtime_s = ?4, mtime_ns = ?5 WHERE id = ?1",
                     params![old.id, target, target.len() as u64, mtime.0, mtime.1],

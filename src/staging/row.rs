@@ -25,8 +25,9 @@ pub struct SNode {
     pub uid: u32,
     pub gid: u32,
     pub mtime: Mtime,
-    /// Access time, where it is not the mtime (set by `utimensat`; reads
-    /// leave it, as with `noatime`).
+    /// Access time, where it is set apart from the mtime (by `utimensat`,
+    /// or a version's); else it follows the mtime. Reads leave it, as
+    /// with `noatime`.
     pub atime: Option<Mtime>,
     /// Status change time, where it is not the mtime (an upper file's is
     /// also its local file's, whichever is later).
@@ -50,27 +51,32 @@ impl SNode {
     /// The node as it would appear in a version, if it can be said without
     /// reading local data (upper files and expanded directories cannot).
     pub(crate) fn as_version_node(&self) -> Option<Node> {
+        let atime = Node::atime_apart(self.atime, self.mtime);
         match self.kind {
             Kind::File if !self.upper => Some(Node::File {
                 mode: self.mode,
                 mtime: self.mtime,
                 size: self.size,
                 chunks: self.chunks.clone().unwrap_or_default(),
+                atime,
             }),
             Kind::Dir => self.tree.or(self.was).map(|tree| Node::Dir {
                 mode: self.mode,
                 mtime: self.mtime,
                 tree,
+                atime,
             }),
             Kind::Symlink => Some(Node::Symlink {
                 mtime: self.mtime,
                 target: self.target.clone(),
+                atime,
             }),
             Kind::Special(kind) => Some(Node::Special {
                 kind,
                 mode: self.mode,
                 mtime: self.mtime,
                 rdev: self.rdev,
+                atime,
             }),
             Kind::File => None,
         }

@@ -146,12 +146,15 @@ impl Staging {
 impl Staging {
     /// Whether staged copy `r` holds exactly `old`.
     fn holds(&self, r: &SNode, old: &Node, codec: &crate::store::codec::Codec) -> bool {
-        let super::Seen { size, mtime, .. } = self.seen(r);
+        let super::Seen {
+            size, mtime, atime, ..
+        } = self.seen(r);
         let file = StagedFile {
             path: self.upper_path(r.id),
             mode: r.mode,
             size,
             mtime,
+            atime,
         };
         super::compare::holds(&file, old, codec)
     }
