@@ -5,10 +5,11 @@
 use super::{Env, noise};
 use detafs::fs::{FileKind, MountFs, MountOptions};
 use detafs::repo::{Options, Repo};
+use detafs::snapshot::Special;
 use detafs::staging::Staging;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, PermissionsExt};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -33,6 +34,7 @@ pub enum Op {
     Rmdir(String),
     Rename(String, String),
     Symlink(String),
+    Mkfifo(String),
     Chmod {
         path: String,
         mode: u32,
@@ -59,6 +61,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => path().prop_map(Op::Rmdir),
         2 => (path(), path()).prop_map(|(a, b)| Op::Rename(a, b)),
         1 => path().prop_map(Op::Symlink),
+        1 => path().prop_map(Op::Mkfifo),
         1 => (path(), prop::sample::select(vec![0o600u32, 0o644, 0o755, 0o700]))
             .prop_map(|(path, mode)| Op::Chmod { path, mode }),
         1 => Just(Op::Commit),
@@ -160,10 +163,11 @@ impl<'e> Core<'e> {
                 fs.remove(parent, name, matches!(op, Op::Rmdir(_)))
                     .map_err(errno)
             }
-            Op::Mkdir(path) | Op::Symlink(path) => {
+            Op::Mkdir(path) | Op::Symlink(path) | Op::Mkfifo(path) => {
                 let (parent, name) = self.parent(path)?;
                 let (kind, mode, target) = match op {
                     Op::Mkdir(_) => (FileKind::Dir, 0o755, &b""[..]),
+                    Op::Mkfifo(_) => (FileKind::Special(Special::Fifo), 0o644, &b""[..]),
                     _ => (FileKind::Symlink, 0o777, &b"nowhere/at/all"[..]),
                 };
                 fs.make(parent, name, kind, mode, 0, 0, target, 0)
@@ -237,7 +241,7 @@ impl<'e> Core<'e> {
                         assert_eq!(data.len() as u64, a.size, "{path}: size and bytes disagree");
                         format!("file {:o} {}", a.perm, fingerprint(&data))
                     }
-                    FileKind::Special(s) => format!("{s:?} {:o} {}", a.perm, a.rdev),
+                    FileKind::Special(s) => format!("{s:?} {:o} {}", a.perm, a.rdev).to_lowercase(),
                 };
                 out.insert(path, what);
             }
@@ -302,6 +306,16 @@ impl Model {
                 std::fs::DirBuilder::new().mode(0o755).create(self.p(path))
             }
             Op::Symlink(path) => std::os::unix::fs::symlink("nowhere/at/all", self.p(path)),
+            Op::Mkfifo(path) => {
+                use std::os::unix::ffi::OsStrExt;
+                let c = std::ffi::CString::new(self.p(path).as_os_str().as_bytes()).unwrap();
+                // SAFETY: a NUL-terminated path.
+                if unsafe { libc::mkfifo(c.as_ptr(), 0o644) } == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            }
             Op::Rename(from, to) => std::fs::rename(self.p(from), self.p(to)),
             Op::Chmod { path, mode } => {
                 std::fs::set_permissions(self.p(path), std::fs::Permissions::from_mode(*mode))
@@ -325,6 +339,8 @@ impl Model {
                     format!("dir {perm:o}")
                 } else if m.file_type().is_symlink() {
                     format!("link {}", std::fs::read_link(e.path()).unwrap().display())
+                } else if m.file_type().is_fifo() {
+                    format!("fifo {perm:o} 0")
                 } else {
                     format!(
                         "file {perm:o} {}",
@@ -338,15 +354,23 @@ impl Model {
     }
 
     /// Whether the kernel would follow a symlink for this operation (the
-    /// core never sees such a request on that name): skipped in both. It
-    /// follows one above the last name always, and at the last name when
-    /// opening, truncating or changing mode.
+    /// core never sees such a request on that name), or answer it itself
+    /// (opening or truncating a FIFO): skipped in both. It follows one
+    /// above the last name always, and at the last name when opening,
+    /// truncating or changing mode.
     pub fn follows_symlink(&self, op: &Op) -> bool {
+        if let Op::Write { path, .. } | Op::Truncate { path, .. } = op
+            && std::fs::symlink_metadata(self.p(path)).is_ok_and(|m| m.file_type().is_fifo())
+        {
+            return true;
+        }
         let (paths, last): (Vec<&String>, bool) = match op {
             Op::Write { path, .. } | Op::Truncate { path, .. } | Op::Chmod { path, .. } => {
                 (vec![path], true)
             }
-            Op::Unlink(p) | Op::Rmdir(p) | Op::Mkdir(p) | Op::Symlink(p) => (vec![p], false),
+            Op::Unlink(p) | Op::Rmdir(p) | Op::Mkdir(p) | Op::Symlink(p) | Op::Mkfifo(p) => {
+                (vec![p], false)
+            }
             Op::Rename(a, b) => (vec![a, b], false),
             Op::Commit | Op::Remount => return false,
         };
