@@ -347,3 +347,80 @@ fn a_format_1_store_keeps_no_atime_apart() {
     commit_via_control(&m, "one").unwrap();
     assert_eq!(times(&m.path("versions/v1/f")).1, mt);
 }
+
+#[test]
+fn hard_links_in_staging_share_one_inode_until_the_last_name_goes() {
+    use std::io::Write;
+    let env = Env::new();
+    let m = env.mount(&[]);
+    let (a, b) = (m.path("staging/a"), m.path("staging/sub/b"));
+    std::fs::create_dir(m.path("staging/sub")).unwrap();
+    std::fs::write(&a, b"one").unwrap();
+    std::fs::hard_link(&a, &b).unwrap();
+    let meta = |p: &Path| std::fs::symlink_metadata(p).unwrap();
+    assert_eq!(meta(&a).ino(), meta(&b).ino());
+    assert_eq!((meta(&a).nlink(), meta(&b).nlink()), (2, 2));
+    // One file: a write or chmod through one name is seen through the other.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&b)
+        .unwrap()
+        .write_all(b" two")
+        .unwrap();
+    run_ok(Command::new("chmod").arg("600").arg(&a));
+    assert_eq!(std::fs::read(&a).unwrap(), b"one two");
+    assert_eq!(meta(&b).mode() & 0o7777, 0o600);
+    // A link to a folder, or an existing name, is refused.
+    let err = std::fs::hard_link(m.path("staging/sub"), m.path("staging/d2")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+    let err = std::fs::hard_link(&a, &b).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EEXIST));
+    // Renaming one name onto another of the same file changes nothing.
+    std::fs::rename(&a, &b).unwrap();
+    assert!(a.exists() && b.exists());
+    // cp -al gives every file of a tree a second name.
+    let c = m.path("staging/c");
+    run_ok(
+        Command::new("cp")
+            .arg("-al")
+            .arg(m.path("staging/sub"))
+            .arg(&c),
+    );
+    assert_eq!(meta(&a).nlink(), 3);
+    assert_eq!(meta(&c.join("b")).ino(), meta(&a).ino());
+    // It survives the daemon.
+    drop(m);
+    let m = env.mount(&[]);
+    let (a, b, cb) = (
+        m.path("staging/a"),
+        m.path("staging/sub/b"),
+        m.path("staging/c/b"),
+    );
+    assert_eq!(meta(&a).nlink(), 3);
+    assert_eq!(meta(&cb).ino(), meta(&a).ino());
+    // Removing the first name keeps the file under the others, with its
+    // inode number (an open descriptor goes on working).
+    let ino = meta(&a).ino();
+    let mut open = std::fs::OpenOptions::new().append(true).open(&b).unwrap();
+    std::fs::remove_file(&a).unwrap();
+    assert_eq!((meta(&b).ino(), meta(&b).nlink()), (ino, 2));
+    open.write_all(b" three").unwrap();
+    drop(open);
+    assert_eq!(std::fs::read(&cb).unwrap(), b"one two three");
+    std::fs::remove_dir_all(m.path("staging/sub")).unwrap();
+    assert_eq!(meta(&cb).nlink(), 1);
+    assert_eq!(std::fs::read(&cb).unwrap(), b"one two three");
+    // Committed: each name is in the version.
+    commit_via_control(&m, "links").unwrap();
+    assert_eq!(
+        std::fs::read(m.path("versions/v1/c/b")).unwrap(),
+        b"one two three"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        ""
+    );
+    std::fs::remove_file(&cb).unwrap();
+    assert!(!cb.exists());
+    assert!(m.alive());
+}

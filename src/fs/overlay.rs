@@ -21,7 +21,7 @@ impl MountFs {
         // file systems count them.
         let nlink = match n.kind {
             Kind::Dir => 2 + st.subdirs(&self.repo, n)?,
-            _ => 1,
+            _ => st.names(n.id)?,
         };
         Ok(Attr {
             ino: n.id | STAGING_BIT,
@@ -165,6 +165,20 @@ impl MountFs {
         let attr = self.make(parent, name, FileKind::File, mode, uid, gid, b"", 0)?;
         let opened = self.open(attr.ino, flags & !libc::O_TRUNC, uid)?;
         Ok((attr, opened))
+    }
+
+    /// A further name for staged file `ino`.
+    pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
+        let parent = self.staging_parent(parent)?;
+        if !is_staging(ino) {
+            return Err(Error::fs(
+                FsError::NotPermitted,
+                "a link across file systems",
+            ));
+        }
+        let st = self.staging()?;
+        let n = st.link(&self.repo, ino & !STAGING_BIT, parent, name)?;
+        self.staging_attr(&st, &n)
     }
 
     pub fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<()> {

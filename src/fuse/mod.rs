@@ -439,14 +439,13 @@ impl Filesystem for Fuse {
     fn link(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         newparent: INodeNo,
-        _newname: &OsStr,
+        newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        // Hard links are not versioned (docs/semantics.md).
-        let e = self.fs.refuse(newparent.0, FsError::NotPermitted, "link");
-        reply.error(errno(&e));
+        let name = newname.as_bytes().to_vec();
+        self.spawn(move |fs| entry(reply, fs.link(ino.0, newparent.0, &name), "link"));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {

@@ -47,11 +47,16 @@ impl Frozen {
 
     /// Bytes of the staged copies a commit reads (its progress's total).
     pub fn staged_bytes(&self) -> u64 {
-        self.children
+        let files: std::collections::HashSet<u64> = self
+            .children
             .values()
             .flatten()
             .filter(|r| r.upper)
-            .filter_map(|r| std::fs::metadata(self.upper_path(r.id)).ok())
+            .map(|r| r.id)
+            .collect();
+        files
+            .into_iter()
+            .filter_map(|id| std::fs::metadata(self.upper_path(id)).ok())
             .map(|m| m.len())
             .sum()
     }
@@ -83,9 +88,24 @@ impl Staging {
         let mut stmt = self.db.prepare(&format!(
             "SELECT {COLUMNS} FROM nodes WHERE id != {ROOT} ORDER BY parent, name"
         ))?;
+        let mut links = Vec::new();
         for r in stmt.query_map([], row)? {
             let r = r.map_err(|e| super::bad_row("staging's rows", e))?;
+            if r.link.is_some() {
+                links.push(r.clone());
+            }
             children.entry(r.parent).or_default().push(r);
+        }
+        // A hard link is committed as its file (versions hold each name as
+        // a file of its own).
+        for r in links {
+            let file = self.resolve(r.clone())?;
+            if let Some(slot) = children
+                .get_mut(&r.parent)
+                .and_then(|c| c.iter_mut().find(|c| c.row == r.row))
+            {
+                *slot = file;
+            }
         }
         let root = self.node(ROOT)?;
         self.writes.start();

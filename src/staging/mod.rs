@@ -106,7 +106,7 @@ impl Staging {
         db.pragma_update(None, "synchronous", "NORMAL")?;
         db.execute_batch(SCHEMA)?;
         // Staging areas made before a column existed gain it (`was` NULL:
-        // changed; `rdev` 0).
+        // changed; `rdev` 0; no times apart, no hard links).
         for (column, definition) in ADDED_COLUMNS {
             if db
                 .prepare(&format!("SELECT {column} FROM nodes LIMIT 0"))
@@ -117,6 +117,10 @@ impl Staging {
                 ))?;
             }
         }
+        // A file's hard links are found by it.
+        db.execute_batch(
+            "CREATE INDEX IF NOT EXISTS nodes_link ON nodes(link) WHERE link IS NOT NULL",
+        )?;
         let st = Staging {
             db,
             dir: dir.to_path_buf(),
@@ -132,7 +136,7 @@ impl Staging {
             let base = records.last();
             let m = now();
             st.db.execute(
-                &format!("INSERT INTO nodes({COLUMNS}) VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, NULL, ?6, 0, NULL, NULL, 0, NULL, NULL, NULL, NULL)"),
+                &format!("INSERT INTO nodes({COLUMNS}) VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, NULL, ?6, 0, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL)"),
                 params![
                     ROOT,
                     unsafe { libc::getuid() },
@@ -399,15 +403,42 @@ impl Staging {
         self.child(parent, name)
     }
 
-    /// The row named `name` in folder `parent`, which must be expanded.
+    /// The entry named `name` in folder `parent`, which must be expanded.
     fn child(&self, parent: u64, name: &[u8]) -> Result<Option<SNode>> {
-        Ok(self
-            .db
+        self.db
             .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM nodes WHERE parent = ?1 AND name = ?2"
             ))?
             .query_row(params![parent, name], row)
-            .optional()?)
+            .optional()?
+            .map(|r| self.resolve(r))
+            .transpose()
+    }
+
+    /// A hard link's row as the inode it names: the inode's id and
+    /// content under this row's name and place.
+    pub(super) fn resolve(&self, r: SNode) -> Result<SNode> {
+        let Some(inode) = r.link else {
+            return Ok(r);
+        };
+        let mut n = self.node(inode)?;
+        if n.link.is_some() || n.kind != r.kind {
+            return Err(Error::malformed(
+                format!("staging row {}", r.row),
+                format!("a link to row {inode}, which is no file's first name"),
+            ));
+        }
+        (n.row, n.parent, n.name) = (r.row, r.parent, r.name);
+        Ok(n)
+    }
+
+    /// How many names inode `id` has.
+    pub fn names(&self, id: u64) -> Result<u32> {
+        let links: u32 = self
+            .db
+            .prepare_cached("SELECT COUNT(*) FROM nodes WHERE link = ?1")?
+            .query_row([id], |r| r.get(0))?;
+        Ok(1 + links)
     }
 
     /// Subdirectories of a directory (its link count is 2 plus this).
@@ -440,7 +471,7 @@ impl Staging {
             .query_map([parent], row)?
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(|e| bad_row(&format!("a child of node {parent}"), e))?;
-        Ok(rows)
+        rows.into_iter().map(|r| self.resolve(r)).collect()
     }
 
     /// An entry of folder `id` came, went or was renamed: its mtime and
@@ -599,14 +630,91 @@ impl Staging {
 
     /// Deletes a node and everything under it, with their upper files.
     /// Open descriptors of upper files keep working (POSIX unlink semantics).
+    /// Removes a name and, for a folder, everything under it. A file with
+    /// other names lives on under them.
     fn delete_subtree(&self, node: &SNode) -> Result<()> {
         let mut todo = vec![node.clone()];
         while let Some(n) = todo.pop() {
+            if n.row != n.id {
+                // A further name of a file: only the name goes.
+                self.db
+                    .execute("DELETE FROM nodes WHERE id = ?1", [n.row])?;
+                self.status_changed(n.id)?;
+                continue;
+            }
+            let other: Option<(u64, u64, Vec<u8>)> = self
+                .db
+                .prepare_cached(
+                    "SELECT id, parent, name FROM nodes WHERE link = ?1 ORDER BY id LIMIT 1",
+                )?
+                .query_row([n.id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .optional()?;
+            if let Some((row, parent, name)) = other {
+                // Its first name goes: the inode (and its content) takes
+                // the place of another name.
+                self.db.execute("DELETE FROM nodes WHERE id = ?1", [row])?;
+                self.db.execute(
+                    "UPDATE nodes SET parent = ?2, name = ?3 WHERE id = ?1",
+                    params![n.id, parent, name],
+                )?;
+                self.status_changed(n.id)?;
+                continue;
+            }
             todo.extend(self.rows_under(n.id)?);
             self.db.execute("DELETE FROM nodes WHERE id = ?1", [n.id])?;
             if n.upper {
                 self.drop_copy(n.id);
             }
+        }
+        Ok(())
+    }
+
+    /// Inode `id`'s status changed (a name came or went): its ctime is now.
+    fn status_changed(&self, id: u64) -> Result<()> {
+        let t = now();
+        self.db
+            .prepare_cached("UPDATE nodes SET ctime_s = ?2, ctime_ns = ?3 WHERE id = ?1")?
+            .execute(params![id, t.0, t.1])?;
+        Ok(())
+    }
+
+    /// Gives file `id` a further name, `name` in folder `parent`.
+    pub fn link(&self, repo: &Repo, id: u64, parent: u64, name: &[u8]) -> Result<SNode> {
+        check_name(name)?;
+        // In the kernel's order: an existing name first.
+        if self.lookup(repo, parent, name)?.is_some() {
+            return Err(Error::fs(FsError::Exists, String::from_utf8_lossy(name)));
+        }
+        let n = self.node(id)?;
+        if n.kind == Kind::Dir {
+            return Err(Error::fs(FsError::NotPermitted, "a hard link to a folder"));
+        }
+        let m = now();
+        self.atomically(|| {
+            self.db
+                .prepare_cached(
+                    "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, upper, link)
+                     VALUES (?1, ?2, ?3, 0, 0, 0, ?4, ?5, 0, 0, ?6)",
+                )?
+                .execute(params![parent, name, kind_code(n.kind), m.0, m.1, id])?;
+            self.status_changed(id)?;
+            self.touch_dir(parent)
+        })?;
+        self.node(id)
+    }
+
+    /// Inode `id`'s content or metadata changed: so did every folder that
+    /// holds one of its names.
+    fn changed_everywhere(&self, id: u64) -> Result<()> {
+        let mut parents: Vec<u64> = self
+            .db
+            .prepare_cached("SELECT parent FROM nodes WHERE id = ?1 OR link = ?1")?
+            .query_map([id], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        parents.sort_unstable();
+        parents.dedup();
+        for p in parents {
+            self.changed(p)?;
         }
         Ok(())
     }
@@ -676,15 +784,15 @@ impl Staging {
             }
         }
         // A renamed entry's status changed (Linux file systems say so too).
-        let t = now();
         self.atomically(|| {
             if let Some(old) = &replaced {
                 self.delete_subtree(old)?;
             }
             self.db.execute(
-                "UPDATE nodes SET parent = ?2, name = ?3, ctime_s = ?4, ctime_ns = ?5 WHERE id = ?1",
-                params![node.id, new_parent, new_name, t.0, t.1],
+                "UPDATE nodes SET parent = ?2, name = ?3 WHERE id = ?1",
+                params![node.row, new_parent, new_name],
             )?;
+            self.status_changed(node.id)?;
             self.touch_dir(parent)?;
             self.touch_dir(new_parent)
         })
@@ -759,7 +867,7 @@ impl Staging {
                 let path = self.upper_path(id);
                 filetime::set_file_mtime(&path, t).map_err(|e| Error::io(path.display(), e))?;
             }
-            self.changed(n.parent)
+            self.changed_everywhere(n.id)
         })
     }
 
@@ -791,7 +899,7 @@ impl Staging {
                 "UPDATE nodes SET upper = 1, chunks = NULL WHERE id = ?1",
                 [id],
             )?;
-            self.changed(n.parent)
+            self.changed_everywhere(n.id)
         })?;
         Ok(path)
     }

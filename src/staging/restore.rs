@@ -69,8 +69,12 @@ impl Staging {
                     Some((name, dirs)) => {
                         let parent = self.make_dirs(repo, source, dirs)?;
                         match (self.lookup(repo, parent, name)?, node) {
-                            // Same kind: the row (the inode the kernel knows) stays.
-                            (Some(old), Some(node)) if old.kind == kind_of(node) => {
+                            // Same kind: the row (the inode the kernel knows)
+                            // stays, unless the file has other names, which
+                            // keep it.
+                            (Some(old), Some(node))
+                                if old.kind == kind_of(node) && self.names(old.id)? == 1 =>
+                            {
                                 self.replace(&old, node)?;
                             }
                             (old, node) => {

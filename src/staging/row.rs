@@ -14,10 +14,14 @@ pub enum Kind {
     Special(Special),
 }
 
-/// One staged file, directory, symlink or special entry.
+/// One staged file, directory, symlink or special entry, under one of its
+/// names: `row` is that name's row, `id` the inode's (the row of its first
+/// name, which holds its content; further hard links are rows that point
+/// to it and hold only a name).
 #[derive(Clone, Debug)]
 pub struct SNode {
     pub id: u64,
+    pub row: u64,
     pub parent: u64,
     pub name: Vec<u8>,
     pub kind: Kind,
@@ -45,6 +49,8 @@ pub struct SNode {
     pub target: Vec<u8>,
     /// A device's number (0 for everything else).
     pub rdev: u64,
+    /// A hard link's row: the inode (row) whose name this is besides.
+    pub link: Option<u64>,
 }
 
 impl SNode {
@@ -93,22 +99,24 @@ CREATE TABLE IF NOT EXISTS nodes(
     chunks BLOB, tree BLOB, upper INTEGER NOT NULL DEFAULT 0, target BLOB, was BLOB,
     rdev INTEGER NOT NULL DEFAULT 0,
     atime_s INTEGER, atime_ns INTEGER, ctime_s INTEGER, ctime_ns INTEGER,
+    link INTEGER,
     UNIQUE(parent, name));
 CREATE TABLE IF NOT EXISTS conflicts(
     path BLOB PRIMARY KEY, theirs INTEGER NOT NULL, mark TEXT) WITHOUT ROWID;
 ";
 
-pub const COLUMNS: &str = "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was, rdev, atime_s, atime_ns, ctime_s, ctime_ns";
+pub const COLUMNS: &str = "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was, rdev, atime_s, atime_ns, ctime_s, ctime_ns, link";
 
 /// Columns added after the first staging areas were made, with their
 /// definitions: `Staging::open` adds those a database lacks.
-pub const ADDED_COLUMNS: [(&str, &str); 6] = [
+pub const ADDED_COLUMNS: [(&str, &str); 7] = [
     ("was", "BLOB"),
     ("rdev", "INTEGER NOT NULL DEFAULT 0"),
     ("atime_s", "INTEGER"),
     ("atime_ns", "INTEGER"),
     ("ctime_s", "INTEGER"),
     ("ctime_ns", "INTEGER"),
+    ("link", "INTEGER"),
 ];
 
 pub(super) fn kind_code(k: Kind) -> i64 {
@@ -173,6 +181,7 @@ pub fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
     let mtime = time(7)?.ok_or_else(|| bad(7, "no mtime".into()))?;
     Ok(SNode {
         id: r.get(0)?,
+        row: r.get(0)?,
         parent: r.get(1)?,
         name: r.get(2)?,
         kind,
@@ -189,6 +198,7 @@ pub fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
         rdev: r.get::<_, i64>(15)? as u64,
         atime: time(16)?,
         ctime: time(18)?,
+        link: r.get(20)?,
     })
 }
 

@@ -35,6 +35,8 @@ pub enum Op {
     Rename(String, String),
     Symlink(String),
     Mkfifo(String),
+    /// A hard link: the second path names the first's file.
+    Link(String, String),
     Chmod {
         path: String,
         mode: u32,
@@ -62,6 +64,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         2 => (path(), path()).prop_map(|(a, b)| Op::Rename(a, b)),
         1 => path().prop_map(Op::Symlink),
         1 => path().prop_map(Op::Mkfifo),
+        2 => (path(), path()).prop_map(|(a, b)| Op::Link(a, b)),
         1 => (path(), prop::sample::select(vec![0o600u32, 0o644, 0o755, 0o700]))
             .prop_map(|(path, mode)| Op::Chmod { path, mode }),
         1 => Just(Op::Commit),
@@ -184,6 +187,11 @@ impl<'e> Core<'e> {
                     return Err(libc::ENOTEMPTY);
                 }
                 fs.rename(p, n, np, nn, false).map_err(errno)
+            }
+            Op::Link(from, to) => {
+                let ino = self.at("staging", from)?;
+                let (np, nn) = self.parent(to)?;
+                fs.link(ino, np, nn).map_err(errno).map(|_| ())
             }
             Op::Chmod { path, mode } => {
                 let ino = self.at("staging", path)?;
@@ -317,6 +325,8 @@ impl Model {
                 }
             }
             Op::Rename(from, to) => std::fs::rename(self.p(from), self.p(to)),
+            // link(2) itself: a symlink gets a second name, not its target.
+            Op::Link(from, to) => std::fs::hard_link(self.p(from), self.p(to)),
             Op::Chmod { path, mode } => {
                 std::fs::set_permissions(self.p(path), std::fs::Permissions::from_mode(*mode))
             }
@@ -371,7 +381,7 @@ impl Model {
             Op::Unlink(p) | Op::Rmdir(p) | Op::Mkdir(p) | Op::Symlink(p) | Op::Mkfifo(p) => {
                 (vec![p], false)
             }
-            Op::Rename(a, b) => (vec![a, b], false),
+            Op::Rename(a, b) | Op::Link(a, b) => (vec![a, b], false),
             Op::Commit | Op::Remount => return false,
         };
         paths.into_iter().any(|path| {
