@@ -104,6 +104,9 @@ pub fn export(
         Finish(PathBuf, u32, Node),
     }
     let mut steps = vec![Step::Fill(*root, dest.to_path_buf())];
+    // The first name exported of each link group: its other names are
+    // made links to it (in their folder's turn, before its mtime is set).
+    let mut firsts: HashMap<u64, PathBuf> = HashMap::new();
     while let Some(step) = steps.pop() {
         let (tree, dir) = match step {
             Step::Finish(path, m, node) => {
@@ -113,21 +116,32 @@ pub fn export(
             Step::Fill(tree, dir) => (repo.tree(&tree)?, dir),
         };
         let mut files = Vec::new();
+        let mut links = Vec::new();
         for entry in &tree.entries {
             // Names are validated on decode (no '/', '.', '..' or NUL), so
             // every path stays under `dest`.
             let path = dir.join(OsStr::from_bytes(&entry.name));
-            match &entry.node {
-                Node::File { mode: m, .. } => files.push((path, &entry.node, mode(*m))),
+            let group = entry.node.link().map(|l| l.group);
+            if let Some(first) = group.and_then(|g| firsts.get(&g)) {
+                links.push((first.clone(), path));
+                continue;
+            }
+            let made = match &entry.node {
+                Node::File { mode: m, .. } => {
+                    files.push((path.clone(), &entry.node, mode(*m)));
+                    true
+                }
                 Node::Dir { mode: m, tree, .. } => {
                     std::fs::create_dir(&path).map_err(|e| Error::io(path.display(), e))?;
                     steps.push(Step::Finish(path.clone(), *m, entry.node.clone()));
-                    steps.push(Step::Fill(*tree, path));
+                    steps.push(Step::Fill(*tree, path.clone()));
+                    true
                 }
                 Node::Symlink { target, .. } => {
                     std::os::unix::fs::symlink(OsStr::from_bytes(target), &path)
                         .map_err(|e| Error::io(path.display(), e))?;
                     set_times(&path, &entry.node)?;
+                    true
                 }
                 Node::Special {
                     kind,
@@ -136,13 +150,21 @@ pub fn export(
                     ..
                 } => {
                     // mknod applies the umask: the mode is set after.
-                    if make_special(&path, *kind, mode(*m), *rdev)? {
+                    let made = make_special(&path, *kind, mode(*m), *rdev)?;
+                    if made {
                         finish(&path, mode(*m), &entry.node)?;
                     }
+                    made
                 }
+            };
+            if let (Some(g), true) = (group, made) {
+                firsts.insert(g, path);
             }
         }
         export_files(repo, &files, progress)?;
+        for (first, path) in links {
+            std::fs::hard_link(&first, &path).map_err(|e| Error::io(path.display(), e))?;
+        }
     }
     Ok(())
 }

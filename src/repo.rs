@@ -277,6 +277,7 @@ impl Repo {
             mtime: Default::default(),
             tree: *root,
             atime: None,
+            links: false,
         };
         for part in path
             .split(|&b| b == b'/')

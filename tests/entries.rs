@@ -424,3 +424,81 @@ fn hard_links_in_staging_share_one_inode_until_the_last_name_goes() {
     assert!(!cb.exists());
     assert!(m.alive());
 }
+
+/// (inode, link count) of `path`.
+fn inode(path: &Path) -> (u64, u64) {
+    let m = std::fs::symlink_metadata(path).unwrap();
+    (m.ino(), m.nlink())
+}
+
+#[test]
+fn link_groups_round_trip_through_commit_versions_export_and_commit_from() {
+    let env = sealed_env();
+    let m = env.mount(&[]);
+    let st = m.path("staging");
+    std::fs::create_dir_all(st.join("d/deep")).unwrap();
+    std::fs::write(st.join("a"), b"shared").unwrap();
+    std::fs::hard_link(st.join("a"), st.join("d/deep/b")).unwrap();
+    std::fs::hard_link(st.join("a"), st.join("d/c")).unwrap();
+    std::fs::write(st.join("alone"), b"alone").unwrap();
+    run_ok(Command::new("mkfifo").arg(st.join("p")));
+    std::fs::hard_link(st.join("p"), st.join("d/p2")).unwrap();
+    commit_via_control(&m, "links").unwrap();
+    // versions/v1: one inode per file, whatever the name, with its count.
+    let v = m.path("versions/v1");
+    let a = inode(&v.join("a"));
+    assert_eq!(a.1, 3);
+    assert_eq!(inode(&v.join("d/deep/b")), a);
+    assert_eq!(inode(&v.join("d/c")), a);
+    assert_eq!(inode(&v.join("alone")).1, 1);
+    assert_eq!(inode(&v.join("d/p2")), inode(&v.join("p")));
+    assert_eq!(std::fs::read(v.join("d/c")).unwrap(), b"shared");
+    // Export makes them links again.
+    let out = env.path("out");
+    env.ok(&["export", "ds", "v1", out.to_str().unwrap()]);
+    let e = inode(&out.join("a"));
+    assert_eq!(e.1, 3);
+    assert_eq!(inode(&out.join("d/deep/b")), e);
+    assert_eq!(inode(&out.join("d/p2")).1, 2);
+    assert_eq!(std::fs::read(out.join("d/deep/b")).unwrap(), b"shared");
+    // commit --from keeps them, and commits the same tree twice over.
+    env.ok(&["dataset", "create", "again"]);
+    let from = [
+        "commit",
+        "again",
+        "--from",
+        out.to_str().unwrap(),
+        "-m",
+        "x",
+    ];
+    env.ok(&from);
+    let (code, _) = env.fails(&from);
+    assert_eq!(code, 4, "the same tree is nothing to commit");
+    let out2 = env.path("out2");
+    env.ok(&["export", "again", "v1", out2.to_str().unwrap()]);
+    assert_eq!(inode(&out2.join("a")).1, 3);
+    assert_eq!(inode(&out2.join("d/c")), inode(&out2.join("a")));
+    // A staging that starts from the version (a new mount, after its own
+    // staging is gone) holds one file under the three names again: a
+    // write through one is read through the others.
+    drop(m);
+    std::fs::remove_dir_all(env.path("staging")).ok();
+    let m = env.mount(&["--staging-dir", env.path("staging2").to_str().unwrap()]);
+    let st = m.path("staging");
+    assert_eq!(inode(&st.join("d/c")), inode(&st.join("a")));
+    assert_eq!(inode(&st.join("a")).1, 3);
+    std::fs::write(st.join("d/deep/b"), b"changed").unwrap();
+    assert_eq!(std::fs::read(st.join("a")).unwrap(), b"changed");
+    std::fs::remove_file(st.join("d/c")).unwrap();
+    commit_via_control(&m, "changed").unwrap();
+    let v2 = m.path("versions/v2");
+    assert_eq!(inode(&v2.join("a")).1, 2);
+    assert_eq!(inode(&v2.join("d/deep/b")), inode(&v2.join("a")));
+    assert_eq!(std::fs::read(v2.join("a")).unwrap(), b"changed");
+    assert!(!v2.join("d/c").exists());
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        ""
+    );
+    assert!(m.alive());
+}

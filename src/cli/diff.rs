@@ -182,6 +182,7 @@ impl StagedView for Mounted {
                 mtime,
                 target: target.into_os_string().into_encoded_bytes(),
                 atime: Node::atime_apart(Some(atime), mtime),
+                link: None,
             }))
         } else if meta.is_file() {
             Some(Side::File(StagedFile {

@@ -11,7 +11,7 @@ use crate::repo::Repo;
 use crate::snapshot::chunker;
 use crate::snapshot::diff::TreeSink;
 use crate::snapshot::tree::{check_name, check_node};
-use crate::snapshot::{Entry, Mtime, Node, Tree};
+use crate::snapshot::{Entry, Link, Mtime, Node, Tree};
 use crate::store::codec::Codec;
 use crate::store::pack::{BlobKind, BlobRef, PackWriter};
 use std::collections::HashMap;
@@ -41,6 +41,9 @@ pub struct Scanner<'r> {
     pub started: std::time::Instant,
     /// Started at the first new chunk, on the commit's own thread.
     encoder: Option<Encoder>,
+    /// Names of each file with several in the scanned tree, by (device,
+    /// inode): their entries form a link group.
+    names: HashMap<(u64, u64), u32>,
 }
 
 /// A chunk of a file being read: where it lives, or its id while it is
@@ -61,6 +64,7 @@ enum Scanned {
         slots: Vec<Slot>,
         /// Its stat-cache row, if it may have one.
         stat_row: Option<(Vec<u8>, StatKey)>,
+        link: Option<Link>,
     },
 }
 
@@ -94,6 +98,7 @@ impl<'r> Scanner<'r> {
             codec: repo.codec.clone(),
             started: std::time::Instant::now(),
             encoder: None,
+            names: HashMap::new(),
         }
     }
 
@@ -170,10 +175,25 @@ impl<'r> Scanner<'r> {
 
     /// Snapshots directory `dir` and everything under it; returns its tree.
     pub fn scan_dir(&mut self, dir: &Path) -> Result<BlobRef> {
-        self.scan_level(dir, 0)
+        if self.codec.format() >= 2 {
+            self.names = count_names(dir)?;
+        }
+        Ok(self.scan_level(dir, 0)?.0)
     }
 
-    fn scan_level(&mut self, dir: &Path, depth: usize) -> Result<BlobRef> {
+    /// The link group of a file `meta` describes, if the tree holds it
+    /// under several names. Its id is derived from the device and inode,
+    /// so the same tree committed again gives the same trees.
+    fn link_of(&self, meta: &Metadata) -> Option<Link> {
+        let names = *self.names.get(&(meta.dev(), meta.ino()))?;
+        let id = ObjectId::of(format!("{} {}", meta.dev(), meta.ino()).as_bytes());
+        let group = u64::from_le_bytes(id.as_bytes()[..8].try_into().expect("8 bytes"));
+        (names > 1).then_some(Link { group, names })
+    }
+
+    /// Snapshots `dir`; returns its tree and whether a link group has a
+    /// name in it.
+    fn scan_level(&mut self, dir: &Path, depth: usize) -> Result<(BlobRef, bool)> {
         if depth > limits::MAX_DEPTH {
             return Err(Error::InvalidInput(format!(
                 "{}: deeper than {} levels, more than a version may hold",
@@ -194,11 +214,13 @@ impl<'r> Scanner<'r> {
                 std::fs::symlink_metadata(&path).map_err(|e| Error::io(path.display(), e))?;
             let ft = meta.file_type();
             let node = if ft.is_dir() {
+                let (tree, links) = self.scan_level(&path, depth + 1)?;
                 Scanned::Node(Node::Dir {
                     mode: meta.mode() & 0o7777,
                     mtime: mtime_of(&meta),
-                    tree: self.scan_level(&path, depth + 1)?,
+                    tree,
                     atime: None,
+                    links,
                 })
             } else if ft.is_file() {
                 self.scan_file(&path, &meta)?
@@ -208,10 +230,14 @@ impl<'r> Scanner<'r> {
                     mtime: mtime_of(&meta),
                     target: target.as_os_str().as_bytes().to_vec(),
                     atime: None,
+                    link: self.link_of(&meta),
                 })
-            } else if let Some(node) = Node::special_of(&meta, mtime_of(&meta), None)
+            } else if let Some(mut node) = Node::special_of(&meta, mtime_of(&meta), None)
                 && self.codec.format() >= 2
             {
+                if let Node::Special { link, .. } = &mut node {
+                    *link = self.link_of(&meta);
+                }
                 Scanned::Node(node)
             } else {
                 // Format 1 trees hold files, directories and symlinks only.
@@ -236,6 +262,7 @@ impl<'r> Scanner<'r> {
                     size,
                     slots,
                     stat_row,
+                    link,
                 } => {
                     let chunks = self.refs(slots);
                     if let Some((path, key)) = stat_row {
@@ -247,12 +274,14 @@ impl<'r> Scanner<'r> {
                         size,
                         chunks,
                         atime: None,
+                        link,
                     }
                 }
             };
             entries.push(Entry { name, node });
         }
-        self.put_tree(&Tree::new(entries))
+        let tree = Tree::new(entries);
+        Ok((self.put_tree(&tree)?, tree.has_links()))
     }
 
     fn scan_file(&mut self, path: &Path, meta: &Metadata) -> Result<Scanned> {
@@ -281,8 +310,33 @@ impl<'r> Scanner<'r> {
             size,
             slots,
             stat_row: stable.then_some((path_bytes, key)),
+            link: self.link_of(meta),
         })
     }
+}
+
+/// How many names each file with more than one has under `dir` (links
+/// from outside it do not count: they are not in the version).
+fn count_names(dir: &Path) -> Result<HashMap<(u64, u64), u32>> {
+    let mut names = HashMap::new();
+    let mut todo = vec![(dir.to_path_buf(), 0)];
+    while let Some((dir, depth)) = todo.pop() {
+        if depth > limits::MAX_DEPTH {
+            break; // the scan itself refuses it
+        }
+        let items = std::fs::read_dir(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        for item in items {
+            let item = item.map_err(|e| Error::io(dir.display(), e))?;
+            let meta = std::fs::symlink_metadata(item.path())
+                .map_err(|e| Error::io(item.path().display(), e))?;
+            if meta.is_dir() {
+                todo.push((item.path(), depth + 1));
+            } else if meta.nlink() > 1 {
+                *names.entry((meta.dev(), meta.ino())).or_insert(0) += 1;
+            }
+        }
+    }
+    Ok(names)
 }
 
 /// Reads of a file that keeps changing before `commit --from` gives up.
@@ -346,6 +400,9 @@ impl TreeSink for Scanner<'_> {
                     }
                     _ if format < 2 && e.node.atime() != e.node.mtime() => {
                         Err("a format 1 store cannot hold an atime apart from the mtime".into())
+                    }
+                    _ if format < 2 && e.node.link().is_some() => {
+                        Err("a format 1 store cannot hold hard links".into())
                     }
                     _ => Ok(()),
                 })

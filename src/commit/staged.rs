@@ -106,7 +106,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
         read: Read::new(),
     };
     let t = std::time::Instant::now();
-    let ours = build.dir(frozen.root().id, "", 0)?;
+    let ours = build.dir(frozen.root().id, "", 0)?.0;
     let Build { scanner, read, .. } = build;
     tracing::debug!(
         "commit: {} staged copies read and trees built in {:?}",
@@ -146,7 +146,9 @@ struct Build<'f, 'r> {
 }
 
 impl Build<'_, '_> {
-    fn dir(&mut self, id: u64, path: &str, depth: usize) -> Result<BlobRef> {
+    /// Builds folder `id`'s tree; also says whether a link group has a
+    /// name in it.
+    fn dir(&mut self, id: u64, path: &str, depth: usize) -> Result<(BlobRef, bool)> {
         if depth > limits::MAX_DEPTH {
             return Err(Error::InvalidInput(format!(
                 "staging nests deeper than {} directory levels",
@@ -163,15 +165,24 @@ impl Build<'_, '_> {
                     mtime: r.mtime,
                     tree,
                     atime: Node::atime_apart(r.atime, r.mtime),
+                    links: r.links_below,
                 },
-                (Kind::Dir, None) => Node::Dir {
-                    mode: r.mode,
-                    mtime: r.mtime,
-                    tree: self.dir(r.id, &at, depth + 1)?,
-                    atime: Node::atime_apart(r.atime, r.mtime),
-                },
+                (Kind::Dir, None) => {
+                    let (tree, links) = self.dir(r.id, &at, depth + 1)?;
+                    Node::Dir {
+                        mode: r.mode,
+                        mtime: r.mtime,
+                        tree,
+                        atime: Node::atime_apart(r.atime, r.mtime),
+                        links,
+                    }
+                }
                 (Kind::File, _) if r.upper => {
-                    let (chunks, size, mtime) = self.staged_copy(r.id, &at)?;
+                    let (chunks, size, mtime) = match self.read.get(&r.id) {
+                        // Another name of the same file, read already.
+                        Some(read) => read.clone(),
+                        None => self.staged_copy(r.id, &at)?,
+                    };
                     self.read.insert(r.id, (chunks.clone(), size, mtime));
                     Node::File {
                         mode: r.mode,
@@ -179,18 +190,25 @@ impl Build<'_, '_> {
                         size,
                         chunks,
                         atime: Node::atime_apart(r.atime, mtime),
+                        link: None,
                     }
                 }
                 _ => r
                     .as_version_node()
                     .expect("lower file, symlink or special entry"),
             };
+            let link = self.frozen.link_of(r);
             entries.push(Entry {
                 name: r.name.clone(),
-                node,
+                node: if r.kind == Kind::Dir {
+                    node
+                } else {
+                    node.with_link(link)
+                },
             });
         }
-        self.scanner.put_tree(&Tree::new(entries))
+        let tree = Tree::new(entries);
+        Ok((self.scanner.put_tree(&tree)?, tree.has_links()))
     }
 
     /// A staged copy's chunks and mtime as they were when its read began:

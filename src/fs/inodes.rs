@@ -71,6 +71,10 @@ pub(super) struct VersionInodes {
     /// Atimes of the few entries whose atime is not their mtime, by slot
     /// (kept here, not in every `Held`).
     atimes: HashMap<u32, Mtime>,
+    /// Files with several names in their version: one slot for all, found
+    /// by (version, link group); a slot's key and its number of names.
+    by_link: HashMap<(u32, u64), u32>,
+    links: HashMap<u32, ((u32, u64), u32)>,
     live: usize,
 }
 
@@ -117,6 +121,7 @@ impl VersionInodes {
             s.generation = (s.generation + 1) % GENERATIONS;
             self.free.push(slot);
             self.atimes.remove(&slot);
+            self.links.remove(&slot);
             let folder = (h.place >> 32) as u32;
             let Some(f) = self
                 .slots
@@ -154,10 +159,13 @@ impl MountFs {
         let key = pack(folder, place.1 as u32);
         // An entry of a folder forgotten meanwhile gets an inode of its own,
         // never shared by place (its reads fail: the folder is gone).
+        // Every name of a file in a link group is that file's inode.
+        let link = node.link().map(|l| ((version as u32, l.group), l.names));
         let existing = match folder {
             UNHELD => None,
             _ => t.by_place.get(&key).copied(),
-        };
+        }
+        .or_else(|| link.and_then(|(k, _)| t.by_link.get(&k).copied()));
         let slot = match existing {
             Some(slot) => slot,
             None => {
@@ -207,6 +215,10 @@ impl MountFs {
                 if node.atime() != mtime {
                     t.atimes.insert(slot, node.atime());
                 }
+                if let Some((k, names)) = link {
+                    t.by_link.insert(k, slot);
+                    t.links.insert(slot, (k, names));
+                }
                 t.live += 1;
                 if let Some(f) = t
                     .slots
@@ -248,6 +260,9 @@ impl MountFs {
             let (place, children) = (h.place, h.children);
             let slot = t.slot(ino).expect("held") as u32;
             t.by_place.remove(&place);
+            if let Some((k, _)) = t.links.get(&slot).copied() {
+                t.by_link.remove(&k);
+            }
             t.live -= 1;
             let parent = match (place >> 32) as u32 {
                 ROOTS => VERSIONS,
@@ -279,13 +294,19 @@ impl MountFs {
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         let special = matches!(h.kind, super::FileKind::Special(_));
         let mtime = Mtime(h.mtime_s, h.mtime_ns);
-        let atime = t.slot(ino).and_then(|s| t.atimes.get(&(s as u32)));
+        let slot = t.slot(ino).map(|s| s as u32);
+        let atime = slot.and_then(|s| t.atimes.get(&s));
+        let names = slot.and_then(|s| t.links.get(&s)).map_or(1, |(_, n)| *n);
         Ok(Attr {
             ino,
             kind: h.kind,
             size: if special { 0 } else { h.size },
             perm: h.mode,
-            nlink: if h.kind == super::FileKind::Dir { 2 } else { 1 },
+            nlink: if h.kind == super::FileKind::Dir {
+                2
+            } else {
+                names
+            },
             uid: self.opts.uid,
             gid: self.opts.gid,
             mtime,
@@ -345,6 +366,7 @@ impl MountFs {
                     mtime: self.commit_time(version),
                     tree,
                     atime: None,
+                    links: false,
                 },
                 parent_tree: None,
             }),

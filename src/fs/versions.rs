@@ -24,6 +24,7 @@ impl MountFs {
             mtime: record.mtime(),
             tree: record.tree,
             atime: None,
+            links: false,
         };
         let place = (VERSIONS, record.version);
         let ino = self.version_child(place, record.version, &node, looked_up);

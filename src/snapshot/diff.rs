@@ -202,6 +202,11 @@ fn same(a: Option<&Node>, b: Option<&Node>) -> bool {
     }
 }
 
+/// `same`, and in the same link group with as many names.
+fn same_linked(a: Option<&Node>, b: Option<&Node>) -> bool {
+    same(a, b) && a.and_then(Node::link) == b.and_then(Node::link)
+}
+
 /// Three-way merge: applies the changes `base → ours` onto `theirs`. Returns the
 /// merged root, or the paths both sides changed differently.
 pub fn merge(
@@ -257,7 +262,15 @@ impl Merger<'_> {
         let mut entries = Vec::new();
         for name in names {
             let (b, o, t) = (tb.get(name), to.get(name), tt.get(name));
-            let picked = if same(o, b) {
+            // A name of a file with several, changed on both sides (its
+            // content or its names): merging could leave its names naming
+            // different content.
+            let linked = [b, o, t].into_iter().flatten().any(|n| n.link().is_some());
+            let picked = if linked && !same_linked(o, b) && !same_linked(t, b) && !same_linked(o, t)
+            {
+                self.conflicts.push(join(prefix, name));
+                o.cloned()
+            } else if same(o, b) {
                 t.cloned()
             } else if same(t, b) || same(o, t) {
                 o.cloned()
@@ -267,6 +280,7 @@ impl Merger<'_> {
                     mtime,
                     tree: o_tree,
                     atime,
+                    ..
                 }),
                 Some(Node::Dir { tree: t_tree, .. }),
             ) = (o, t)
@@ -282,6 +296,7 @@ impl Merger<'_> {
                     mtime: *mtime,
                     tree: self.sink.put_tree(&merged)?,
                     atime: *atime,
+                    links: merged.has_links(),
                 })
             } else {
                 self.conflicts.push(join(prefix, name));
@@ -343,6 +358,7 @@ mod tests {
                 size: content.len() as u32,
             }],
             atime: None,
+            link: None,
         }
     }
 
@@ -372,6 +388,7 @@ mod tests {
                     mtime: Mtime(2, 0),
                     tree,
                     atime: None,
+                    links: false,
                 },
             );
         }
@@ -454,6 +471,43 @@ mod tests {
         );
         let res = merge(&mem.clone_mem(), &mut mem, Some(&base), &ours, &clash).unwrap();
         assert_eq!(res, Err(vec![b"d/b".to_vec()]));
+    }
+
+    /// A root tree of files, each `(name, content, names in its link group)`.
+    fn linked(mem: &mut Mem, files: &[(&str, &str, u32)]) -> BlobRef {
+        let entries = files
+            .iter()
+            .map(|(name, content, names)| Entry {
+                name: name.as_bytes().to_vec(),
+                node: file(content).with_link((*names > 1).then_some(crate::snapshot::Link {
+                    group: 7,
+                    names: *names,
+                })),
+            })
+            .collect();
+        mem.put_tree(&Tree::new(entries)).unwrap()
+    }
+
+    #[test]
+    fn a_file_with_several_names_changed_on_both_sides_conflicts() {
+        let mut mem = Mem::default();
+        let base = linked(&mut mem, &[("a", "x", 2), ("b", "x", 2), ("z", "z", 1)]);
+        // Ours writes the file (both names change); theirs gives it a third
+        // name: merged, the names would name different content.
+        let ours = linked(&mut mem, &[("a", "y", 2), ("b", "y", 2), ("z", "z", 1)]);
+        let theirs = linked(
+            &mut mem,
+            &[("a", "x", 3), ("b", "x", 3), ("c", "x", 3), ("z", "z", 1)],
+        );
+        let res = merge(&mem.clone_mem(), &mut mem, Some(&base), &ours, &theirs).unwrap();
+        assert_eq!(res, Err(vec![b"a".to_vec(), b"b".to_vec()]));
+        // A change elsewhere merges as usual.
+        let other = linked(&mut mem, &[("a", "x", 2), ("b", "x", 2), ("z", "new", 1)]);
+        let merged = merge(&mem.clone_mem(), &mut mem, Some(&base), &ours, &other)
+            .unwrap()
+            .unwrap_or_else(|c| panic!("conflict {c:?}"));
+        let expected = linked(&mut mem, &[("a", "y", 2), ("b", "y", 2), ("z", "new", 1)]);
+        assert_eq!(flatten(&mem, &merged), flatten(&mem, &expected));
     }
 
     impl Mem {

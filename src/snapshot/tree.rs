@@ -71,17 +71,21 @@ pub enum Node {
         size: u64,
         chunks: Vec<BlobRef>,
         atime: Option<Mtime>,
+        link: Option<Link>,
     },
     Dir {
         mode: u32,
         mtime: Mtime,
         tree: BlobRef,
         atime: Option<Mtime>,
+        /// Some entry below is one of several names of a file (format 2).
+        links: bool,
     },
     Symlink {
         mtime: Mtime,
         target: Vec<u8>,
         atime: Option<Mtime>,
+        link: Option<Link>,
     },
     /// A FIFO, socket or device node (format 2 only).
     Special {
@@ -90,7 +94,17 @@ pub enum Node {
         mtime: Mtime,
         rdev: u64,
         atime: Option<Mtime>,
+        link: Option<Link>,
     },
+}
+
+/// One of several names of a file in a version (a hard link; format 2):
+/// every entry of its `group` in the version is that file, and there are
+/// `names` of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    pub group: u64,
+    pub names: u32,
 }
 
 impl Node {
@@ -108,6 +122,7 @@ impl Node {
             mtime,
             rdev: if kind.has_rdev() { meta.rdev() } else { 0 },
             atime: Node::atime_apart(atime, mtime),
+            link: None,
         })
     }
 
@@ -115,6 +130,40 @@ impl Node {
     /// so that one state has one encoding (and one tree id).
     pub fn atime_apart(atime: Option<Mtime>, mtime: Mtime) -> Option<Mtime> {
         atime.filter(|a| *a != mtime)
+    }
+
+    /// The node without its place in a link group.
+    pub fn without_link(&self) -> Node {
+        let mut n = self.clone();
+        match &mut n {
+            Node::File { link, .. } | Node::Symlink { link, .. } | Node::Special { link, .. } => {
+                *link = None
+            }
+            Node::Dir { links, .. } => *links = false,
+        }
+        n
+    }
+
+    /// The node as one of several names of a file (a folder: as holding
+    /// such names below it).
+    pub fn with_link(mut self, new: Option<Link>) -> Node {
+        match &mut self {
+            Node::File { link, .. } | Node::Symlink { link, .. } | Node::Special { link, .. } => {
+                *link = new
+            }
+            Node::Dir { links, .. } => *links = new.is_some(),
+        }
+        self
+    }
+
+    /// Its place in a link group, if it has more names in its version.
+    pub fn link(&self) -> Option<Link> {
+        match self {
+            Node::File { link, .. } | Node::Symlink { link, .. } | Node::Special { link, .. } => {
+                *link
+            }
+            Node::Dir { .. } => None,
+        }
     }
 
     /// The access time (the mtime unless one was kept apart).
@@ -127,7 +176,8 @@ impl Node {
         }
     }
 
-    /// Equal as content and metadata, wherever the blobs happen to be stored.
+    /// Equal as content and metadata, wherever the blobs happen to be
+    /// stored. Link groups do not count: names come and go as entries.
     pub fn same(&self, other: &Node) -> bool {
         match (self, other) {
             (
@@ -137,6 +187,7 @@ impl Node {
                     size,
                     chunks,
                     atime,
+                    ..
                 },
                 Node::File {
                     mode: m2,
@@ -144,6 +195,7 @@ impl Node {
                     size: s2,
                     chunks: c2,
                     atime: a2,
+                    ..
                 },
             ) => {
                 mode == m2
@@ -159,15 +211,17 @@ impl Node {
                     mtime,
                     tree,
                     atime,
+                    ..
                 },
                 Node::Dir {
                     mode: m2,
                     mtime: t2,
                     tree: tr2,
                     atime: a2,
+                    ..
                 },
             ) => mode == m2 && mtime == t2 && atime == a2 && tree.id == tr2.id,
-            (a, b) => a == b,
+            (a, b) => a.without_link() == b.without_link(),
         }
     }
 
@@ -178,7 +232,7 @@ impl Node {
                 a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.id == y.id)
             }
             (Node::Dir { tree: a, .. }, Node::Dir { tree: b, .. }) => a.id == b.id,
-            (a, b) => a == b,
+            (a, b) => a.without_link() == b.without_link(),
         }
     }
 
@@ -223,6 +277,13 @@ impl Tree {
         Tree { entries }
     }
 
+    /// Whether an entry in it or below is one of several names of a file.
+    pub fn has_links(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| e.node.link().is_some() || matches!(e.node, Node::Dir { links: true, .. }))
+    }
+
     pub fn get(&self, name: &[u8]) -> Option<&Node> {
         self.entries
             .binary_search_by(|e| e.name.as_slice().cmp(name))
@@ -253,6 +314,7 @@ impl Tree {
                         size,
                         chunks,
                         atime,
+                        link,
                     } => WireEntry::File {
                         name,
                         mode: *mode,
@@ -260,28 +322,33 @@ impl Tree {
                         size: *size,
                         chunks: chunks.iter().map(&mut wire_ref).collect(),
                         atime: *atime,
+                        link: link.map(WireLink::from),
                     },
                     Node::Dir {
                         mode,
                         mtime,
                         tree,
                         atime,
+                        links,
                     } => WireEntry::Dir {
                         name,
                         mode: *mode,
                         mtime: *mtime,
                         tree: wire_ref(tree),
                         atime: *atime,
+                        links: *links,
                     },
                     Node::Symlink {
                         mtime,
                         target,
                         atime,
+                        link,
                     } => WireEntry::Symlink {
                         name,
                         mtime: *mtime,
                         target: Bytes::from(target.clone()),
                         atime: *atime,
+                        link: link.map(WireLink::from),
                     },
                     Node::Special {
                         kind,
@@ -289,6 +356,7 @@ impl Tree {
                         mtime,
                         rdev,
                         atime,
+                        link,
                     } => WireEntry::Special {
                         name,
                         kind: *kind,
@@ -296,6 +364,7 @@ impl Tree {
                         mtime: *mtime,
                         rdev: *rdev,
                         atime: *atime,
+                        link: link.map(WireLink::from),
                     },
                 }
             })
@@ -349,6 +418,7 @@ impl Tree {
                     size,
                     chunks,
                     atime,
+                    link,
                 } => {
                     let chunks = chunks
                         .iter()
@@ -381,6 +451,7 @@ impl Tree {
                             size: *size,
                             chunks,
                             atime: *atime,
+                            link: link.map(Link::from),
                         },
                     )
                 }
@@ -390,6 +461,7 @@ impl Tree {
                     mtime,
                     tree,
                     atime,
+                    links,
                 } => (
                     name,
                     Node::Dir {
@@ -397,6 +469,7 @@ impl Tree {
                         mtime: *mtime,
                         tree: blob(tree, limits::MAX_TREE_BYTES + limits::BLOB_OVERHEAD)?,
                         atime: *atime,
+                        links: *links,
                     },
                 ),
                 WireEntry::Symlink {
@@ -404,12 +477,14 @@ impl Tree {
                     mtime,
                     target,
                     atime,
+                    link,
                 } => (
                     name,
                     Node::Symlink {
                         mtime: *mtime,
                         target: target.clone().into_vec(),
                         atime: *atime,
+                        link: link.map(Link::from),
                     },
                 ),
                 WireEntry::Special {
@@ -419,6 +494,7 @@ impl Tree {
                     mtime,
                     rdev,
                     atime,
+                    link,
                 } => (
                     name,
                     Node::Special {
@@ -427,6 +503,7 @@ impl Tree {
                         mtime: *mtime,
                         rdev: *rdev,
                         atime: *atime,
+                        link: link.map(Link::from),
                     },
                 ),
             };
@@ -472,6 +549,11 @@ pub fn check_node(node: &Node) -> std::result::Result<(), String> {
     }
     if mode > 0o7777 {
         return Err(format!("mode {mode:#o} has bits beyond 0o7777"));
+    }
+    if let Some(l) = node.link()
+        && l.names < 2
+    {
+        return Err(format!("a link group of {} names", l.names));
     }
     for (what, t) in [("mtime", node.mtime()), ("atime", node.atime())] {
         if !limits::time_ok(t) {
@@ -531,6 +613,8 @@ enum WireEntry {
         chunks: Vec<WireRef>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         atime: Option<Mtime>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        link: Option<WireLink>,
     },
     Dir {
         name: Bytes,
@@ -539,6 +623,8 @@ enum WireEntry {
         tree: WireRef,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         atime: Option<Mtime>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        links: bool,
     },
     Symlink {
         name: Bytes,
@@ -546,6 +632,8 @@ enum WireEntry {
         target: Bytes,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         atime: Option<Mtime>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        link: Option<WireLink>,
     },
     Special {
         name: Bytes,
@@ -555,7 +643,28 @@ enum WireEntry {
         rdev: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         atime: Option<Mtime>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        link: Option<WireLink>,
     },
+}
+
+/// `[group, names]`.
+#[derive(Clone, Copy, Serialize, Deserialize)]
+struct WireLink(u64, u32);
+
+impl From<Link> for WireLink {
+    fn from(l: Link) -> WireLink {
+        WireLink(l.group, l.names)
+    }
+}
+
+impl From<WireLink> for Link {
+    fn from(w: WireLink) -> Link {
+        Link {
+            group: w.0,
+            names: w.1,
+        }
+    }
 }
 
 /// Bytes as a JSON string when they are UTF-8, else as an array of numbers.
@@ -619,6 +728,10 @@ mod tests {
                         size: chunks.iter().map(BlobRef::data_size).sum(),
                         chunks,
                         atime: Node::atime_apart(a.map(|a| Mtime(a, 1)), Mtime(s, ns)),
+                        link: (mode % 3 == 0).then_some(Link {
+                            group: u64::from(mode) << 40,
+                            names: 2 + mode % 5,
+                        }),
                     }
                 }),
             (0u32..0o777, any::<u8>()).prop_map(|(mode, n)| Node::Dir {
@@ -626,11 +739,13 @@ mod tests {
                 mtime: Mtime(1, 2),
                 tree: blob(n, 9),
                 atime: Some(Mtime(3, 4)),
+                links: n % 2 == 0,
             }),
             prop::collection::vec(1u8..=255, 1..20).prop_map(|target| Node::Symlink {
                 mtime: Mtime(-5, 0),
                 target,
                 atime: None,
+                link: None,
             }),
             (0u32..0o7777, any::<u64>(), 0usize..4).prop_map(|(mode, rdev, k)| {
                 let kind = [
@@ -645,6 +760,10 @@ mod tests {
                     mtime: Mtime(7, 8),
                     rdev: if kind.has_rdev() { rdev } else { 0 },
                     atime: None,
+                    link: Some(Link {
+                        group: rdev,
+                        names: 3,
+                    }),
                 }
             }),
         ]

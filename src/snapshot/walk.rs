@@ -118,6 +118,7 @@ mod tests {
                 size: 0,
                 chunks: vec![],
                 atime: None,
+                link: None,
             },
         };
         for k in 0..=levels {
@@ -130,6 +131,7 @@ mod tests {
                         mtime: Mtime(0, 0),
                         tree: *below,
                         atime: None,
+                        links: false,
                     },
                 }));
             }

@@ -140,6 +140,7 @@ pub fn holds(f: &StagedFile, old: &Node, codec: &Codec) -> bool {
         size,
         chunks,
         atime,
+        ..
     } = old
     else {
         return false;

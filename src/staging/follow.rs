@@ -26,17 +26,26 @@ impl Staging {
             return Err(Error::InvalidInput(too_deep()));
         }
         let node = self.node(id)?;
+        let links = repo.tree(to)?.has_links();
         if let Some(was) = node.was {
             // Expanded but unchanged: it equals `to` once this is done.
             let now = from.filter(|f| f.id == was.id).map(|_| to);
             self.set_was(id, now)?;
+            self.db.execute(
+                "UPDATE nodes SET links_below = ?2 WHERE id = ?1",
+                params![id, links],
+            )?;
         }
         if let Some(tree) = node.tree {
             if from.is_some_and(|f| f.id == tree.id) {
                 self.db.execute(
-                    "UPDATE nodes SET tree = ?2 WHERE id = ?1",
-                    params![id, serde_json::to_vec(to).expect("serializable")],
+                    "UPDATE nodes SET tree = ?2, links_below = ?3 WHERE id = ?1",
+                    params![id, serde_json::to_vec(to).expect("serializable"), links],
                 )?;
+                // Every name of a file is a row before any is changed.
+                if links {
+                    self.expand(repo, &self.node(id)?)?;
+                }
             }
             return Ok(());
         }
@@ -81,7 +90,7 @@ impl Staging {
                 if self.take_back(repo, r.id, ot, depth + 1)? {
                     self.delete_subtree(r)?;
                     if let Some(n) = n {
-                        self.insert_version_node(id, name, n, node.uid, node.gid)?;
+                        self.insert_version_node(repo, id, name, n, (node.uid, node.gid))?;
                     }
                 }
                 continue;
@@ -93,7 +102,7 @@ impl Staging {
                 self.delete_subtree(r)?;
             }
             if let Some(n) = n {
-                self.insert_version_node(id, name, n, node.uid, node.gid)?;
+                self.insert_version_node(repo, id, name, n, (node.uid, node.gid))?;
             }
         }
         Ok(())

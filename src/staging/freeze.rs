@@ -8,7 +8,7 @@ use super::writes::Writes;
 use super::{COLUMNS, ROOT, SNode, Staging, row};
 use crate::error::{Error, Result};
 use crate::repo::Repo;
-use crate::snapshot::{Mtime, Record};
+use crate::snapshot::{Link, Mtime, Record};
 use crate::store::pack::BlobRef;
 use rusqlite::params;
 use std::collections::{HashMap, HashSet};
@@ -21,6 +21,10 @@ pub struct Frozen {
     pub base: Option<Record>,
     root: SNode,
     children: HashMap<u64, Vec<SNode>>,
+    /// Names of each file with more than one.
+    names: HashMap<u64, u32>,
+    /// Versions hold link groups (format 2).
+    links: bool,
     data: PathBuf,
     writes: Arc<Writes>,
 }
@@ -28,6 +32,14 @@ pub struct Frozen {
 impl Frozen {
     pub fn root(&self) -> &SNode {
         &self.root
+    }
+
+    /// The link group of file `r` in the version being made, if it has
+    /// several names.
+    pub fn link_of(&self, r: &SNode) -> Option<Link> {
+        let names = *self.names.get(&r.id)?;
+        let group = r.group?;
+        (self.links && names > 1).then_some(Link { group, names })
     }
 
     /// The rows of an expanded folder, by name.
@@ -89,15 +101,17 @@ impl Staging {
             "SELECT {COLUMNS} FROM nodes WHERE id != {ROOT} ORDER BY parent, name"
         ))?;
         let mut links = Vec::new();
+        let mut names: HashMap<u64, u32> = HashMap::new();
         for r in stmt.query_map([], row)? {
             let r = r.map_err(|e| super::bad_row("staging's rows", e))?;
-            if r.link.is_some() {
+            if let Some(file) = r.link {
                 links.push(r.clone());
+                *names.entry(file).or_insert(1) += 1;
             }
             children.entry(r.parent).or_default().push(r);
         }
-        // A hard link is committed as its file (versions hold each name as
-        // a file of its own).
+        names.retain(|_, n| *n > 1);
+        // A hard link is committed as its file, in the file's link group.
         for r in links {
             let file = self.resolve(r.clone())?;
             if let Some(slot) = children
@@ -114,6 +128,8 @@ impl Staging {
             base,
             root,
             children,
+            names,
+            links: repo.codec.format() >= 2,
             data: self.dir.join("data"),
             writes: self.writes.clone(),
         })

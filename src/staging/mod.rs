@@ -136,7 +136,7 @@ impl Staging {
             let base = records.last();
             let m = now();
             st.db.execute(
-                &format!("INSERT INTO nodes({COLUMNS}) VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, NULL, ?6, 0, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL)"),
+                &format!("INSERT INTO nodes({COLUMNS}) VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, NULL, ?6, 0, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, 0)"),
                 params![
                     ROOT,
                     unsafe { libc::getuid() },
@@ -298,14 +298,14 @@ impl Staging {
     }
 
     /// Turns a directory that stands for a version subtree into rows.
-    fn expand(&self, repo: &Repo, dir: &SNode) -> Result<()> {
+    pub(super) fn expand(&self, repo: &Repo, dir: &SNode) -> Result<()> {
         let Some(tree_ref) = dir.tree else {
             return Ok(());
         };
         let tree = repo.tree(&tree_ref)?;
         self.atomically(|| {
             for e in &tree.entries {
-                self.insert_version_node(dir.id, &e.name, &e.node, dir.uid, dir.gid)?;
+                self.insert_version_node(repo, dir.id, &e.name, &e.node, (dir.uid, dir.gid))?;
             }
             self.db.execute(
                 "UPDATE nodes SET tree = NULL, was = ?2 WHERE id = ?1",
@@ -338,19 +338,47 @@ impl Staging {
         res
     }
 
+    /// Makes a row of a version's entry. A name of a link group whose file
+    /// staging holds already becomes a further name of it; a folder with
+    /// such names below is expanded at once, so that every name of a file
+    /// is a row before any is changed.
     fn insert_version_node(
         &self,
+        repo: &Repo,
         parent: u64,
         name: &[u8],
         node: &Node,
-        uid: u32,
-        gid: u32,
+        (uid, gid): (u32, u32),
     ) -> Result<u64> {
-        let (kind, mode, size, chunks, tree, target, rdev) = match node {
+        let kind = match node {
+            Node::File { .. } => Kind::File,
+            Node::Dir { .. } => Kind::Dir,
+            Node::Symlink { .. } => Kind::Symlink,
+            Node::Special { kind, .. } => Kind::Special(*kind),
+        };
+        let group = node.link().map(|l| l.group as i64);
+        if let Some(group) = group
+            && let Some(file) = self
+                .db
+                .prepare_cached(
+                    "SELECT id FROM nodes WHERE grp = ?1 AND kind = ?2 AND link IS NULL LIMIT 1",
+                )?
+                .query_row(params![group, kind_code(kind)], |r| r.get::<_, u64>(0))
+                .optional()?
+        {
+            let m = node.mtime();
+            self.db
+                .prepare_cached(
+                    "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, upper, link)
+                     VALUES (?1, ?2, ?3, 0, 0, 0, ?4, ?5, 0, 0, ?6)",
+                )?
+                .execute(params![parent, name, kind_code(kind), m.0, m.1, file])?;
+            return Ok(self.db.last_insert_rowid() as u64);
+        }
+        let (mode, size, chunks, tree, target, rdev) = match node {
             Node::File {
                 mode, size, chunks, ..
             } => (
-                Kind::File,
                 *mode,
                 *size,
                 Some(serde_json::to_vec(chunks).expect("serializable")),
@@ -359,7 +387,6 @@ impl Staging {
                 0,
             ),
             Node::Dir { mode, tree, .. } => (
-                Kind::Dir,
                 *mode,
                 0,
                 None,
@@ -368,7 +395,6 @@ impl Staging {
                 0,
             ),
             Node::Symlink { target, .. } => (
-                Kind::Symlink,
                 0o777,
                 target.len() as u64,
                 None,
@@ -376,19 +402,22 @@ impl Staging {
                 Some(target.clone()),
                 0,
             ),
-            Node::Special {
-                kind, mode, rdev, ..
-            } => (Kind::Special(*kind), *mode, 0, None, None, None, *rdev),
+            Node::Special { mode, rdev, .. } => (*mode, 0, None, None, None, *rdev),
         };
         let m = node.mtime();
         let a = Node::atime_apart(Some(node.atime()), m);
+        let links_below = matches!(node, Node::Dir { links: true, .. });
         self.db
             .prepare_cached(
-                "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, rdev, atime_s, atime_ns)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15)",
+                "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, rdev, atime_s, atime_ns, grp, links_below)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16, ?17)",
             )?
-            .execute(params![parent, name, kind_code(kind), mode, uid, gid, m.0, m.1, size, chunks, tree, target, rdev as i64, a.map(|a| a.0), a.map(|a| a.1)])?;
-        Ok(self.db.last_insert_rowid() as u64)
+            .execute(params![parent, name, kind_code(kind), mode, uid, gid, m.0, m.1, size, chunks, tree, target, rdev as i64, a.map(|a| a.0), a.map(|a| a.1), group, links_below])?;
+        let id = self.db.last_insert_rowid() as u64;
+        if links_below {
+            self.expand(repo, &self.node(id)?)?;
+        }
+        Ok(id)
     }
 
     pub fn lookup(&self, repo: &Repo, parent: u64, name: &[u8]) -> Result<Option<SNode>> {
@@ -640,6 +669,7 @@ impl Staging {
                 self.db
                     .execute("DELETE FROM nodes WHERE id = ?1", [n.row])?;
                 self.status_changed(n.id)?;
+                self.changed_everywhere(n.id)?;
                 continue;
             }
             let other: Option<(u64, u64, Vec<u8>)> = self
@@ -658,6 +688,7 @@ impl Staging {
                     params![n.id, parent, name],
                 )?;
                 self.status_changed(n.id)?;
+                self.changed_everywhere(n.id)?;
                 continue;
             }
             todo.extend(self.rows_under(n.id)?);
@@ -697,7 +728,14 @@ impl Staging {
                      VALUES (?1, ?2, ?3, 0, 0, 0, ?4, ?5, 0, 0, ?6)",
                 )?
                 .execute(params![parent, name, kind_code(n.kind), m.0, m.1, id])?;
+            // Its names share a group id in versions: random, so that no
+            // other file's in any version has it.
+            self.db.execute(
+                "UPDATE nodes SET grp = ?2 WHERE id = ?1 AND grp IS NULL",
+                params![id, rand::random::<i64>()],
+            )?;
             self.status_changed(id)?;
+            self.changed_everywhere(id)?;
             self.touch_dir(parent)
         })?;
         self.node(id)

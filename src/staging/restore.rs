@@ -8,6 +8,7 @@ use crate::error::{Error, FsError, Result};
 use crate::limits;
 use crate::repo::Repo;
 use crate::snapshot::Node;
+use crate::snapshot::diff::TreeSource;
 use crate::store::pack::BlobRef;
 use rusqlite::params;
 
@@ -65,7 +66,7 @@ impl Staging {
         self.atomically(|| {
             for (names, node) in &wanted {
                 match names.split_last() {
-                    None => self.checkout_root(source)?,
+                    None => self.checkout_root(repo, source)?,
                     Some((name, dirs)) => {
                         let parent = self.make_dirs(repo, source, dirs)?;
                         match (self.lookup(repo, parent, name)?, node) {
@@ -73,9 +74,11 @@ impl Staging {
                             // stays, unless the file has other names, which
                             // keep it.
                             (Some(old), Some(node))
-                                if old.kind == kind_of(node) && self.names(old.id)? == 1 =>
+                                if old.kind == kind_of(node)
+                                    && self.names(old.id)? == 1
+                                    && node.link().is_none() =>
                             {
-                                self.replace(&old, node)?;
+                                self.replace(repo, &old, node)?;
                             }
                             (old, node) => {
                                 if let Some(old) = old {
@@ -83,7 +86,13 @@ impl Staging {
                                 }
                                 if let Some(node) = node {
                                     let p = self.node(parent)?;
-                                    self.insert_version_node(parent, name, node, p.uid, p.gid)?;
+                                    self.insert_version_node(
+                                        repo,
+                                        parent,
+                                        name,
+                                        node,
+                                        (p.uid, p.gid),
+                                    )?;
                                 }
                             }
                         }
@@ -97,13 +106,13 @@ impl Staging {
     }
 
     /// Staging's whole tree becomes `source`'s (unexpanded, like a fresh one).
-    fn checkout_root(&self, source: &BlobRef) -> Result<()> {
+    fn checkout_root(&self, repo: &Repo, source: &BlobRef) -> Result<()> {
         let root = self.node(ROOT)?;
-        self.replace_dir(&root, source, root.mode, root.mtime)
+        self.replace_dir(repo, &root, source, root.mode, root.mtime)
     }
 
     /// Row `old` takes version node `node`'s content, of the same kind.
-    fn replace(&self, old: &super::SNode, node: &Node) -> Result<()> {
+    fn replace(&self, repo: &Repo, old: &super::SNode, node: &Node) -> Result<()> {
         // The version's times: its atime (or none apart), ctime now.
         let a = Node::atime_apart(Some(node.atime()), node.mtime());
         let c = super::now();
@@ -114,7 +123,7 @@ impl Staging {
         match node {
             Node::Dir {
                 mode, mtime, tree, ..
-            } => self.replace_dir(old, tree, *mode, *mtime),
+            } => self.replace_dir(repo, old, tree, *mode, *mtime),
             Node::File {
                 mode,
                 mtime,
@@ -153,6 +162,7 @@ impl Staging {
     /// Folder `dir` stands for version subtree `tree` again (unexpanded).
     fn replace_dir(
         &self,
+        repo: &Repo,
         dir: &super::SNode,
         tree: &BlobRef,
         mode: u32,
@@ -161,10 +171,15 @@ impl Staging {
         for child in self.rows_under(dir.id)? {
             self.delete_subtree(&child)?;
         }
+        let links = repo.tree(tree)?.has_links();
         self.db.execute(
-            "UPDATE nodes SET tree = ?2, was = NULL, mode = ?3, mtime_s = ?4, mtime_ns = ?5 WHERE id = ?1",
-            params![dir.id, serde_json::to_vec(tree).expect("serializable"), mode, mtime.0, mtime.1],
+            "UPDATE nodes SET tree = ?2, was = NULL, mode = ?3, mtime_s = ?4, mtime_ns = ?5, links_below = ?6 WHERE id = ?1",
+            params![dir.id, serde_json::to_vec(tree).expect("serializable"), mode, mtime.0, mtime.1, links],
         )?;
+        // Every name of a file is a row before any is changed.
+        if links {
+            self.expand(repo, &self.node(dir.id)?)?;
+        }
         Ok(())
     }
 

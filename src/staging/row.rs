@@ -51,11 +51,17 @@ pub struct SNode {
     pub rdev: u64,
     /// A hard link's row: the inode (row) whose name this is besides.
     pub link: Option<u64>,
+    /// A file's link group, kept from the version it came from or given by
+    /// its first `link`: the id its names share in versions.
+    pub group: Option<u64>,
+    /// A folder from a version: a link group has a name below it.
+    pub links_below: bool,
 }
 
 impl SNode {
     /// The node as it would appear in a version, if it can be said without
-    /// reading local data (upper files and expanded directories cannot).
+    /// reading local data (upper files and expanded directories cannot);
+    /// its link group is the commit's to tell.
     pub(crate) fn as_version_node(&self) -> Option<Node> {
         let atime = Node::atime_apart(self.atime, self.mtime);
         match self.kind {
@@ -65,17 +71,20 @@ impl SNode {
                 size: self.size,
                 chunks: self.chunks.clone().unwrap_or_default(),
                 atime,
+                link: None,
             }),
             Kind::Dir => self.tree.or(self.was).map(|tree| Node::Dir {
                 mode: self.mode,
                 mtime: self.mtime,
                 tree,
                 atime,
+                links: self.links_below,
             }),
             Kind::Symlink => Some(Node::Symlink {
                 mtime: self.mtime,
                 target: self.target.clone(),
                 atime,
+                link: None,
             }),
             Kind::Special(kind) => Some(Node::Special {
                 kind,
@@ -83,6 +92,7 @@ impl SNode {
                 mtime: self.mtime,
                 rdev: self.rdev,
                 atime,
+                link: None,
             }),
             Kind::File => None,
         }
@@ -99,17 +109,17 @@ CREATE TABLE IF NOT EXISTS nodes(
     chunks BLOB, tree BLOB, upper INTEGER NOT NULL DEFAULT 0, target BLOB, was BLOB,
     rdev INTEGER NOT NULL DEFAULT 0,
     atime_s INTEGER, atime_ns INTEGER, ctime_s INTEGER, ctime_ns INTEGER,
-    link INTEGER,
+    link INTEGER, grp INTEGER, links_below INTEGER NOT NULL DEFAULT 0,
     UNIQUE(parent, name));
 CREATE TABLE IF NOT EXISTS conflicts(
     path BLOB PRIMARY KEY, theirs INTEGER NOT NULL, mark TEXT) WITHOUT ROWID;
 ";
 
-pub const COLUMNS: &str = "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was, rdev, atime_s, atime_ns, ctime_s, ctime_ns, link";
+pub const COLUMNS: &str = "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was, rdev, atime_s, atime_ns, ctime_s, ctime_ns, link, grp, links_below";
 
 /// Columns added after the first staging areas were made, with their
 /// definitions: `Staging::open` adds those a database lacks.
-pub const ADDED_COLUMNS: [(&str, &str); 7] = [
+pub const ADDED_COLUMNS: [(&str, &str); 9] = [
     ("was", "BLOB"),
     ("rdev", "INTEGER NOT NULL DEFAULT 0"),
     ("atime_s", "INTEGER"),
@@ -117,6 +127,8 @@ pub const ADDED_COLUMNS: [(&str, &str); 7] = [
     ("ctime_s", "INTEGER"),
     ("ctime_ns", "INTEGER"),
     ("link", "INTEGER"),
+    ("grp", "INTEGER"),
+    ("links_below", "INTEGER NOT NULL DEFAULT 0"),
 ];
 
 pub(super) fn kind_code(k: Kind) -> i64 {
@@ -199,6 +211,8 @@ pub fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
         atime: time(16)?,
         ctime: time(18)?,
         link: r.get(20)?,
+        group: r.get::<_, Option<i64>>(21)?.map(|g| g as u64),
+        links_below: r.get(22)?,
     })
 }
 
