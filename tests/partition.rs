@@ -181,7 +181,10 @@ fn a_partition_degrades_the_mount_and_commits_retry_or_fail_cleanly() {
                 .unwrap()
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(800));
+    // Longer than the root's entries live in the kernel (1 s): the path
+    // walk looks `versions` up in the root again, which must not wait
+    // behind the reads either.
+    std::thread::sleep(Duration::from_millis(1500));
     let t = Instant::now();
     let missing = std::fs::metadata(m.path("versions/v1/no-such-file")).unwrap_err();
     let took = t.elapsed();

@@ -442,6 +442,22 @@ impl MountFs {
         self.version_in_memory(ino)
     }
 
+    /// Whether looking `name` up in folder `parent` needs only memory: in
+    /// the root, every name but `staging` does (so a path into versions/
+    /// never waits behind staging's lock or a queue of store reads).
+    pub fn looks_up_from_memory(&self, parent: u64, name: &[u8]) -> bool {
+        match parent {
+            ROOT => name != b"staging",
+            _ => self.answers_from_memory(parent),
+        }
+    }
+
+    /// Whether `ino`'s attributes need only memory: the root's do (its
+    /// listing needs staging, its attributes do not).
+    pub fn attrs_from_memory(&self, ino: u64) -> bool {
+        ino == ROOT || self.answers_from_memory(ino)
+    }
+
     /// Whether opening `ino` needs only memory: a version's file whose
     /// folder is in memory (control files compute their content when opened).
     pub fn opens_from_memory(&self, ino: u64) -> bool {

@@ -262,7 +262,8 @@ impl Filesystem for Fuse {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name.as_bytes().to_vec();
-        self.dispatch(parent, move |fs| {
+        let here = self.fs.looks_up_from_memory(parent.0, &name);
+        self.here_if(here, move |fs| {
             entry(reply, fs.lookup(parent.0, &name), "lookup")
         });
     }
@@ -272,7 +273,7 @@ impl Filesystem for Fuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.dispatch(ino, move |fs| {
+        self.here_if(self.fs.attrs_from_memory(ino.0), move |fs| {
             match fs.getattr_open(ino.0, fh.map(|f| f.0)) {
                 Ok(a) => reply.attr(&a.ttl, &attr(&a)),
                 Err(e) => reply.error(fail("getattr", &e)),
