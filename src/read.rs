@@ -106,7 +106,9 @@ pub fn export(
     let mut steps = vec![Step::Fill(*root, dest.to_path_buf())];
     // The first name exported of each link group: its other names are
     // made links to it (in their folder's turn, before its mtime is set).
-    let mut firsts: HashMap<u64, PathBuf> = HashMap::new();
+    // A name that differs from the first (a hostile or merged tree) is
+    // written as a file of its own.
+    let mut firsts: HashMap<u64, (PathBuf, Node)> = HashMap::new();
     while let Some(step) = steps.pop() {
         let (tree, dir) = match step {
             Step::Finish(path, m, node) => {
@@ -122,7 +124,10 @@ pub fn export(
             // every path stays under `dest`.
             let path = dir.join(OsStr::from_bytes(&entry.name));
             let group = entry.node.link().map(|l| l.group);
-            if let Some(first) = group.and_then(|g| firsts.get(&g)) {
+            if let Some((first, _)) = group
+                .and_then(|g| firsts.get(&g))
+                .filter(|(_, node)| node.same(&entry.node))
+            {
                 links.push((first.clone(), path));
                 continue;
             }
@@ -158,7 +163,7 @@ pub fn export(
                 }
             };
             if let (Some(g), true) = (group, made) {
-                firsts.insert(g, path);
+                firsts.entry(g).or_insert((path, entry.node.clone()));
             }
         }
         export_files(repo, &files, progress)?;

@@ -656,3 +656,59 @@ fn gc_refuses_a_grace_below_the_safe_minimum() {
     assert!(out.status.success(), "{out:?}");
     assert!(env.objects.exists(debris), "younger than the grace");
 }
+
+#[test]
+fn a_crafted_link_group_never_serves_one_name_with_anothers_bytes_nor_nests_the_daemon_to_death() {
+    let env = with_v1();
+    let mut data = Pack::default();
+    let (ca, cb) = (data.chunk(b"AAAA"), data.chunk(b"BBBB"));
+    let pack = data.write(&env.objects);
+    // Two names of one "group" that hold different files.
+    let linked = |name: &str, chunk: &craft::Ref| {
+        let mut e = file_entry(name, 4, &[chunk], 0);
+        e["link"] = json!([7, 2]);
+        e
+    };
+    // And a chain of folders far deeper than a version may nest, each
+    // marked as holding a linked name, which staging lists at once.
+    let mut trees = Pack::default();
+    let mut below = trees.tree(&tree_json(vec![linked("leaf", &ca)], &[&pack]));
+    for _ in 0..3000 {
+        let mut d = dir_entry("d", &below, 0);
+        d["links"] = json!(true);
+        below = trees.tree(&tree_json(vec![d], &[trees.id()]));
+    }
+    let trees_id = trees.id().to_string();
+    let mut deep = dir_entry("deep", &below, 1);
+    deep["links"] = json!(true);
+    trees.write(&env.objects);
+    craft_version(
+        &env,
+        2,
+        vec![linked("a", &ca), linked("b", &cb), deep],
+        &[&pack, &trees_id],
+    );
+    let m = env.mount(&[]);
+    for top in ["versions/v2", "staging"] {
+        let (a, b) = (m.path(&format!("{top}/a")), m.path(&format!("{top}/b")));
+        assert_eq!(std::fs::read(&a).unwrap(), b"AAAA", "{top}");
+        assert_eq!(std::fs::read(&b).unwrap(), b"BBBB", "{top}");
+        assert_ne!(
+            std::fs::metadata(&a).unwrap().ino(),
+            std::fs::metadata(&b).unwrap().ino(),
+            "{top}"
+        );
+    }
+    assert!(m.path("staging/deep/d").is_dir());
+    assert!(m.alive(), "{}", m.log());
+    drop(m);
+    // Export writes each name's own bytes.
+    let out = env.path("out");
+    let (code, _) = env.fails(&["export", "ds", "v2", out.to_str().unwrap()]);
+    assert_eq!(code, 1, "the version nests deeper than a version may");
+    let shallow = env.path("shallow");
+    craft_version(&env, 3, vec![linked("a", &ca), linked("b", &cb)], &[&pack]);
+    env.ok(&["export", "ds", "v3", shallow.to_str().unwrap()]);
+    assert_eq!(std::fs::read(shallow.join("a")).unwrap(), b"AAAA");
+    assert_eq!(std::fs::read(shallow.join("b")).unwrap(), b"BBBB");
+}

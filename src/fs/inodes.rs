@@ -72,9 +72,11 @@ pub(super) struct VersionInodes {
     /// (kept here, not in every `Held`).
     atimes: HashMap<u32, Mtime>,
     /// Files with several names in their version: one slot for all, found
-    /// by (version, link group); a slot's key and its number of names.
+    /// by (version, link group); a slot's key, its number of names, and
+    /// its node (a name that differs from it, in a hostile or merged tree,
+    /// gets an inode of its own: never another name's bytes).
     by_link: HashMap<(u32, u64), u32>,
-    links: HashMap<u32, ((u32, u64), u32)>,
+    links: HashMap<u32, ((u32, u64), u32, Node)>,
     live: usize,
 }
 
@@ -165,7 +167,11 @@ impl MountFs {
             UNHELD => None,
             _ => t.by_place.get(&key).copied(),
         }
-        .or_else(|| link.and_then(|(k, _)| t.by_link.get(&k).copied()));
+        .or_else(|| {
+            let (k, _) = link?;
+            let slot = *t.by_link.get(&k)?;
+            t.links.get(&slot)?.2.same(node).then_some(slot)
+        });
         let slot = match existing {
             Some(slot) => slot,
             None => {
@@ -216,8 +222,9 @@ impl MountFs {
                     t.atimes.insert(slot, node.atime());
                 }
                 if let Some((k, names)) = link {
-                    t.by_link.insert(k, slot);
-                    t.links.insert(slot, (k, names));
+                    // The first name seen stands for the group.
+                    t.by_link.entry(k).or_insert(slot);
+                    t.links.insert(slot, (k, names, node.clone()));
                 }
                 t.live += 1;
                 if let Some(f) = t
@@ -260,7 +267,9 @@ impl MountFs {
             let (place, children) = (h.place, h.children);
             let slot = t.slot(ino).expect("held") as u32;
             t.by_place.remove(&place);
-            if let Some((k, _)) = t.links.get(&slot).copied() {
+            if let Some(k) = t.links.get(&slot).map(|l| l.0)
+                && t.by_link.get(&k) == Some(&slot)
+            {
                 t.by_link.remove(&k);
             }
             t.live -= 1;
@@ -296,7 +305,7 @@ impl MountFs {
         let mtime = Mtime(h.mtime_s, h.mtime_ns);
         let slot = t.slot(ino).map(|s| s as u32);
         let atime = slot.and_then(|s| t.atimes.get(&s));
-        let names = slot.and_then(|s| t.links.get(&s)).map_or(1, |(_, n)| *n);
+        let names = slot.and_then(|s| t.links.get(&s)).map_or(1, |l| l.1);
         Ok(Attr {
             ino,
             kind: h.kind,

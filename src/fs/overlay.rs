@@ -21,7 +21,7 @@ impl MountFs {
         // file systems count them.
         let nlink = match n.kind {
             Kind::Dir => 2 + st.subdirs(&self.repo, n)?,
-            _ => st.names(n.id)?,
+            _ => st.names(n)?,
         };
         Ok(Attr {
             ino: n.id | STAGING_BIT,

@@ -136,7 +136,8 @@ impl Staging {
             let base = records.last();
             let m = now();
             st.db.execute(
-                &format!("INSERT INTO nodes({COLUMNS}) VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, NULL, ?6, 0, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, 0)"),
+                "INSERT INTO nodes(id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, tree)
+                 VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, ?6)",
                 params![
                     ROOT,
                     unsafe { libc::getuid() },
@@ -297,20 +298,28 @@ impl Staging {
         Ok(n)
     }
 
-    /// Turns a directory that stands for a version subtree into rows.
+    /// Turns a directory that stands for a version subtree into rows, and
+    /// the folders below it that hold names of a link group likewise
+    /// (without recursion: a hostile tree may nest deep).
     pub(super) fn expand(&self, repo: &Repo, dir: &SNode) -> Result<()> {
-        let Some(tree_ref) = dir.tree else {
-            return Ok(());
-        };
-        let tree = repo.tree(&tree_ref)?;
         self.atomically(|| {
-            for e in &tree.entries {
-                self.insert_version_node(repo, dir.id, &e.name, &e.node, (dir.uid, dir.gid))?;
+            let mut todo = vec![dir.clone()];
+            while let Some(dir) = todo.pop() {
+                let Some(tree_ref) = dir.tree else {
+                    continue;
+                };
+                let tree = repo.tree(&tree_ref)?;
+                for e in &tree.entries {
+                    let id = self.insert_row(dir.id, &e.name, &e.node, (dir.uid, dir.gid))?;
+                    if matches!(e.node, Node::Dir { links: true, .. }) {
+                        todo.push(self.node(id)?);
+                    }
+                }
+                self.db.execute(
+                    "UPDATE nodes SET tree = NULL, was = ?2 WHERE id = ?1",
+                    params![dir.id, serde_json::to_vec(&tree_ref).expect("serializable")],
+                )?;
             }
-            self.db.execute(
-                "UPDATE nodes SET tree = NULL, was = ?2 WHERE id = ?1",
-                params![dir.id, serde_json::to_vec(&tree_ref).expect("serializable")],
-            )?;
             Ok(())
         })
     }
@@ -338,34 +347,58 @@ impl Staging {
         res
     }
 
-    /// Makes a row of a version's entry. A name of a link group whose file
-    /// staging holds already becomes a further name of it; a folder with
-    /// such names below is expanded at once, so that every name of a file
-    /// is a row before any is changed.
+    /// Makes a row of a version's entry; a folder with names of a link
+    /// group below it is expanded at once, so that every name of a file is
+    /// a row before any is changed.
     fn insert_version_node(
         &self,
         repo: &Repo,
         parent: u64,
         name: &[u8],
         node: &Node,
+        owner: (u32, u32),
+    ) -> Result<u64> {
+        let id = self.insert_row(parent, name, node, owner)?;
+        if matches!(node, Node::Dir { links: true, .. }) {
+            self.expand(repo, &self.node(id)?)?;
+        }
+        Ok(id)
+    }
+
+    /// The row of a version's entry. A name of a link group whose file
+    /// staging holds already (as that version has it) becomes a further
+    /// name of it; one that differs from it (a hostile or merged tree)
+    /// stays a file of its own.
+    fn insert_row(
+        &self,
+        parent: u64,
+        name: &[u8],
+        node: &Node,
         (uid, gid): (u32, u32),
     ) -> Result<u64> {
-        let kind = match node {
-            Node::File { .. } => Kind::File,
-            Node::Dir { .. } => Kind::Dir,
-            Node::Symlink { .. } => Kind::Symlink,
-            Node::Special { kind, .. } => Kind::Special(*kind),
-        };
+        let kind = Kind::of(node);
         let group = node.link().map(|l| l.group as i64);
-        if let Some(group) = group
-            && let Some(file) = self
+        let joined = match group {
+            Some(group) => self
                 .db
                 .prepare_cached(
                     "SELECT id FROM nodes WHERE grp = ?1 AND kind = ?2 AND link IS NULL LIMIT 1",
                 )?
                 .query_row(params![group, kind_code(kind)], |r| r.get::<_, u64>(0))
-                .optional()?
-        {
+                .optional()?,
+            None => None,
+        };
+        let joined = match joined {
+            Some(file) => {
+                let same = self
+                    .node(file)?
+                    .as_version_node()
+                    .is_some_and(|n| n.same(node));
+                same.then_some(file)
+            }
+            None => None,
+        };
+        if let Some(file) = joined {
             let m = node.mtime();
             self.db
                 .prepare_cached(
@@ -413,11 +446,7 @@ impl Staging {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16, ?17)",
             )?
             .execute(params![parent, name, kind_code(kind), mode, uid, gid, m.0, m.1, size, chunks, tree, target, rdev as i64, a.map(|a| a.0), a.map(|a| a.1), group, links_below])?;
-        let id = self.db.last_insert_rowid() as u64;
-        if links_below {
-            self.expand(repo, &self.node(id)?)?;
-        }
-        Ok(id)
+        Ok(self.db.last_insert_rowid() as u64)
     }
 
     pub fn lookup(&self, repo: &Repo, parent: u64, name: &[u8]) -> Result<Option<SNode>> {
@@ -450,23 +479,29 @@ impl Staging {
         let Some(inode) = r.link else {
             return Ok(r);
         };
-        let mut n = self.node(inode)?;
-        if n.link.is_some() || n.kind != r.kind {
-            return Err(Error::malformed(
-                format!("staging row {}", r.row),
-                format!("a link to row {inode}, which is no file's first name"),
-            ));
-        }
+        let mut n = match self.get(inode)? {
+            Some(n) if n.link.is_none() && n.kind == r.kind => n,
+            _ => {
+                return Err(Error::malformed(
+                    format!("staging row {}", r.row),
+                    format!("a link to row {inode}, which is no file's first name"),
+                ));
+            }
+        };
         (n.row, n.parent, n.name) = (r.row, r.parent, r.name);
         Ok(n)
     }
 
-    /// How many names inode `id` has.
-    pub fn names(&self, id: u64) -> Result<u32> {
+    /// How many names file `n` has (only one with a link group may have
+    /// more: it is given one at its first link).
+    pub fn names(&self, n: &SNode) -> Result<u32> {
+        if n.group.is_none() {
+            return Ok(1);
+        }
         let links: u32 = self
             .db
             .prepare_cached("SELECT COUNT(*) FROM nodes WHERE link = ?1")?
-            .query_row([id], |r| r.get(0))?;
+            .query_row([n.id], |r| r.get(0))?;
         Ok(1 + links)
     }
 
@@ -657,10 +692,9 @@ impl Staging {
         }
     }
 
-    /// Deletes a node and everything under it, with their upper files.
-    /// Open descriptors of upper files keep working (POSIX unlink semantics).
-    /// Removes a name and, for a folder, everything under it. A file with
-    /// other names lives on under them.
+    /// Removes a name and, for a folder, everything under it, with their
+    /// upper files. A file with other names lives on under them; open
+    /// descriptors of upper files keep working (POSIX unlink semantics).
     fn delete_subtree(&self, node: &SNode) -> Result<()> {
         let mut todo = vec![node.clone()];
         while let Some(n) = todo.pop() {

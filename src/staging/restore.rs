@@ -12,15 +12,6 @@ use crate::snapshot::diff::TreeSource;
 use crate::store::pack::BlobRef;
 use rusqlite::params;
 
-fn kind_of(node: &Node) -> Kind {
-    match node {
-        Node::File { .. } => Kind::File,
-        Node::Dir { .. } => Kind::Dir,
-        Node::Symlink { .. } => Kind::Symlink,
-        Node::Special { kind, .. } => Kind::Special(*kind),
-    }
-}
-
 /// A path as the user gave it (`data/x.csv`, `./data/`, `/data`): its
 /// names; empty for the whole dataset (`.` or `/`).
 pub fn path_names(path: &str) -> Result<Vec<Vec<u8>>> {
@@ -74,8 +65,8 @@ impl Staging {
                             // stays, unless the file has other names, which
                             // keep it.
                             (Some(old), Some(node))
-                                if old.kind == kind_of(node)
-                                    && self.names(old.id)? == 1
+                                if old.kind == Kind::of(node)
+                                    && self.names(&old)? == 1
                                     && node.link().is_none() =>
                             {
                                 self.replace(repo, &old, node)?;

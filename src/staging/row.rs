@@ -58,6 +58,18 @@ pub struct SNode {
     pub links_below: bool,
 }
 
+impl Kind {
+    /// The kind of row a version's node becomes.
+    pub fn of(node: &Node) -> Kind {
+        match node {
+            Node::File { .. } => Kind::File,
+            Node::Dir { .. } => Kind::Dir,
+            Node::Symlink { .. } => Kind::Symlink,
+            Node::Special { kind, .. } => Kind::Special(*kind),
+        }
+    }
+}
+
 impl SNode {
     /// The node as it would appear in a version, if it can be said without
     /// reading local data (upper files and expanded directories cannot);
