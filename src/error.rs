@@ -129,6 +129,8 @@ pub enum FsError {
     Unsupported,
     #[error("permission denied")]
     Denied,
+    #[error("too many links")]
+    TooManyLinks,
 }
 
 impl Error {

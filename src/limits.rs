@@ -24,6 +24,8 @@ pub const MAX_DEPTH: usize = 1024;
 /// use of a shared subtree: far above any real dataset, far below what a
 /// few shared trees can expand to (41 trees can name 2^40 paths).
 pub const MAX_PATHS: u64 = 10_000_000;
+/// Most names of one file in staging, as ext4's limit.
+pub const LINK_MAX: u32 = 65_000;
 /// Longest file name, as on Linux.
 pub const MAX_NAME: usize = 255;
 /// Longest symlink target, as PATH_MAX.

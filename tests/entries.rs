@@ -273,6 +273,11 @@ fn directory_link_counts_follow_mkdir_rename_and_rmdir() {
     let nlink = |rel: &str| std::fs::metadata(m.path(rel)).unwrap().nlink();
     assert_eq!(nlink("staging/top"), 4);
     assert_eq!(nlink("staging"), 4);
+    // A version keeps no count: 1, which tells find not to rely on it.
+    assert_eq!(
+        (nlink("versions/v1/top"), nlink("versions/v1/top/a")),
+        (1, 1)
+    );
     std::fs::create_dir(m.path("staging/top/c")).unwrap();
     assert_eq!(nlink("staging/top"), 5);
     std::fs::rename(m.path("staging/top/a"), m.path("staging/other/a")).unwrap();
@@ -501,4 +506,61 @@ fn link_groups_round_trip_through_commit_versions_export_and_commit_from() {
         ""
     );
     assert!(m.alive());
+}
+
+#[test]
+fn a_file_takes_at_most_65000_names_as_on_ext4() {
+    let env = Env::new();
+    let m = env.mount(&[]);
+    std::fs::write(m.path("staging/a"), b"x").unwrap();
+    std::fs::hard_link(m.path("staging/a"), m.path("staging/b")).unwrap();
+    drop(m);
+    // 64,998 more names, written straight into staging's database: making
+    // them one by one through the kernel would take minutes.
+    let db = walk_for(&env.staging(), "staging.sqlite");
+    let db = rusqlite::Connection::open(db).unwrap();
+    let added = db
+        .execute(
+            "WITH RECURSIVE n(i) AS (SELECT 3 UNION ALL SELECT i + 1 FROM n WHERE i < 65000)
+             INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, upper, link)
+             SELECT b.parent, CAST('n' || n.i AS BLOB), b.kind, 0, 0, 0, b.mtime_s, b.mtime_ns, 0, 0, b.link
+             FROM n, nodes AS b WHERE b.name = CAST('b' AS BLOB)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(added, 64_998);
+    drop(db);
+    let m = env.mount(&[]);
+    assert_eq!(inode(&m.path("staging/n65000")).1, 65_000);
+    let err = std::fs::hard_link(m.path("staging/a"), m.path("staging/one-more")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EMLINK));
+    assert!(!m.path("staging/one-more").exists());
+    // A name fewer, and one can be added again.
+    std::fs::remove_file(m.path("staging/n65000")).unwrap();
+    std::fs::hard_link(m.path("staging/a"), m.path("staging/one-more")).unwrap();
+    assert_eq!(inode(&m.path("staging/a")).1, 65_000);
+    assert!(m.alive());
+}
+
+/// The one file called `name` under `dir`.
+fn walk_for(dir: &Path, name: &str) -> std::path::PathBuf {
+    let found: Vec<_> = walkdir(dir)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == name))
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    found[0].clone()
+}
+
+fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walkdir(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

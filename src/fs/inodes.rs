@@ -311,8 +311,10 @@ impl MountFs {
             kind: h.kind,
             size: if special { 0 } else { h.size },
             perm: h.mode,
+            // A version keeps no count of a folder's subfolders: 1, as
+            // btrfs answers, tells find and fts not to rely on it.
             nlink: if h.kind == super::FileKind::Dir {
-                2
+                1
             } else {
                 names
             },

@@ -87,6 +87,7 @@ pub fn errno(e: &Error) -> Errno {
             FsError::ReadOnly => libc::EROFS,
             FsError::NotPermitted => libc::EPERM,
             FsError::Unsupported => libc::EOPNOTSUPP,
+            FsError::TooManyLinks => libc::EMLINK,
             FsError::Denied => libc::EACCES,
         }),
         Error::Io { source, .. } => Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO)),

@@ -754,6 +754,12 @@ impl Staging {
         if n.kind == Kind::Dir {
             return Err(Error::fs(FsError::NotPermitted, "a hard link to a folder"));
         }
+        if self.names(&n)? >= crate::limits::LINK_MAX {
+            return Err(Error::fs(
+                FsError::TooManyLinks,
+                String::from_utf8_lossy(name),
+            ));
+        }
         let m = now();
         self.atomically(|| {
             self.db
