@@ -23,6 +23,15 @@ pub enum Error {
     Index(#[from] rusqlite::Error),
     #[error("{0}")]
     InvalidInput(String),
+    #[error("policy, line {line} column {column}: {message}; nothing was changed")]
+    Policy {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// The store's policy does not allow it.
+    #[error("not allowed: {0}")]
+    Forbidden(String),
     #[error("{0} is not a detafs store (run `detafs init` to create one)")]
     NotAStore(String),
     #[error(

@@ -4,6 +4,7 @@
 //! over `repo` and `tag` (datasets, versions, tags, tree loading) over `snapshot` (the model) and
 //! `cache` (local index and caches) over `store` (object_store).
 
+pub mod access;
 pub mod cache;
 pub mod commit;
 pub mod datasets;

@@ -49,6 +49,8 @@ pub struct Repo {
     /// Tags read so far, by key (`tag.rs`; they never change); None for
     /// one that does not decode.
     pub(crate) tags: Mutex<std::collections::BTreeMap<String, Option<crate::tag::Tag>>>,
+    /// Policy records read so far, oldest first (`access::history`).
+    pub(crate) policy: Mutex<Vec<crate::access::history::Stored>>,
 }
 
 /// Local state belongs to one store: its id (from the marker, checked to be
@@ -204,6 +206,7 @@ impl Repo {
             state_key,
             trees: Mutex::new(WeighedLru::new(TREE_ENTRIES)),
             tags: Mutex::default(),
+            policy: Mutex::default(),
         })
     }
 

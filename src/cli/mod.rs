@@ -5,6 +5,7 @@ mod diff;
 mod keys;
 pub mod log;
 mod mount;
+mod policy;
 mod show;
 
 use anyhow::Context;
@@ -102,6 +103,10 @@ enum Command {
     /// Create or list datasets.
     #[command(subcommand)]
     Dataset(DatasetCmd),
+    /// The store's access policy: who may see, read, commit and tag which
+    /// versions (checked by mounts with --allow-other and the gateway).
+    #[command(subcommand)]
+    Policy(PolicyCmd),
     /// Record the next version of a dataset: DIR's contents with --from,
     /// otherwise the dataset's staging area (through its mount if one is up).
     #[command(
@@ -334,6 +339,43 @@ enum DatasetCmd {
 }
 
 #[derive(Subcommand)]
+enum PolicyCmd {
+    /// Print the policy in force (or an earlier one).
+    #[command(after_help = "Examples:\n  detafs policy show\n  detafs policy show --version 2\nExit codes: 0, 1 error.")]
+    Show {
+        /// A policy version, as `policy log` lists them.
+        #[arg(long)]
+        version: Option<u64>,
+    },
+    /// Set a new policy from a YAML file (needs dataset:admin once a policy
+    /// is set; refused with its line and column if it does not check).
+    #[command(
+        after_help = "Example: detafs policy set policy.yaml -m \"analysts read published versions\"\nExit codes: 0 set (prints its version), 1 error (nothing changed)."
+    )]
+    Set {
+        file: PathBuf,
+        /// Why it changed, kept in the policy's history.
+        #[arg(short, long, default_value = "")]
+        message: String,
+    },
+    /// The policy's history, newest first (hash-chained in the store).
+    #[command(after_help = "Examples:\n  detafs policy log\n  detafs policy log --json\nExit codes: 0, 1 error.")]
+    Log {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Whether USER may do ACTION on RESOURCE, and which statement decides.
+    #[command(
+        after_help = "Examples:\n  detafs policy check ann dataset:read datasets/weather/versions/v3/files/raw/a.csv\n  detafs policy check key:dashboard dataset:versions datasets/weather/versions/v3\nUSER: a login name (with all of its groups) or a principal (user:, group:, key:, token:).\nExit codes: 0 allowed, 5 denied, 1 error."
+    )]
+    Check {
+        user: String,
+        action: String,
+        resource: String,
+    },
+}
+
+#[derive(Subcommand)]
 enum KeyCmd {
     /// List the key slots.
     #[command(after_help = "Example: detafs key list\nExit codes: 0, 1 error.")]
@@ -478,6 +520,20 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             if let Some(k) = key_file {
                 keys::tell_key_file(&k);
+            }
+        }
+        Command::Policy(PolicyCmd::Show { version }) => policy::show(&open()?, version)?,
+        Command::Policy(PolicyCmd::Set { file, message }) => {
+            policy::set(&open()?, &file, &message)?
+        }
+        Command::Policy(PolicyCmd::Log { json }) => policy::log(&open()?, json)?,
+        Command::Policy(PolicyCmd::Check {
+            user,
+            action,
+            resource,
+        }) => {
+            if !policy::check(&open()?, &user, &action, &resource)? {
+                return Ok(ExitCode::from(5));
             }
         }
         Command::Key(KeyCmd::List) => keys::list(&open()?)?,

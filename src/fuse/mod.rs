@@ -96,7 +96,8 @@ pub fn errno(e: &Error) -> Errno {
         }
         Error::NothingToCommit(_) => Errno::from_i32(libc::ENODATA),
         Error::CommitTooLong(_) => Errno::from_i32(libc::ETIMEDOUT),
-        Error::InvalidInput(_) => Errno::from_i32(libc::EINVAL),
+        Error::InvalidInput(_) | Error::Policy { .. } => Errno::from_i32(libc::EINVAL),
+        Error::Forbidden(_) => Errno::from_i32(libc::EACCES),
         Error::NoDataset(_)
         | Error::DatasetDeleted { .. }
         | Error::NoVersion { .. }

@@ -187,9 +187,10 @@ impl Codec {
 /// Starts every sealed small object.
 const OBJECT_MAGIC: &[u8] = b"DTFSOBJ2";
 
-/// Small objects a sealed store seals: everything of its datasets.
+/// Small objects a sealed store seals: everything of its datasets, and
+/// its policy records.
 pub fn sealed_key(key: &str) -> bool {
-    key.starts_with("datasets/")
+    key.starts_with("datasets/") || key.starts_with(super::keys::POLICY_RECORDS)
 }
 
 fn blob_aad(kind: BlobKind, id: &ObjectId) -> Vec<u8> {

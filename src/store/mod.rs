@@ -139,6 +139,18 @@ pub mod keys {
     pub fn tag_name<'k>(name: &str, key: &'k str) -> Option<&'k str> {
         key.strip_prefix(&tags(name))?.strip_suffix(".json")
     }
+    pub const POLICY_RECORDS: &str = "policy/records/";
+    pub fn policy_record(version: u64) -> String {
+        format!("{POLICY_RECORDS}{version:020}.json")
+    }
+    /// The policy version a key names, if it is exactly such a key.
+    pub fn policy_record_number(key: &str) -> Option<u64> {
+        let digits = key.strip_prefix(POLICY_RECORDS)?.strip_suffix(".json")?;
+        if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse().ok().filter(|&n| n > 0)
+    }
     pub const PACKS: &str = "packs/";
     pub fn pack(id: &ObjectId) -> String {
         let hex = id.to_hex();

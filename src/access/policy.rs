@@ -1,0 +1,575 @@
+//! The policy language: statements of effect, principals, actions and
+//! resources (the seed's YAML, with principals and deny), parsed with the
+//! position of every mistake, and evaluated with deny beating allow.
+
+use crate::error::{Error, Result};
+use serde::Deserialize;
+
+/// What may be done. `dataset:*` names them all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Create,
+    Read,
+    Versions,
+    Commit,
+    Tag,
+    Admin,
+}
+
+impl Action {
+    pub const ALL: [Action; 6] = [
+        Action::Create,
+        Action::Read,
+        Action::Versions,
+        Action::Commit,
+        Action::Tag,
+        Action::Admin,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Create => "dataset:create",
+            Action::Read => "dataset:read",
+            Action::Versions => "dataset:versions",
+            Action::Commit => "dataset:commit",
+            Action::Tag => "dataset:tag",
+            Action::Admin => "dataset:admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.name() == s)
+    }
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// The resource that `dataset:admin` over every dataset (setting the
+/// policy, gc) is checked against.
+pub const ALL_DATASETS: &str = "datasets/*";
+
+/// Most statements, and most patterns in one statement.
+const MAX_STATEMENTS: usize = 10_000;
+const MAX_PATTERNS: usize = 1_000;
+/// Longest policy text.
+pub const MAX_POLICY_BYTES: usize = 256 << 10;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Effect {
+    Allow,
+    Deny,
+}
+
+/// An action as written: `dataset:read`, or `dataset:*` for all.
+#[derive(Clone, Copy, Debug)]
+struct Actions(u8);
+
+impl<'de> Deserialize<'de> for Actions {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s == "dataset:*" || s == "*" {
+            return Ok(Actions(u8::MAX));
+        }
+        Action::parse(&s).map(|a| Actions(a.bit())).ok_or_else(|| {
+            let known: Vec<_> = Action::ALL.iter().map(|a| a.name()).collect();
+            serde::de::Error::custom(format!(
+                "unknown action {s:?} (known: {}, or dataset:*)",
+                known.join(", ")
+            ))
+        })
+    }
+}
+
+/// Who a statement is for: `user:NAME`, `group:NAME`, `key:NAME`,
+/// `token:SUBJECT`, `claim:NAME=VALUE`, or `*` for everyone; `*` inside a
+/// name matches any run of characters.
+#[derive(Clone, Debug)]
+struct Principal(String);
+
+const PRINCIPAL_KINDS: [&str; 5] = ["user:", "group:", "key:", "token:", "claim:"];
+
+impl<'de> Deserialize<'de> for Principal {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let ok = s == "*"
+            || PRINCIPAL_KINDS
+                .iter()
+                .any(|k| s.strip_prefix(k).is_some_and(|rest| !rest.is_empty()));
+        if !ok || (s.starts_with("claim:") && !s.contains('=')) {
+            return Err(serde::de::Error::custom(format!(
+                "unknown principal {s:?} (user:NAME, group:NAME, key:NAME, token:SUBJECT, claim:NAME=VALUE or *)"
+            )));
+        }
+        Ok(Principal(s))
+    }
+}
+
+/// A resource pattern: `datasets/NAME`, `datasets/NAME/versions/vN` (or a
+/// tag), `datasets/NAME/versions/vN/files/PATH`, with `*` wildcards.
+#[derive(Clone, Debug)]
+struct Resource(String);
+
+impl<'de> Deserialize<'de> for Resource {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s == "*" || s.starts_with("datasets/") {
+            Ok(Resource(s))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "resource {s:?} does not start with datasets/ (datasets/NAME, datasets/NAME/versions/vN, datasets/NAME/versions/*/files/PATH)"
+            )))
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireStatement {
+    name: String,
+    effect: Effect,
+    #[serde(default)]
+    principals: Option<Vec<Principal>>,
+    actions: Vec<Actions>,
+    resources: Vec<Resource>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WirePolicy {
+    policies: Vec<WireStatement>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Statement {
+    pub name: String,
+    pub effect: Effect,
+    /// None: everyone.
+    principals: Option<Vec<String>>,
+    actions: u8,
+    resources: Vec<String>,
+}
+
+impl Statement {
+    fn applies_to(&self, who: &Who) -> bool {
+        match &self.principals {
+            None => true,
+            Some(ps) => ps
+                .iter()
+                .any(|p| p == "*" || who.principals.iter().any(|w| glob(p, w))),
+        }
+    }
+
+    fn covers(&self, resource: &Target<'_>) -> bool {
+        self.resources
+            .iter()
+            .any(|r| resource.aliases.iter().any(|a| glob(r, a)))
+    }
+}
+
+/// A parsed, checked policy.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    statements: Vec<Statement>,
+}
+
+/// Who asks: their principals (`user:alice`, `group:analysts`, ...).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Who {
+    pub principals: Vec<String>,
+}
+
+/// What is asked about: a resource under each of its names (a version is
+/// `vN` and each of its tags).
+pub struct Target<'a> {
+    pub aliases: &'a [String],
+}
+
+/// The answer, with the statement that gave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    /// The deciding statement and its effect; None: no statement matched
+    /// (denied by default).
+    pub by: Option<(String, Effect)>,
+}
+
+impl Decision {
+    /// One line for people: which statement decided, or that none did.
+    pub fn explain(&self) -> String {
+        match &self.by {
+            Some((name, Effect::Deny)) => format!("deny: statement {name:?} denies it"),
+            Some((name, Effect::Allow)) => format!("allow: statement {name:?} allows it"),
+            None => "deny: no statement allows it (denied by default)".into(),
+        }
+    }
+}
+
+/// A policy parse or check failure at a line and column (1-based).
+fn at(line: usize, column: usize, message: impl Into<String>) -> Error {
+    Error::Policy {
+        line,
+        column,
+        message: message.into(),
+    }
+}
+
+impl Policy {
+    /// Parses and checks policy text. Refused: YAML that does not parse,
+    /// unknown fields, actions or principals, empty lists, and a policy that
+    /// lets nobody administer it.
+    pub fn parse(text: &str) -> Result<Policy> {
+        if text.len() > MAX_POLICY_BYTES {
+            return Err(at(
+                1,
+                1,
+                format!("a policy holds at most {MAX_POLICY_BYTES} bytes"),
+            ));
+        }
+        let wire: WirePolicy = yaml_serde::from_str(text).map_err(|e| {
+            let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+            // The message without its own " at line L column C".
+            let msg = e.to_string();
+            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+            at(line, column, msg)
+        })?;
+        if wire.policies.len() > MAX_STATEMENTS {
+            return Err(at(1, 1, format!("more than {MAX_STATEMENTS} statements")));
+        }
+        let mut statements = Vec::with_capacity(wire.policies.len());
+        for w in wire.policies {
+            let (line, column) = statement_position(text, &w.name);
+            let empty = |what: &str| {
+                at(
+                    line,
+                    column,
+                    format!("statement {:?}: {what} is empty", w.name),
+                )
+            };
+            if w.name.is_empty() {
+                return Err(at(line, column, "a statement without a name"));
+            }
+            if statements.iter().any(|s: &Statement| s.name == w.name) {
+                return Err(at(
+                    line,
+                    column,
+                    format!("two statements named {:?}", w.name),
+                ));
+            }
+            if w.actions.is_empty() {
+                return Err(empty("actions"));
+            }
+            if w.resources.is_empty() {
+                return Err(empty("resources"));
+            }
+            if w.principals.as_ref().is_some_and(Vec::is_empty) {
+                return Err(empty("principals"));
+            }
+            let longest = w.resources.len().max(w.principals.as_ref().map_or(0, Vec::len));
+            if longest > MAX_PATTERNS {
+                return Err(at(
+                    line,
+                    column,
+                    format!("statement {:?}: more than {MAX_PATTERNS} patterns", w.name),
+                ));
+            }
+            statements.push(Statement {
+                name: w.name,
+                effect: w.effect,
+                principals: w
+                    .principals
+                    .map(|ps| ps.into_iter().map(|p| p.0).collect()),
+                actions: w.actions.iter().fold(0, |acc, a| acc | a.0),
+                resources: w.resources.into_iter().map(|r| r.0).collect(),
+            });
+        }
+        let policy = Policy { statements };
+        policy.check_admin().map_err(|m| at(1, 1, m))?;
+        Ok(policy)
+    }
+
+    /// Some principal must keep `dataset:admin` over every dataset, or no
+    /// one could ever change the policy again. Principals are taken as
+    /// written (a deny of a group a user is in is not known here).
+    fn check_admin(&self) -> std::result::Result<(), String> {
+        let all = [ALL_DATASETS.to_string()];
+        let target = Target { aliases: &all };
+        let admin = |s: &&Statement| s.actions & Action::Admin.bit() != 0 && s.covers(&target);
+        let denies: Vec<&Statement> = self
+            .statements
+            .iter()
+            .filter(admin)
+            .filter(|s| s.effect == Effect::Deny)
+            .collect();
+        let kept = self
+            .statements
+            .iter()
+            .filter(admin)
+            .filter(|s| s.effect == Effect::Allow)
+            .flat_map(|s| {
+                s.principals
+                    .clone()
+                    .unwrap_or_else(|| vec!["*".to_string()])
+            })
+            .any(|p| {
+                let who = Who {
+                    principals: vec![p],
+                };
+                !denies.iter().any(|d| match &d.principals {
+                    None => true,
+                    Some(ps) => ps
+                        .iter()
+                        .any(|x| x == "*" || glob(x, &who.principals[0])),
+                })
+            });
+        if kept {
+            Ok(())
+        } else {
+            Err(format!(
+                "this policy would lock out every admin: no principal is left with dataset:admin on {ALL_DATASETS} (add a statement that allows it to someone)"
+            ))
+        }
+    }
+
+    /// The statements that can apply to `who`, for deciding many requests
+    /// of one caller quickly.
+    pub fn for_who(&self, who: &Who) -> Policy {
+        Policy {
+            statements: self
+                .statements
+                .iter()
+                .filter(|s| s.applies_to(who))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Whether `who` may do `action` on the resource named by any of
+    /// `aliases`: a matching deny wins, then a matching allow; else denied.
+    pub fn decide(&self, who: &Who, action: Action, aliases: &[String]) -> Decision {
+        let r = Target { aliases };
+        let mut allow = None;
+        for s in &self.statements {
+            if s.actions & action.bit() == 0 || !s.applies_to(who) || !s.covers(&r) {
+                continue;
+            }
+            match s.effect {
+                Effect::Deny => {
+                    return Decision {
+                        allowed: false,
+                        by: Some((s.name.clone(), Effect::Deny)),
+                    };
+                }
+                Effect::Allow if allow.is_none() => allow = Some(s.name.clone()),
+                Effect::Allow => {}
+            }
+        }
+        Decision {
+            allowed: allow.is_some(),
+            by: allow.map(|n| (n, Effect::Allow)),
+        }
+    }
+
+    /// Whether some statement explicitly denies it (a path under a denied
+    /// prefix is hidden, not merely unreadable).
+    pub fn denies(&self, who: &Who, action: Action, aliases: &[String]) -> bool {
+        self.decide(who, action, aliases).by.is_some_and(|(_, e)| e == Effect::Deny)
+    }
+
+    pub fn len(&self) -> usize {
+        self.statements.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.statements.is_empty()
+    }
+}
+
+/// Where statement `name` begins in `text` (its `name:` line), for errors
+/// found after parsing; (1, 1) if it cannot be told.
+fn statement_position(text: &str, name: &str) -> (usize, usize) {
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim_start().trim_start_matches("- ").trim_start();
+        if let Some(v) = t.strip_prefix("name:") {
+            let v = v.trim().trim_matches(['"', '\'']);
+            if v == name {
+                return (i + 1, line.len() - line.trim_start().len() + 1);
+            }
+        }
+    }
+    (1, 1)
+}
+
+/// Whether `text` matches `pattern`, where `*` matches any run of
+/// characters (`/` included, as in IAM resource patterns).
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let (mut pi, mut ti) = (0, 0);
+    // The last `*` seen and where in `text` it was tried.
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            // Let the `*` take one more character.
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEED: &str = r#"
+policies:
+  - name: admins
+    effect: allow
+    principals: ["group:admins"]
+    actions: ["dataset:*"]
+    resources: ["*"]
+  - name: analysts_read_published
+    effect: allow
+    principals: ["group:analysts", "key:dashboard"]
+    actions: ["dataset:read", "dataset:versions"]
+    resources: ["datasets/weather/versions/*"]
+  - name: no_raw_pii
+    effect: deny
+    principals: ["group:analysts"]
+    actions: ["dataset:read"]
+    resources: ["datasets/weather/versions/*/files/raw/pii/*"]
+  - name: pipeline_commits
+    effect: allow
+    principals: ["token:ci-pipeline"]
+    actions: ["dataset:commit", "dataset:tag"]
+    resources: ["datasets/weather"]
+"#;
+
+    fn who(ps: &[&str]) -> Who {
+        Who {
+            principals: ps.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn res(s: &str) -> Vec<String> {
+        vec![s.to_string()]
+    }
+
+    #[test]
+    fn globs_match_runs_of_any_characters() {
+        assert!(glob("datasets/*", "datasets/w/versions/v1/files/a/b"));
+        assert!(glob("datasets/*/versions/v1", "datasets/w/versions/v1"));
+        assert!(!glob("datasets/*/versions/v1", "datasets/w/versions/v12"));
+        assert!(glob("a*b*c", "aXbYbZc"));
+        assert!(!glob("a*b*c", "aXbYbZ"));
+        assert!(glob("*", ""));
+        assert!(glob("x/*", "x/"));
+        assert!(!glob("x/*", "x"));
+        assert!(glob("datasets/*", ALL_DATASETS));
+        assert!(!glob("datasets/weather", ALL_DATASETS));
+    }
+
+    #[test]
+    fn deny_wins_and_nothing_is_allowed_by_default() {
+        let p = Policy::parse(SEED).unwrap();
+        let analyst = who(&["user:ann", "group:analysts"]);
+        let ok = p.decide(&analyst, Action::Read, &res("datasets/weather/versions/v3/files/a.csv"));
+        assert_eq!(ok.by, Some(("analysts_read_published".into(), Effect::Allow)));
+        let pii = p.decide(
+            &analyst,
+            Action::Read,
+            &res("datasets/weather/versions/v3/files/raw/pii/x.csv"),
+        );
+        assert!(!pii.allowed);
+        assert_eq!(pii.by, Some(("no_raw_pii".into(), Effect::Deny)));
+        assert!(p.denies(&analyst, Action::Read, &res("datasets/weather/versions/v3/files/raw/pii/")));
+        // Listing versions is allowed, committing is not (by default).
+        assert!(p.decide(&analyst, Action::Versions, &res("datasets/weather/versions/v3")).allowed);
+        let c = p.decide(&analyst, Action::Commit, &res("datasets/weather"));
+        assert_eq!(c, Decision { allowed: false, by: None });
+        assert!(p.decide(&who(&["token:ci-pipeline"]), Action::Commit, &res("datasets/weather")).allowed);
+        assert!(!p.decide(&who(&["token:ci-pipeline"]), Action::Commit, &res("datasets/other")).allowed);
+        // A tag names a version too: any alias that matches counts.
+        let tagged = vec!["datasets/weather/versions/v3".into(), "datasets/weather/versions/q1".into()];
+        let only_tag = Policy::parse(
+            "policies:\n  - {name: a, effect: allow, principals: ['user:root'], actions: ['dataset:admin'], resources: ['*']}\n  - {name: q, effect: allow, actions: ['dataset:versions'], resources: ['datasets/weather/versions/q1']}\n",
+        )
+        .unwrap();
+        assert!(only_tag.decide(&analyst, Action::Versions, &tagged).allowed);
+        assert!(!only_tag.decide(&analyst, Action::Versions, &tagged[..1]).allowed);
+        // for_who keeps the same answers.
+        let mine = p.for_who(&analyst);
+        assert!(mine.len() < p.len());
+        assert_eq!(
+            mine.decide(&analyst, Action::Read, &res("datasets/weather/versions/v3/files/raw/pii/x")),
+            pii
+        );
+    }
+
+    fn refused(text: &str) -> (usize, usize, String) {
+        match Policy::parse(text).unwrap_err() {
+            Error::Policy { line, column, message } => (line, column, message),
+            e => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn mistakes_are_refused_with_their_position() {
+        let bad_action = SEED.replace("\"dataset:tag\"", "\"dataset:tagg\"");
+        let (line, column, msg) = refused(&bad_action);
+        assert_eq!(line, 21, "{msg}");
+        assert!(column > 10, "{column}");
+        assert!(msg.contains("unknown action \"dataset:tagg\""), "{msg}");
+        let (line, _, msg) = refused(&SEED.replace("effect: deny", "effect: maybe"));
+        assert_eq!(line, 14, "{msg}");
+        let (line, _, msg) = refused(&SEED.replace("    resources: [\"*\"]", "    resource: [\"*\"]"));
+        assert_eq!(line, 7, "{msg}");
+        assert!(msg.contains("resource"), "{msg}");
+        let (line, _, _) = refused("policies:\n  - name: [unclosed\n");
+        assert!(line >= 2);
+        let (_, _, msg) = refused(&SEED.replace("group:analysts\", \"key", "team:analysts\", \"key"));
+        assert!(msg.contains("unknown principal"), "{msg}");
+        let (line, _, msg) = refused(&SEED.replace("actions: [\"dataset:commit\", \"dataset:tag\"]", "actions: []"));
+        assert_eq!(line, 18, "{msg}");
+        assert!(msg.contains("actions is empty"), "{msg}");
+        let (_, _, msg) = refused(&SEED.replace("name: no_raw_pii", "name: admins"));
+        assert!(msg.contains("two statements"), "{msg}");
+    }
+
+    #[test]
+    fn a_policy_that_locks_out_every_admin_is_refused() {
+        let none = SEED.replace("actions: [\"dataset:*\"]", "actions: [\"dataset:read\"]");
+        assert!(refused(&none).2.contains("lock out every admin"));
+        let narrow = SEED.replace("resources: [\"*\"]", "resources: [\"datasets/weather\"]");
+        assert!(refused(&narrow).2.contains("lock out"));
+        let denied = format!(
+            "{SEED}  - name: nobody\n    effect: deny\n    actions: [\"dataset:admin\"]\n    resources: [\"*\"]\n"
+        );
+        assert!(refused(&denied).2.contains("lock out"));
+        // Denying one admin group leaves another.
+        let other = format!(
+            "{SEED}  - name: ops\n    effect: allow\n    principals: [\"user:ops\"]\n    actions: [\"dataset:admin\"]\n    resources: [\"datasets/*\"]\n  - name: not_admins\n    effect: deny\n    principals: [\"group:admins\"]\n    actions: [\"dataset:admin\"]\n    resources: [\"*\"]\n"
+        );
+        Policy::parse(&other).unwrap();
+    }
+
+    #[test]
+    fn hostile_yaml_is_refused_not_expanded() {
+        let bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\ng: [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\npolicies: []\n";
+        assert!(Policy::parse(bomb).is_err());
+        let deep = format!("policies: {}{}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(Policy::parse(&deep).is_err());
+        assert!(Policy::parse(&"#".repeat(MAX_POLICY_BYTES + 1)).is_err());
+    }
+}
