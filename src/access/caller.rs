@@ -53,7 +53,8 @@ pub fn user_by_name(name: &str) -> Option<(u32, u32, Vec<u32>)> {
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut found = std::ptr::null_mut();
     // SAFETY: valid pointers and length for the call.
-    let rc = unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
+    let rc =
+        unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
     if rc != 0 || found.is_null() {
         return None;
     }

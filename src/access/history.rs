@@ -45,7 +45,10 @@ fn decode(bytes: &[u8], key: &str) -> Result<PolicyRecord> {
         || humantime::parse_rfc3339(&r.time).is_err()
         || (r.version == 1) != r.parent.is_none()
     {
-        return Err(Error::malformed(key, "policy record does not match its key"));
+        return Err(Error::malformed(
+            key,
+            "policy record does not match its key",
+        ));
     }
     Ok(r)
 }
@@ -87,7 +90,9 @@ impl Repo {
         let mut all = known.clone();
         let have = all.last().map_or(0, |s| s.record.version);
         for s in fetched.into_iter().filter(|s| s.record.version > have) {
-            let want = all.last().map(|p: &Stored| (p.record.version + 1, Some(p.hash)));
+            let want = all
+                .last()
+                .map(|p: &Stored| (p.record.version + 1, Some(p.hash)));
             let (version, parent) = want.unwrap_or((1, None));
             if s.record.version != version || s.record.parent != parent {
                 return Err(Error::malformed(
@@ -140,7 +145,9 @@ impl Repo {
         let mut body = serde_json::to_vec_pretty(&record).expect("serializable");
         body.push(b'\n');
         if body.len() as u64 > limits::MAX_SMALL_OBJECT {
-            return Err(Error::InvalidInput("policy and message are too long".into()));
+            return Err(Error::InvalidInput(
+                "policy and message are too long".into(),
+            ));
         }
         if !self
             .store

@@ -11,22 +11,31 @@ pub use policy::{Action, Decision, Policy, Who};
 
 /// The resource names of a dataset, a version (under its number and each
 /// tag), and a path in it (folders end in `/`, so `…/files/private/*`
-/// covers the folder `private` itself).
+/// covers the folder `private` itself). A statement about a resource covers
+/// what is inside it: a version's or a path's names come with those of
+/// everything above them.
 pub fn dataset_resource(dataset: &str) -> String {
     format!("datasets/{dataset}")
 }
 
+/// A version's names, its dataset's first.
 pub fn version_resources(dataset: &str, version: u64, tags: &[String]) -> Vec<String> {
-    std::iter::once(format!("v{version}"))
-        .chain(tags.iter().cloned())
-        .map(|v| format!("datasets/{dataset}/versions/{v}"))
+    let names = std::iter::once(format!("v{version}")).chain(tags.iter().cloned());
+    std::iter::once(dataset_resource(dataset))
+        .chain(names.map(|v| format!("datasets/{dataset}/versions/{v}")))
         .collect()
 }
 
+/// The names of `path` (`a/b`) in each of `versions` (as made by
+/// `version_resources`), with those of the folders above it.
 pub fn path_resources(versions: &[String], path: &str, dir: bool) -> Vec<String> {
-    let slash = if dir { "/" } else { "" };
-    versions
-        .iter()
-        .map(|v| format!("{v}/files/{path}{slash}"))
-        .collect()
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let mut out = Vec::new();
+    for v in versions.iter().filter(|v| v.contains("/versions/")) {
+        for i in 1..=parts.len() {
+            let slash = if i < parts.len() || dir { "/" } else { "" };
+            out.push(format!("{v}/files/{}{slash}", parts[..i].join("/")));
+        }
+    }
+    out
 }

@@ -267,7 +267,10 @@ impl Policy {
             if w.principals.as_ref().is_some_and(Vec::is_empty) {
                 return Err(empty("principals"));
             }
-            let longest = w.resources.len().max(w.principals.as_ref().map_or(0, Vec::len));
+            let longest = w
+                .resources
+                .len()
+                .max(w.principals.as_ref().map_or(0, Vec::len));
             if longest > MAX_PATTERNS {
                 return Err(at(
                     line,
@@ -278,9 +281,7 @@ impl Policy {
             statements.push(Statement {
                 name: w.name,
                 effect: w.effect,
-                principals: w
-                    .principals
-                    .map(|ps| ps.into_iter().map(|p| p.0).collect()),
+                principals: w.principals.map(|ps| ps.into_iter().map(|p| p.0).collect()),
                 actions: w.actions.iter().fold(0, |acc, a| acc | a.0),
                 resources: w.resources.into_iter().map(|r| r.0).collect(),
             });
@@ -319,9 +320,7 @@ impl Policy {
                 };
                 !denies.iter().any(|d| match &d.principals {
                     None => true,
-                    Some(ps) => ps
-                        .iter()
-                        .any(|x| x == "*" || glob(x, &who.principals[0])),
+                    Some(ps) => ps.iter().any(|x| x == "*" || glob(x, &who.principals[0])),
                 })
             });
         if kept {
@@ -372,10 +371,26 @@ impl Policy {
         }
     }
 
-    /// Whether some statement explicitly denies it (a path under a denied
-    /// prefix is hidden, not merely unreadable).
-    pub fn denies(&self, who: &Who, action: Action, aliases: &[String]) -> bool {
-        self.decide(who, action, aliases).by.is_some_and(|(_, e)| e == Effect::Deny)
+    /// Whether a deny whose resource names a path (`…/files/…`) covers one
+    /// of `paths`: what such a statement denies reading is hidden, not
+    /// merely unreadable.
+    pub fn denies_path(&self, who: &Who, action: Action, paths: &[String]) -> bool {
+        self.statements.iter().any(|s| {
+            s.effect == Effect::Deny
+                && s.actions & action.bit() != 0
+                && s.applies_to(who)
+                && s.resources
+                    .iter()
+                    .any(|r| r.contains("/files/") && paths.iter().any(|p| glob(r, p)))
+        })
+    }
+
+    /// Refuses everything: what a mount enforces when the policy in the
+    /// store cannot be trusted.
+    pub fn deny_all() -> Policy {
+        Policy {
+            statements: Vec::new(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -484,8 +499,15 @@ policies:
     fn deny_wins_and_nothing_is_allowed_by_default() {
         let p = Policy::parse(SEED).unwrap();
         let analyst = who(&["user:ann", "group:analysts"]);
-        let ok = p.decide(&analyst, Action::Read, &res("datasets/weather/versions/v3/files/a.csv"));
-        assert_eq!(ok.by, Some(("analysts_read_published".into(), Effect::Allow)));
+        let ok = p.decide(
+            &analyst,
+            Action::Read,
+            &res("datasets/weather/versions/v3/files/a.csv"),
+        );
+        assert_eq!(
+            ok.by,
+            Some(("analysts_read_published".into(), Effect::Allow))
+        );
         let pii = p.decide(
             &analyst,
             Action::Read,
@@ -493,33 +515,84 @@ policies:
         );
         assert!(!pii.allowed);
         assert_eq!(pii.by, Some(("no_raw_pii".into(), Effect::Deny)));
-        assert!(p.denies(&analyst, Action::Read, &res("datasets/weather/versions/v3/files/raw/pii/")));
+        assert!(p.denies_path(
+            &analyst,
+            Action::Read,
+            &res("datasets/weather/versions/v3/files/raw/pii/")
+        ));
+        assert!(!p.denies_path(
+            &analyst,
+            Action::Read,
+            &res("datasets/weather/versions/v3/files/raw/")
+        ));
         // Listing versions is allowed, committing is not (by default).
-        assert!(p.decide(&analyst, Action::Versions, &res("datasets/weather/versions/v3")).allowed);
+        assert!(
+            p.decide(
+                &analyst,
+                Action::Versions,
+                &res("datasets/weather/versions/v3")
+            )
+            .allowed
+        );
         let c = p.decide(&analyst, Action::Commit, &res("datasets/weather"));
-        assert_eq!(c, Decision { allowed: false, by: None });
-        assert!(p.decide(&who(&["token:ci-pipeline"]), Action::Commit, &res("datasets/weather")).allowed);
-        assert!(!p.decide(&who(&["token:ci-pipeline"]), Action::Commit, &res("datasets/other")).allowed);
+        assert_eq!(
+            c,
+            Decision {
+                allowed: false,
+                by: None
+            }
+        );
+        assert!(
+            p.decide(
+                &who(&["token:ci-pipeline"]),
+                Action::Commit,
+                &res("datasets/weather")
+            )
+            .allowed
+        );
+        assert!(
+            !p.decide(
+                &who(&["token:ci-pipeline"]),
+                Action::Commit,
+                &res("datasets/other")
+            )
+            .allowed
+        );
         // A tag names a version too: any alias that matches counts.
-        let tagged = vec!["datasets/weather/versions/v3".into(), "datasets/weather/versions/q1".into()];
+        let tagged = vec![
+            "datasets/weather/versions/v3".into(),
+            "datasets/weather/versions/q1".into(),
+        ];
         let only_tag = Policy::parse(
             "policies:\n  - {name: a, effect: allow, principals: ['user:root'], actions: ['dataset:admin'], resources: ['*']}\n  - {name: q, effect: allow, actions: ['dataset:versions'], resources: ['datasets/weather/versions/q1']}\n",
         )
         .unwrap();
         assert!(only_tag.decide(&analyst, Action::Versions, &tagged).allowed);
-        assert!(!only_tag.decide(&analyst, Action::Versions, &tagged[..1]).allowed);
+        assert!(
+            !only_tag
+                .decide(&analyst, Action::Versions, &tagged[..1])
+                .allowed
+        );
         // for_who keeps the same answers.
         let mine = p.for_who(&analyst);
         assert!(mine.len() < p.len());
         assert_eq!(
-            mine.decide(&analyst, Action::Read, &res("datasets/weather/versions/v3/files/raw/pii/x")),
+            mine.decide(
+                &analyst,
+                Action::Read,
+                &res("datasets/weather/versions/v3/files/raw/pii/x")
+            ),
             pii
         );
     }
 
     fn refused(text: &str) -> (usize, usize, String) {
         match Policy::parse(text).unwrap_err() {
-            Error::Policy { line, column, message } => (line, column, message),
+            Error::Policy {
+                line,
+                column,
+                message,
+            } => (line, column, message),
             e => panic!("{e}"),
         }
     }
@@ -533,14 +606,19 @@ policies:
         assert!(msg.contains("unknown action \"dataset:tagg\""), "{msg}");
         let (line, _, msg) = refused(&SEED.replace("effect: deny", "effect: maybe"));
         assert_eq!(line, 14, "{msg}");
-        let (line, _, msg) = refused(&SEED.replace("    resources: [\"*\"]", "    resource: [\"*\"]"));
+        let (line, _, msg) =
+            refused(&SEED.replace("    resources: [\"*\"]", "    resource: [\"*\"]"));
         assert_eq!(line, 7, "{msg}");
         assert!(msg.contains("resource"), "{msg}");
         let (line, _, _) = refused("policies:\n  - name: [unclosed\n");
         assert!(line >= 2);
-        let (_, _, msg) = refused(&SEED.replace("group:analysts\", \"key", "team:analysts\", \"key"));
+        let (_, _, msg) =
+            refused(&SEED.replace("group:analysts\", \"key", "team:analysts\", \"key"));
         assert!(msg.contains("unknown principal"), "{msg}");
-        let (line, _, msg) = refused(&SEED.replace("actions: [\"dataset:commit\", \"dataset:tag\"]", "actions: []"));
+        let (line, _, msg) = refused(&SEED.replace(
+            "actions: [\"dataset:commit\", \"dataset:tag\"]",
+            "actions: []",
+        ));
         assert_eq!(line, 18, "{msg}");
         assert!(msg.contains("actions is empty"), "{msg}");
         let (_, _, msg) = refused(&SEED.replace("name: no_raw_pii", "name: admins"));

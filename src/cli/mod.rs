@@ -341,7 +341,9 @@ enum DatasetCmd {
 #[derive(Subcommand)]
 enum PolicyCmd {
     /// Print the policy in force (or an earlier one).
-    #[command(after_help = "Examples:\n  detafs policy show\n  detafs policy show --version 2\nExit codes: 0, 1 error.")]
+    #[command(
+        after_help = "Examples:\n  detafs policy show\n  detafs policy show --version 2\nExit codes: 0, 1 error."
+    )]
     Show {
         /// A policy version, as `policy log` lists them.
         #[arg(long)]
@@ -359,7 +361,9 @@ enum PolicyCmd {
         message: String,
     },
     /// The policy's history, newest first (hash-chained in the store).
-    #[command(after_help = "Examples:\n  detafs policy log\n  detafs policy log --json\nExit codes: 0, 1 error.")]
+    #[command(
+        after_help = "Examples:\n  detafs policy log\n  detafs policy log --json\nExit codes: 0, 1 error."
+    )]
     Log {
         #[arg(long)]
         json: bool,

@@ -23,8 +23,8 @@ pub fn show(repo: &Repo, version: Option<u64>) -> anyhow::Result<()> {
 }
 
 pub fn set(repo: &Repo, file: &Path, message: &str) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(file)
-        .with_context(|| format!("cannot read {}", file.display()))?;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let who = caller::current_who();
     let author = detafs::commit::current_user();
     let v = repo
@@ -55,7 +55,10 @@ pub fn log(repo: &Repo, json: bool) -> anyhow::Result<()> {
     }
     for s in history.iter().rev() {
         let r = &s.record;
-        println!("v{:<4} {}  {:<12} {}", r.version, r.time, r.author, r.message);
+        println!(
+            "v{:<4} {}  {:<12} {}",
+            r.version, r.time, r.author, r.message
+        );
     }
     Ok(())
 }

@@ -74,6 +74,8 @@ pub(super) fn lookup(fs: &MountFs, name: &[u8]) -> Result<Attr> {
 pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
     let size = match ino {
         COMMIT | RESTORE | CHECKOUT => 0,
+        // Its size would tell how many versions there are, seen or not.
+        LOG if fs.gated() => 0,
         _ => fresh_text(fs, ino)?.len() as u64,
     };
     let mtime = match ino {
@@ -87,10 +89,13 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
         // Committing and the staged paths are the mount owner's alone; the
         // history and health are for every reader of the mount. The commit
         // file reads back what its handle's last write committed.
-        perm: match ino {
-            COMMIT => 0o600,
-            RESTORE | CHECKOUT => 0o200,
-            STATUS | LAST_ERROR | PROGRESS => 0o400,
+        // Under a policy, it decides who may (`open`), not the owner's modes.
+        perm: match (ino, fs.gated()) {
+            (COMMIT, false) => 0o600,
+            (COMMIT, true) => 0o666,
+            (RESTORE | CHECKOUT, false) => 0o200,
+            (RESTORE | CHECKOUT, true) => 0o222,
+            (STATUS | LAST_ERROR | PROGRESS, false) => 0o400,
             _ => 0o444,
         },
         nlink: 1,
@@ -142,19 +147,41 @@ fn content(fs: &MountFs, ino: u64) -> Result<Vec<u8>> {
     })
 }
 
-pub(super) fn open(fs: &MountFs, ino: u64, writing: bool, uid: u32) -> Result<Opened> {
+pub(super) fn open(
+    fs: &MountFs,
+    ino: u64,
+    writing: bool,
+    uid: u32,
+    judge: Option<&super::Judge>,
+) -> Result<Opened> {
     // The kernel checks the modes above (default_permissions); checked here
-    // too, so the core holds without it.
-    if matches!(
+    // too, so the core holds without it. Under a policy, it decides.
+    let staged = matches!(
         ino,
-        COMMIT | STATUS | LAST_ERROR | RESTORE | CHECKOUT | PROGRESS
-    ) && uid != fs.opts.uid
-        && uid != 0
-    {
-        return Err(Error::fs(
-            FsError::Denied,
-            "only the mount's owner may commit, change or see staged changes",
-        ));
+        COMMIT | STATUS | LAST_ERROR | RESTORE | CHECKOUT | PROGRESS | BASE | LAST_COMMIT
+    );
+    match judge {
+        Some(j) if staged && !j.may_commit() => {
+            return Err(Error::fs(
+                FsError::Denied,
+                format!("the policy does not let you commit to {}", fs.dataset),
+            ));
+        }
+        Some(j) if ino == LOG && !writing => {
+            return Ok(Opened {
+                fh: fs.add_handle(Handle::Text(Arc::new(j.log()))),
+                keep_cache: false,
+                direct_io: true,
+            });
+        }
+        Some(_) => {}
+        None if staged && ino != BASE && ino != LAST_COMMIT && uid != fs.opts.uid && uid != 0 => {
+            return Err(Error::fs(
+                FsError::Denied,
+                "only the mount's owner may commit, change or see staged changes",
+            ));
+        }
+        None => {}
     }
     let handle = match (ino, writing) {
         (COMMIT, true) => Handle::Commit(Arc::default()),

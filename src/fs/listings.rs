@@ -38,8 +38,11 @@ impl MountFs {
     }
 
     /// Opens a directory: lists it once (readdir calls page through it).
-    pub fn open_dir(&self, ino: u64) -> Result<u64> {
-        let listing = self.dir_listing(ino)?;
+    pub fn open_dir(&self, c: &super::Caller, ino: u64) -> Result<u64> {
+        let mut listing = self.dir_listing(ino)?;
+        if let Some(j) = self.judge(c) {
+            listing = j.filter(ino, listing);
+        }
         Ok(self.add_handle(Handle::Dir(listing)))
     }
 
@@ -52,8 +55,9 @@ impl MountFs {
     }
 
     /// Whether a directory's listing never changes (a directory of a version),
-    /// so the kernel may cache it.
+    /// so the kernel may cache it. Not under a policy: the kernel's cache
+    /// is the same for every user, listings are not.
     pub fn dir_is_immutable(&self, ino: u64) -> bool {
-        !is_staging(ino) && ino >= FIRST_VERSION_INO
+        !is_staging(ino) && ino >= FIRST_VERSION_INO && !self.gated()
     }
 }

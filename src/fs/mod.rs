@@ -6,9 +6,10 @@
 //! (read-only versions, with `inodes.rs` for their inode numbers and
 //! `stored.rs` for reading files from the store), `overlay.rs` (the
 //! writable `staging/`), `control.rs` (`.detafs/`); `listings.rs` keeps
-//! directory listings.
+//! directory listings; `gate.rs` applies the store's access policy.
 
 mod control;
+mod gate;
 mod inodes;
 mod listings;
 mod overlay;
@@ -16,6 +17,7 @@ mod stored;
 mod tags;
 mod versions;
 
+pub use gate::{Caller, Judge};
 use inodes::VersionInodes;
 use listings::Listings;
 use stored::{Origin, StoredFile};
@@ -85,6 +87,7 @@ pub struct Attr {
     pub ttl: Duration,
 }
 
+#[derive(Clone)]
 pub struct DirEntry {
     pub ino: u64,
     pub kind: FileKind,
@@ -153,6 +156,9 @@ pub struct MountFs {
     /// When the mount started: the time of its root and control folder.
     started: Mtime,
     opts: MountOptions,
+    /// The store's access policy, if one is set (`gate.rs`).
+    gate: RwLock<Option<Arc<gate::Gate>>>,
+    callers: Mutex<gate::Callers>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -236,8 +242,11 @@ impl MountFs {
             status_text: Mutex::default(),
             started: staging::now(),
             opts,
+            gate: RwLock::default(),
+            callers: Mutex::default(),
         };
         fs.refresh_tags()?;
+        fs.refresh_policy()?;
         Ok(fs)
     }
 
@@ -264,6 +273,7 @@ impl MountFs {
             *self.versions.write().unwrap_or_else(|p| p.into_inner()) = records;
         }
         self.refresh_tags()?;
+        self.refresh_policy()?;
         let latest = self
             .versions
             .read()
@@ -298,6 +308,10 @@ impl MountFs {
     /// When the newest version was committed (the mount's start if none):
     /// the time of `versions/`, `latest` and the log.
     fn latest_time(&self) -> Mtime {
+        // Under a policy, a hidden version's time must not show either.
+        if self.gated() {
+            return self.started;
+        }
         let versions = self.versions.read().unwrap_or_else(|p| p.into_inner());
         versions.last().map_or(self.started, Record::mtime)
     }
@@ -342,6 +356,20 @@ impl MountFs {
             CONTROL => control::lookup(self, name),
             _ => self.lookup_in_version(parent, name),
         }
+    }
+
+    /// `lookup` as `c` may see it: under a policy, what `c` may not see is
+    /// a name that does not exist.
+    pub fn lookup_for(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<Attr> {
+        let attr = self.lookup(parent, name)?;
+        if let Some(j) = self.judge(c)
+            && !j.sees_entry(parent, name, attr.kind)
+        {
+            // The lookup counted it; the kernel will never hear of it.
+            self.forget(attr.ino, 1);
+            return Err(not_found(name));
+        }
+        Ok(attr)
     }
 
     /// Like `getattr`, but a staged file unlinked while open still answers
@@ -479,11 +507,13 @@ impl MountFs {
             .collect()
     }
 
-    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+    pub fn readlink(&self, c: &Caller, ino: u64) -> Result<Vec<u8>> {
         if ino == LATEST {
-            return Ok(
-                format!("v{}", self.latest().ok_or_else(|| not_found(b"latest"))?).into_bytes(),
-            );
+            let latest = match self.judge(c) {
+                Some(j) => j.latest(),
+                None => self.latest(),
+            };
+            return Ok(format!("v{}", latest.ok_or_else(|| not_found(b"latest"))?).into_bytes());
         }
         if tags::is_tag(ino) {
             return self.tag_target(ino);
@@ -504,17 +534,26 @@ impl MountFs {
         fh
     }
 
-    pub fn open(&self, ino: u64, flags: i32, uid: u32) -> Result<Opened> {
+    pub fn open(&self, ino: u64, flags: i32, c: &Caller) -> Result<Opened> {
         let access = flags & libc::O_ACCMODE;
         let writing = access != libc::O_RDONLY;
+        let judge = self.judge(c);
         if control::is_control(ino) {
-            return control::open(self, ino, writing, uid);
+            return control::open(self, ino, writing, c.uid, judge.as_ref());
         }
         if is_staging(ino) {
             return self.open_staged(ino & !STAGING_BIT, flags, writing);
         }
         if writing {
             return Err(read_only());
+        }
+        if let Some(j) = judge
+            && !j.may_read(ino)
+        {
+            return Err(Error::fs(
+                FsError::Denied,
+                "the policy does not let you read this file",
+            ));
         }
         self.open_version_file(ino)
     }

@@ -163,7 +163,11 @@ impl MountFs {
         gid: u32,
     ) -> Result<(Attr, Opened)> {
         let attr = self.make(parent, name, FileKind::File, mode, uid, gid, b"", 0)?;
-        let opened = self.open(attr.ino, flags & !libc::O_TRUNC, uid)?;
+        let opened = self.open(
+            attr.ino,
+            flags & !libc::O_TRUNC,
+            &Caller { uid, gid, pid: 0 },
+        )?;
         Ok((attr, opened))
     }
 

@@ -13,6 +13,17 @@ const MAX_TAGS: usize = (FIRST_VERSION_INO - FIRST_TAG_INO) as usize;
 pub(super) struct TagTable {
     tags: Vec<(String, u64, Mtime)>,
     by_name: HashMap<String, usize>,
+    by_version: HashMap<u64, Vec<String>>,
+}
+
+impl TagTable {
+    pub(super) fn tags_of(&self, version: u64) -> Vec<String> {
+        self.by_version.get(&version).cloned().unwrap_or_default()
+    }
+
+    pub(super) fn version_of(&self, tag: &str) -> Option<u64> {
+        self.by_name.get(tag).map(|&i| self.tags[i].1)
+    }
 }
 
 pub(super) fn is_tag(ino: u64) -> bool {
@@ -37,6 +48,11 @@ impl MountFs {
             }
             let index = table.tags.len();
             table.by_name.insert(t.tag.clone(), index);
+            table
+                .by_version
+                .entry(t.version)
+                .or_default()
+                .push(t.tag.clone());
             table
                 .tags
                 .push((t.tag, t.version, Mtime::of_rfc3339(&t.time)));

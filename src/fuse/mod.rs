@@ -3,7 +3,7 @@
 //! requests), and errors into errno values. Nothing else imports fuser.
 
 use crate::error::{Error, FsError};
-use crate::fs::{Attr, FileKind, MountFs};
+use crate::fs::{Attr, Caller, FileKind, MountFs};
 use crate::snapshot::{Mtime, Special};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
@@ -54,7 +54,7 @@ impl Fuse {
         );
         self.spawn(move |fs| {
             let res = fs.make(parent.0, &name, kind, mode, uid, gid, &target, rdev);
-            entry(reply, res, "create")
+            entry(fs, reply, res, "create")
         });
     }
 
@@ -203,9 +203,23 @@ fn attr(a: &Attr) -> FileAttr {
     }
 }
 
-fn entry(reply: ReplyEntry, res: Result<Attr, Error>, op: &str) {
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
+/// How long the kernel may keep a name: under a policy not at all, since
+/// its name cache serves every user of the mount alike.
+fn entry_ttl(fs: &MountFs, a: &Attr) -> Duration {
+    if fs.gated() { Duration::ZERO } else { a.ttl }
+}
+
+fn entry(fs: &MountFs, reply: ReplyEntry, res: Result<Attr, Error>, op: &str) {
     match res {
-        Ok(a) => reply.entry(&a.ttl, &attr(&a), Generation(0)),
+        Ok(a) => reply.entry_with_ttls(&a.ttl, &entry_ttl(fs, &a), &attr(&a), Generation(0)),
         Err(e) => reply.error(fail(op, &e)),
     }
 }
@@ -262,11 +276,11 @@ impl Filesystem for Fuse {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let name = name.as_bytes().to_vec();
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let (name, c) = (name.as_bytes().to_vec(), caller(req));
         let here = self.fs.looks_up_from_memory(parent.0, &name);
         self.here_if(here, move |fs| {
-            entry(reply, fs.lookup(parent.0, &name), "lookup")
+            entry(fs, reply, fs.lookup_for(&c, parent.0, &name), "lookup")
         });
     }
 
@@ -318,8 +332,9 @@ impl Filesystem for Fuse {
         });
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.dispatch(ino, move |fs| match fs.readlink(ino.0) {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let c = caller(req);
+        self.dispatch(ino, move |fs| match fs.readlink(&c, ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(fail("readlink", &e)),
         });
@@ -448,12 +463,12 @@ impl Filesystem for Fuse {
         reply: ReplyEntry,
     ) {
         let name = newname.as_bytes().to_vec();
-        self.spawn(move |fs| entry(reply, fs.link(ino.0, newparent.0, &name), "link"));
+        self.spawn(move |fs| entry(fs, reply, fs.link(ino.0, newparent.0, &name), "link"));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let uid = req.uid();
-        let op = move |fs: &MountFs| match fs.open(ino.0, flags.0, uid) {
+        let c = caller(req);
+        let op = move |fs: &MountFs| match fs.open(ino.0, flags.0, &c) {
             Ok(o) => reply.opened(FileHandle(o.fh), open_flags(&o)),
             Err(e) => reply.error(fail("open", &e)),
         };
@@ -537,14 +552,15 @@ impl Filesystem for Fuse {
         self.spawn(move |fs| empty(reply, fs.fsync(fh.0), "fsync"));
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let c = caller(req);
         // A version's directories never change: let the kernel keep their listings.
         let flags = if self.fs.dir_is_immutable(ino.0) {
             FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
         } else {
             FopenFlags::empty()
         };
-        self.dispatch(ino, move |fs| match fs.open_dir(ino.0) {
+        self.dispatch(ino, move |fs| match fs.open_dir(&c, ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), flags),
             Err(e) => reply.error(fail("opendir", &e)),
         });
@@ -595,8 +611,8 @@ impl Filesystem for Fuse {
                         false => self.fs.lookup(ino.0, &e.name).ok(),
                     };
                     let a = fresh.as_ref().unwrap_or(a);
-                    let full =
-                        reply.add(INodeNo(a.ino), next, name, &a.ttl, &attr(a), Generation(0));
+                    let ttl = entry_ttl(&self.fs, a);
+                    let full = reply.add(INodeNo(a.ino), next, name, &ttl, &attr(a), Generation(0));
                     // Every entry but . and .. counts as a lookup for the kernel.
                     if !full && !dots && fresh.is_none() {
                         self.fs.remember(a.ino);

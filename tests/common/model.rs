@@ -3,7 +3,7 @@
 //! local store, no kernel) and to a plain folder (`Model`).
 
 use super::{Env, noise};
-use detafs::fs::{FileKind, MountFs, MountOptions};
+use detafs::fs::{Caller, FileKind, MountFs, MountOptions};
 use detafs::repo::{Options, Repo};
 use detafs::snapshot::Special;
 use detafs::staging::Staging;
@@ -12,6 +12,13 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{FileExt, FileTypeExt, PermissionsExt};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// The core is driven as root, who owns the mount.
+const ROOT_CALLER: Caller = Caller {
+    uid: 0,
+    gid: 0,
+    pid: 0,
+};
 
 const DIRS: [&str; 4] = ["", "a", "a/b", "c"];
 const NAMES: [&str; 4] = ["x", "y", "a", "c"];
@@ -141,7 +148,11 @@ impl<'e> Core<'e> {
             } => {
                 let data = noise(*len, *seed);
                 let fh = match self.at("staging", path) {
-                    Ok(ino) => fs.open(ino, libc::O_WRONLY, 0).map_err(errno)?.fh,
+                    Ok(ino) => {
+                        fs.open(ino, libc::O_WRONLY, &ROOT_CALLER)
+                            .map_err(errno)?
+                            .fh
+                    }
                     Err(libc::ENOENT) => {
                         let (parent, name) = self.parent(path)?;
                         fs.create(parent, name, 0o644, libc::O_WRONLY, 0, 0)
@@ -201,7 +212,10 @@ impl<'e> Core<'e> {
             }
             Op::Commit => {
                 let ino = self.at(".detafs", "commit").unwrap();
-                let fh = fs.open(ino, libc::O_WRONLY, 0).map_err(errno)?.fh;
+                let fh = fs
+                    .open(ino, libc::O_WRONLY, &ROOT_CALLER)
+                    .map_err(errno)?
+                    .fh;
                 let res = fs.write(fh, 0, b"a step", 0).map_err(errno);
                 fs.release(fh);
                 match res {
@@ -232,11 +246,11 @@ impl<'e> Core<'e> {
                     FileKind::Symlink => {
                         format!(
                             "link {}",
-                            String::from_utf8_lossy(&fs.readlink(e.ino).unwrap())
+                            String::from_utf8_lossy(&fs.readlink(&ROOT_CALLER, e.ino).unwrap())
                         )
                     }
                     FileKind::File => {
-                        let fh = fs.open(e.ino, libc::O_RDONLY, 0).unwrap().fh;
+                        let fh = fs.open(e.ino, libc::O_RDONLY, &ROOT_CALLER).unwrap().fh;
                         let mut data = Vec::new();
                         loop {
                             let got = fs.read(fh, data.len() as u64, 1 << 20).unwrap();
@@ -259,7 +273,7 @@ impl<'e> Core<'e> {
 
     pub fn latest(&self) -> Option<String> {
         let ino = self.at("versions", "latest").ok()?;
-        Some(String::from_utf8(self.fs().readlink(ino).unwrap()).unwrap())
+        Some(String::from_utf8(self.fs().readlink(&ROOT_CALLER, ino).unwrap()).unwrap())
     }
 }
 

@@ -1,0 +1,259 @@
+//! The store's access policy at the mount: who a request comes from (its
+//! uid and the groups its process runs with), and what they may see, read
+//! and commit. Without a policy in the store there is no gate and nothing
+//! here runs. With one, a version or path a caller may not see answers as
+//! a name that does not exist, everywhere: lookups, listings, `latest`,
+//! tags and `.detafs/log`.
+
+use super::*;
+use crate::access::{self, Action, Policy, Who};
+use std::time::Instant;
+
+/// Who a request comes from, as the kernel tells it.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+/// How long a process's groups are taken as read from /proc.
+const CALLER_LIFE: Duration = Duration::from_secs(1);
+/// Callers remembered at once; more and the table starts again.
+const MAX_CALLERS: usize = 4096;
+
+pub(super) struct Gate {
+    version: u64,
+    policy: Policy,
+    /// The statements that can apply, by principals: most requests of a
+    /// caller then weigh a few statements, not all of them.
+    narrowed: Mutex<HashMap<Who, Arc<Policy>>>,
+}
+
+/// Principals by (pid, uid, gid), with when they were read.
+pub(super) type Callers = HashMap<(u32, u32, u32), (Instant, Who)>;
+
+impl Gate {
+    fn new(version: u64, policy: Policy) -> Gate {
+        Gate {
+            version,
+            policy,
+            narrowed: Mutex::default(),
+        }
+    }
+}
+
+/// One caller's view under the policy in force.
+pub struct Judge<'a> {
+    fs: &'a MountFs,
+    policy: Arc<Policy>,
+    who: Who,
+}
+
+impl MountFs {
+    /// Reads the policy in force (at start and at every poll). One that
+    /// cannot be trusted (a broken history, a newest policy that does not
+    /// parse) shuts the gate on everything; a store that cannot be reached
+    /// keeps the policy last read.
+    pub(super) fn refresh_policy(&self) -> Result<()> {
+        let current = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let next = match self.repo.current_policy() {
+            Ok(None) => None,
+            Ok(Some((v, _))) if current.as_ref().is_some_and(|g| g.version == v) => return Ok(()),
+            Ok(Some((v, policy))) => {
+                tracing::info!("policy v{v} in force ({} statements)", policy.len());
+                Some(Arc::new(Gate::new(v, policy)))
+            }
+            Err(e @ Error::Malformed { .. }) => {
+                tracing::error!("{e}: every request is refused until the policy is mended");
+                Some(Arc::new(Gate::new(u64::MAX, Policy::deny_all())))
+            }
+            Err(e) => return Err(e),
+        };
+        *self.gate.write().unwrap_or_else(|p| p.into_inner()) = next;
+        Ok(())
+    }
+
+    /// Whether a policy is in force (then entries are not cached by the
+    /// kernel: its caches are shared by every user of the mount).
+    pub fn gated(&self) -> bool {
+        self.gate
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// The principals of a caller: its user and the groups its process
+    /// holds (read from /proc, kept a second).
+    fn who(&self, c: &Caller) -> Who {
+        let key = (c.pid, c.uid, c.gid);
+        if let Some((at, who)) = lock(&self.callers).get(&key)
+            && at.elapsed() < CALLER_LIFE
+        {
+            return who.clone();
+        }
+        // A process gone already: its primary group alone.
+        let groups = access::caller::process_groups(c.pid).unwrap_or_default();
+        let who = access::caller::unix_who(c.uid, c.gid, &groups);
+        let mut callers = lock(&self.callers);
+        if callers.len() >= MAX_CALLERS {
+            callers.clear();
+        }
+        callers.insert(key, (Instant::now(), who.clone()));
+        who
+    }
+
+    /// The caller's view, if a policy is in force.
+    pub fn judge(&self, c: &Caller) -> Option<Judge<'_>> {
+        let gate = self
+            .gate
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        let who = self.who(c);
+        let policy = {
+            let mut narrowed = lock(&gate.narrowed);
+            if narrowed.len() >= MAX_CALLERS {
+                narrowed.clear();
+            }
+            narrowed
+                .entry(who.clone())
+                .or_insert_with(|| Arc::new(gate.policy.for_who(&who)))
+                .clone()
+        };
+        Some(Judge {
+            fs: self,
+            policy,
+            who,
+        })
+    }
+
+    fn tags_of(&self, version: u64) -> Vec<String> {
+        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
+        table.tags_of(version)
+    }
+}
+
+impl Judge<'_> {
+    fn version_resources(&self, version: u64) -> Vec<String> {
+        let tags = self.fs.tags_of(version);
+        access::version_resources(&self.fs.dataset, version, &tags)
+    }
+
+    pub fn sees_version(&self, version: u64) -> bool {
+        let r = self.version_resources(version);
+        self.policy.decide(&self.who, Action::Versions, &r).allowed
+    }
+
+    /// Whether a path of a version (`a/b`) shows: its version may be seen,
+    /// and no deny of reading names a path that covers it.
+    fn sees_path(&self, version: u64, path: &str, dir: bool) -> bool {
+        let versions = self.version_resources(version);
+        let paths = access::path_resources(&versions, path, dir);
+        let mut all = versions;
+        all.extend(paths.iter().cloned());
+        self.policy
+            .decide(&self.who, Action::Versions, &all)
+            .allowed
+            && !self.policy.denies_path(&self.who, Action::Read, &paths)
+    }
+
+    pub fn may_commit(&self) -> bool {
+        let r = [access::dataset_resource(&self.fs.dataset)];
+        self.policy.decide(&self.who, Action::Commit, &r).allowed
+    }
+
+    /// The newest version this caller may see: `latest`'s target.
+    pub fn latest(&self) -> Option<u64> {
+        let versions: Vec<u64> = {
+            let v = self.fs.versions.read().unwrap_or_else(|p| p.into_inner());
+            v.iter().rev().map(|r| r.version).collect()
+        };
+        versions.into_iter().find(|&v| self.sees_version(v))
+    }
+
+    /// A version inode's version and path inside it (`None` for the
+    /// version's own folder).
+    fn place_of(&self, ino: u64) -> Option<(u64, Option<String>)> {
+        let version = self.fs.version_entry_version(ino).ok()?;
+        let path = self.fs.version_path(ino);
+        let inside = path.split_once('/').map(|(_, p)| p.to_string());
+        Some((version, inside))
+    }
+
+    /// Whether entry `name` of folder `parent`, of kind `kind`, shows.
+    pub fn sees_entry(&self, parent: u64, name: &[u8], kind: FileKind) -> bool {
+        if is_staging(parent) {
+            return true;
+        }
+        match parent {
+            ROOT => name != b"staging" || self.may_commit(),
+            CONTROL => true,
+            VERSIONS => {
+                if name == b"latest" {
+                    return self.latest().is_some();
+                }
+                let version = match version_name(name) {
+                    Some(v) => Some(v),
+                    None => std::str::from_utf8(name).ok().and_then(|t| {
+                        self.fs
+                            .tags
+                            .read()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .version_of(t)
+                    }),
+                };
+                version.is_some_and(|v| self.sees_version(v))
+            }
+            _ => match self.place_of(parent) {
+                Some((version, inside)) => {
+                    let name = name_str(name);
+                    let path = match inside {
+                        Some(p) => format!("{p}/{name}"),
+                        None => name,
+                    };
+                    self.sees_path(version, &path, kind == FileKind::Dir)
+                }
+                None => false,
+            },
+        }
+    }
+
+    /// Whether a version's file may be opened (`dataset:read`).
+    pub fn may_read(&self, ino: u64) -> bool {
+        let Some((version, Some(path))) = self.place_of(ino) else {
+            return false;
+        };
+        let versions = self.version_resources(version);
+        let mut all = access::path_resources(&versions, &path, false);
+        all.extend(versions);
+        self.policy.decide(&self.who, Action::Read, &all).allowed
+    }
+
+    /// A listing without what this caller may not see.
+    pub fn filter(&self, dir: u64, listing: Listing) -> Listing {
+        let kept: Vec<(DirEntry, Attr)> = listing
+            .iter()
+            .filter(|(e, _)| {
+                e.name == b"." || e.name == b".." || self.sees_entry(dir, &e.name, e.kind)
+            })
+            .cloned()
+            .collect();
+        Arc::new(kept)
+    }
+
+    /// `.detafs/log` as this caller may see it.
+    pub fn log(&self) -> Vec<u8> {
+        let versions = self
+            .fs
+            .versions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        versions
+            .iter()
+            .filter(|r| self.sees_version(r.version))
+            .flat_map(control::log_line)
+            .collect()
+    }
+}

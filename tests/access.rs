@@ -1,0 +1,269 @@
+//! The store's access policy (issue 13), through a real mount used by real
+//! other Unix users: each runs as its own uid with its own groups
+//! (setpriv), on an `--allow-other` mount run by root.
+
+mod common;
+
+use common::{Env, run_ok, within};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// uid 2001 in group 3001 ("analysts" below), 2002 commits, 2003 is
+/// named by no statement. No names: principals are then the numbers.
+const ANALYST: (u32, u32, Option<u32>) = (2001, 2001, Some(3001));
+const WRITER: (u32, u32, Option<u32>) = (2002, 2002, None);
+const OUTSIDER: (u32, u32, Option<u32>) = (2003, 2003, None);
+/// The analyst's uid without the analysts group.
+const ANALYST_ALONE: (u32, u32, Option<u32>) = (2001, 2001, None);
+
+const POLICY: &str = r#"
+policies:
+  - name: admins
+    effect: allow
+    principals: ["user:root"]
+    actions: ["dataset:*"]
+    resources: ["*"]
+  - name: analysts_see_published
+    effect: allow
+    principals: ["group:3001"]
+    actions: ["dataset:read", "dataset:versions"]
+    resources: ["datasets/ds/versions/published"]
+  - name: analysts_no_private
+    effect: deny
+    principals: ["group:3001"]
+    actions: ["dataset:read"]
+    resources: ["datasets/ds/versions/*/files/private/*"]
+  - name: writers
+    effect: allow
+    principals: ["user:2002"]
+    actions: ["dataset:versions", "dataset:commit"]
+    resources: ["datasets/ds", "datasets/ds/versions/*"]
+"#;
+
+/// Runs `script` with sh as `who`, in `dir`.
+fn as_user(who: (u32, u32, Option<u32>), dir: &Path, script: &str) -> Output {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={}", who.0))
+        .arg(format!("--regid={}", who.1));
+    match who.2 {
+        Some(g) => cmd.arg(format!("--groups={g}")),
+        None => cmd.arg("--clear-groups"),
+    };
+    cmd.args(["sh", "-c", script])
+        .current_dir(dir)
+        .env("LC_ALL", "C")
+        .output()
+        .unwrap()
+}
+
+/// What `script` prints as `who` (whatever its exit status).
+fn seen(who: (u32, u32, Option<u32>), dir: &Path, script: &str) -> String {
+    String::from_utf8_lossy(&as_user(who, dir, script).stdout).into_owned()
+}
+
+/// Whether `script` succeeds as `who`; its stderr.
+fn tried(who: (u32, u32, Option<u32>), dir: &Path, script: &str) -> (bool, String) {
+    let out = as_user(who, dir, script);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Three versions; v2 tagged `published`. Each has pub/, private/ and a
+/// top-level file.
+fn three_versions(env: &Env) {
+    let src = env.path("src");
+    for d in ["pub", "private", "raw"] {
+        std::fs::create_dir_all(src.join(d)).unwrap();
+    }
+    for v in 1..=3 {
+        std::fs::write(src.join("pub/a.csv"), format!("public {v}\n")).unwrap();
+        std::fs::write(src.join("private/secret.csv"), format!("secret {v}\n")).unwrap();
+        std::fs::write(src.join("top.txt"), format!("top {v}\n")).unwrap();
+        env.commit(&src, &format!("v{v}"));
+    }
+    env.ok(&["tag", "ds", "v2", "published"]);
+}
+
+fn set_policy(env: &Env, text: &str) -> String {
+    let file = env.path("policy.yaml");
+    std::fs::write(&file, text).unwrap();
+    env.ok(&["policy", "set", file.to_str().unwrap(), "-m", "test"])
+}
+
+#[test]
+fn each_user_sees_reads_and_commits_what_the_policy_allows_and_nothing_else() {
+    let env = Env::new();
+    three_versions(&env);
+    set_policy(&env, POLICY);
+    run_ok(Command::new("chmod").arg("755").arg(env.dir.path()));
+    let m = env.mount(&["--allow-other"]);
+    let d = m.dir.clone();
+    // Root (an admin) walks everything first: the kernel's caches now hold
+    // every name, and must not hand them to anyone else.
+    let all = run_ok(Command::new("find").arg(".").current_dir(&d));
+    assert!(all.contains("./versions/v1/private/secret.csv"), "{all}");
+    run_ok(
+        Command::new("ls")
+            .arg("-lR")
+            .arg("versions/")
+            .current_dir(&d),
+    );
+
+    // The analyst: only the published version, without private/.
+    let find = seen(ANALYST, &d, "find versions | sort");
+    assert_eq!(
+        find,
+        "versions\nversions/latest\nversions/published\nversions/v2\nversions/v2/pub\nversions/v2/pub/a.csv\nversions/v2/raw\nversions/v2/top.txt\n"
+    );
+    let ls = seen(ANALYST, &d, "ls -R versions/v2 | grep -c private");
+    assert_eq!(ls.trim(), "0");
+    assert_eq!(seen(ANALYST, &d, "readlink versions/latest"), "v2\n");
+    assert_eq!(
+        seen(ANALYST, &d, "cat versions/latest/pub/a.csv"),
+        "public 2\n"
+    );
+    // A hidden version or path is a name that does not exist.
+    for path in [
+        "versions/v1",
+        "versions/v3/top.txt",
+        "versions/v2/private",
+        "versions/v2/private/secret.csv",
+        "staging",
+    ] {
+        let (ok, err) = tried(ANALYST, &d, &format!("stat {path}"));
+        assert!(!ok && err.contains("No such file"), "{path}: {err}");
+    }
+    // The log shows the versions it may see.
+    let log = seen(ANALYST, &d, "cat .detafs/log");
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(log.contains("\"version\":2"), "{log}");
+    // No commit.
+    let (ok, err) = tried(ANALYST, &d, "echo sneaky > .detafs/commit");
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+
+    // Its groups are those of the process: without the analysts group the
+    // same uid sees nothing.
+    assert_eq!(seen(ANALYST_ALONE, &d, "ls versions"), "");
+    assert_eq!(seen(OUTSIDER, &d, "find versions"), "versions\n");
+    assert_eq!(seen(OUTSIDER, &d, "cat .detafs/log"), "");
+    let (ok, _) = tried(OUTSIDER, &d, "stat versions/published");
+    assert!(!ok);
+
+    // The writer lists every version but may read no file, and commits as
+    // itself.
+    assert_eq!(
+        seen(WRITER, &d, "ls versions | tr '\\n' ' '"),
+        "latest published v1 v2 v3 "
+    );
+    let (ok, err) = tried(WRITER, &d, "cat versions/v3/top.txt");
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    std::fs::write(m.path("staging/new.txt"), b"staged by root").unwrap();
+    let (ok, err) = tried(WRITER, &d, "echo 'from the writer' > .detafs/commit");
+    assert!(ok, "{err}");
+    let log = env.log();
+    assert_eq!(log[3]["message"], "from the writer");
+    assert_eq!(log[3]["author"], "uid:2002");
+    // The analyst does not see v4 (not published); the writer does.
+    assert_eq!(seen(ANALYST, &d, "readlink versions/latest"), "v2\n");
+    within(Duration::from_secs(10), "v4 in versions/", || {
+        seen(WRITER, &d, "ls versions").contains("v4")
+    });
+    assert!(!seen(ANALYST, &d, "ls versions").contains("v4"));
+    assert!(m.alive());
+}
+
+#[test]
+fn a_policy_change_reaches_a_running_mount_and_a_bad_one_changes_nothing() {
+    let env = Env::new();
+    three_versions(&env);
+    run_ok(Command::new("chmod").arg("755").arg(env.dir.path()));
+    let m = env.mount(&["--allow-other"]);
+    let d = m.dir.clone();
+    // No policy: Unix permissions only, everyone sees everything.
+    assert_eq!(
+        seen(OUTSIDER, &d, "ls versions | tr '\\n' ' '"),
+        "latest published v1 v2 v3 "
+    );
+    set_policy(&env, POLICY);
+    within(
+        Duration::from_secs(10),
+        "the policy to reach the mount",
+        || seen(OUTSIDER, &d, "ls versions").is_empty(),
+    );
+    // A bad policy is refused with its position; the one in force stays.
+    let file = env.path("bad.yaml");
+    std::fs::write(&file, POLICY.replace("dataset:commit", "dataset:comit")).unwrap();
+    let (code, err) = env.fails(&["policy", "set", file.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("line 21 column") && err.contains("unknown action \"dataset:comit\""),
+        "{err}"
+    );
+    let locked = POLICY.replace("[\"dataset:*\"]", "[\"dataset:read\"]");
+    std::fs::write(&file, locked).unwrap();
+    let (_, err) = env.fails(&["policy", "set", file.to_str().unwrap()]);
+    assert!(err.contains("lock out every admin"), "{err}");
+    assert_eq!(env.ok(&["policy", "log"]).lines().count(), 1);
+    // The outsider is let in to v1 only.
+    let opened = POLICY.replace(
+        "  - name: writers",
+        "  - name: outsider_v1\n    effect: allow\n    principals: [\"user:2003\"]\n    actions: [\"dataset:versions\", \"dataset:read\"]\n    resources: [\"datasets/ds/versions/v1\"]\n  - name: writers",
+    );
+    set_policy(&env, &opened);
+    within(Duration::from_secs(10), "the new policy", || {
+        seen(OUTSIDER, &d, "ls versions | tr '\\n' ' '") == "latest v1 "
+    });
+    assert_eq!(seen(OUTSIDER, &d, "cat versions/latest/top.txt"), "top 1\n");
+    assert_eq!(env.ok(&["policy", "log"]).lines().count(), 2);
+    assert!(m.alive());
+}
+
+#[test]
+fn policy_check_explains_and_setting_needs_admin() {
+    let env = Env::new();
+    three_versions(&env);
+    assert!(env.ok(&["policy", "show"]).contains("no policy"));
+    set_policy(&env, POLICY);
+    assert_eq!(env.ok(&["policy", "show"]), POLICY);
+    let check =
+        |who: &str, action: &str, res: &str| env.run(&["policy", "check", who, action, res]);
+    let out = check(
+        "group:3001",
+        "dataset:read",
+        "datasets/ds/versions/published/files/private/secret.csv",
+    );
+    assert_eq!(out.status.code(), Some(5));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("statement \"analysts_no_private\" denies it")
+    );
+    let out = check("user:2002", "dataset:commit", "datasets/ds");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"writers\" allows it"));
+    let out = check("user:2003", "dataset:versions", "datasets/ds/versions/v1");
+    assert_eq!(out.status.code(), Some(5));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("denied by default"));
+    let out = check("root", "dataset:admin", "datasets/*");
+    assert_eq!(out.status.code(), Some(0));
+    let (code, err) = env.fails(&["policy", "check", "root", "dataset:fly", "datasets/ds"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("unknown action"), "{err}");
+    // Root is no admin under this one: once set, root can set no other.
+    let ops_only = POLICY.replace("user:root", "user:ops");
+    set_policy(&env, &ops_only);
+    let file = env.path("again.yaml");
+    std::fs::write(&file, POLICY).unwrap();
+    let (code, err) = env.fails(&["policy", "set", file.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("needs dataset:admin"), "{err}");
+    // History: newest first, chained.
+    let log: serde_json::Value =
+        serde_json::from_str(&env.ok(&["policy", "log", "--json"])).unwrap();
+    let log = log.as_array().unwrap();
+    assert_eq!(log.len(), 2);
+    assert_eq!(log[0]["parent"], log[1]["hash"]);
+    assert_eq!(env.ok(&["policy", "show", "--version", "1"]), POLICY);
+}
