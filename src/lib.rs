@@ -5,6 +5,7 @@
 //! `cache` (local index and caches) over `store` (object_store).
 
 pub mod access;
+pub mod audit;
 pub mod cache;
 pub mod commit;
 pub mod datasets;

@@ -8,46 +8,12 @@ use crate::progress::Progress;
 use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
 use crate::snapshot::walk;
-use crate::snapshot::{Node, Record, Tree};
+use crate::snapshot::{Node, Tree};
 use crate::store::pack::{self, BlobKind, BlobRef};
 use crate::store::{Listed, keys};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProblemKind {
-    Missing,
-    Corrupt,
-    BrokenChain,
-}
-
-#[derive(Debug)]
-pub struct Problem {
-    pub kind: ProblemKind,
-    pub object: String,
-    pub detail: String,
-    /// `v3:path/to/file`, a few samples.
-    pub affects: Vec<String>,
-    pub more: usize,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.kind {
-            ProblemKind::Missing => "missing",
-            ProblemKind::Corrupt => "corrupt",
-            ProblemKind::BrokenChain => "broken chain",
-        };
-        write!(f, "{kind}: {}: {}", self.object, self.detail)?;
-        if !self.affects.is_empty() {
-            write!(f, "; affects {}", self.affects.join(", "))?;
-            if self.more > 0 {
-                write!(f, " (+{} more)", self.more)?;
-            }
-        }
-        Ok(())
-    }
-}
+pub use crate::audit::{Problem, ProblemKind};
 
 #[derive(Debug, Default)]
 pub struct Report {
@@ -175,122 +141,18 @@ impl Walker<'_> {
         }
     }
 
-    fn chain_problem(&mut self, object: String, detail: String) {
-        self.report.problems.push(Problem {
-            kind: ProblemKind::BrokenChain,
-            object,
-            detail,
-            affects: vec![],
-            more: 0,
-        });
-    }
-
-    /// Each tag decodes and names a record of the store by its hash.
-    fn check_tags(&mut self, dataset: &str, records: &HashMap<u64, ObjectId>) -> Result<()> {
-        for listed in self.repo.store.list(&keys::tags(dataset), None)? {
-            let key = crate::escape::line(listed.key.as_bytes()).into_owned();
-            let Some(bytes) = self.repo.store.get(&listed.key)? else {
-                continue;
-            };
-            let detail = match crate::tag::Tag::decode(&bytes, &listed.key, dataset) {
-                Ok(t) if records.get(&t.version) == Some(&t.record) => continue,
-                Ok(t) => format!(
-                    "names v{}, but not the record of that version in the store",
-                    t.version
-                ),
-                Err(e) => e.to_string(),
-            };
-            self.chain_problem(key, detail);
+    /// The dataset's history (`audit::history`), then every version's trees.
+    fn check_records(&mut self, dataset: &str) -> Result<()> {
+        let history = crate::audit::history(self.repo, dataset)?;
+        self.report.problems.extend(history.problems);
+        for v in history.versions {
+            if let Some(record) = v.record {
+                self.report.versions += 1;
+                self.walk(&record.tree, v.version, &format!("{dataset}/"));
+                self.check_expansion(&record.tree, v.version, dataset);
+            }
         }
         Ok(())
-    }
-
-    fn check_records(&mut self, dataset: &str) -> Result<()> {
-        let mut hashes = HashMap::new();
-        let mut prev: Option<(u64, ObjectId)> = None;
-        for listed in self.repo.store.list(&keys::records(dataset), None)? {
-            // Keys are the store's: escaped wherever they are shown.
-            let key = crate::escape::line(listed.key.as_bytes()).into_owned();
-            let Some(n) = keys::record_number(dataset, &listed.key) else {
-                self.chain_problem(key, "not a version record name".into());
-                continue;
-            };
-            let bytes = match self.repo.store.get(&listed.key) {
-                Ok(Some(b)) => b,
-                Ok(None) => continue,
-                Err(e @ Error::Malformed { .. }) => {
-                    self.report.problems.push(Problem {
-                        kind: ProblemKind::Corrupt,
-                        object: key,
-                        detail: e.to_string(),
-                        affects: vec![format!("{dataset} v{n}")],
-                        more: 0,
-                    });
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let hash = ObjectId::of(&bytes);
-            hashes.insert(n, hash);
-            let expected = prev.map_or(1, |(v, _)| v + 1);
-            if n != expected {
-                self.chain_problem(
-                    format!("{dataset} v{expected}..v{}", n - 1),
-                    "version records missing from the store".into(),
-                );
-            }
-            if let Some(known) = self.repo.index.record_hash(dataset, n)?
-                && known != hash
-            {
-                self.chain_problem(
-                    key.clone(),
-                    format!("record v{n} differs from the one this host saw"),
-                );
-            }
-            let record = match Record::decode(&bytes, &listed.key) {
-                Ok(r) if r.version == n && r.dataset == dataset => r,
-                Ok(_) => {
-                    self.chain_problem(key.clone(), "record does not match its key".into());
-                    prev = Some((n, hash));
-                    continue;
-                }
-                Err(e) => {
-                    self.report.problems.push(Problem {
-                        kind: ProblemKind::Corrupt,
-                        object: key.clone(),
-                        detail: e.to_string(),
-                        affects: vec![format!("{dataset} v{n}")],
-                        more: 0,
-                    });
-                    prev = Some((n, hash));
-                    continue;
-                }
-            };
-            let parent_ok = match prev {
-                Some((pv, ph)) if pv + 1 == n => record.parent == Some(ph),
-                None if n == 1 => record.parent.is_none(),
-                _ => true, // the gap is already reported
-            };
-            if !parent_ok {
-                self.chain_problem(
-                    key.clone(),
-                    format!("parent hash does not match record v{}", n - 1),
-                );
-            }
-            self.report.versions += 1;
-            self.walk(&record.tree, n, &format!("{dataset}/"));
-            self.check_expansion(&record.tree, n, dataset);
-            prev = Some((n, hash));
-        }
-        let known = self.repo.index.latest_version(dataset)?;
-        let in_store = prev.map_or(0, |(v, _)| v);
-        if known > in_store {
-            self.chain_problem(
-                format!("{dataset} v{}..v{known}", in_store + 1),
-                "known to this host but missing from the store".into(),
-            );
-        }
-        self.check_tags(dataset, &hashes)
     }
 
     /// Reads every chunk collected by `walk` with range reads of runs that

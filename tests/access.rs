@@ -267,3 +267,93 @@ fn policy_check_explains_and_setting_needs_admin() {
     assert_eq!(log[0]["parent"], log[1]["hash"]);
     assert_eq!(env.ok(&["policy", "show", "--version", "1"]), POLICY);
 }
+
+#[test]
+fn audit_lists_versions_tags_and_policy_changes_and_flags_a_tampered_record() {
+    let env = Env::new_plaintext();
+    three_versions(&env);
+    set_policy(&env, POLICY);
+    let audit = |extra: &[&str]| {
+        let mut args = vec!["audit", "ds"];
+        args.extend(extra);
+        env.run(&args)
+    };
+    let out = audit(&["--json"]);
+    assert!(out.status.success());
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(a["ok"], true);
+    let versions = a["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 3);
+    assert_eq!(versions[1]["parent"], versions[0]["hash"]);
+    assert_eq!(versions[2]["message"], "v3");
+    assert!(
+        versions
+            .iter()
+            .all(|v| v["chained"] == true && v["author"] == "root")
+    );
+    assert_eq!(a["tags"][0]["tag"], "published");
+    assert_eq!(a["tags"][0]["holds"], true);
+    assert_eq!(a["policy"].as_array().unwrap().len(), 1);
+    let text = String::from_utf8(audit(&[]).stdout).unwrap();
+    assert!(text.contains("tag published -> v2  ok"), "{text}");
+    // Someone with bucket access rewrites v2's message: v3 no longer chains
+    // to it, the tag names a record that is gone, this host saw another.
+    let key = "datasets/ds/records/00000000000000000002.json";
+    let forged = String::from_utf8(env.objects.read(key))
+        .unwrap()
+        .replace("\"v2\"", "\"rewritten\"");
+    env.objects.write(key, forged.into_bytes());
+    let out = audit(&["--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(a["ok"], false);
+    assert_eq!(a["versions"][2]["chained"], false);
+    assert_eq!(a["tags"][0]["holds"], false);
+    let problems = a["problems"].to_string();
+    assert!(
+        problems.contains("parent hash does not match record v2"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("differs from the one this host saw"),
+        "{problems}"
+    );
+    let text = String::from_utf8(audit(&[]).stdout).unwrap();
+    assert!(text.contains("BROKEN"), "{text}");
+    // A policy record rewritten under a later one breaks the policy's chain.
+    set_policy(&env, &POLICY.replace("user:2002", "user:2004"));
+    let key = "policy/records/00000000000000000001.json";
+    let forged = String::from_utf8(env.objects.read(key))
+        .unwrap()
+        .replace("\"test\"", "\"forged\"");
+    env.objects.write(key, forged.into_bytes());
+    let a: serde_json::Value = serde_json::from_slice(&audit(&["--json"]).stdout).unwrap();
+    assert_eq!(a["policy"][1]["chained"], false);
+    assert!(
+        a["problems"].to_string().contains("policy v2"),
+        "{}",
+        a["problems"]
+    );
+}
+
+#[test]
+fn a_broken_policy_history_shuts_a_mount_for_everyone() {
+    let env = Env::new_plaintext();
+    three_versions(&env);
+    set_policy(&env, POLICY);
+    set_policy(&env, &POLICY.replace("user:2002", "user:2004"));
+    run_ok(Command::new("chmod").arg("755").arg(env.dir.path()));
+    // v1 rewritten: v2 no longer follows it, so no policy can be trusted.
+    let key = "policy/records/00000000000000000001.json";
+    let forged = String::from_utf8(env.objects.read(key))
+        .unwrap()
+        .replace("\"test\"", "\"forged\"");
+    env.objects.write(key, forged.into_bytes());
+    let m = env.mount(&["--allow-other"]);
+    assert_eq!(seen(ANALYST, &m.dir, "ls versions"), "");
+    assert_eq!(seen((0, 0, None), &m.dir, "ls versions"), "");
+    assert!(m.log().contains("policy history is broken"), "{}", m.log());
+    let (code, err) = env.fails(&["policy", "show"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("broken"), "{err}");
+}

@@ -53,6 +53,24 @@ fn decode(bytes: &[u8], key: &str) -> Result<PolicyRecord> {
     Ok(r)
 }
 
+/// Whether `r` is the record after `prev` (version, hash), or the first.
+fn follows(prev: Option<(u64, ObjectId)>, r: &PolicyRecord) -> bool {
+    match prev {
+        Some((v, h)) => r.version == v + 1 && r.parent == Some(h),
+        None => r.version == 1 && r.parent.is_none(),
+    }
+}
+
+fn broken(n: u64, prev: Option<(u64, ObjectId)>) -> Error {
+    Error::malformed(
+        keys::policy_record(n),
+        format!(
+            "the policy history is broken: v{n} does not follow v{} (its parent hash or number differs)",
+            prev.map_or(0, |p| p.0)
+        ),
+    )
+}
+
 /// The newest record's policy, parsed.
 fn in_force(history: &[Stored]) -> Result<Option<(u64, Policy)>> {
     let Some(last) = history.last() else {
@@ -64,50 +82,64 @@ fn in_force(history: &[Stored]) -> Result<Option<(u64, Policy)>> {
 }
 
 impl Repo {
-    /// Every policy record, oldest first, with the chain checked.
+    /// Policy records listed after `offset`: each with the hash of its
+    /// bytes, or what is wrong with it.
+    fn fetch_policy(
+        &self,
+        offset: Option<&str>,
+    ) -> Result<Vec<(u64, ObjectId, Result<PolicyRecord>)>> {
+        let listed: Vec<(u64, String)> = self
+            .store
+            .list(keys::POLICY_RECORDS, offset)?
+            .into_iter()
+            .filter_map(|l| keys::policy_record_number(&l.key).map(|n| (n, l.key)))
+            .collect();
+        let keys: Vec<String> = listed.iter().map(|(_, k)| k.clone()).collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for ((n, key), got) in listed.iter().zip(self.store.get_many(&keys)?) {
+            let Some(bytes) = got else { continue };
+            out.push((*n, ObjectId::of(&bytes), decode(&bytes, key)));
+        }
+        Ok(out)
+    }
+
+    /// Every policy record, oldest first, with the chain checked: a break
+    /// is an error (the policy in force cannot be told).
     pub fn policy_history(&self) -> Result<Vec<Stored>> {
         let lock = || self.policy.lock().unwrap_or_else(|p| p.into_inner());
         // Not held across the store's answers: a second caller may fetch
         // the same records, which the merge below skips.
         let offset = lock().last().map(|s| keys::policy_record(s.record.version));
-        let listed: Vec<String> = self
-            .store
-            .list(keys::POLICY_RECORDS, offset.as_deref())?
-            .into_iter()
-            .map(|l| l.key)
-            .filter(|k| keys::policy_record_number(k).is_some())
-            .collect();
-        let mut fetched = Vec::with_capacity(listed.len());
-        for (key, bytes) in listed.iter().zip(self.store.get_many(&listed)?) {
-            let Some(bytes) = bytes else { continue };
-            let record = decode(&bytes, key)?;
-            fetched.push(Stored {
-                record,
-                hash: ObjectId::of(&bytes),
-            });
-        }
+        let fetched = self.fetch_policy(offset.as_deref())?;
         let mut known = lock();
         let mut all = known.clone();
         let have = all.last().map_or(0, |s| s.record.version);
-        for s in fetched.into_iter().filter(|s| s.record.version > have) {
-            let want = all
-                .last()
-                .map(|p: &Stored| (p.record.version + 1, Some(p.hash)));
-            let (version, parent) = want.unwrap_or((1, None));
-            if s.record.version != version || s.record.parent != parent {
-                return Err(Error::malformed(
-                    keys::policy_record(s.record.version),
-                    format!(
-                        "the policy history is broken: v{} does not follow v{} (its parent hash or number differs)",
-                        s.record.version,
-                        version - 1
-                    ),
-                ));
+        for (n, hash, record) in fetched.into_iter().filter(|f| f.0 > have) {
+            let record = record?;
+            let prev = all.last().map(|p: &Stored| (p.record.version, p.hash));
+            if !follows(prev, &record) {
+                return Err(broken(n, prev));
             }
-            all.push(s);
+            all.push(Stored { record, hash });
         }
         *known = all.clone();
         Ok(all)
+    }
+
+    /// The whole policy history read anew, each record with what breaks
+    /// the chain at it (for `audit`).
+    pub fn policy_audit(&self) -> Result<Vec<(u64, ObjectId, Result<PolicyRecord>)>> {
+        let mut out = self.fetch_policy(None)?;
+        let mut prev = None;
+        for (n, hash, record) in &mut out {
+            if let Ok(r) = record
+                && !follows(prev, r)
+            {
+                *record = Err(broken(*n, prev));
+            }
+            prev = Some((*n, *hash));
+        }
+        Ok(out)
     }
 
     /// The policy in force: the newest record's, parsed; None if no policy

@@ -1,6 +1,7 @@
 //! Argument parsing and user-facing output. The library never prints; this
 //! module turns its results and errors into text and exit codes.
 
+mod audit;
 mod diff;
 mod keys;
 pub mod log;
@@ -207,6 +208,17 @@ enum Command {
         /// Keep setuid/setgid bits (root only; cleared by default).
         #[arg(long)]
         preserve_setid: bool,
+    },
+    /// A dataset's history as the store holds it: every version (author,
+    /// time, message, parent), tag and policy change, each hash chain checked.
+    #[command(
+        after_help = "Examples:\n  detafs audit weather\n  detafs audit weather --json\nExit codes: 0 every chain holds, 1 a break (listed) or an error."
+    )]
+    Audit {
+        /// Dataset name.
+        name: String,
+        #[arg(long)]
+        json: bool,
     },
     /// Audit the store: hash chain, every object present and intact.
     #[command(
@@ -672,6 +684,11 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             read::export(&repo, &record.tree, &dir, opts, &pb)?;
             drop(pb);
             eprintln!("exported {name} v{} to {}", record.version, dir.display());
+        }
+        Command::Audit { name, json } => {
+            if !audit::audit(&open()?, &name, json)? {
+                return Ok(ExitCode::from(1));
+            }
         }
         Command::Verify { name } => {
             let repo = open()?;

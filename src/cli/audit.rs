@@ -1,0 +1,93 @@
+//! `detafs audit NAME`: the dataset's history, its tags and the policy's
+//! changes as the store holds them, with every break of the hash chains.
+
+use detafs::audit;
+use detafs::repo::Repo;
+use serde_json::{Value, json};
+
+fn short(h: &detafs::id::ObjectId) -> String {
+    h.to_hex()[..16].to_string()
+}
+
+/// Returns whether everything holds.
+pub fn audit(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<bool> {
+    repo.check_dataset(name)?;
+    let h = audit::history(repo, name)?;
+    let policy = repo.policy_audit()?;
+    let mut problems: Vec<String> = h.problems.iter().map(|p| p.to_string()).collect();
+    let versions: Vec<Value> = h
+        .versions
+        .iter()
+        .map(|v| match &v.record {
+            Some(r) => json!({
+                "version": v.version, "time": r.time, "author": r.author,
+                "message": r.message, "parent": r.parent.map(|p| p.to_hex()),
+                "hash": v.hash.to_hex(), "chained": v.chained,
+            }),
+            None => json!({"version": v.version, "hash": v.hash.to_hex(), "chained": false}),
+        })
+        .collect();
+    let tags: Vec<Value> = h
+        .tags
+        .iter()
+        .map(|t| json!({"tag": t.tag, "version": t.version, "holds": t.holds}))
+        .collect();
+    let mut changes = Vec::new();
+    for (n, hash, record) in &policy {
+        changes.push(match record {
+            Ok(r) => json!({
+                "version": n, "time": r.time, "author": r.author, "message": r.message,
+                "parent": r.parent.map(|p| p.to_hex()), "hash": hash.to_hex(), "chained": true,
+            }),
+            Err(e) => {
+                problems.push(format!("policy v{n}: {e}"));
+                json!({"version": n, "hash": hash.to_hex(), "chained": false})
+            }
+        });
+    }
+    let ok = problems.is_empty();
+    if as_json {
+        let out = json!({
+            "dataset": name, "ok": ok, "versions": versions, "tags": tags,
+            "policy": changes, "problems": problems,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ok);
+    }
+    let mark = |good: bool| if good { "ok" } else { "BROKEN" };
+    for v in &h.versions {
+        let Some(r) = &v.record else {
+            println!("v{:<4} {}  unreadable  BROKEN", v.version, short(&v.hash));
+            continue;
+        };
+        let parent = r.parent.as_ref().map_or("-".to_string(), short);
+        println!(
+            "v{:<4} {}  {:<12} parent {parent:<16}  hash {}  {}  {}",
+            v.version,
+            r.time,
+            r.author,
+            short(&v.hash),
+            mark(v.chained),
+            detafs::escape::line(r.message.as_bytes())
+        );
+    }
+    for t in &h.tags {
+        println!("tag {} -> v{}  {}", t.tag, t.version, mark(t.holds));
+    }
+    for (n, hash, record) in &policy {
+        match record {
+            Ok(r) => println!(
+                "policy v{n:<4} {}  {:<12} hash {}  ok  {}",
+                r.time,
+                r.author,
+                short(hash),
+                detafs::escape::line(r.message.as_bytes())
+            ),
+            Err(_) => println!("policy v{n:<4} hash {}  BROKEN", short(hash)),
+        }
+    }
+    for p in &problems {
+        println!("problem: {p}");
+    }
+    Ok(ok)
+}
