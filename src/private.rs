@@ -71,3 +71,13 @@ pub fn create_file(path: &Path) -> std::io::Result<std::fs::File> {
         .mode(0o600)
         .open(path)
 }
+
+/// Opens a private file (0600 when made) for appending.
+pub fn append_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}

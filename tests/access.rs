@@ -87,6 +87,30 @@ fn three_versions(env: &Env) {
     env.ok(&["tag", "ds", "v2", "published"]);
 }
 
+/// The mount's audit trail: the lines of decisions about `uid`, once the
+/// writer thread has caught up.
+fn trail(env: &Env, uid: u32) -> Vec<serde_json::Value> {
+    std::thread::sleep(Duration::from_millis(300));
+    let mut found = Vec::new();
+    let mut stack = vec![env.staging()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name() == "audit.jsonl" {
+                found.push(e.path());
+            }
+        }
+    }
+    assert_eq!(found.len(), 1, "{found:?}");
+    std::fs::read_to_string(&found[0])
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["uid"] == uid)
+        .collect()
+}
+
 fn set_policy(env: &Env, text: &str) -> String {
     let file = env.path("policy.yaml");
     std::fs::write(&file, text).unwrap();
@@ -166,6 +190,44 @@ fn each_user_sees_reads_and_commits_what_the_policy_allows_and_nothing_else() {
     let log = env.log();
     assert_eq!(log[3]["message"], "from the writer");
     assert_eq!(log[3]["author"], "uid:2002");
+    // The audit trail has a line per decision: the outsider's look at v1
+    // (the kernel asks again after a name is not found: a line each), the
+    // analyst's refused commit.
+    let before = trail(&env, 2003).len();
+    let (ok, _) = tried(OUTSIDER, &d, "cat versions/v1/top.txt");
+    assert!(!ok);
+    let lines = trail(&env, 2003);
+    assert!(lines.len() > before, "{lines:?}");
+    for l in &lines[before..] {
+        assert_eq!(l["action"], "dataset:versions");
+        assert_eq!(l["resource"], "datasets/ds/versions/v1");
+        assert_eq!(l["allowed"], false);
+        assert_eq!(
+            l["principals"],
+            serde_json::json!(["user:2003", "group:2003"])
+        );
+    }
+    let before = trail(&env, 2001).len();
+    assert_eq!(seen(ANALYST, &d, "cat versions/v2/pub/a.csv"), "public 2\n");
+    let lines = trail(&env, 2001);
+    let new: Vec<_> = lines[before..]
+        .iter()
+        .map(|l| (l["action"].clone(), l["allowed"].clone()))
+        .collect();
+    assert_eq!(
+        new,
+        [
+            ("dataset:versions".into(), true.into()),
+            ("dataset:read".into(), true.into())
+        ]
+    );
+    assert_eq!(lines.last().unwrap()["by"], "analysts_see_published");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["action"] == "dataset:commit" && l["allowed"] == false),
+        "{lines:?}"
+    );
     // The analyst does not see v4 (not published); the writer does.
     assert_eq!(seen(ANALYST, &d, "readlink versions/latest"), "v2\n");
     within(Duration::from_secs(10), "v4 in versions/", || {

@@ -1,11 +1,13 @@
 //! Access control: who may see, read and commit which versions. The
 //! policy language (`policy`), its hash-chained history in the store
-//! (`history`) and the mapping of a Unix caller to principals (`caller`).
+//! (`history`), the mapping of a Unix caller to principals (`caller`) and
+//! the audit trail of a daemon's decisions (`trail`).
 //! Without a policy in the store nothing is checked (Unix permissions only).
 
 pub mod caller;
 pub mod history;
 pub mod policy;
+pub mod trail;
 
 pub use policy::{Action, Decision, Policy, Who};
 

@@ -2,6 +2,7 @@
 
 use anyhow::{Context, bail};
 use detafs::Error;
+use detafs::access::trail::Trail;
 use detafs::commit::CommitMeta;
 use detafs::fs::{MountFs, MountOptions};
 use detafs::fuse::{SessionOptions, serve};
@@ -150,13 +151,15 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
         uid: unsafe { libc::getuid() },
         gid: unsafe { libc::getgid() },
     };
-    let fs = Arc::new(MountFs::new(repo, &args.name, staging, opts)?);
+    let files = mount_files(&dir, args)?;
+    let trail = Trail::open(&files.audit, AUDIT_TRAIL_BYTES)?;
+    let fs = Arc::new(MountFs::new(repo, &args.name, staging, opts)?.with_trail(trail));
     let session = SessionOptions {
         allow_other: args.allow_other,
         fs_name: format!("detafs:{}", args.name),
         poll_interval: args.poll_interval,
     };
-    let (marker, _) = mount_files(&dir, args)?;
+    let marker = files.marker;
     let absolute = std::path::absolute(mp)?;
     let served = serve(fs, mp, &session, || {
         let _ = std::fs::write(&marker, absolute.as_os_str().as_encoded_bytes());
@@ -169,27 +172,44 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
     Ok(())
 }
 
-/// A mount's marker (its mount point, while it is live: how commands find
-/// it) and its daemon's log, beside the dataset's staging area: the
-/// read-write mount's (one per dataset), and each read-only mount's,
-/// named for its mount point.
-fn mount_files(dir: &Path, args: &MountArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
+/// A daemon's own files beside the dataset's staging area.
+struct MountFiles {
+    /// Its mount point, while it is live: how commands find it.
+    marker: PathBuf,
+    log: PathBuf,
+    /// Its access decisions, one JSON line each (under a policy).
+    audit: PathBuf,
+}
+
+/// Where a mount's bound audit trail goes once it reaches this size (the
+/// file before it is kept as `audit.jsonl.1`).
+const AUDIT_TRAIL_BYTES: u64 = 64 << 20;
+
+/// The read-write mount's files (one per dataset), or each read-only
+/// mount's, named for its mount point.
+fn mount_files(dir: &Path, args: &MountArgs) -> anyhow::Result<MountFiles> {
     std::fs::create_dir_all(dir)?;
     if !args.read_only {
-        return Ok((dir.join(MOUNT_FILE), dir.join("mount.log")));
+        return Ok(MountFiles {
+            marker: dir.join(MOUNT_FILE),
+            log: dir.join("mount.log"),
+            audit: dir.join("audit.jsonl"),
+        });
     }
     let at = std::path::absolute(&args.mountpoint)?;
     let place = detafs::id::ObjectId::of(at.as_os_str().as_encoded_bytes()).to_hex();
-    Ok((
-        dir.join(format!("{RO_MOUNT_FILE}{}", &place[..16])),
-        dir.join(format!("mount-ro-{}.log", &place[..16])),
-    ))
+    let place = &place[..16];
+    Ok(MountFiles {
+        marker: dir.join(format!("{RO_MOUNT_FILE}{place}")),
+        log: dir.join(format!("mount-ro-{place}.log")),
+        audit: dir.join(format!("audit-ro-{place}.jsonl")),
+    })
 }
 
 /// Starts the mount as a detached child and returns once it is live.
 fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
-    let (_, log_path) = mount_files(&staging_root(repo, staging_base, &args.name)?, args)?;
+    let log_path = mount_files(&staging_root(repo, staging_base, &args.name)?, args)?.log;
     // Appended: an earlier mount's messages stay (README.md says where).
     let log = std::fs::OpenOptions::new()
         .create(true)

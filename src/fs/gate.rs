@@ -48,6 +48,7 @@ pub struct Judge<'a> {
     fs: &'a MountFs,
     policy: Arc<Policy>,
     who: Who,
+    caller: Caller,
 }
 
 impl MountFs {
@@ -125,6 +126,7 @@ impl MountFs {
             fs: self,
             policy,
             who,
+            caller: *c,
         })
     }
 
@@ -135,14 +137,33 @@ impl MountFs {
 }
 
 impl Judge<'_> {
+    /// Writes a decision to the daemon's audit trail.
+    fn note(&self, action: Action, resource: &str, d: &access::Decision) {
+        if let Some(trail) = &self.fs.trail {
+            trail.record(serde_json::json!({
+                "uid": self.caller.uid,
+                "pid": self.caller.pid,
+                "principals": self.who.principals,
+                "action": action.name(),
+                "resource": resource,
+                "allowed": d.allowed,
+                "by": d.by.as_ref().map(|b| b.0.clone()),
+            }));
+        }
+    }
+
     fn version_resources(&self, version: u64) -> Vec<String> {
         let tags = self.fs.tags_of(version);
         access::version_resources(&self.fs.dataset, version, &tags)
     }
 
     pub fn sees_version(&self, version: u64) -> bool {
+        self.version_decision(version).allowed
+    }
+
+    fn version_decision(&self, version: u64) -> access::Decision {
         let r = self.version_resources(version);
-        self.policy.decide(&self.who, Action::Versions, &r).allowed
+        self.policy.decide(&self.who, Action::Versions, &r)
     }
 
     /// Whether a path of a version (`a/b`) shows: its version may be seen,
@@ -158,9 +179,19 @@ impl Judge<'_> {
             && !self.policy.denies_path(&self.who, Action::Read, &paths)
     }
 
+    fn commit_decision(&self) -> (access::Decision, String) {
+        let r = access::dataset_resource(&self.fs.dataset);
+        let d = self
+            .policy
+            .decide(&self.who, Action::Commit, std::slice::from_ref(&r));
+        (d, r)
+    }
+
+    /// Whether the caller may commit (and see staging), written to the trail.
     pub fn may_commit(&self) -> bool {
-        let r = [access::dataset_resource(&self.fs.dataset)];
-        self.policy.decide(&self.who, Action::Commit, &r).allowed
+        let (d, r) = self.commit_decision();
+        self.note(Action::Commit, &r, &d);
+        d.allowed
     }
 
     /// The newest version this caller may see: `latest`'s target.
@@ -181,29 +212,42 @@ impl Judge<'_> {
         Some((version, inside))
     }
 
-    /// Whether entry `name` of folder `parent`, of kind `kind`, shows.
+    /// Whether entry `name` of folder `parent`, of kind `kind`, shows. A
+    /// version seen or not, and a path hidden, go to the audit trail.
     pub fn sees_entry(&self, parent: u64, name: &[u8], kind: FileKind) -> bool {
+        self.sees(parent, name, kind, true)
+    }
+
+    fn sees(&self, parent: u64, name: &[u8], kind: FileKind, noted: bool) -> bool {
         if is_staging(parent) {
             return true;
         }
         match parent {
-            ROOT => name != b"staging" || self.may_commit(),
-            CONTROL => true,
+            ROOT if name == b"staging" => {
+                let (d, r) = self.commit_decision();
+                if noted && !d.allowed {
+                    self.note(Action::Commit, &r, &d);
+                }
+                d.allowed
+            }
+            ROOT | CONTROL => true,
             VERSIONS => {
                 if name == b"latest" {
                     return self.latest().is_some();
                 }
-                let version = match version_name(name) {
-                    Some(v) => Some(v),
-                    None => std::str::from_utf8(name).ok().and_then(|t| {
-                        self.fs
-                            .tags
-                            .read()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .version_of(t)
-                    }),
-                };
-                version.is_some_and(|v| self.sees_version(v))
+                let version = version_name(name).or_else(|| {
+                    let tags = self.fs.tags.read().unwrap_or_else(|p| p.into_inner());
+                    std::str::from_utf8(name)
+                        .ok()
+                        .and_then(|t| tags.version_of(t))
+                });
+                let Some(v) = version else { return false };
+                let d = self.version_decision(v);
+                if noted {
+                    let r = format!("datasets/{}/versions/v{v}", self.fs.dataset);
+                    self.note(Action::Versions, &r, &d);
+                }
+                d.allowed
             }
             _ => match self.place_of(parent) {
                 Some((version, inside)) => {
@@ -212,7 +256,19 @@ impl Judge<'_> {
                         Some(p) => format!("{p}/{name}"),
                         None => name,
                     };
-                    self.sees_path(version, &path, kind == FileKind::Dir)
+                    let shown = self.sees_path(version, &path, kind == FileKind::Dir);
+                    if noted && !shown {
+                        let r = format!(
+                            "datasets/{}/versions/v{version}/files/{path}",
+                            self.fs.dataset
+                        );
+                        let d = access::Decision {
+                            allowed: false,
+                            by: None,
+                        };
+                        self.note(Action::Versions, &r, &d);
+                    }
+                    shown
                 }
                 None => false,
             },
@@ -227,18 +283,39 @@ impl Judge<'_> {
         let versions = self.version_resources(version);
         let mut all = access::path_resources(&versions, &path, false);
         all.extend(versions);
-        self.policy.decide(&self.who, Action::Read, &all).allowed
+        let d = self.policy.decide(&self.who, Action::Read, &all);
+        let r = format!(
+            "datasets/{}/versions/v{version}/files/{path}",
+            self.fs.dataset
+        );
+        self.note(Action::Read, &r, &d);
+        d.allowed
     }
 
-    /// A listing without what this caller may not see.
+    /// A listing without what this caller may not see (one line in the
+    /// trail for the listing, not one per entry).
     pub fn filter(&self, dir: u64, listing: Listing) -> Listing {
         let kept: Vec<(DirEntry, Attr)> = listing
             .iter()
             .filter(|(e, _)| {
-                e.name == b"." || e.name == b".." || self.sees_entry(dir, &e.name, e.kind)
+                e.name == b"." || e.name == b".." || self.sees(dir, &e.name, e.kind, false)
             })
             .cloned()
             .collect();
+        let hidden = listing.len() - kept.len();
+        if let Some(trail) = &self.fs.trail
+            && hidden > 0
+        {
+            trail.record(serde_json::json!({
+                "uid": self.caller.uid,
+                "pid": self.caller.pid,
+                "principals": self.who.principals,
+                "action": "list",
+                "resource": format!("inode {dir}"),
+                "shown": kept.len() - 2,
+                "hidden": hidden,
+            }));
+        }
         Arc::new(kept)
     }
 

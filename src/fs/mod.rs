@@ -159,6 +159,8 @@ pub struct MountFs {
     /// The store's access policy, if one is set (`gate.rs`).
     gate: RwLock<Option<Arc<gate::Gate>>>,
     callers: Mutex<gate::Callers>,
+    /// Where access decisions are written, if anywhere.
+    trail: Option<crate::access::trail::Trail>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -244,10 +246,17 @@ impl MountFs {
             opts,
             gate: RwLock::default(),
             callers: Mutex::default(),
+            trail: None,
         };
         fs.refresh_tags()?;
         fs.refresh_policy()?;
         Ok(fs)
+    }
+
+    /// Writes access decisions to `trail` (a mount daemon's audit trail).
+    pub fn with_trail(mut self, trail: crate::access::trail::Trail) -> MountFs {
+        self.trail = Some(trail);
+        self
     }
 
     pub fn repo(&self) -> &Repo {
