@@ -249,12 +249,26 @@ fn a_policy_change_reaches_a_running_mount_and_a_bad_one_changes_nothing() {
         seen(OUTSIDER, &d, "ls versions | tr '\\n' ' '"),
         "latest published v1 v2 v3 "
     );
+    // Everyone walks everything: the kernel keeps those names, for a day.
+    for who in [OUTSIDER, ANALYST] {
+        assert!(seen(who, &d, "find versions").contains("versions/v2/private/secret.csv"));
+    }
     set_policy(&env, POLICY);
     within(
         Duration::from_secs(10),
         "the policy to reach the mount",
         || seen(OUTSIDER, &d, "ls versions").is_empty(),
     );
+    // What the kernel kept from before answers no one: a new policy drops it.
+    for (who, path) in [
+        (OUTSIDER, "versions/v1/top.txt"),
+        (ANALYST, "versions/v2/private/secret.csv"),
+        (ANALYST, "versions/v2/private"),
+    ] {
+        let (ok, err) = tried(who, &d, &format!("stat {path}"));
+        assert!(!ok && err.contains("No such file"), "{path}: {err}");
+    }
+    assert_eq!(seen(ANALYST, &d, "cat versions/v2/top.txt"), "top 2\n");
     // A bad policy is refused with its position; the one in force stays.
     let file = env.path("bad.yaml");
     std::fs::write(&file, POLICY.replace("dataset:commit", "dataset:comit")).unwrap();

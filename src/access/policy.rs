@@ -385,6 +385,18 @@ impl Policy {
         })
     }
 
+    /// Every resource pattern of every statement, once.
+    pub fn patterns(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .statements
+            .iter()
+            .flat_map(|s| s.resources.iter().cloned())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Refuses everything: what a mount enforces when the policy in the
     /// store cannot be trusted.
     pub fn deny_all() -> Policy {

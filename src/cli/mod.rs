@@ -32,7 +32,7 @@ const EXIT_NOTHING: u8 = 4;
     name = "detafs",
     version,
     about = "Versioned datasets in an object store",
-    after_help = "Exit codes: 0 success, 1 error, 2 usage, 3 commit conflict, 4 nothing to commit.\n\
+    after_help = "Exit codes: 0 success, 1 error, 2 usage, 3 commit conflict, 4 nothing to commit, 5 denied (policy check).\n\
                   Examples: detafs dataset create weather; detafs mount weather ~/weather --daemon;\n\
                   detafs commit weather -m \"add May\"; detafs log weather; detafs cat weather latest~1 data.csv"
 )]

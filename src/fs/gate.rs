@@ -25,10 +25,19 @@ const MAX_CALLERS: usize = 4096;
 pub(super) struct Gate {
     version: u64,
     policy: Policy,
+    /// Every resource pattern of the policy.
+    patterns: Vec<String>,
+    /// By version: the patterns that match a path in it but not the
+    /// version itself, so can tell its paths apart (`MountFs::name_ttl`).
+    telling: Mutex<HashMap<u64, Arc<Vec<String>>>>,
     /// The statements that can apply, by principals: most requests of a
     /// caller then weigh a few statements, not all of them.
     narrowed: Mutex<HashMap<Who, Arc<Policy>>>,
 }
+
+/// Tells the kernel to drop its entry for (folder, name), and what is
+/// below it.
+pub type ForgetName = Box<dyn Fn(u64, &[u8]) + Send + Sync>;
 
 /// Principals by (pid, uid, gid), with when they were read.
 pub(super) type Callers = HashMap<(u32, u32, u32), (Instant, Who)>;
@@ -37,8 +46,10 @@ impl Gate {
     fn new(version: u64, policy: Policy) -> Gate {
         Gate {
             version,
+            patterns: policy.patterns(),
             policy,
             narrowed: Mutex::default(),
+            telling: Mutex::default(),
         }
     }
 }
@@ -52,27 +63,64 @@ pub struct Judge<'a> {
 }
 
 impl MountFs {
-    /// Reads the policy in force (at start and at every poll). One that
-    /// cannot be trusted (a broken history, a newest policy that does not
-    /// parse) shuts the gate on everything; a store that cannot be reached
-    /// keeps the policy last read.
-    pub(super) fn refresh_policy(&self) -> Result<()> {
+    /// Reads the policy in force (at start and at every poll); returns
+    /// whether it changed. One that cannot be trusted (a broken history, a
+    /// newest policy that does not parse) shuts the gate on everything; a
+    /// store that cannot be reached keeps the policy last read.
+    pub(super) fn refresh_policy(&self) -> Result<bool> {
         let current = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone();
         let next = match self.repo.current_policy() {
-            Ok(None) => None,
-            Ok(Some((v, _))) if current.as_ref().is_some_and(|g| g.version == v) => return Ok(()),
+            Ok(None) => return Ok(false),
+            Ok(Some((v, _))) if current.as_ref().is_some_and(|g| g.version == v) => {
+                return Ok(false);
+            }
             Ok(Some((v, policy))) => {
                 tracing::info!("policy v{v} in force ({} statements)", policy.len());
                 Some(Arc::new(Gate::new(v, policy)))
             }
             Err(e @ Error::Malformed { .. }) => {
+                if current.as_ref().is_some_and(|g| g.version == u64::MAX) {
+                    return Ok(false);
+                }
                 tracing::error!("{e}: every request is refused until the policy is mended");
                 Some(Arc::new(Gate::new(u64::MAX, Policy::deny_all())))
             }
             Err(e) => return Err(e),
         };
         *self.gate.write().unwrap_or_else(|p| p.into_inner()) = next;
-        Ok(())
+        Ok(true)
+    }
+
+    /// How the kernel is told to drop names (`forget_names`).
+    pub fn on_forget_name(&self, f: ForgetName) {
+        let _ = self.forget_name.set(f);
+    }
+
+    /// Has the kernel drop what it keeps of `versions/` (of `only` these
+    /// versions, or all and `staging`): each user's next lookup is asked
+    /// again. Dropping a version's entry drops everything below it.
+    pub(super) fn forget_names(&self, only: Option<&[u64]>) {
+        let Some(forget) = self.forget_name.get() else {
+            return;
+        };
+        let mut names: Vec<Vec<u8>> = match only {
+            Some(vs) => vs.iter().map(|v| format!("v{v}").into_bytes()).collect(),
+            None => {
+                let versions = self.versions.read().unwrap_or_else(|p| p.into_inner());
+                versions
+                    .iter()
+                    .map(|r| format!("v{}", r.version).into_bytes())
+                    .collect()
+            }
+        };
+        if only.is_none() {
+            names.push(b"latest".to_vec());
+            names.extend(self.list_tags().into_iter().map(|e| e.name));
+            forget(ROOT, b"staging");
+        }
+        for name in names {
+            forget(VERSIONS, &name);
+        }
     }
 
     /// Whether a policy is in force (then entries are not cached by the
@@ -82,6 +130,60 @@ impl MountFs {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .is_some()
+    }
+
+    /// How long the kernel may keep the name `name` in folder `parent`
+    /// (whose attributes are `a`). Its name cache serves every user alike,
+    /// so under a policy a name whose answer can differ between users gets
+    /// none: the entries of `versions/`, `staging`, and paths inside a
+    /// version that a pattern tells apart from the version itself. Other
+    /// names in a version are reached only through the version's own entry,
+    /// looked up for each caller, and are seen by whoever sees it: they keep
+    /// their lifetime.
+    pub fn name_ttl(&self, parent: u64, name: &[u8], a: &Attr) -> Duration {
+        let Some(gate) = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return a.ttl;
+        };
+        let per_user = match parent {
+            ROOT => name == b"staging",
+            CONTROL => false,
+            VERSIONS => true,
+            p if is_staging(p) => false,
+            _ => self.told_apart(&gate, parent, name, a.kind == FileKind::Dir),
+        };
+        if per_user { Duration::ZERO } else { a.ttl }
+    }
+
+    /// Whether a pattern of the policy can tell entry `name` of version
+    /// folder `parent` apart from its version.
+    fn told_apart(&self, gate: &Gate, parent: u64, name: &[u8], dir: bool) -> bool {
+        let Ok(version) = self.version_entry_version(parent) else {
+            return true;
+        };
+        let versions = access::version_resources(&self.dataset, version, &self.tags_of(version));
+        let telling = lock(&gate.telling)
+            .entry(version)
+            .or_insert_with(|| {
+                let telling = gate
+                    .patterns
+                    .iter()
+                    .filter(|p| !versions.iter().any(|v| access::policy::glob(p, v)));
+                Arc::new(telling.cloned().collect())
+            })
+            .clone();
+        if telling.is_empty() {
+            return false;
+        }
+        let folder = self.version_path(parent);
+        let name = name_str(name);
+        let path = match folder.split_once('/') {
+            Some((_, p)) => format!("{p}/{name}"),
+            None => name,
+        };
+        let paths = access::path_resources(&versions, &path, dir);
+        telling
+            .iter()
+            .any(|t| paths.iter().any(|p| access::policy::glob(t, p)))
     }
 
     /// The principals of a caller: its user and the groups its process

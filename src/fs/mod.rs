@@ -161,6 +161,8 @@ pub struct MountFs {
     callers: Mutex<gate::Callers>,
     /// Where access decisions are written, if anywhere.
     trail: Option<crate::access::trail::Trail>,
+    /// Tells the kernel to drop a name it keeps (set by the adapter).
+    forget_name: std::sync::OnceLock<gate::ForgetName>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -247,6 +249,7 @@ impl MountFs {
             gate: RwLock::default(),
             callers: Mutex::default(),
             trail: None,
+            forget_name: std::sync::OnceLock::new(),
         };
         fs.refresh_tags()?;
         fs.refresh_policy()?;
@@ -281,8 +284,15 @@ impl MountFs {
             let records = self.repo.index.records(&self.dataset)?;
             *self.versions.write().unwrap_or_else(|p| p.into_inner()) = records;
         }
-        self.refresh_tags()?;
-        self.refresh_policy()?;
+        let tagged = self.refresh_tags()?;
+        let changed = self.refresh_policy()?;
+        // What the kernel keeps of versions/ may now answer wrongly for
+        // some user: a new policy, or a new tag a pattern can name.
+        if changed {
+            self.forget_names(None);
+        } else if !tagged.is_empty() && self.gated() {
+            self.forget_names(Some(&tagged));
+        }
         let latest = self
             .versions
             .read()

@@ -32,8 +32,10 @@ pub(super) fn is_tag(ino: u64) -> bool {
 
 impl MountFs {
     /// Reads tags made elsewhere (one listing of the store; bodies once).
-    pub(super) fn refresh_tags(&self) -> Result<()> {
+    /// Returns the versions that gained a tag.
+    pub(super) fn refresh_tags(&self) -> Result<Vec<u64>> {
         let tags = self.repo.tags(&self.dataset)?;
+        let mut tagged = Vec::new();
         let mut table = self.tags.write().unwrap_or_else(|p| p.into_inner());
         for t in tags {
             if table.by_name.contains_key(&t.tag) {
@@ -53,11 +55,12 @@ impl MountFs {
                 .entry(t.version)
                 .or_default()
                 .push(t.tag.clone());
+            tagged.push(t.version);
             table
                 .tags
                 .push((t.tag, t.version, Mtime::of_rfc3339(&t.time)));
         }
-        Ok(())
+        Ok(tagged)
     }
 
     fn tag_at(&self, ino: u64) -> Option<(String, u64, Mtime)> {

@@ -54,7 +54,7 @@ impl Fuse {
         );
         self.spawn(move |fs| {
             let res = fs.make(parent.0, &name, kind, mode, uid, gid, &target, rdev);
-            entry(fs, reply, res, "create")
+            entry(reply, res, "create")
         });
     }
 
@@ -211,15 +211,29 @@ fn caller(req: &Request) -> Caller {
     }
 }
 
-/// How long the kernel may keep a name: under a policy not at all, since
-/// its name cache serves every user of the mount alike.
-fn entry_ttl(fs: &MountFs, a: &Attr) -> Duration {
-    if fs.gated() { Duration::ZERO } else { a.ttl }
+/// Replies with a name's entry: how long the kernel may keep the name is
+/// the core's to say (`MountFs::name_ttl`: under a policy, not at all
+/// where users see different things).
+fn named(
+    fs: &MountFs,
+    reply: ReplyEntry,
+    parent: u64,
+    name: &[u8],
+    res: Result<Attr, Error>,
+    op: &str,
+) {
+    match res {
+        Ok(a) => {
+            let ttl = fs.name_ttl(parent, name, &a);
+            reply.entry_with_ttls(&a.ttl, &ttl, &attr(&a), Generation(0))
+        }
+        Err(e) => reply.error(fail(op, &e)),
+    }
 }
 
-fn entry(fs: &MountFs, reply: ReplyEntry, res: Result<Attr, Error>, op: &str) {
+fn entry(reply: ReplyEntry, res: Result<Attr, Error>, op: &str) {
     match res {
-        Ok(a) => reply.entry_with_ttls(&a.ttl, &entry_ttl(fs, &a), &attr(&a), Generation(0)),
+        Ok(a) => reply.entry(&a.ttl, &attr(&a), Generation(0)),
         Err(e) => reply.error(fail(op, &e)),
     }
 }
@@ -280,7 +294,14 @@ impl Filesystem for Fuse {
         let (name, c) = (name.as_bytes().to_vec(), caller(req));
         let here = self.fs.looks_up_from_memory(parent.0, &name);
         self.here_if(here, move |fs| {
-            entry(fs, reply, fs.lookup_for(&c, parent.0, &name), "lookup")
+            named(
+                fs,
+                reply,
+                parent.0,
+                &name,
+                fs.lookup_for(&c, parent.0, &name),
+                "lookup",
+            )
         });
     }
 
@@ -463,7 +484,7 @@ impl Filesystem for Fuse {
         reply: ReplyEntry,
     ) {
         let name = newname.as_bytes().to_vec();
-        self.spawn(move |fs| entry(fs, reply, fs.link(ino.0, newparent.0, &name), "link"));
+        self.spawn(move |fs| entry(reply, fs.link(ino.0, newparent.0, &name), "link"));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -611,7 +632,7 @@ impl Filesystem for Fuse {
                         false => self.fs.lookup(ino.0, &e.name).ok(),
                     };
                     let a = fresh.as_ref().unwrap_or(a);
-                    let ttl = entry_ttl(&self.fs, a);
+                    let ttl = self.fs.name_ttl(ino.0, &e.name, a);
                     let full = reply.add(INodeNo(a.ino), next, name, &ttl, &attr(a), Generation(0));
                     // Every entry but . and .. counts as a lookup for the kernel.
                     if !full && !dots && fresh.is_none() {
@@ -788,6 +809,11 @@ pub fn serve(
     });
     let (mut int, mut term) = handlers?;
     let mut session = fuser::Session::new(Fuse::new(fs.clone()), mountpoint, &config)?;
+    let notifier = session.notifier();
+    fs.on_forget_name(Box::new(move |parent, name| {
+        // ENOENT: the kernel held no such name.
+        let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(name));
+    }));
     let mut unmounter = session.unmount_callable();
     let signals = fs.clone();
     std::thread::spawn(move || {
