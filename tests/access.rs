@@ -335,6 +335,29 @@ fn policy_check_explains_and_setting_needs_admin() {
     let (code, err) = env.fails(&["policy", "set", file.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(err.contains("needs dataset:admin"), "{err}");
+    // Nor tag, commit, create or collect: the CLI keeps to the policy too.
+    let src = env.path("src");
+    for args in [
+        vec!["tag", "ds", "v1", "first"],
+        vec![
+            "commit",
+            "ds",
+            "--from",
+            src.to_str().unwrap(),
+            "-m",
+            "again",
+        ],
+        vec!["dataset", "create", "other"],
+        vec!["gc", "--dry-run"],
+    ] {
+        let (code, err) = env.fails(&args);
+        assert_eq!(code, 1, "{args:?}");
+        assert!(
+            err.contains("not allowed") && err.contains("denied by default"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(env.log().len(), 3);
     // History: newest first, chained.
     let log: serde_json::Value =
         serde_json::from_str(&env.ok(&["policy", "log", "--json"])).unwrap();

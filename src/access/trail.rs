@@ -1,52 +1,78 @@
 //! The audit trail of a daemon: one JSON line per access decision, written
-//! by a thread of its own (a request never waits on the disk for it), the
-//! file renamed to `NAME.1` once it reaches its size bound.
+//! by a thread of its own a few times a second (a request never waits on
+//! the disk, nor wakes a thread, for it), the file renamed to `NAME.1` once
+//! it reaches its size bound.
 
 use crate::error::{Error, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Lines waiting for the writer; more are counted as dropped (and the
 /// count written), never waited for.
-const QUEUE: usize = 16 << 10;
+const QUEUE: usize = 64 << 10;
+/// How often the writer takes what is waiting.
+const EVERY: Duration = Duration::from_millis(100);
+
+#[derive(Default)]
+struct Waiting {
+    lines: Vec<String>,
+    dropped: u64,
+}
 
 pub struct Trail {
-    tx: SyncSender<String>,
-    dropped: Arc<AtomicU64>,
+    waiting: Arc<Mutex<Waiting>>,
+    writer: Arc<Mutex<Writer>>,
 }
 
 impl Trail {
     /// Appends to `path` (made private), rotating at `max_bytes`.
     pub fn open(path: &Path, max_bytes: u64) -> Result<Trail> {
         let file = crate::private::append_file(path).map_err(|e| Error::io(path.display(), e))?;
-        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
-        let dropped = Arc::new(AtomicU64::new(0));
+        let waiting = Arc::new(Mutex::new(Waiting::default()));
         let writer = Writer {
             path: path.to_path_buf(),
             size: file.metadata().map_or(0, |m| m.len()),
             file: std::io::BufWriter::new(file),
             max_bytes,
-            dropped: dropped.clone(),
         };
+        let trail = Trail {
+            waiting,
+            writer: Arc::new(Mutex::new(writer)),
+        };
+        // The thread holds the queue weakly: it ends with the trail.
+        let (queue, writer) = (Arc::downgrade(&trail.waiting), trail.writer.clone());
         std::thread::Builder::new()
             .name("audit-trail".into())
-            .spawn(move || writer.run(rx))
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(EVERY);
+                    let Some(waiting) = queue.upgrade() else {
+                        return;
+                    };
+                    write_out(&waiting, &writer);
+                }
+            })
             .map_err(|e| Error::io("audit trail thread", e))?;
-        Ok(Trail { tx, dropped })
+        Ok(trail)
+    }
+
+    /// Writes what is waiting now (before the daemon exits).
+    pub fn flush(&self) {
+        write_out(&self.waiting, &self.writer);
     }
 
     /// Records one decision (a JSON object), with the time it was made.
     pub fn record(&self, mut entry: serde_json::Value) {
         let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
         entry["time"] = now.into();
-        match self.tx.try_send(entry.to_string()) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+        let line = entry.to_string();
+        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if w.lines.len() < QUEUE {
+            w.lines.push(line);
+        } else {
+            w.dropped += 1;
         }
     }
 }
@@ -56,24 +82,23 @@ struct Writer {
     file: std::io::BufWriter<std::fs::File>,
     size: u64,
     max_bytes: u64,
-    dropped: Arc<AtomicU64>,
+}
+
+fn write_out(waiting: &Mutex<Waiting>, writer: &Mutex<Writer>) {
+    let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
+    let Waiting { mut lines, dropped } =
+        std::mem::take(&mut *waiting.lock().unwrap_or_else(|p| p.into_inner()));
+    if dropped > 0 {
+        lines.push(serde_json::json!({ "dropped": dropped }).to_string());
+    }
+    if !lines.is_empty()
+        && let Err(e) = writer.write(&lines)
+    {
+        tracing::error!("audit trail {}: {e}", writer.path.display());
+    }
 }
 
 impl Writer {
-    fn run(mut self, rx: Receiver<String>) {
-        while let Ok(line) = rx.recv() {
-            let mut batch = vec![line];
-            batch.extend(rx.try_iter());
-            let dropped = self.dropped.swap(0, Ordering::Relaxed);
-            if dropped > 0 {
-                batch.push(serde_json::json!({ "dropped": dropped }).to_string());
-            }
-            if let Err(e) = self.write(&batch) {
-                tracing::error!("audit trail {}: {e}", self.path.display());
-            }
-        }
-    }
-
     fn write(&mut self, lines: &[String]) -> std::io::Result<()> {
         for line in lines {
             if self.size > 0 && self.size + line.len() as u64 + 1 > self.max_bytes {

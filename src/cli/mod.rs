@@ -11,6 +11,7 @@ mod show;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use detafs::access::{Action, dataset_resource, policy::ALL_DATASETS};
 use detafs::commit::{self, CommitMeta};
 use detafs::escape::line;
 use detafs::progress::Progress;
@@ -572,24 +573,29 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 other => other.context("cannot open the store")?,
             };
+            policy::require(&repo, Action::Create, &dataset_resource(&name))?;
             repo.create_dataset(&name)?;
             println!("created dataset {name}");
         }
         Command::Dataset(DatasetCmd::List { json }) => show::datasets(&open()?, json)?,
         Command::Dataset(DatasetCmd::Delete { name }) => {
             let repo = open()?;
+            policy::require(&repo, Action::Admin, &dataset_resource(&name))?;
             mount::check_unused(&repo, &staging, &name)?;
             let d = repo.delete_dataset(&name, &commit::current_user())?;
             println!("deleted dataset {name} at {}", d.time);
         }
         Command::Dataset(DatasetCmd::Rename { name, new_name }) => {
             let repo = open()?;
+            policy::require(&repo, Action::Admin, &dataset_resource(&name))?;
             mount::check_unused(&repo, &staging, &name)?;
             repo.rename_dataset(&name, &new_name, &commit::current_user())?;
             println!("renamed dataset {name} to {new_name}");
         }
         Command::Dataset(DatasetCmd::Undelete { name }) => {
-            open()?.undelete_dataset(&name)?;
+            let repo = open()?;
+            policy::require(&repo, Action::Admin, &dataset_resource(&name))?;
+            repo.undelete_dataset(&name)?;
             println!("undeleted dataset {name}");
         }
         Command::Commit {
@@ -599,6 +605,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             author,
         } => {
             let repo = open()?;
+            policy::require(&repo, Action::Commit, &dataset_resource(&name))?;
             let author_given = author.is_some();
             let meta = CommitMeta {
                 dataset: &name,
@@ -628,6 +635,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             let repo = open()?;
             match (version, tag) {
                 (Some(version), Some(tag)) => {
+                    policy::require(&repo, Action::Tag, &dataset_resource(&name))?;
                     let t = repo.create_tag(&name, &version, &tag, &commit::current_user())?;
                     println!("{} v{}", t.tag, t.version);
                 }
@@ -716,6 +724,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Gc { grace, dry_run } => {
             let repo = open()?;
+            policy::require(&repo, Action::Admin, ALL_DATASETS)?;
             let pb = bar(0, "gc");
             let doomed = gc::gc(&repo, grace.into(), dry_run, &pb)?;
             drop(pb);

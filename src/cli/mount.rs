@@ -161,11 +161,12 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
     };
     let marker = files.marker;
     let absolute = std::path::absolute(mp)?;
-    let served = serve(fs, mp, &session, || {
+    let served = serve(fs.clone(), mp, &session, || {
         let _ = std::fs::write(&marker, absolute.as_os_str().as_encoded_bytes());
         eprintln!("mounted {} at {}", args.name, mp.display());
     })
     .with_context(|| format!("cannot mount at {}", mp.display()));
+    fs.flush_trail();
     super::log::flush();
     served?;
     let _ = std::fs::remove_file(&marker);

@@ -1,6 +1,7 @@
 //! `detafs policy`: show, set, log and check the store's access policy.
 
 use anyhow::{Context, bail};
+use detafs::Error;
 use detafs::access::{Action, caller, history::Stored};
 use detafs::repo::Repo;
 use std::path::Path;
@@ -82,4 +83,23 @@ pub fn check(repo: &Repo, user: &str, action: &str, resource: &str) -> anyhow::R
         who.principals.join(", ")
     );
     Ok(d.allowed)
+}
+
+/// Refuses what the policy in force does not allow whoever runs this
+/// command (with the store's credentials in hand it could be done anyway:
+/// docs/security.md; this keeps honest tools to the policy).
+pub fn require(repo: &Repo, action: Action, resource: &str) -> anyhow::Result<()> {
+    let Some((version, policy)) = repo.current_policy()? else {
+        return Ok(());
+    };
+    let d = policy.decide(&caller::current_who(), action, &[resource.to_string()]);
+    if d.allowed {
+        return Ok(());
+    }
+    Err(Error::Forbidden(format!(
+        "{} on {resource}: {} (policy v{version})",
+        action.name(),
+        d.explain()
+    ))
+    .into())
 }

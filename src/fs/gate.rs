@@ -30,6 +30,9 @@ pub(super) struct Gate {
     /// By version: the patterns that match a path in it but not the
     /// version itself, so can tell its paths apart (`MountFs::name_ttl`).
     telling: Mutex<HashMap<u64, Arc<Vec<String>>>>,
+    /// When a caller's look at a version was last written to the trail, by
+    /// (uid, pid, version): the kernel asks again at every path through it.
+    noted: Mutex<HashMap<(u32, u32, u64), Instant>>,
     /// The statements that can apply, by principals: most requests of a
     /// caller then weigh a few statements, not all of them.
     narrowed: Mutex<HashMap<Who, Arc<Policy>>>,
@@ -50,6 +53,7 @@ impl Gate {
             policy,
             narrowed: Mutex::default(),
             telling: Mutex::default(),
+            noted: Mutex::default(),
         }
     }
 }
@@ -161,13 +165,18 @@ impl MountFs {
             return true;
         };
         let versions = access::version_resources(&self.dataset, version, &self.tags_of(version));
+        let ours = format!("datasets/{}/", self.dataset);
         let telling = lock(&gate.telling)
             .entry(version)
             .or_insert_with(|| {
-                let telling = gate
-                    .patterns
-                    .iter()
-                    .filter(|p| !versions.iter().any(|v| access::policy::glob(p, v)));
+                // Patterns that can name a path of this dataset (a literal
+                // start that agrees with it), and not the version itself.
+                let telling = gate.patterns.iter().filter(|p| {
+                    let literal = p.split('*').next().unwrap_or("");
+                    (literal.starts_with(&ours) || ours.starts_with(literal))
+                        && (p.contains('*') || p.contains("/files/"))
+                        && !versions.iter().any(|v| access::policy::glob(p, v))
+                });
                 Arc::new(telling.cloned().collect())
             })
             .clone();
@@ -252,6 +261,30 @@ impl Judge<'_> {
                 "by": d.by.as_ref().map(|b| b.0.clone()),
             }));
         }
+    }
+
+    /// Whether this process's look at `version` is the first in a second
+    /// (a refusal is always written; an allowance once a second).
+    fn first_look(&self, version: u64) -> bool {
+        let Some(gate) = self
+            .fs
+            .gate
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        else {
+            return true;
+        };
+        let mut noted = lock(&gate.noted);
+        let key = (self.caller.uid, self.caller.pid, version);
+        if noted.get(&key).is_some_and(|t| t.elapsed() < CALLER_LIFE) {
+            return false;
+        }
+        if noted.len() >= MAX_CALLERS {
+            noted.clear();
+        }
+        noted.insert(key, Instant::now());
+        true
     }
 
     fn version_resources(&self, version: u64) -> Vec<String> {
@@ -345,7 +378,7 @@ impl Judge<'_> {
                 });
                 let Some(v) = version else { return false };
                 let d = self.version_decision(v);
-                if noted {
+                if noted && (!d.allowed || self.first_look(v)) {
                     let r = format!("datasets/{}/versions/v{v}", self.fs.dataset);
                     self.note(Action::Versions, &r, &d);
                 }

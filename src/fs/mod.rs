@@ -262,6 +262,13 @@ impl MountFs {
         self
     }
 
+    /// Writes out the audit trail's last lines (the daemon is ending).
+    pub fn flush_trail(&self) {
+        if let Some(t) = &self.trail {
+            t.flush();
+        }
+    }
+
     pub fn repo(&self) -> &Repo {
         &self.repo
     }
