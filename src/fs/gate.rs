@@ -58,6 +58,24 @@ impl Gate {
     }
 }
 
+/// A folder of a version.
+struct Folder {
+    version: u64,
+    /// Its path inside the version ("" for the version's own folder).
+    path: String,
+    /// The version's resource names (`access::version_resources`).
+    versions: Vec<String>,
+}
+
+impl Folder {
+    fn child(&self, name: &[u8]) -> String {
+        match self.path.is_empty() {
+            true => name_str(name),
+            false => format!("{}/{}", self.path, name_str(name)),
+        }
+    }
+}
+
 /// One caller's view under the policy in force.
 pub struct Judge<'a> {
     fs: &'a MountFs,
@@ -153,21 +171,35 @@ impl MountFs {
             CONTROL => false,
             VERSIONS => true,
             p if is_staging(p) => false,
-            _ => self.told_apart(&gate, parent, name, a.kind == FileKind::Dir),
+            _ => self
+                .folder(parent)
+                .is_none_or(|f| self.told_apart(&gate, &f, name, a.kind == FileKind::Dir)),
         };
         if per_user { Duration::ZERO } else { a.ttl }
     }
 
-    /// Whether a pattern of the policy can tell entry `name` of version
-    /// folder `parent` apart from its version.
-    fn told_apart(&self, gate: &Gate, parent: u64, name: &[u8], dir: bool) -> bool {
-        let Ok(version) = self.version_entry_version(parent) else {
-            return true;
-        };
+    /// A version folder, as names in it are decided: found once for a
+    /// whole listing.
+    fn folder(&self, ino: u64) -> Option<Folder> {
+        let version = self.version_entry_version(ino).ok()?;
+        let full = self.version_path(ino);
+        let path = full
+            .split_once('/')
+            .map_or(String::new(), |(_, p)| p.to_string());
         let versions = access::version_resources(&self.dataset, version, &self.tags_of(version));
+        Some(Folder {
+            version,
+            path,
+            versions,
+        })
+    }
+
+    /// Whether a pattern of the policy can tell entry `name` of folder `f`
+    /// apart from its version.
+    fn told_apart(&self, gate: &Gate, f: &Folder, name: &[u8], dir: bool) -> bool {
         let ours = format!("datasets/{}/", self.dataset);
         let telling = lock(&gate.telling)
-            .entry(version)
+            .entry(f.version)
             .or_insert_with(|| {
                 // Patterns that can name a path of this dataset (a literal
                 // start that agrees with it), and not the version itself.
@@ -175,7 +207,7 @@ impl MountFs {
                     let literal = p.split('*').next().unwrap_or("");
                     (literal.starts_with(&ours) || ours.starts_with(literal))
                         && (p.contains('*') || p.contains("/files/"))
-                        && !versions.iter().any(|v| access::policy::glob(p, v))
+                        && !f.versions.iter().any(|v| access::policy::glob(p, v))
                 });
                 Arc::new(telling.cloned().collect())
             })
@@ -183,13 +215,7 @@ impl MountFs {
         if telling.is_empty() {
             return false;
         }
-        let folder = self.version_path(parent);
-        let name = name_str(name);
-        let path = match folder.split_once('/') {
-            Some((_, p)) => format!("{p}/{name}"),
-            None => name,
-        };
-        let paths = access::path_resources(&versions, &path, dir);
+        let paths = access::path_resources(&f.versions, &f.child(name), dir);
         telling
             .iter()
             .any(|t| paths.iter().any(|p| access::policy::glob(t, p)))
@@ -303,10 +329,9 @@ impl Judge<'_> {
 
     /// Whether a path of a version (`a/b`) shows: its version may be seen,
     /// and no deny of reading names a path that covers it.
-    fn sees_path(&self, version: u64, path: &str, dir: bool) -> bool {
-        let versions = self.version_resources(version);
-        let paths = access::path_resources(&versions, path, dir);
-        let mut all = versions;
+    fn sees_path(&self, f: &Folder, path: &str, dir: bool) -> bool {
+        let paths = access::path_resources(&f.versions, path, dir);
+        let mut all = f.versions.clone();
         all.extend(paths.iter().cloned());
         self.policy
             .decide(&self.who, Action::Versions, &all)
@@ -384,30 +409,29 @@ impl Judge<'_> {
                 }
                 d.allowed
             }
-            _ => match self.place_of(parent) {
-                Some((version, inside)) => {
-                    let name = name_str(name);
-                    let path = match inside {
-                        Some(p) => format!("{p}/{name}"),
-                        None => name,
-                    };
-                    let shown = self.sees_path(version, &path, kind == FileKind::Dir);
-                    if noted && !shown {
-                        let r = format!(
-                            "datasets/{}/versions/v{version}/files/{path}",
-                            self.fs.dataset
-                        );
-                        let d = access::Decision {
-                            allowed: false,
-                            by: None,
-                        };
-                        self.note(Action::Versions, &r, &d);
-                    }
-                    shown
-                }
+            _ => match self.fs.folder(parent) {
+                Some(f) => self.sees_in(&f, name, kind, noted),
                 None => false,
             },
         }
+    }
+
+    /// Whether entry `name` of version folder `f` shows.
+    fn sees_in(&self, f: &Folder, name: &[u8], kind: FileKind, noted: bool) -> bool {
+        let path = f.child(name);
+        let shown = self.sees_path(f, &path, kind == FileKind::Dir);
+        if noted && !shown {
+            let r = format!(
+                "datasets/{}/versions/v{}/files/{path}",
+                self.fs.dataset, f.version
+            );
+            let d = access::Decision {
+                allowed: false,
+                by: None,
+            };
+            self.note(Action::Versions, &r, &d);
+        }
+        shown
     }
 
     /// Whether a version's file may be opened (`dataset:read`).
@@ -428,15 +452,43 @@ impl Judge<'_> {
     }
 
     /// A listing without what this caller may not see (one line in the
-    /// trail for the listing, not one per entry).
+    /// trail for the listing, not one per entry), each entry with the
+    /// lifetime the kernel may keep its name for (`MountFs::name_ttl`).
     pub fn filter(&self, dir: u64, listing: Listing) -> Listing {
-        let kept: Vec<(DirEntry, Attr)> = listing
-            .iter()
-            .filter(|(e, _)| {
-                e.name == b"." || e.name == b".." || self.sees(dir, &e.name, e.kind, false)
-            })
-            .cloned()
-            .collect();
+        let folder = (dir >= FIRST_VERSION_INO && !is_staging(dir))
+            .then(|| self.fs.folder(dir))
+            .flatten();
+        let gate = self
+            .fs
+            .gate
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut kept = Vec::with_capacity(listing.len());
+        for (e, a) in listing.iter() {
+            let dots = e.name == b"." || e.name == b"..";
+            let shown = dots
+                || match &folder {
+                    Some(f) => self.sees_in(f, &e.name, e.kind, false),
+                    None => self.sees(dir, &e.name, e.kind, false),
+                };
+            if !shown {
+                continue;
+            }
+            let mut a = a.clone();
+            a.ttl = match (&folder, &gate) {
+                (Some(f), Some(g)) if !dots => {
+                    if self.fs.told_apart(g, f, &e.name, e.kind == FileKind::Dir) {
+                        Duration::ZERO
+                    } else {
+                        a.ttl
+                    }
+                }
+                _ if dots => a.ttl,
+                _ => self.fs.name_ttl(dir, &e.name, &a),
+            };
+            kept.push((e.clone(), a));
+        }
         let hidden = listing.len() - kept.len();
         if let Some(trail) = &self.fs.trail
             && hidden > 0

@@ -631,8 +631,12 @@ impl Filesystem for Fuse {
                         true => None,
                         false => self.fs.lookup(ino.0, &e.name).ok(),
                     };
-                    let a = fresh.as_ref().unwrap_or(a);
-                    let ttl = self.fs.name_ttl(ino.0, &e.name, a);
+                    // Under a policy, the listing's lifetimes are the names'
+                    // (`Judge::filter`); a fresh lookup's are asked for.
+                    let (a, ttl) = match &fresh {
+                        Some(f) => (f, self.fs.name_ttl(ino.0, &e.name, f)),
+                        None => (a, a.ttl),
+                    };
                     let full = reply.add(INodeNo(a.ino), next, name, &ttl, &attr(a), Generation(0));
                     // Every entry but . and .. counts as a lookup for the kernel.
                     if !full && !dots && fresh.is_none() {
