@@ -147,9 +147,9 @@ pub struct Statement {
     pub name: String,
     pub effect: Effect,
     /// None: everyone.
-    principals: Option<Vec<String>>,
+    principals: Option<Vec<Glob>>,
     actions: u8,
-    resources: Vec<String>,
+    resources: Vec<Glob>,
 }
 
 impl Statement {
@@ -158,14 +158,14 @@ impl Statement {
             None => true,
             Some(ps) => ps
                 .iter()
-                .any(|p| p == "*" || who.principals.iter().any(|w| glob(p, w))),
+                .any(|p| who.principals.iter().any(|w| p.matches(w))),
         }
     }
 
     fn covers(&self, resource: &Target<'_>) -> bool {
         self.resources
             .iter()
-            .any(|r| resource.aliases.iter().any(|a| glob(r, a)))
+            .any(|r| resource.aliases.iter().any(|a| r.matches(a)))
     }
 }
 
@@ -281,9 +281,11 @@ impl Policy {
             statements.push(Statement {
                 name: w.name,
                 effect: w.effect,
-                principals: w.principals.map(|ps| ps.into_iter().map(|p| p.0).collect()),
+                principals: w
+                    .principals
+                    .map(|ps| ps.iter().map(|p| Glob::new(&p.0)).collect()),
                 actions: w.actions.iter().fold(0, |acc, a| acc | a.0),
-                resources: w.resources.into_iter().map(|r| r.0).collect(),
+                resources: w.resources.iter().map(|r| Glob::new(&r.0)).collect(),
             });
         }
         let policy = Policy { statements };
@@ -309,18 +311,14 @@ impl Policy {
             .iter()
             .filter(admin)
             .filter(|s| s.effect == Effect::Allow)
-            .flat_map(|s| {
-                s.principals
-                    .clone()
-                    .unwrap_or_else(|| vec!["*".to_string()])
+            .flat_map(|s| match &s.principals {
+                Some(ps) => ps.iter().map(|p| p.text.clone()).collect(),
+                None => vec!["*".to_string()],
             })
             .any(|p| {
-                let who = Who {
-                    principals: vec![p],
-                };
                 !denies.iter().any(|d| match &d.principals {
                     None => true,
-                    Some(ps) => ps.iter().any(|x| x == "*" || glob(x, &who.principals[0])),
+                    Some(ps) => ps.iter().any(|x| x.text == "*" || x.matches(&p)),
                 })
             });
         if kept {
@@ -333,14 +331,18 @@ impl Policy {
     }
 
     /// The statements that can apply to `who`, for deciding many requests
-    /// of one caller quickly.
+    /// of one caller quickly (kept as for everyone: decide only for `who`
+    /// with it).
     pub fn for_who(&self, who: &Who) -> Policy {
         Policy {
             statements: self
                 .statements
                 .iter()
                 .filter(|s| s.applies_to(who))
-                .cloned()
+                .map(|s| Statement {
+                    principals: None,
+                    ..s.clone()
+                })
                 .collect(),
         }
     }
@@ -381,19 +383,19 @@ impl Policy {
                 && s.applies_to(who)
                 && s.resources
                     .iter()
-                    .any(|r| r.contains("/files/") && paths.iter().any(|p| glob(r, p)))
+                    .any(|r| r.text.contains("/files/") && paths.iter().any(|p| r.matches(p)))
         })
     }
 
     /// Every resource pattern of every statement, once.
-    pub fn patterns(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
+    pub fn patterns(&self) -> Vec<Glob> {
+        let mut out: Vec<Glob> = self
             .statements
             .iter()
             .flat_map(|s| s.resources.iter().cloned())
             .collect();
-        out.sort();
-        out.dedup();
+        out.sort_by(|a, b| a.text.cmp(&b.text));
+        out.dedup_by(|a, b| a.text == b.text);
         out
     }
 
@@ -429,30 +431,55 @@ fn statement_position(text: &str, name: &str) -> (usize, usize) {
     (1, 1)
 }
 
-/// Whether `text` matches `pattern`, where `*` matches any run of
-/// characters (`/` included, as in IAM resource patterns).
-pub fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t) = (pattern.as_bytes(), text.as_bytes());
-    let (mut pi, mut ti) = (0, 0);
-    // The last `*` seen and where in `text` it was tried.
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if pi < p.len() && p[pi] == t[ti] {
-            pi += 1;
-            ti += 1;
-        } else if let Some((sp, st)) = star {
-            // Let the `*` take one more character.
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
+/// A pattern where `*` matches any run of characters (`/` included, as in
+/// IAM resource patterns), split at its stars once.
+#[derive(Clone, Debug)]
+pub struct Glob {
+    pub text: String,
+    parts: Vec<String>,
+}
+
+impl Glob {
+    pub fn new(pattern: &str) -> Glob {
+        Glob {
+            text: pattern.to_string(),
+            parts: pattern.split('*').map(str::to_string).collect(),
         }
     }
-    p[pi..].iter().all(|&c| c == b'*')
+
+    /// The text before the first `*`.
+    pub fn literal_start(&self) -> &str {
+        &self.parts[0]
+    }
+
+    /// Whether `t` matches: it starts with the first part, ends with the
+    /// last, and holds the others in order between them (the leftmost
+    /// place of each is as good as any, as only `*` is special).
+    pub fn matches(&self, t: &str) -> bool {
+        let (first, last) = (&self.parts[0], &self.parts[self.parts.len() - 1]);
+        if self.parts.len() == 1 {
+            return t == first;
+        }
+        if t.len() < first.len() + last.len()
+            || !t.starts_with(first.as_str())
+            || !t.ends_with(last.as_str())
+        {
+            return false;
+        }
+        let mut rest = &t[first.len()..t.len() - last.len()];
+        for mid in &self.parts[1..self.parts.len() - 1] {
+            match rest.find(mid.as_str()) {
+                Some(i) => rest = &rest[i + mid.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+/// Whether `text` matches `pattern` (see `Glob`).
+pub fn glob(pattern: &str, text: &str) -> bool {
+    Glob::new(pattern).matches(text)
 }
 
 #[cfg(test)]
@@ -491,6 +518,22 @@ policies:
 
     fn res(s: &str) -> Vec<String> {
         vec![s.to_string()]
+    }
+
+    /// The definition, by recursion: what `Glob` must agree with.
+    fn reference(p: &[u8], t: &[u8]) -> bool {
+        match p.split_first() {
+            None => t.is_empty(),
+            Some((b'*', rest)) => (0..=t.len()).any(|i| reference(rest, &t[i..])),
+            Some((c, rest)) => t.first() == Some(c) && reference(rest, &t[1..]),
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn globs_agree_with_the_definition(p in "[ab*/]{0,8}", t in "[ab/]{0,10}") {
+            proptest::prop_assert_eq!(glob(&p, &t), reference(p.as_bytes(), t.as_bytes()));
+        }
     }
 
     #[test]

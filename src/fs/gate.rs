@@ -26,10 +26,10 @@ pub(super) struct Gate {
     version: u64,
     policy: Policy,
     /// Every resource pattern of the policy.
-    patterns: Vec<String>,
+    patterns: Vec<access::policy::Glob>,
     /// By version: the patterns that match a path in it but not the
     /// version itself, so can tell its paths apart (`MountFs::name_ttl`).
-    telling: Mutex<HashMap<u64, Arc<Vec<String>>>>,
+    telling: Mutex<HashMap<u64, Arc<Vec<access::policy::Glob>>>>,
     /// When a caller's look at a version was last written to the trail, by
     /// (uid, pid, version): the kernel asks again at every path through it.
     noted: Mutex<HashMap<(u32, u32, u64), Instant>>,
@@ -204,10 +204,10 @@ impl MountFs {
                 // Patterns that can name a path of this dataset (a literal
                 // start that agrees with it), and not the version itself.
                 let telling = gate.patterns.iter().filter(|p| {
-                    let literal = p.split('*').next().unwrap_or("");
+                    let literal = p.literal_start();
                     (literal.starts_with(&ours) || ours.starts_with(literal))
-                        && (p.contains('*') || p.contains("/files/"))
-                        && !f.versions.iter().any(|v| access::policy::glob(p, v))
+                        && (p.text.contains('*') || p.text.contains("/files/"))
+                        && !f.versions.iter().any(|v| p.matches(v))
                 });
                 Arc::new(telling.cloned().collect())
             })
@@ -216,9 +216,7 @@ impl MountFs {
             return false;
         }
         let paths = access::path_resources(&f.versions, &f.child(name), dir);
-        telling
-            .iter()
-            .any(|t| paths.iter().any(|p| access::policy::glob(t, p)))
+        telling.iter().any(|t| paths.iter().any(|p| t.matches(p)))
     }
 
     /// The principals of a caller: its user and the groups its process
