@@ -432,44 +432,58 @@ fn statement_position(text: &str, name: &str) -> (usize, usize) {
 }
 
 /// A pattern where `*` matches any run of characters (`/` included, as in
-/// IAM resource patterns), split at its stars once.
+/// IAM resource patterns), split at its stars once, each part between two
+/// stars with its searcher built.
 #[derive(Clone, Debug)]
 pub struct Glob {
     pub text: String,
-    parts: Vec<String>,
+    first: String,
+    /// None: no star (the text must equal the pattern).
+    rest: Option<(Vec<memchr::memmem::Finder<'static>>, String)>,
 }
 
 impl Glob {
     pub fn new(pattern: &str) -> Glob {
+        let mut parts: Vec<&str> = pattern.split('*').collect();
+        let first = parts.remove(0).to_string();
+        let rest = parts.pop().map(|last| {
+            let middle = parts
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| memchr::memmem::Finder::new(p.as_bytes()).into_owned())
+                .collect();
+            (middle, last.to_string())
+        });
         Glob {
             text: pattern.to_string(),
-            parts: pattern.split('*').map(str::to_string).collect(),
+            first,
+            rest,
         }
     }
 
     /// The text before the first `*`.
     pub fn literal_start(&self) -> &str {
-        &self.parts[0]
+        &self.first
     }
 
     /// Whether `t` matches: it starts with the first part, ends with the
     /// last, and holds the others in order between them (the leftmost
     /// place of each is as good as any, as only `*` is special).
     pub fn matches(&self, t: &str) -> bool {
-        let (first, last) = (&self.parts[0], &self.parts[self.parts.len() - 1]);
-        if self.parts.len() == 1 {
-            return t == first;
-        }
-        if t.len() < first.len() + last.len()
-            || !t.starts_with(first.as_str())
-            || !t.ends_with(last.as_str())
+        let Some((middle, last)) = &self.rest else {
+            return t == self.first;
+        };
+        let t = t.as_bytes();
+        if t.len() < self.first.len() + last.len()
+            || !t.starts_with(self.first.as_bytes())
+            || !t.ends_with(last.as_bytes())
         {
             return false;
         }
-        let mut rest = &t[first.len()..t.len() - last.len()];
-        for mid in &self.parts[1..self.parts.len() - 1] {
-            match rest.find(mid.as_str()) {
-                Some(i) => rest = &rest[i + mid.len()..],
+        let mut rest = &t[self.first.len()..t.len() - last.len()];
+        for finder in middle {
+            match finder.find(rest) {
+                Some(i) => rest = &rest[i + finder.needle().len()..],
                 None => return false,
             }
         }

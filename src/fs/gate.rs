@@ -287,6 +287,14 @@ impl Judge<'_> {
         }
     }
 
+    fn gate(&self) -> Option<Arc<Gate>> {
+        self.fs
+            .gate
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Whether this process's look at `version` is the first in a second
     /// (a refusal is always written; an allowance once a second).
     fn first_look(&self, version: u64) -> bool {
@@ -407,9 +415,16 @@ impl Judge<'_> {
                 }
                 d.allowed
             }
-            _ => match self.fs.folder(parent) {
-                Some(f) => self.sees_in(&f, name, kind, noted),
-                None => false,
+            _ => match (self.fs.folder(parent), self.gate()) {
+                (Some(f), Some(g)) => {
+                    // A name no pattern tells apart shows as its version does.
+                    if self.fs.told_apart(&g, &f, name, kind == FileKind::Dir) {
+                        self.sees_in(&f, name, kind, noted)
+                    } else {
+                        self.sees_version(f.version)
+                    }
+                }
+                _ => false,
             },
         }
     }
@@ -456,35 +471,31 @@ impl Judge<'_> {
         let folder = (dir >= FIRST_VERSION_INO && !is_staging(dir))
             .then(|| self.fs.folder(dir))
             .flatten();
-        let gate = self
-            .fs
-            .gate
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let gate = self.gate();
+        // Names no pattern tells apart show as their version does: weighed once.
+        let version_seen = folder.as_ref().map(|f| self.sees_version(f.version));
         let mut kept = Vec::with_capacity(listing.len());
         for (e, a) in listing.iter() {
-            let dots = e.name == b"." || e.name == b"..";
-            let shown = dots
-                || match &folder {
-                    Some(f) => self.sees_in(f, &e.name, e.kind, false),
-                    None => self.sees(dir, &e.name, e.kind, false),
-                };
-            if !shown {
-                continue;
-            }
             let mut a = a.clone();
-            a.ttl = match (&folder, &gate) {
-                (Some(f), Some(g)) if !dots => {
-                    if self.fs.told_apart(g, f, &e.name, e.kind == FileKind::Dir) {
-                        Duration::ZERO
-                    } else {
-                        a.ttl
+            if e.name != b"." && e.name != b".." {
+                let shown = match (&folder, &gate, version_seen) {
+                    (Some(f), Some(g), Some(seen)) => {
+                        if self.fs.told_apart(g, f, &e.name, e.kind == FileKind::Dir) {
+                            a.ttl = Duration::ZERO;
+                            self.sees_in(f, &e.name, e.kind, false)
+                        } else {
+                            seen
+                        }
                     }
+                    _ => {
+                        a.ttl = self.fs.name_ttl(dir, &e.name, &a);
+                        self.sees(dir, &e.name, e.kind, false)
+                    }
+                };
+                if !shown {
+                    continue;
                 }
-                _ if dots => a.ttl,
-                _ => self.fs.name_ttl(dir, &e.name, &a),
-            };
+            }
             kept.push((e.clone(), a));
         }
         let hidden = listing.len() - kept.len();
