@@ -13,6 +13,7 @@ pub mod error;
 pub mod escape;
 pub mod fs;
 pub mod fuse;
+pub mod gateway;
 pub mod gc;
 pub mod id;
 pub mod limits;

@@ -7,6 +7,7 @@ mod keys;
 pub mod log;
 mod mount;
 mod policy;
+mod serve;
 mod show;
 
 use anyhow::Context;
@@ -105,6 +106,26 @@ enum Command {
     /// Create or list datasets.
     #[command(subcommand)]
     Dataset(DatasetCmd),
+    /// Serve the HTTPS gateway (REST API for commits and reads, API keys,
+    /// the store's policy) on this store.
+    #[command(
+        after_help = "Examples:\n  detafs serve --listen 127.0.0.1:8443   (a self-signed certificate, made on first start)\n  detafs serve --tls-cert cert.pem --tls-key key.pem\nExit codes: 0 stopped by SIGINT/SIGTERM, 1 error."
+    )]
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8443")]
+        listen: std::net::SocketAddr,
+        /// Certificate chain (PEM); with --tls-key. Default: a self-signed
+        /// pair kept beside the store's local index.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// Private key (PEM).
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+    },
+    /// API keys for the gateway, kept (as hashes) in the store.
+    #[command(subcommand)]
+    Apikey(ApikeyCmd),
     /// The store's access policy: who may see, read, commit and tag which
     /// versions (checked by mounts with --allow-other and the gateway).
     #[command(subcommand)]
@@ -352,6 +373,25 @@ enum DatasetCmd {
 }
 
 #[derive(Subcommand)]
+enum ApikeyCmd {
+    /// Make a key (printed once; only its hash is kept).
+    #[command(
+        after_help = "Examples:\n  detafs apikey create dashboard --scopes read\n  detafs apikey create pipeline --scopes read,commit,tag\nScopes: read (dataset:read, dataset:versions), commit, tag, create, admin, or actions.\nExit codes: 0, 1 error."
+    )]
+    Create {
+        name: String,
+        #[arg(long, required = true, value_delimiter = ',')]
+        scopes: Vec<String>,
+    },
+    /// List the keys (names, scopes; never secrets).
+    #[command(after_help = "Example: detafs apikey list\nExit codes: 0, 1 error.")]
+    List,
+    /// Revoke a key: every gateway refuses it within seconds.
+    #[command(after_help = "Example: detafs apikey revoke dashboard\nExit codes: 0, 1 error.")]
+    Revoke { name: String },
+}
+
+#[derive(Subcommand)]
 enum PolicyCmd {
     /// Print the policy in force (or an earlier one).
     #[command(
@@ -538,6 +578,23 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             if let Some(k) = key_file {
                 keys::tell_key_file(&k);
             }
+        }
+        Command::Serve {
+            listen,
+            tls_cert,
+            tls_key,
+        } => serve::serve(open()?, listen, tls_cert, tls_key)?,
+        Command::Apikey(ApikeyCmd::Create { name, scopes }) => {
+            let repo = open()?;
+            policy::require(&repo, Action::Admin, ALL_DATASETS)?;
+            serve::create(&repo, &name, &scopes)?
+        }
+        Command::Apikey(ApikeyCmd::List) => serve::list(&open()?)?,
+        Command::Apikey(ApikeyCmd::Revoke { name }) => {
+            let repo = open()?;
+            policy::require(&repo, Action::Admin, ALL_DATASETS)?;
+            let k = repo.revoke_api_key(&name)?;
+            println!("revoked {}", k.name);
         }
         Command::Policy(PolicyCmd::Show { version }) => policy::show(&open()?, version)?,
         Command::Policy(PolicyCmd::Set { file, message }) => {

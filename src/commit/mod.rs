@@ -5,6 +5,7 @@
 //! re-reading the winner: disjoint changes are rebased (three-way merge) and
 //! the next number is tried; overlapping changes are a conflict.
 
+pub mod edit;
 mod encoder;
 pub mod scan;
 pub mod staged;

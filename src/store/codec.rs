@@ -187,10 +187,12 @@ impl Codec {
 /// Starts every sealed small object.
 const OBJECT_MAGIC: &[u8] = b"DTFSOBJ2";
 
-/// Small objects a sealed store seals: everything of its datasets, and
-/// its policy records.
+/// Small objects a sealed store seals: everything of its datasets, its
+/// policy records and its API keys.
 pub fn sealed_key(key: &str) -> bool {
-    key.starts_with("datasets/") || key.starts_with(super::keys::POLICY_RECORDS)
+    key.starts_with("datasets/")
+        || key.starts_with(super::keys::POLICY_RECORDS)
+        || key.starts_with(crate::access::apikeys::PREFIX)
 }
 
 fn blob_aad(kind: BlobKind, id: &ObjectId) -> Vec<u8> {

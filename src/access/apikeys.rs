@@ -1,0 +1,179 @@
+//! API keys for the gateway, kept in the store so every gateway knows
+//! them: `apikeys/ID.json` holds a key's name, scopes and the SHA-256 of its
+//! secret (never the secret), `apikeys/ID.revoked` revokes it. A key is
+//! `dtfs_ID_SECRET`: the id finds the record, the secret is checked
+//! against its hash in constant time.
+
+use super::Action;
+use crate::error::{Error, Result};
+use crate::repo::Repo;
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+
+pub const PREFIX: &str = "apikeys/";
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    pub id: String,
+    pub name: String,
+    /// Actions the key may ask for at most (the policy, if any, decides
+    /// within them).
+    pub scopes: Vec<String>,
+    /// SHA-256 of the secret, hex.
+    pub hash: String,
+    /// RFC 3339.
+    pub created: String,
+    pub author: String,
+    #[serde(default, skip)]
+    pub revoked: bool,
+}
+
+impl ApiKey {
+    pub fn allows(&self, action: Action) -> bool {
+        self.scopes
+            .iter()
+            .any(|s| s == "dataset:*" || s == action.name())
+    }
+}
+
+/// Scopes as given (`read`, `commit`, `dataset:tag`, …), as actions.
+pub fn parse_scopes(given: &[String]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for s in given.iter().flat_map(|s| s.split(',')).map(str::trim) {
+        let actions: Vec<&str> = match s {
+            "read" => vec!["dataset:read", "dataset:versions"],
+            "commit" => vec!["dataset:commit"],
+            "tag" => vec!["dataset:tag"],
+            "create" => vec!["dataset:create"],
+            "admin" | "dataset:*" | "all" => vec!["dataset:*"],
+            a if Action::parse(a).is_some() => vec![a],
+            other => {
+                return Err(Error::InvalidInput(format!(
+                    "unknown scope {other:?} (read, commit, tag, create, admin, or an action such as dataset:read)"
+                )));
+            }
+        };
+        out.extend(actions.into_iter().map(String::from));
+    }
+    out.sort();
+    out.dedup();
+    if out.is_empty() {
+        return Err(Error::InvalidInput("a key needs at least one scope".into()));
+    }
+    Ok(out)
+}
+
+fn valid_name(name: &str) -> bool {
+    crate::repo::plain_name(name)
+}
+
+fn hash(secret: &str) -> String {
+    hex::encode(sha2::Sha256::digest(secret.as_bytes()))
+}
+
+impl Repo {
+    /// Every key, revoked ones marked.
+    pub fn api_keys(&self) -> Result<Vec<ApiKey>> {
+        let listed = self.store.list(PREFIX, None)?;
+        let revoked: std::collections::HashSet<String> = listed
+            .iter()
+            .filter_map(|l| l.key.strip_prefix(PREFIX)?.strip_suffix(".revoked"))
+            .map(String::from)
+            .collect();
+        let keys: Vec<String> = listed
+            .into_iter()
+            .map(|l| l.key)
+            .filter(|k| k.ends_with(".json"))
+            .collect();
+        let mut out = Vec::new();
+        for (key, bytes) in keys.iter().zip(self.store.get_many(&keys)?) {
+            let Some(bytes) = bytes else { continue };
+            let mut k: ApiKey =
+                serde_json::from_slice(&bytes).map_err(|e| Error::malformed(key, e.to_string()))?;
+            if format!("{PREFIX}{}.json", k.id) != *key {
+                return Err(Error::malformed(key, "API key does not match its name"));
+            }
+            k.revoked = revoked.contains(&k.id);
+            out.push(k);
+        }
+        out.sort_by(|a, b| a.created.cmp(&b.created).then(a.name.cmp(&b.name)));
+        Ok(out)
+    }
+
+    /// Makes a key; returns it with its secret form, shown once.
+    pub fn create_api_key(
+        &self,
+        name: &str,
+        scopes: Vec<String>,
+        author: &str,
+    ) -> Result<(ApiKey, String)> {
+        if !valid_name(name) {
+            return Err(Error::InvalidInput(format!(
+                "invalid key name {name:?}: letters, digits, '-', '_' and '.'"
+            )));
+        }
+        self.check_store(false)?;
+        if self
+            .api_keys()?
+            .iter()
+            .any(|k| k.name == name && !k.revoked)
+        {
+            return Err(Error::InvalidInput(format!(
+                "a key named {name} exists (revoke it first)"
+            )));
+        }
+        let id = hex::encode(rand::random::<[u8; 8]>());
+        let secret = base64::Engine::encode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            rand::random::<[u8; 32]>(),
+        );
+        let key = ApiKey {
+            id: id.clone(),
+            name: name.to_string(),
+            scopes,
+            hash: hash(&secret),
+            created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            author: author.to_string(),
+            revoked: false,
+        };
+        let body = serde_json::to_vec_pretty(&key).expect("serializable");
+        if !self
+            .store
+            .put_create(&format!("{PREFIX}{id}.json"), body.into())?
+        {
+            return Err(Error::InvalidInput("key id taken; try again".into()));
+        }
+        Ok((key, format!("dtfs_{id}_{secret}")))
+    }
+
+    /// Revokes the key named `name` (every gateway refuses it from its
+    /// next look at the store).
+    pub fn revoke_api_key(&self, name: &str) -> Result<ApiKey> {
+        let key = self
+            .api_keys()?
+            .into_iter()
+            .find(|k| k.name == name && !k.revoked)
+            .ok_or_else(|| Error::InvalidInput(format!("no key named {name}")))?;
+        let body = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        self.store.put_create(
+            &format!("{PREFIX}{}.revoked", key.id),
+            body.into_bytes().into(),
+        )?;
+        Ok(key)
+    }
+}
+
+/// The key a presented secret form names, if it is one of `keys` and not
+/// revoked.
+pub fn check(keys: &[ApiKey], presented: &str) -> Option<ApiKey> {
+    let rest = presented.strip_prefix("dtfs_")?;
+    let (id, secret) = rest.split_once('_')?;
+    let key = keys.iter().find(|k| k.id == id && !k.revoked)?;
+    // In constant time: the comparison does not tell how much matched.
+    let same = aws_lc_rs::constant_time::verify_slices_are_equal(
+        hash(secret).as_bytes(),
+        key.hash.as_bytes(),
+    );
+    same.is_ok().then(|| key.clone())
+}

@@ -1,0 +1,66 @@
+//! `detafs serve` and `detafs apikey`: the HTTPS gateway and its keys.
+
+use anyhow::Context;
+use detafs::access::apikeys;
+use detafs::gateway::{self, GatewayOptions, tls};
+use detafs::repo::Repo;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub fn serve(
+    repo: Repo,
+    listen: SocketAddr,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let tls = match (cert, key) {
+        (Some(c), Some(k)) => tls::load(&c, &k)?,
+        (None, None) => {
+            let (tls, made) = tls::self_signed(&repo.state_dir)?;
+            let dir = repo.state_dir.display();
+            eprintln!(
+                "{} self-signed certificate {dir}/gateway-cert.pem",
+                if made { "made a" } else { "using the" },
+            );
+            tls
+        }
+        _ => anyhow::bail!("give both --tls-cert and --tls-key, or neither (a self-signed pair)"),
+    };
+    eprintln!("certificate SHA-256 fingerprint: {}", tls.fingerprint);
+    let audit = repo
+        .state_dir
+        .join(format!("gateway-{}.jsonl", listen.port()));
+    let opts = GatewayOptions { listen, tls, audit };
+    gateway::serve(Arc::new(repo), opts, |addr| {
+        eprintln!("serving https://{addr}/");
+    })
+    .context("the gateway stopped")?;
+    Ok(())
+}
+
+pub fn create(repo: &Repo, name: &str, scopes: &[String]) -> anyhow::Result<()> {
+    let scopes = apikeys::parse_scopes(scopes)?;
+    let (k, secret) = repo.create_api_key(name, scopes, &detafs::commit::current_user())?;
+    eprintln!(
+        "key {} ({}): shown once, keep it secret",
+        k.name,
+        k.scopes.join(", ")
+    );
+    println!("{secret}");
+    Ok(())
+}
+
+pub fn list(repo: &Repo) -> anyhow::Result<()> {
+    for k in repo.api_keys()? {
+        println!(
+            "{:<20} {}  {}  {}{}",
+            k.name,
+            k.created,
+            k.author,
+            k.scopes.join(","),
+            if k.revoked { "  (revoked)" } else { "" }
+        );
+    }
+    Ok(())
+}

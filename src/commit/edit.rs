@@ -1,0 +1,165 @@
+//! Commits of edits: a version made from another by putting and deleting
+//! paths (what a client of the gateway sends), published like any commit:
+//! a parent that is no longer the newest is rebased onto it, and paths
+//! both changed are a conflict.
+
+use super::{CommitMeta, publish, scan::Scanner};
+use crate::error::{Error, Result};
+use crate::limits;
+use crate::progress::Quiet;
+use crate::repo::Repo;
+use crate::snapshot::diff::{TreeSink, TreeSource};
+use crate::snapshot::{Entry, Node, Record, Tree};
+use crate::store::pack::BlobRef;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// One change: the file at `path` (slash-separated) takes the bytes of
+/// the local file `content`, or is deleted.
+pub struct Edit {
+    pub path: String,
+    pub content: Option<PathBuf>,
+}
+
+/// The parts of a path a version may hold: not empty, no `.` or `..`.
+pub fn split_path(path: &str) -> Result<Vec<&str>> {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.is_empty()
+        || parts.len() > limits::MAX_DEPTH
+        || parts
+            .iter()
+            .any(|p| *p == "." || *p == ".." || p.len() > limits::MAX_NAME || p.contains('\0'))
+    {
+        return Err(Error::InvalidInput(format!(
+            "bad path {path:?}: names separated by '/', none empty, '.' or '..', at most {} bytes each",
+            limits::MAX_NAME
+        )));
+    }
+    Ok(parts)
+}
+
+/// Edits grouped by the folder they change.
+#[derive(Default)]
+struct Folder {
+    /// Name -> new content (None: delete).
+    files: BTreeMap<Vec<u8>, Option<PathBuf>>,
+    dirs: BTreeMap<Vec<u8>, Folder>,
+}
+
+/// Records `edits` applied to version `parent` (or the newest; none for a
+/// new dataset's first version) as the next version.
+pub fn commit_edits(
+    repo: &Repo,
+    meta: &CommitMeta,
+    parent: Option<&str>,
+    edits: Vec<Edit>,
+) -> Result<Record> {
+    meta.check()?;
+    repo.check_dataset(meta.dataset)?;
+    let base = match parent {
+        Some(spec) => Some(repo.version(meta.dataset, spec)?),
+        None => repo.sync(meta.dataset)?.pop(),
+    };
+    let mut root = Folder::default();
+    for e in edits {
+        let parts = split_path(&e.path)?;
+        let (name, dirs) = parts.split_last().expect("not empty");
+        let mut at = &mut root;
+        for d in dirs {
+            at = at.dirs.entry(d.as_bytes().to_vec()).or_default();
+        }
+        if at.dirs.contains_key(name.as_bytes()) {
+            return Err(Error::InvalidInput(format!(
+                "{}: both a file and a folder in one commit",
+                e.path
+            )));
+        }
+        at.files.insert(name.as_bytes().to_vec(), e.content);
+    }
+    let mut scanner = Scanner::new(repo, &Quiet);
+    let tree = base.as_ref().map(|b| b.tree);
+    let (ours, _) = apply(repo, &mut scanner, tree.as_ref(), &root, "")?;
+    publish(repo, meta, scanner, base, ours)
+}
+
+/// The tree of folder `tree` (none: a new folder) with `edits` applied,
+/// and whether a name in it or below is one of several of a file.
+fn apply(
+    repo: &Repo,
+    scanner: &mut Scanner,
+    tree: Option<&BlobRef>,
+    edits: &Folder,
+    at: &str,
+) -> Result<(BlobRef, bool)> {
+    let mut entries: BTreeMap<Vec<u8>, Node> = match tree {
+        Some(t) => repo
+            .tree(t)?
+            .entries
+            .iter()
+            .map(|e| (e.name.clone(), e.node.clone()))
+            .collect(),
+        None => BTreeMap::new(),
+    };
+    let now = crate::staging::now();
+    for (name, content) in &edits.files {
+        let path = format!("{at}{}", String::from_utf8_lossy(name));
+        match content {
+            None => {
+                if entries.remove(name).is_none() {
+                    return Err(Error::NoPath {
+                        version: "the parent version".into(),
+                        path,
+                    });
+                }
+            }
+            Some(file) => {
+                let (chunks, size) = scanner.chunk_prefix(file, u64::MAX)?;
+                // A file that was there keeps its mode; a new one is 0644.
+                let mode = match entries.get(name) {
+                    Some(Node::File { mode, .. }) => *mode,
+                    _ => 0o644,
+                };
+                let node = Node::File {
+                    mode,
+                    mtime: now,
+                    size,
+                    chunks,
+                    atime: None,
+                    link: None,
+                };
+                entries.insert(name.clone(), node);
+            }
+        }
+    }
+    for (name, sub) in &edits.dirs {
+        let path = format!("{at}{}/", String::from_utf8_lossy(name));
+        let (inner, mode) = match entries.get(name) {
+            Some(Node::Dir { tree, mode, .. }) => (Some(*tree), *mode),
+            Some(_) => {
+                return Err(Error::InvalidInput(format!(
+                    "{}: is a file, not a folder",
+                    path.trim_end_matches('/')
+                )));
+            }
+            None => (None, 0o755),
+        };
+        let (tree, links) = apply(repo, scanner, inner.as_ref(), sub, &path)?;
+        entries.insert(
+            name.clone(),
+            Node::Dir {
+                mode,
+                mtime: now,
+                tree,
+                atime: None,
+                links,
+            },
+        );
+    }
+    let tree = Tree::new(
+        entries
+            .into_iter()
+            .map(|(name, node)| Entry { name, node })
+            .collect(),
+    );
+    Ok((scanner.put_tree(&tree)?, tree.has_links()))
+}

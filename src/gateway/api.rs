@@ -1,0 +1,762 @@
+//! The gateway's REST API: who calls (an API key), whether the store's
+//! policy and the key's scopes allow it, then the dataset operation, on the
+//! blocking pool. Errors are `{"error": {"code", "message"}}`; every request
+//! is one line of the request log.
+
+use super::table;
+use crate::access::apikeys::{self, ApiKey};
+use crate::access::trail::Trail;
+use crate::access::{self, Action, Policy, Who};
+use crate::commit::CommitMeta;
+use crate::commit::edit::{Edit, commit_edits, split_path};
+use crate::error::Error;
+use crate::repo::Repo;
+use crate::snapshot::diff::TreeSource;
+use crate::snapshot::{Node, Record};
+use crate::store::pack::BlobRef;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Largest request body; larger files go through an upload session.
+pub const MAX_BODY: usize = 10 * 1000 * 1000;
+/// How long keys and the policy read from the store are trusted.
+const FRESH: Duration = Duration::from_secs(2);
+/// Requests working on the store at once.
+const WORKERS: usize = 32;
+
+pub struct Api {
+    repo: Arc<Repo>,
+    trail: Trail,
+    /// API keys and the policy as last read, with when.
+    known: Mutex<Option<(Instant, Arc<Known>)>>,
+    work: tokio::sync::Semaphore,
+    started: Instant,
+}
+
+struct Known {
+    keys: Vec<ApiKey>,
+    policy: Option<Policy>,
+}
+
+/// An error as the client sees it.
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    extra: Option<Value>,
+}
+
+fn err(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError {
+        status,
+        code,
+        message: message.into(),
+        extra: None,
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        let message = e.to_string();
+        let (status, code) = match &e {
+            Error::NoDataset(_) | Error::DatasetDeleted { .. } => {
+                (StatusCode::NOT_FOUND, "no_dataset")
+            }
+            Error::NoVersion { .. } => (StatusCode::NOT_FOUND, "no_version"),
+            Error::NoPath { .. } => (StatusCode::NOT_FOUND, "no_path"),
+            // The seed's checklist: an object deleted from the store by hand.
+            Error::Missing { .. } => (StatusCode::NOT_FOUND, "missing_object"),
+            Error::Conflict { paths, .. } => {
+                let paths: Vec<String> = paths
+                    .iter()
+                    .map(|p| String::from_utf8_lossy(p).into_owned())
+                    .collect();
+                return ApiError {
+                    status: StatusCode::CONFLICT,
+                    code: "conflict",
+                    message,
+                    extra: Some(json!({ "paths": paths })),
+                };
+            }
+            Error::NothingToCommit(_) => (StatusCode::CONFLICT, "nothing_to_commit"),
+            Error::DatasetExists(_) => (StatusCode::CONFLICT, "exists"),
+            Error::InvalidInput(_) | Error::Policy { .. } => (StatusCode::BAD_REQUEST, "invalid"),
+            Error::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            Error::Store { .. } | Error::TooManyRetries(_) | Error::CommitTooLong(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+            }
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        err(status, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": { "code": self.code, "message": self.message } });
+        if let Some(extra) = self.extra {
+            body["error"]["details"] = extra;
+        }
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type Reply = Result<Response, ApiError>;
+
+/// Who called, as the policy names them.
+struct Caller {
+    key: ApiKey,
+    who: Who,
+    known: Arc<Known>,
+}
+
+impl Caller {
+    /// Allowed if the key's scopes hold the action and the policy (if one
+    /// is set) allows it to `key:NAME` on any of `resources`.
+    fn may(&self, action: Action, resources: &[String]) -> Result<(), ApiError> {
+        if !self.key.allows(action) {
+            return Err(err(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("key {} has no {} scope", self.key.name, action.name()),
+            ));
+        }
+        if let Some(p) = &self.known.policy {
+            let d = p.decide(&self.who, action, resources);
+            if !d.allowed {
+                return Err(err(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    format!("{} on {}: {}", action.name(), resources[0], d.explain()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn sees(&self, action: Action, resources: &[String]) -> bool {
+        self.may(action, resources).is_ok()
+    }
+}
+
+impl Api {
+    pub fn new(repo: Arc<Repo>, trail: Trail) -> Api {
+        Api {
+            repo,
+            trail,
+            known: Mutex::default(),
+            work: tokio::sync::Semaphore::new(WORKERS),
+            started: Instant::now(),
+        }
+    }
+
+    pub fn flush(&self) {
+        self.trail.flush();
+    }
+
+    /// Runs `f` on the blocking pool (the store's calls block), a bounded
+    /// number at once.
+    async fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Repo) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let _permit = self.work.acquire().await.expect("never closed");
+        let repo = self.repo.clone();
+        tokio::task::spawn_blocking(move || f(&repo))
+            .await
+            .map_err(|e| err(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
+    }
+
+    async fn known(self: &Arc<Self>) -> Result<Arc<Known>, ApiError> {
+        if let Some((at, k)) = &*self.known.lock().unwrap_or_else(|p| p.into_inner())
+            && at.elapsed() < FRESH
+        {
+            return Ok(k.clone());
+        }
+        let known = self
+            .run(|repo| {
+                let keys = repo.api_keys()?;
+                let policy = repo.current_policy()?.map(|(_, p)| p);
+                Ok(Arc::new(Known { keys, policy }))
+            })
+            .await?;
+        *self.known.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Instant::now(), known.clone()));
+        Ok(known)
+    }
+
+    /// The caller of a request: its API key (`Authorization: Bearer KEY` or
+    /// `X-API-Key: KEY`), else 401.
+    async fn caller(self: &Arc<Self>, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+            .ok_or_else(|| {
+                err(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthenticated",
+                    "no credentials: send Authorization: Bearer <API key>",
+                )
+            })?;
+        let known = self.known().await?;
+        let key = apikeys::check(&known.keys, presented.trim()).ok_or_else(|| {
+            err(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "unknown or revoked API key",
+            )
+        })?;
+        let who = Who {
+            principals: vec![format!("key:{}", key.name)],
+        };
+        Ok(Caller { key, who, known })
+    }
+
+    fn log(&self, caller: Option<&str>, route: &str, status: StatusCode, bytes: usize) {
+        self.trail.record(json!({
+            "principal": caller,
+            "request": route,
+            "status": status.as_u16(),
+            "allowed": !matches!(status.as_u16(), 401 | 403),
+            "bytes": bytes,
+        }));
+    }
+}
+
+pub fn router(api: Arc<Api>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/datasets", get(list_datasets).post(create_dataset))
+        .route("/datasets/{id}/versions", get(list_versions))
+        .route("/datasets/{id}/versions/{v}", get(get_version))
+        .route("/datasets/{id}/versions/{v}/files", get(get_root))
+        .route("/datasets/{id}/versions/{v}/files/{*path}", get(get_file))
+        .route("/datasets/{id}/commit", post(commit))
+        .fallback(|| async { err(StatusCode::NOT_FOUND, "no_route", "no such endpoint") })
+        .layer(axum::middleware::from_fn_with_state(api.clone(), logged))
+        .with_state(api)
+}
+
+/// Writes each request's line: who, what, the status and the bytes sent.
+async fn logged(
+    State(api): State<Arc<Api>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = format!("{} {}", req.method(), req.uri().path());
+    let key = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer dtfs_"))
+        .and_then(|v| v.split('_').next())
+        .map(|id| format!("key id {id}"));
+    let res = next.run(req).await;
+    let bytes = res
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
+    api.log(key.as_deref(), &route, res.status(), bytes);
+    res
+}
+
+async fn health(State(api): State<Arc<Api>>) -> Response {
+    let store = api.repo.store.health();
+    let index_started = Instant::now();
+    let index_ok = api.repo.index.latest_version("-").is_ok();
+    let index_ms = index_started.elapsed().as_secs_f64() * 1000.0;
+    let ok = store.reachable && index_ok;
+    let body = json!({
+        "status": if ok { "ok" } else { "degraded" },
+        "uptime_secs": api.started.elapsed().as_secs(),
+        "store": {
+            "reachable": store.reachable,
+            "latency_ms": store.latency_ms,
+            "error": store.error,
+        },
+        "index": { "ok": index_ok, "latency_ms": index_ms },
+    });
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+async fn list_datasets(State(api): State<Arc<Api>>, headers: HeaderMap) -> Reply {
+    let caller = api.caller(&headers).await?;
+    let names = api.run(|repo| Ok(repo.datasets()?)).await?;
+    let shown: Vec<Value> = names
+        .into_iter()
+        .filter(|n| caller.sees(Action::Versions, &[access::dataset_resource(n)]))
+        .map(|n| json!({ "id": n, "name": n }))
+        .collect();
+    Ok(Json(shown).into_response())
+}
+
+async fn create_dataset(State(api): State<Arc<Api>>, headers: HeaderMap, body: Body) -> Reply {
+    let caller = api.caller(&headers).await?;
+    let body = read_body(body).await?;
+    let name = body
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| err(StatusCode::BAD_REQUEST, "invalid", "send {\"name\": NAME}"))?
+        .to_string();
+    crate::repo::validate_name(&name)?;
+    caller.may(Action::Create, &[access::dataset_resource(&name)])?;
+    let made = name.clone();
+    api.run(move |repo| Ok(repo.create_dataset(&made)?)).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({ "id": name, "name": name })),
+    )
+        .into_response())
+}
+
+/// The version names of a record, for the policy.
+fn resources(repo: &Repo, dataset: &str, record: &Record) -> Vec<String> {
+    let tags: Vec<String> = repo
+        .tags(dataset)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.version == record.version)
+        .map(|t| t.tag)
+        .collect();
+    access::version_resources(dataset, record.version, &tags)
+}
+
+async fn list_versions(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Reply {
+    let caller = api.caller(&headers).await?;
+    let rows = api
+        .run(move |repo| {
+            repo.check_dataset(&id)?;
+            let records = repo.sync(&id)?;
+            Ok(records
+                .iter()
+                .filter(|r| caller.sees(Action::Versions, &resources(repo, &id, r)))
+                .map(Record::log_entry)
+                .collect::<Vec<_>>())
+        })
+        .await?;
+    Ok(Json(rows).into_response())
+}
+
+/// The version `v` names, if the caller may see it (else as if none).
+fn visible_version(
+    repo: &Repo,
+    caller: &Caller,
+    id: &str,
+    v: &str,
+) -> Result<(Record, Vec<String>), ApiError> {
+    repo.check_dataset(id)?;
+    let record = repo.version(id, v)?;
+    let names = resources(repo, id, &record);
+    if !caller.sees(Action::Versions, &names) {
+        return Err(Error::NoVersion {
+            dataset: id.to_string(),
+            version: v.to_string(),
+        }
+        .into());
+    }
+    Ok((record, names))
+}
+
+async fn get_version(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Path((id, v)): Path<(String, String)>,
+) -> Reply {
+    let caller = api.caller(&headers).await?;
+    let body = api
+        .run(move |repo| {
+            let (record, _) = visible_version(repo, &caller, &id, &v)?;
+            let mut e = record.log_entry();
+            let tags: Vec<String> = repo
+                .tags(&id)?
+                .into_iter()
+                .filter(|t| t.version == record.version)
+                .map(|t| t.tag)
+                .collect();
+            e["tags"] = json!(tags);
+            e["parent"] = json!(record.parent.map(|p| p.to_hex()));
+            Ok(e)
+        })
+        .await?;
+    Ok(Json(body).into_response())
+}
+
+async fn get_root(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Path((id, v)): Path<(String, String)>,
+) -> Reply {
+    serve_path(api, headers, id, v, String::new()).await
+}
+
+async fn get_file(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Path((id, v, path)): Path<(String, String, String)>,
+) -> Reply {
+    serve_path(api, headers, id, v, path).await
+}
+
+/// An ETag for a file's content: its chunks' ids, hashed.
+fn etag(chunks: &[BlobRef]) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for c in chunks {
+        h.update(c.id.as_bytes());
+    }
+    format!("\"{}\"", &hex::encode(h.finalize())[..32])
+}
+
+/// A single `bytes=A-B`, `bytes=A-` or `bytes=-N` range within `size`.
+fn range(headers: &HeaderMap, size: u64) -> Option<Result<(u64, u64), ()>> {
+    let spec = headers
+        .get(header::RANGE)?
+        .to_str()
+        .ok()?
+        .strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None; // several ranges: the whole file
+    }
+    let (a, b) = spec.split_once('-')?;
+    let parsed = match (a.trim(), b.trim()) {
+        ("", n) => n
+            .parse::<u64>()
+            .ok()
+            .map(|n| (size.saturating_sub(n), size)),
+        (a, "") => a.parse().ok().map(|a| (a, size)),
+        (a, b) => match (a.parse::<u64>(), b.parse::<u64>()) {
+            (Ok(a), Ok(b)) if b >= a => Some((a, (b + 1).min(size))),
+            _ => None,
+        },
+    };
+    Some(match parsed {
+        Some((a, b)) if a < b && a < size => Ok((a, b)),
+        _ => Err(()),
+    })
+}
+
+/// The bytes `[start, end)` of a file of `chunks`, reading only the chunks
+/// that hold them.
+fn read_span(repo: &Repo, chunks: &[BlobRef], start: u64, end: u64) -> crate::Result<Vec<u8>> {
+    let mut at = 0u64;
+    let mut wanted = Vec::new();
+    let mut first_at = 0;
+    for c in chunks {
+        let len = c.data_size();
+        if at + len > start && at < end {
+            if wanted.is_empty() {
+                first_at = at;
+            }
+            wanted.push(*c);
+        }
+        at += len;
+    }
+    let mut out = Vec::with_capacity((end - start) as usize);
+    for data in repo.read_chunks(&wanted)? {
+        out.extend_from_slice(&data);
+    }
+    let from = (start - first_at) as usize;
+    Ok(out[from..from + (end - start) as usize].to_vec())
+}
+
+/// Bytes of a whole file sent in windows of this many (a large file never
+/// lives in memory whole).
+const WINDOW: u64 = 4 << 20;
+
+async fn serve_path(
+    api: Arc<Api>,
+    headers: HeaderMap,
+    id: String,
+    v: String,
+    path: String,
+) -> Reply {
+    let caller = api.caller(&headers).await?;
+    let (node, names) = api
+        .run(move |repo| {
+            let (record, versions) = visible_version(repo, &caller, &id, &v)?;
+            let clean = path.trim_matches('/').to_string();
+            let node = repo.lookup(&record.tree, clean.as_bytes())?;
+            let hidden = || Error::NoPath {
+                version: format!("v{}", record.version),
+                path: clean.clone(),
+            };
+            let node = node.ok_or_else(hidden)?;
+            let mut names = access::path_resources(&versions, &clean, node.is_dir());
+            names.extend(versions.iter().cloned());
+            if !clean.is_empty() && !caller.sees(Action::Versions, &names) {
+                return Err(hidden().into());
+            }
+            caller.may(Action::Read, &names)?;
+            if let Node::Dir { tree, .. } = &node {
+                let listing: Vec<Value> = repo
+                    .tree(tree)?
+                    .entries
+                    .iter()
+                    .filter(|e| {
+                        let child = match clean.is_empty() {
+                            true => String::from_utf8_lossy(&e.name).into_owned(),
+                            false => format!("{clean}/{}", String::from_utf8_lossy(&e.name)),
+                        };
+                        let mut n = access::path_resources(&versions, &child, e.node.is_dir());
+                        n.extend(versions.iter().cloned());
+                        caller.sees(Action::Versions, &n)
+                    })
+                    .map(|e| {
+                        json!({
+                            "name": String::from_utf8_lossy(&e.name),
+                            "type": match &e.node {
+                                Node::Dir { .. } => "dir",
+                                Node::File { .. } => "file",
+                                Node::Symlink { .. } => "symlink",
+                                Node::Special { .. } => "special",
+                            },
+                            "size": e.node.size(),
+                            "mtime": e.node.mtime().0,
+                        })
+                    })
+                    .collect();
+                return Ok((node, Some(listing)));
+            }
+            Ok((node, None))
+        })
+        .await?;
+    if let Some(listing) = names {
+        return Ok(Json(listing).into_response());
+    }
+    let Node::File { chunks, size, .. } = node else {
+        return Err(err(StatusCode::NOT_FOUND, "no_path", "not a regular file"));
+    };
+    let tag = etag(&chunks);
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == tag || t.trim() == "*"))
+    {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, tag)]).into_response());
+    }
+    let (status, start, end) = match range(&headers, size) {
+        None => (StatusCode::OK, 0, size),
+        Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, a, b),
+        Some(Err(())) => {
+            let mut res = err(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                "bad_range",
+                format!("the file has {size} bytes"),
+            )
+            .into_response();
+            res.headers_mut().insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&format!("bytes */{size}")).expect("ascii"),
+            );
+            return Ok(res);
+        }
+    };
+    // Windows read one after another on the blocking pool, sent as read.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
+    let repo = api.repo.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut at = start;
+        while at < end {
+            let to = (at + WINDOW).min(end);
+            let sent = match read_span(&repo, &chunks, at, to) {
+                Ok(data) => tx.blocking_send(Ok(data)),
+                Err(e) => tx.blocking_send(Err(std::io::Error::other(e.to_string()))),
+            };
+            if sent.is_err() {
+                return; // the client went away
+            }
+            at = to;
+        }
+    });
+    let stream = tokio_stream_from(rx);
+    let mut res = Response::new(Body::from_stream(stream));
+    *res.status_mut() = status;
+    let h = res.headers_mut();
+    h.insert(header::ETAG, HeaderValue::from_str(&tag).expect("ascii"));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(end - start));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    if status == StatusCode::PARTIAL_CONTENT {
+        h.insert(
+            header::CONTENT_RANGE,
+            HeaderValue::from_str(&format!("bytes {start}-{}/{size}", end - 1)).expect("ascii"),
+        );
+    }
+    Ok(res)
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// A JSON body of at most `MAX_BODY` bytes; 413 beyond, naming the limit.
+async fn read_body(body: Body) -> Result<Value, ApiError> {
+    let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
+        err(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!(
+                "the request body is larger than {MAX_BODY} bytes; send large files with PUT /datasets/ID/uploads/PATH and commit them with \"uploads\""
+            ),
+        )
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        err(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            format!("body is not JSON: {e}"),
+        )
+    })
+}
+
+async fn commit(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Reply {
+    let caller = api.caller(&headers).await?;
+    let body = read_body(body).await?;
+    caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
+    let message = body
+        .get("commit_message")
+        .or_else(|| body.get("message"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            err(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                "commit_message is missing",
+            )
+        })?
+        .to_string();
+    let author = format!("key:{}", caller.key.name);
+    let parent = body
+        .get("parent")
+        .and_then(Value::as_str)
+        .map(String::from)
+        .or_else(|| {
+            let m = headers.get(header::IF_MATCH)?.to_str().ok()?;
+            Some(m.trim_matches('"').to_string())
+        });
+    let record = api
+        .run(move |repo| {
+            let tmp = tempdir_in(repo)?;
+            let edits = edits_of(repo, &id, parent.as_deref(), &body, tmp.path())?;
+            let meta = CommitMeta {
+                dataset: &id,
+                message: &message,
+                author: &author,
+            };
+            Ok(commit_edits(repo, &meta, parent.as_deref(), edits)?)
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(record.log_entry())).into_response())
+}
+
+/// A private scratch folder under the store's local state, gone on drop.
+fn tempdir_in(repo: &Repo) -> Result<tempfile::TempDir, ApiError> {
+    let dir = repo.state_dir.join("gateway-tmp");
+    crate::private::ensure_dir(&dir)?;
+    tempfile::tempdir_in(&dir).map_err(|e| Error::io(dir.display(), e).into())
+}
+
+/// The edits a commit body asks for, their contents written under `tmp`:
+/// `files` (path → base64), `delete` (paths), `delta` (rows of a table).
+fn edits_of(
+    repo: &Repo,
+    id: &str,
+    parent: Option<&str>,
+    body: &Value,
+    tmp: &std::path::Path,
+) -> Result<Vec<Edit>, ApiError> {
+    let bad = |m: String| err(StatusCode::BAD_REQUEST, "invalid", m);
+    let mut edits = Vec::new();
+    let mut put = |path: &str, bytes: &[u8]| -> Result<(), ApiError> {
+        split_path(path)?;
+        let file = tmp.join(edits.len().to_string());
+        std::fs::write(&file, bytes).map_err(|e| Error::io(file.display(), e))?;
+        edits.push(Edit {
+            path: path.to_string(),
+            content: Some(file),
+        });
+        Ok(())
+    };
+    if let Some(files) = body.get("files") {
+        let files = files
+            .as_object()
+            .ok_or_else(|| bad("files must be an object of path: base64".into()))?;
+        for (path, data) in files {
+            let data = data
+                .as_str()
+                .and_then(|d| {
+                    base64::Engine::decode(&base64::engine::general_purpose::STANDARD, d).ok()
+                })
+                .ok_or_else(|| bad(format!("files.{path}: not base64")))?;
+            put(path, &data)?;
+        }
+    }
+    if let Some(delta) = body.get("delta") {
+        let d = table::parse(delta)?;
+        let old = match parent {
+            Some(p) => Some(repo.version(id, p)?),
+            None => repo.sync(id)?.pop(),
+        }
+        .map(|r| repo.lookup(&r.tree, d.path.as_bytes()))
+        .transpose()?
+        .flatten();
+        let old = match old {
+            Some(Node::File { chunks, .. }) => {
+                let mut buf = Vec::new();
+                crate::read::read_file(repo, &chunks, &mut buf)?;
+                Some(buf)
+            }
+            Some(_) => return Err(bad(format!("{} is not a file", d.path))),
+            None => None,
+        };
+        put(&d.path, &table::apply(old.as_deref(), &d)?)?;
+    }
+    if let Some(delete) = body.get("delete") {
+        let delete = delete
+            .as_array()
+            .ok_or_else(|| bad("delete must be a list of paths".into()))?;
+        for p in delete {
+            let p = p
+                .as_str()
+                .ok_or_else(|| bad("delete: paths are strings".into()))?;
+            split_path(p)?;
+            edits.push(Edit {
+                path: p.to_string(),
+                content: None,
+            });
+        }
+    }
+    if edits.is_empty() {
+        return Err(bad("nothing to commit: send delta, files or delete".into()));
+    }
+    Ok(edits)
+}
