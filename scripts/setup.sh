@@ -19,11 +19,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}" >&2
   $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# The mount tests read versions with pandas, pyarrow and DuckDB.
-if ! python3 -c 'import pandas, pyarrow, duckdb' 2>/dev/null; then
-  echo "installing Python packages: pandas pyarrow duckdb" >&2
+# The mount tests read versions with pandas, pyarrow and DuckDB; the
+# gateway's tests call it with requests.
+if ! python3 -c 'import pandas, pyarrow, duckdb, requests' 2>/dev/null; then
+  echo "installing Python packages: pandas pyarrow duckdb requests" >&2
   python3 -m pip install --quiet --disable-pip-version-check \
-    "pandas==3.1.1" "pyarrow==26.0.1" "duckdb==2.0.1"
+    "pandas==3.1.1" "pyarrow==26.0.1" "duckdb==2.0.1" "requests==2.34.2"
 fi
 if ! command -v cargo >/dev/null; then
   [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"

@@ -570,11 +570,21 @@ async fn serve_path(
             return Ok(res);
         }
     };
-    // Windows read one after another on the blocking pool, sent as read.
+    // The first window is read before anything is sent, so a missing or
+    // damaged object is an error status, not a cut-off body; the rest are
+    // read one after another on the blocking pool, sent as read.
+    let first_end = (start + WINDOW).min(end);
+    let window = chunks.clone();
+    let first = api
+        .run(move |repo| Ok(read_span(repo, &window, start, first_end)?))
+        .await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
     let repo = api.repo.clone();
     tokio::task::spawn_blocking(move || {
-        let mut at = start;
+        if tx.blocking_send(Ok(first)).is_err() {
+            return;
+        }
+        let mut at = first_end;
         while at < end {
             let to = (at + WINDOW).min(end);
             let sent = match read_span(&repo, &chunks, at, to) {

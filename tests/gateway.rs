@@ -1,0 +1,400 @@
+//! `detafs serve`: a real gateway on 127.0.0.1 over TLS, its clients curl
+//! and Python's requests (which checks the self-signed certificate).
+
+mod common;
+
+use common::Env;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+struct Gateway {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `detafs serve` on a free port; returns once it listens.
+fn serve(env: &Env) -> Gateway {
+    let mut child = env
+        .command()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("serve exited").unwrap();
+        if let Some(u) = line.strip_prefix("serving ") {
+            break u.trim_end_matches('/').to_string();
+        }
+    };
+    // Keep reading its stderr so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Gateway { child, url }
+}
+
+/// The gateway's certificate, for clients that check it.
+fn cert(env: &Env) -> std::path::PathBuf {
+    let mut stack = vec![env.cache.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name() == "gateway-cert.pem" {
+                return e.path();
+            }
+        }
+    }
+    panic!("no certificate made");
+}
+
+/// (status, body) of `curl -k` with `args`.
+fn curl(args: &[&str]) -> (u16, Vec<u8>) {
+    let out = Command::new("curl")
+        .args(["-sk", "-o", "-", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .unwrap();
+    let mut body = out.stdout;
+    let at = body.iter().rposition(|&b| b == b'\n').unwrap();
+    let status = String::from_utf8_lossy(&body[at + 1..]).parse().unwrap();
+    body.truncate(at);
+    (status, body)
+}
+
+fn json_of(body: &[u8]) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(body)))
+}
+
+fn key(env: &Env, name: &str, scopes: &str) -> String {
+    env.ok(&["apikey", "create", name, "--scopes", scopes])
+        .trim()
+        .to_string()
+}
+
+fn bearer(k: &str) -> String {
+    format!("Authorization: Bearer {k}")
+}
+
+#[test]
+fn the_seeds_workflow_through_python_requests_checking_the_certificate() {
+    let env = Env::empty();
+    env.ok(&["init"]);
+    let k = key(&env, "alice", "read,commit,create");
+    let g = serve(&env);
+    let script = r#"
+import json, requests, sys
+base, key, cert = sys.argv[1], sys.argv[2], sys.argv[3]
+h = {"Authorization": "Bearer " + key}
+r = requests.post(base + "/datasets", json={"name": "ds-123"}, headers=h, verify=cert)
+assert r.status_code == 201, r.text
+ds = r.json()["id"]
+r = requests.post(base + "/datasets/" + ds + "/commit", headers={**h, "Content-Type": "application/json"},
+    data=r'{"delta": "{\"added\": [\"row1\"], \"removed\": []}", "commit_message": "Add first row"}', verify=cert)
+assert r.status_code == 201, r.text
+r = requests.get(base + "/datasets/" + ds + "/versions", headers=h, verify=cert)
+assert r.status_code == 200, r.text
+print(json.dumps(r.json()))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script, &g.url, &k])
+        .arg(cert(&env))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let versions = json_of(&out.stdout);
+    let v = versions.as_array().unwrap();
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0]["version_id"], "v1");
+    assert_eq!(v[0]["author"], "key:alice");
+    assert!(v[0]["timestamp"].as_str().unwrap().ends_with('Z'));
+    assert!(v[0]["delta_size"].as_u64().unwrap() > 0);
+    // The row is in the table, as the CLI sees it.
+    assert_eq!(env.ok(&["cat", "ds-123", "v1", "data.jsonl"]), "\"row1\"\n");
+    // A client that does not trust the certificate is refused by its own
+    // check: TLS is real.
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import requests,sys; requests.get(sys.argv[1] + '/health')",
+            &g.url,
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SSL"));
+}
+
+#[test]
+fn credentials_and_the_policy_decide_401_and_403() {
+    let env = Env::empty();
+    env.ok(&["init"]);
+    env.ok(&["dataset", "create", "ds"]);
+    env.ok(&["dataset", "create", "other"]);
+    let admin = key(&env, "admin", "admin");
+    let ro = key(&env, "ro", "read");
+    let scoped = key(&env, "scoped", "read,commit");
+    let g = serve(&env);
+    let commit = |k: &str, ds: &str| {
+        let url = format!("{}/datasets/{ds}/commit", g.url);
+        let body = json!({"files": {"a.txt": "aGVsbG8="}, "commit_message": "m"}).to_string();
+        curl(&["-X", "POST", &url, "-H", &bearer(k), "-d", &body])
+    };
+    // No credentials, a made-up key, a key with a wrong secret: 401.
+    let (s, b) = curl(&[&format!("{}/datasets", g.url)]);
+    assert_eq!(s, 401);
+    assert_eq!(json_of(&b)["error"]["code"], "unauthenticated");
+    assert_eq!(
+        curl(&[&format!("{}/datasets", g.url), "-H", &bearer("dtfs_0_x")]).0,
+        401
+    );
+    let wrong = format!("{}x", &ro[..ro.len() - 1]);
+    assert_eq!(
+        curl(&[&format!("{}/datasets", g.url), "-H", &bearer(&wrong)]).0,
+        401
+    );
+    // A read-only key may not commit.
+    let (s, b) = commit(&ro, "ds");
+    assert_eq!(s, 403, "{}", String::from_utf8_lossy(&b));
+    assert!(
+        json_of(&b)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("dataset:commit")
+    );
+    assert_eq!(commit(&scoped, "ds").0, 201);
+    // A policy: the scoped key commits to `other` only, sees `ds` not at all.
+    let policy = env.path("policy.yaml");
+    std::fs::write(
+        &policy,
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\", \"key:admin\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: scoped, effect: allow, principals: [\"key:scoped\"], actions: [\"dataset:*\"], resources: [\"datasets/other\"]}\n",
+    )
+    .unwrap();
+    env.ok(&["policy", "set", policy.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let (s, b) = commit(&scoped, "ds");
+    assert_eq!(s, 403, "{}", String::from_utf8_lossy(&b));
+    assert!(String::from_utf8_lossy(&b).contains("denied by default"));
+    assert_eq!(commit(&scoped, "other").0, 201);
+    let (s, b) = curl(&[&format!("{}/datasets", g.url), "-H", &bearer(&scoped)]);
+    assert_eq!(s, 200);
+    assert_eq!(json_of(&b), json!([{"id": "other", "name": "other"}]));
+    // A version it may not see is a 404, as one that does not exist.
+    let (s, _) = curl(&[
+        &format!("{}/datasets/ds/versions/v1", g.url),
+        "-H",
+        &bearer(&scoped),
+    ]);
+    assert_eq!(s, 404);
+    assert_eq!(
+        curl(&[
+            &format!("{}/datasets/ds/versions/v1", g.url),
+            "-H",
+            &bearer(&admin)
+        ])
+        .0,
+        200
+    );
+    // A revoked key is refused within seconds.
+    env.ok(&["apikey", "revoke", "admin"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        curl(&[&format!("{}/datasets", g.url), "-H", &bearer(&admin)]).0,
+        401
+    );
+    assert!(env.ok(&["apikey", "list"]).contains("(revoked)"));
+    // Plain HTTP to the TLS port gets no answer.
+    let out = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(g.url.replace("https://", "http://") + "/health")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "000");
+}
+
+#[test]
+fn files_ranges_etags_limits_conflicts_and_missing_objects() {
+    let env = Env::empty();
+    env.ok(&["init"]);
+    env.ok(&["dataset", "create", "ds"]);
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(src.join("d/big.bin"), &big).unwrap();
+    std::fs::write(src.join("t.csv"), "city,temp\nOslo,3\n").unwrap();
+    std::fs::write(
+        src.join("never-read.txt"),
+        "read by no one before its pack goes",
+    )
+    .unwrap();
+    env.commit(&src, "v1");
+    let k = key(&env, "k", "read,commit");
+    let g = serve(&env);
+    let file = format!("{}/datasets/ds/versions/v1/files/d/big.bin", g.url);
+    let (s, body) = curl(&[&file, "-H", &bearer(&k)]);
+    assert_eq!(s, 200);
+    assert!(body == big, "the whole file, {} bytes", body.len());
+    let (s, body) = curl(&[
+        &file,
+        "-H",
+        &bearer(&k),
+        "-H",
+        "Range: bytes=1000000-1000099",
+    ]);
+    assert_eq!(s, 206);
+    assert_eq!(body, &big[1_000_000..1_000_100]);
+    let (s, body) = curl(&[&file, "-H", &bearer(&k), "-H", "Range: bytes=-10"]);
+    assert_eq!((s, &body[..]), (206, &big[big.len() - 10..]));
+    assert_eq!(
+        curl(&[&file, "-H", &bearer(&k), "-H", "Range: bytes=9000000-"]).0,
+        416
+    );
+    // ETag, then 304.
+    let out = Command::new("curl")
+        .args([
+            "-sk",
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+            &file,
+            "-H",
+            &bearer(&k),
+        ])
+        .output()
+        .unwrap();
+    let headers = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    let etag = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("etag: "))
+        .unwrap()
+        .trim()
+        .to_string();
+    let (s, body) = curl(&[
+        &file,
+        "-H",
+        &bearer(&k),
+        "-H",
+        &format!("If-None-Match: {etag}"),
+    ]);
+    assert_eq!((s, body.len()), (304, 0));
+    // A folder lists as JSON.
+    let (s, body) = curl(&[
+        &format!("{}/datasets/ds/versions/v1/files/d", g.url),
+        "-H",
+        &bearer(&k),
+    ]);
+    assert_eq!(s, 200);
+    assert_eq!(json_of(&body)[0]["name"], "big.bin");
+    // 10 MB + 1 byte: 413, naming the limit and the other way.
+    let huge = env.path("huge.json");
+    std::fs::write(&huge, vec![b' '; 10_000_001]).unwrap();
+    let url = format!("{}/datasets/ds/commit", g.url);
+    let (s, body) = curl(&[
+        "-X",
+        "POST",
+        &url,
+        "-H",
+        &bearer(&k),
+        "--data-binary",
+        &format!("@{}", huge.display()),
+    ]);
+    assert_eq!(s, 413);
+    let msg = json_of(&body)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("10000000 bytes") && msg.contains("uploads"),
+        "{msg}"
+    );
+    // Two commits from v1: disjoint paths are rebased, the same path is 409.
+    let post = |body: Value| {
+        curl(&[
+            "-X",
+            "POST",
+            &url,
+            "-H",
+            &bearer(&k),
+            "-d",
+            &body.to_string(),
+        ])
+    };
+    let (s, b) = post(
+        json!({"parent": "v1", "commit_message": "a row", "delta": {"path": "t.csv", "added": [{"city": "Lima", "temp": 19}]}}),
+    );
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    let (s, b) =
+        post(json!({"parent": "v1", "commit_message": "other file", "files": {"n.txt": "bmV3"}}));
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(json_of(&b)["version_id"], "v3");
+    let (s, b) = post(
+        json!({"parent": "v1", "commit_message": "same table", "delta": {"path": "t.csv", "removed": [["Oslo", "3"]]}}),
+    );
+    assert_eq!(s, 409, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(json_of(&b)["error"]["details"]["paths"], json!(["t.csv"]));
+    assert_eq!(
+        env.ok(&["cat", "ds", "v3", "t.csv"]),
+        "city,temp\nOslo,3\nLima,19\n"
+    );
+    assert_eq!(env.ok(&["cat", "ds", "v3", "n.txt"]), "new");
+    // An object deleted from the store by hand (and from the cache): 404
+    // naming it. (Its folder's tree is in the gateway's memory already.)
+    let (s, _) = curl(&[
+        &format!("{}/datasets/ds/versions/v1/files", g.url),
+        "-H",
+        &bearer(&k),
+    ]);
+    assert_eq!(s, 200);
+    for dir in [
+        std::path::PathBuf::from(&env.store).join("packs"),
+        env.cache.clone(),
+    ] {
+        for e in walk(&dir)
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains("/blobs/") || dir.ends_with("packs"))
+        {
+            std::fs::remove_file(e).unwrap();
+        }
+    }
+    let (s, body) = curl(&[
+        &format!("{}/datasets/ds/versions/v1/files/never-read.txt", g.url),
+        "-H",
+        &bearer(&k),
+    ]);
+    let err = json_of(&body);
+    assert_eq!(s, 404, "{err}");
+    assert_eq!(err["error"]["code"], "missing_object");
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing from the store"),
+        "{err}"
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
