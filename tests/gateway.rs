@@ -23,9 +23,14 @@ impl Drop for Gateway {
 
 /// Starts `detafs serve` on a free port; returns once it listens.
 fn serve(env: &Env) -> Gateway {
+    serve_with(env, &[])
+}
+
+fn serve_with(env: &Env, extra: &[&str]) -> Gateway {
     let mut child = env
         .command()
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -397,4 +402,146 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// An RSA key made by openssl, and its public half as a JWK.
+fn rsa_key(dir: &std::path::Path, kid: &str) -> (Vec<u8>, Value) {
+    let pem = dir.join(format!("{kid}.pem"));
+    common::run_ok(
+        Command::new("openssl")
+            .args(["genrsa", "-out"])
+            .arg(&pem)
+            .arg("2048"),
+    );
+    let out = common::run_ok(
+        Command::new("openssl")
+            .args(["rsa", "-noout", "-modulus", "-in"])
+            .arg(&pem),
+    );
+    let modulus = hex::decode(out.trim().strip_prefix("Modulus=").unwrap()).unwrap();
+    let b64 =
+        |b: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, b);
+    let jwk = json!({"kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig", "n": b64(&modulus), "e": "AQAB"});
+    (std::fs::read(pem).unwrap(), jwk)
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn token(pem: &[u8], kid: &str, claims: Value) -> String {
+    let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+    h.kid = Some(kid.into());
+    jsonwebtoken::encode(
+        &h,
+        &claims,
+        &jsonwebtoken::EncodingKey::from_rsa_pem(pem).unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
+    let env = Env::empty();
+    env.ok(&["init"]);
+    env.ok(&["dataset", "create", "ds"]);
+    let (k1, jwk1) = rsa_key(env.dir.path(), "k1");
+    let (other, _) = rsa_key(env.dir.path(), "other");
+    let jwks = env.path("jwks.json");
+    std::fs::write(&jwks, json!({"keys": [jwk1.clone()]}).to_string()).unwrap();
+    let g = serve_with(
+        &env,
+        &[
+            "--jwks",
+            jwks.to_str().unwrap(),
+            "--issuer",
+            "https://idp.test",
+            "--audience",
+            "detafs",
+        ],
+    );
+    let claims = |sub: &str, scope: &str| json!({"sub": sub, "iss": "https://idp.test", "aud": "detafs", "exp": now() + 600, "nbf": now() - 5, "scope": scope});
+    let url = format!("{}/datasets/ds/commit", g.url);
+    let body = json!({"delta": {"added": ["r"]}, "commit_message": "by token"}).to_string();
+    let post = |t: &str| curl(&["-X", "POST", &url, "-H", &bearer(t), "-d", &body]);
+    // Good token with commit scope: committed, authored by its subject.
+    let (s, b) = post(&token(&k1, "k1", claims("ci-pipeline", "read commit")));
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(json_of(&b)["author"], "token:ci-pipeline");
+    // Only read: 403.
+    assert_eq!(post(&token(&k1, "k1", claims("reader", "read"))).0, 403);
+    // Expired, not yet valid, another audience or issuer, signed by another
+    // key under k1's id, HS256: all 401.
+    let mut expired = claims("ci", "commit");
+    expired["exp"] = json!(now() - 300);
+    let mut early = claims("ci", "commit");
+    early["nbf"] = json!(now() + 300);
+    let mut aud = claims("ci", "commit");
+    aud["aud"] = json!("someone-else");
+    let mut iss = claims("ci", "commit");
+    iss["iss"] = json!("https://evil.test");
+    let mut hs = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+    hs.kid = Some("k1".into());
+    let hs256 = jsonwebtoken::encode(
+        &hs,
+        &claims("ci", "commit"),
+        &jsonwebtoken::EncodingKey::from_secret(b"guess"),
+    )
+    .unwrap();
+    for (what, t) in [
+        ("expired", token(&k1, "k1", expired)),
+        ("not yet valid", token(&k1, "k1", early)),
+        ("audience", token(&k1, "k1", aud)),
+        ("issuer", token(&k1, "k1", iss)),
+        ("signature", token(&other, "k1", claims("ci", "commit"))),
+        ("HS256", hs256),
+        ("garbage", "not.a.token".to_string()),
+    ] {
+        let (s, b) = post(&t);
+        assert_eq!(s, 401, "{what}: {}", String::from_utf8_lossy(&b));
+    }
+    // A key the set does not hold yet: refused, then taken once the set
+    // has it (the gateway reads it again).
+    let (k2, jwk2) = rsa_key(env.dir.path(), "k2");
+    let t2 = token(&k2, "k2", claims("rotated", "commit read"));
+    assert_eq!(post(&t2).0, 401);
+    std::fs::write(&jwks, json!({"keys": [jwk1, jwk2]}).to_string()).unwrap();
+    std::thread::sleep(Duration::from_millis(2100));
+    let (s, b) = post(&t2);
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    // The policy sees token:SUBJECT and the token's claims.
+    let policy = env.path("policy.yaml");
+    std::fs::write(
+        &policy,
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: ci, effect: allow, principals: [\"claim:team=data\"], actions: [\"dataset:commit\"], resources: [\"datasets/ds\"]}\n",
+    )
+    .unwrap();
+    env.ok(&["policy", "set", policy.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut team = claims("someone", "commit");
+    team["team"] = json!("data");
+    let body2 = json!({"delta": {"added": ["t"]}, "commit_message": "team"}).to_string();
+    let (s, b) = curl(&[
+        "-X",
+        "POST",
+        &url,
+        "-H",
+        &bearer(&token(&k1, "k1", team)),
+        "-d",
+        &body2,
+    ]);
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    let (s, _) = curl(&[
+        "-X",
+        "POST",
+        &url,
+        "-H",
+        &bearer(&token(&k1, "k1", claims("ci-pipeline", "commit"))),
+        "-d",
+        &body2,
+    ]);
+    assert_eq!(s, 403);
 }

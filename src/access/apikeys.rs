@@ -29,31 +29,35 @@ pub struct ApiKey {
     pub revoked: bool,
 }
 
-impl ApiKey {
-    pub fn allows(&self, action: Action) -> bool {
-        self.scopes
-            .iter()
-            .any(|s| s == "dataset:*" || s == action.name())
-    }
+/// Whether scopes (as `parse_scopes` makes them) hold `action`.
+pub fn scopes_allow(scopes: &[String], action: Action) -> bool {
+    scopes
+        .iter()
+        .any(|s| s == "dataset:*" || s == action.name())
+}
+
+/// The actions one scope word stands for, if it is one.
+pub fn scope_actions(word: &str) -> Option<Vec<&str>> {
+    Some(match word {
+        "read" => vec!["dataset:read", "dataset:versions"],
+        "commit" | "write" | "dataset:write" => vec!["dataset:commit"],
+        "tag" => vec!["dataset:tag"],
+        "create" => vec!["dataset:create"],
+        "admin" | "dataset:*" | "all" => vec!["dataset:*"],
+        a if Action::parse(a).is_some() => vec![a],
+        _ => return None,
+    })
 }
 
 /// Scopes as given (`read`, `commit`, `dataset:tag`, …), as actions.
 pub fn parse_scopes(given: &[String]) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for s in given.iter().flat_map(|s| s.split(',')).map(str::trim) {
-        let actions: Vec<&str> = match s {
-            "read" => vec!["dataset:read", "dataset:versions"],
-            "commit" => vec!["dataset:commit"],
-            "tag" => vec!["dataset:tag"],
-            "create" => vec!["dataset:create"],
-            "admin" | "dataset:*" | "all" => vec!["dataset:*"],
-            a if Action::parse(a).is_some() => vec![a],
-            other => {
-                return Err(Error::InvalidInput(format!(
-                    "unknown scope {other:?} (read, commit, tag, create, admin, or an action such as dataset:read)"
-                )));
-            }
-        };
+        let actions = scope_actions(s).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "unknown scope {s:?} (read, commit, tag, create, admin, or an action such as dataset:read)"
+            ))
+        })?;
         out.extend(actions.into_iter().map(String::from));
     }
     out.sort();

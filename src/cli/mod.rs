@@ -122,6 +122,16 @@ enum Command {
         /// Private key (PEM).
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+        /// Accept OAuth2 bearer JWTs signed by a key of this JWKS (a file,
+        /// or an https URL); with --issuer and --audience.
+        #[arg(long, requires_all = ["issuer", "audience"])]
+        jwks: Option<String>,
+        /// The tokens' required `iss`.
+        #[arg(long, requires = "jwks")]
+        issuer: Option<String>,
+        /// The tokens' required `aud`.
+        #[arg(long, requires = "jwks")]
+        audience: Option<String>,
     },
     /// API keys for the gateway, kept (as hashes) in the store.
     #[command(subcommand)]
@@ -583,7 +593,16 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             listen,
             tls_cert,
             tls_key,
-        } => serve::serve(open()?, listen, tls_cert, tls_key)?,
+            jwks,
+            issuer,
+            audience,
+        } => {
+            let tokens = match (jwks, issuer, audience) {
+                (Some(j), Some(i), Some(a)) => Some((j, i, a)),
+                _ => None,
+            };
+            serve::serve(open()?, listen, (tls_cert, tls_key), tokens)?
+        }
         Command::Apikey(ApikeyCmd::Create { name, scopes }) => {
             let repo = open()?;
             policy::require(&repo, Action::Admin, ALL_DATASETS)?;

@@ -2,18 +2,27 @@
 
 use anyhow::Context;
 use detafs::access::apikeys;
-use detafs::gateway::{self, GatewayOptions, tls};
+use detafs::gateway::{self, GatewayOptions, tls, tokens};
 use detafs::repo::Repo;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// `tokens`: the JWKS, issuer and audience of accepted bearer JWTs.
 pub fn serve(
     repo: Repo,
     listen: SocketAddr,
-    cert: Option<PathBuf>,
-    key: Option<PathBuf>,
+    (cert, key): (Option<PathBuf>, Option<PathBuf>),
+    tokens: Option<(String, String, String)>,
 ) -> anyhow::Result<()> {
+    let tokens = match tokens {
+        Some((jwks, issuer, audience)) => Some(tokens::Tokens::new(
+            tokens::Jwks::parse(&jwks).map_err(anyhow::Error::msg)?,
+            issuer,
+            audience,
+        )),
+        None => None,
+    };
     let tls = match (cert, key) {
         (Some(c), Some(k)) => tls::load(&c, &k)?,
         (None, None) => {
@@ -31,7 +40,12 @@ pub fn serve(
     let audit = repo
         .state_dir
         .join(format!("gateway-{}.jsonl", listen.port()));
-    let opts = GatewayOptions { listen, tls, audit };
+    let opts = GatewayOptions {
+        listen,
+        tls,
+        audit,
+        tokens,
+    };
     gateway::serve(Arc::new(repo), opts, |addr| {
         eprintln!("serving https://{addr}/");
     })

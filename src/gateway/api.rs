@@ -34,6 +34,8 @@ const WORKERS: usize = 32;
 pub struct Api {
     repo: Arc<Repo>,
     trail: Trail,
+    /// Bearer JWTs, if the gateway was given a JWKS.
+    tokens: Option<super::tokens::Tokens>,
     /// API keys and the policy as last read, with when.
     known: Mutex<Option<(Instant, Arc<Known>)>>,
     work: tokio::sync::Semaphore,
@@ -112,20 +114,22 @@ type Reply = Result<Response, ApiError>;
 
 /// Who called, as the policy names them.
 struct Caller {
-    key: ApiKey,
+    /// `key:NAME` or `token:SUBJECT`: the author of its commits.
+    name: String,
+    scopes: Vec<String>,
     who: Who,
     known: Arc<Known>,
 }
 
 impl Caller {
-    /// Allowed if the key's scopes hold the action and the policy (if one
-    /// is set) allows it to `key:NAME` on any of `resources`.
+    /// Allowed if the caller's scopes hold the action and the policy (if
+    /// one is set) allows it to the caller's principals on any of `resources`.
     fn may(&self, action: Action, resources: &[String]) -> Result<(), ApiError> {
-        if !self.key.allows(action) {
+        if !apikeys::scopes_allow(&self.scopes, action) {
             return Err(err(
                 StatusCode::FORBIDDEN,
                 "forbidden",
-                format!("key {} has no {} scope", self.key.name, action.name()),
+                format!("{} has no {} scope", self.name, action.name()),
             ));
         }
         if let Some(p) = &self.known.policy {
@@ -147,10 +151,11 @@ impl Caller {
 }
 
 impl Api {
-    pub fn new(repo: Arc<Repo>, trail: Trail) -> Api {
+    pub fn new(repo: Arc<Repo>, trail: Trail, tokens: Option<super::tokens::Tokens>) -> Api {
         Api {
             repo,
             trail,
+            tokens,
             known: Mutex::default(),
             work: tokio::sync::Semaphore::new(WORKERS),
             started: Instant::now(),
@@ -207,18 +212,39 @@ impl Api {
                     "no credentials: send Authorization: Bearer <API key>",
                 )
             })?;
+        let presented = presented.trim();
         let known = self.known().await?;
-        let key = apikeys::check(&known.keys, presented.trim()).ok_or_else(|| {
-            err(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "unknown or revoked API key",
-            )
-        })?;
-        let who = Who {
-            principals: vec![format!("key:{}", key.name)],
-        };
-        Ok(Caller { key, who, known })
+        let unauthenticated = |m: String| err(StatusCode::UNAUTHORIZED, "unauthenticated", m);
+        if let (false, Some(tokens)) = (presented.starts_with("dtfs_"), &self.tokens) {
+            let bearer = tokens.verify(presented).await.map_err(unauthenticated)?;
+            let name = format!("token:{}", bearer.subject);
+            let mut principals = vec![name.clone()];
+            principals.extend(bearer.claims);
+            let scopes = bearer
+                .scopes
+                .iter()
+                .filter_map(|w| apikeys::scope_actions(w))
+                .flatten()
+                .map(String::from)
+                .collect();
+            return Ok(Caller {
+                name,
+                scopes,
+                who: Who { principals },
+                known,
+            });
+        }
+        let key = apikeys::check(&known.keys, presented)
+            .ok_or_else(|| unauthenticated("unknown or revoked API key".into()))?;
+        let name = format!("key:{}", key.name);
+        Ok(Caller {
+            who: Who {
+                principals: vec![name.clone()],
+            },
+            name,
+            scopes: key.scopes,
+            known,
+        })
     }
 
     fn log(&self, caller: Option<&str>, route: &str, status: StatusCode, bytes: usize) {
@@ -664,7 +690,7 @@ async fn commit(
             )
         })?
         .to_string();
-    let author = format!("key:{}", caller.key.name);
+    let author = caller.name.clone();
     let parent = body
         .get("parent")
         .and_then(Value::as_str)

@@ -8,6 +8,7 @@
 pub mod api;
 mod table;
 pub mod tls;
+pub mod tokens;
 
 use crate::access::trail::Trail;
 use crate::error::{Error, Result};
@@ -27,12 +28,14 @@ pub struct GatewayOptions {
     pub tls: tls::Tls,
     /// The request log (JSON lines).
     pub audit: PathBuf,
+    /// Bearer JWTs, if a JWKS is given.
+    pub tokens: Option<tokens::Tokens>,
 }
 
 /// Serves until SIGINT or SIGTERM; `ready` gets the address bound.
 pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAddr)) -> Result<()> {
     let trail = Trail::open(&opts.audit, 64 << 20)?;
-    let state = Arc::new(api::Api::new(repo.clone(), trail));
+    let state = Arc::new(api::Api::new(repo.clone(), trail, opts.tokens));
     let app = api::router(state.clone());
     let acceptor = tokio_rustls::TlsAcceptor::from(opts.tls.config);
     let store = repo.store.clone();
