@@ -545,3 +545,89 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
     ]);
     assert_eq!(s, 403);
 }
+
+#[test]
+fn a_large_file_goes_in_through_an_upload_and_is_committed_with_others_at_once() {
+    let env = Env::empty();
+    env.ok(&["init"]);
+    env.ok(&["dataset", "create", "ds"]);
+    let k = key(&env, "k", "read,commit");
+    let g = serve(&env);
+    // Beyond the body limit, streamed (curl sends it from the file).
+    let big = env.path("big.bin");
+    common::run_ok(Command::new("sh").arg("-c").arg(format!(
+        "head -c 134217728 /dev/urandom > {}",
+        big.display()
+    )));
+    let want = common::run_ok(Command::new("sha256sum").arg(&big));
+    let put = format!("{}/datasets/ds/uploads/data/big.bin", g.url);
+    let (s, b) = curl(&[
+        "-X",
+        "PUT",
+        &put,
+        "-H",
+        &bearer(&k),
+        "-T",
+        big.to_str().unwrap(),
+    ]);
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    let up = json_of(&b);
+    assert_eq!(up["size"], 134_217_728);
+    // Nothing is a version until the commit names it.
+    assert!(env.ok(&["log", "ds"]).is_empty());
+    let url = format!("{}/datasets/ds/commit", g.url);
+    let body = json!({"commit_message": "big and small", "uploads": [up["upload"]], "files": {"note.txt": "c21hbGw="}});
+    let (s, b) = curl(&[
+        "-X",
+        "POST",
+        &url,
+        "-H",
+        &bearer(&k),
+        "-d",
+        &body.to_string(),
+    ]);
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(json_of(&b)["files_added"], 2);
+    // Read back through the gateway, by hash.
+    let got = env.path("got.bin");
+    let file = format!("{}/datasets/ds/versions/v1/files/data/big.bin", g.url);
+    let out = Command::new("curl")
+        .args([
+            "-sk",
+            "-o",
+            got.to_str().unwrap(),
+            "-w",
+            "%{http_code}",
+            &file,
+            "-H",
+            &bearer(&k),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    let got_sum = common::run_ok(Command::new("sha256sum").arg(&got));
+    assert_eq!(got_sum.split(' ').next(), want.split(' ').next());
+    // An upload is for its dataset; a made-up one is refused.
+    env.ok(&["dataset", "create", "other"]);
+    let other = format!("{}/datasets/other/commit", g.url);
+    let (s, b) = curl(&[
+        "-X",
+        "POST",
+        &other,
+        "-H",
+        &bearer(&k),
+        "-d",
+        &json!({"commit_message": "m", "uploads": [up["upload"]]}).to_string(),
+    ]);
+    assert_eq!(s, 400, "{}", String::from_utf8_lossy(&b));
+    let (s, _) = curl(&[
+        "-X",
+        "POST",
+        &url,
+        "-H",
+        &bearer(&k),
+        "-d",
+        &json!({"commit_message": "m", "uploads": ["00ff"]}).to_string(),
+    ]);
+    assert_eq!(s, 400);
+}

@@ -14,11 +14,18 @@ use crate::store::pack::BlobRef;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// One change: the file at `path` (slash-separated) takes the bytes of
-/// the local file `content`, or is deleted.
+/// One change: the file at `path` (slash-separated) takes new content,
+/// or is deleted (None).
 pub struct Edit {
     pub path: String,
-    pub content: Option<PathBuf>,
+    pub content: Option<Content>,
+}
+
+pub enum Content {
+    /// The bytes of a local file, chunked by the commit.
+    File(PathBuf),
+    /// Chunks already in the store (an upload), and their size.
+    Stored(Vec<BlobRef>, u64),
 }
 
 /// The parts of a path a version may hold: not empty, no `.` or `..`.
@@ -42,7 +49,7 @@ pub fn split_path(path: &str) -> Result<Vec<&str>> {
 #[derive(Default)]
 struct Folder {
     /// Name -> new content (None: delete).
-    files: BTreeMap<Vec<u8>, Option<PathBuf>>,
+    files: BTreeMap<Vec<u8>, Option<Content>>,
     dirs: BTreeMap<Vec<u8>, Folder>,
 }
 
@@ -112,8 +119,11 @@ fn apply(
                     });
                 }
             }
-            Some(file) => {
-                let (chunks, size) = scanner.chunk_prefix(file, u64::MAX)?;
+            Some(content) => {
+                let (chunks, size) = match content {
+                    Content::File(file) => scanner.chunk_prefix(file, u64::MAX)?,
+                    Content::Stored(chunks, size) => (chunks.clone(), *size),
+                };
                 // A file that was there keeps its mode; a new one is 0644.
                 let mode = match entries.get(name) {
                     Some(Node::File { mode, .. }) => *mode,

@@ -9,6 +9,7 @@ pub mod edit;
 mod encoder;
 pub mod scan;
 pub mod staged;
+pub mod upload;
 
 use crate::error::{Error, Result};
 use crate::gc;

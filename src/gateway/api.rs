@@ -8,7 +8,8 @@ use crate::access::apikeys::{self, ApiKey};
 use crate::access::trail::Trail;
 use crate::access::{self, Action, Policy, Who};
 use crate::commit::CommitMeta;
-use crate::commit::edit::{Edit, commit_edits, split_path};
+use crate::commit::edit::{Content, Edit, commit_edits, split_path};
+use crate::commit::upload;
 use crate::error::Error;
 use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
@@ -267,6 +268,10 @@ pub fn router(api: Arc<Api>) -> Router {
         .route("/datasets/{id}/versions/{v}/files", get(get_root))
         .route("/datasets/{id}/versions/{v}/files/{*path}", get(get_file))
         .route("/datasets/{id}/commit", post(commit))
+        .route(
+            "/datasets/{id}/uploads/{*path}",
+            axum::routing::put(put_upload),
+        )
         .fallback(|| async { err(StatusCode::NOT_FOUND, "no_route", "no such endpoint") })
         .layer(axum::middleware::from_fn_with_state(api.clone(), logged))
         .with_state(api)
@@ -497,8 +502,11 @@ fn read_span(repo: &Repo, chunks: &[BlobRef], start: u64, end: u64) -> crate::Re
         at += len;
     }
     let mut out = Vec::with_capacity((end - start) as usize);
-    for data in repo.read_chunks(&wanted)? {
-        out.extend_from_slice(&data);
+    // One read per run of chunks lying back to back in a pack.
+    for run in crate::store::pack::runs(&wanted, WINDOW) {
+        for data in repo.read_chunks(run)? {
+            out.extend_from_slice(&data);
+        }
     }
     let from = (start - first_at) as usize;
     Ok(out[from..from + (end - start) as usize].to_vec())
@@ -714,6 +722,46 @@ async fn commit(
     Ok((StatusCode::CREATED, Json(record.log_entry())).into_response())
 }
 
+/// `PUT /datasets/{id}/uploads/{path}`: the body (any size) streamed to a
+/// local file, then stored as an upload a commit can name.
+async fn put_upload(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Path((id, path)): Path<(String, String)>,
+    body: Body,
+) -> Reply {
+    use futures::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    let caller = api.caller(&headers).await?;
+    caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
+    split_path(&path)?;
+    let tmp = {
+        let repo = api.repo.clone();
+        tokio::task::spawn_blocking(move || tempdir_in(&repo))
+            .await
+            .map_err(|e| err(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))??
+    };
+    let file = tmp.path().join("upload");
+    let io = |e: std::io::Error| ApiError::from(Error::io("upload", e));
+    let mut out = tokio::fs::File::create(&file).await.map_err(io)?;
+    let mut stream = body.into_data_stream();
+    while let Some(part) = stream.next().await {
+        let part = part.map_err(|e| err(StatusCode::BAD_REQUEST, "invalid", e.to_string()))?;
+        out.write_all(&part).await.map_err(io)?;
+    }
+    out.flush().await.map_err(io)?;
+    drop(out);
+    let up = api
+        .run(move |repo| {
+            let up = upload::store_upload(repo, &id, &path, &file)?;
+            drop(tmp);
+            Ok(up)
+        })
+        .await?;
+    let body = json!({ "upload": up.id, "path": up.path, "size": up.size });
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
 /// A private scratch folder under the store's local state, gone on drop.
 fn tempdir_in(repo: &Repo) -> Result<tempfile::TempDir, ApiError> {
     let dir = repo.state_dir.join("gateway-tmp");
@@ -725,7 +773,7 @@ fn tempdir_in(repo: &Repo) -> Result<tempfile::TempDir, ApiError> {
 /// `files` (path → base64), `delete` (paths), `delta` (rows of a table).
 fn edits_of(
     repo: &Repo,
-    id: &str,
+    id_of_dataset: &str,
     parent: Option<&str>,
     body: &Value,
     tmp: &std::path::Path,
@@ -738,7 +786,7 @@ fn edits_of(
         std::fs::write(&file, bytes).map_err(|e| Error::io(file.display(), e))?;
         edits.push(Edit {
             path: path.to_string(),
-            content: Some(file),
+            content: Some(Content::File(file)),
         });
         Ok(())
     };
@@ -759,8 +807,8 @@ fn edits_of(
     if let Some(delta) = body.get("delta") {
         let d = table::parse(delta)?;
         let old = match parent {
-            Some(p) => Some(repo.version(id, p)?),
-            None => repo.sync(id)?.pop(),
+            Some(p) => Some(repo.version(id_of_dataset, p)?),
+            None => repo.sync(id_of_dataset)?.pop(),
         }
         .map(|r| repo.lookup(&r.tree, d.path.as_bytes()))
         .transpose()?
@@ -775,6 +823,22 @@ fn edits_of(
             None => None,
         };
         put(&d.path, &table::apply(old.as_deref(), &d)?)?;
+    }
+    if let Some(ups) = body.get("uploads") {
+        let ups = ups
+            .as_array()
+            .ok_or_else(|| bad("uploads must be a list of upload ids".into()))?;
+        for u in ups {
+            let id = u
+                .as_str()
+                .or_else(|| u.get("upload").and_then(Value::as_str))
+                .ok_or_else(|| bad("uploads: ids, or {\"upload\": id}".into()))?;
+            let up = upload::load_upload(repo, id_of_dataset, id)?;
+            edits.push(Edit {
+                path: up.path,
+                content: Some(Content::Stored(up.chunks, up.size)),
+            });
+        }
     }
     if let Some(delete) = body.get("delete") {
         let delete = delete
@@ -792,7 +856,9 @@ fn edits_of(
         }
     }
     if edits.is_empty() {
-        return Err(bad("nothing to commit: send delta, files or delete".into()));
+        return Err(bad(
+            "nothing to commit: send delta, files, uploads or delete".into(),
+        ));
     }
     Ok(edits)
 }

@@ -188,11 +188,12 @@ impl Codec {
 const OBJECT_MAGIC: &[u8] = b"DTFSOBJ2";
 
 /// Small objects a sealed store seals: everything of its datasets, its
-/// policy records and its API keys.
+/// policy records, API keys and uploads.
 pub fn sealed_key(key: &str) -> bool {
     key.starts_with("datasets/")
         || key.starts_with(super::keys::POLICY_RECORDS)
         || key.starts_with(crate::access::apikeys::PREFIX)
+        || key.starts_with(crate::commit::upload::PREFIX)
 }
 
 fn blob_aad(kind: BlobKind, id: &ObjectId) -> Vec<u8> {
