@@ -631,3 +631,72 @@ fn a_large_file_goes_in_through_an_upload_and_is_committed_with_others_at_once()
     ]);
     assert_eq!(s, 400);
 }
+
+#[test]
+fn health_metrics_openapi_and_the_periodic_audit() {
+    let env = Env::empty();
+    env.ok(&["init"]);
+    env.ok(&["dataset", "create", "ds"]);
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.txt"), "a").unwrap();
+    env.commit(&src, "v1");
+    let k = key(&env, "k", "read");
+    let g = serve_with(&env, &["--audit-interval", "1s"]);
+    let health = || {
+        let (s, b) = curl(&[&format!("{}/health", g.url)]);
+        (s, json_of(&b))
+    };
+    common::within(Duration::from_secs(20), "a first audit", || {
+        !health().1["audit"].is_null()
+    });
+    let (s, h) = health();
+    assert_eq!(s, 200);
+    assert_eq!(h["status"], "ok");
+    assert_eq!(h["store"]["reachable"], true);
+    assert_eq!(h["audit"]["ok"], true, "{h}");
+    assert_eq!(h["audit"]["versions"], 1);
+    // Requests are counted by route, not by path.
+    assert_eq!(
+        curl(&[
+            &format!("{}/datasets/ds/versions", g.url),
+            "-H",
+            &bearer(&k)
+        ])
+        .0,
+        200
+    );
+    assert_eq!(curl(&[&format!("{}/datasets/ds/versions", g.url)]).0, 401);
+    let (_, m) = curl(&[&format!("{}/metrics", g.url)]);
+    let m = String::from_utf8(m).unwrap();
+    assert!(
+        m.contains("detafs_requests_total{route=\"GET /datasets/{id}/versions\",status=\"200\"} 1"),
+        "{m}"
+    );
+    assert!(m.contains("status=\"401\"} 1"), "{m}");
+    assert!(
+        m.contains("detafs_store_reachable 1") && m.contains("detafs_audit_ok 1"),
+        "{m}"
+    );
+    let (s, doc) = curl(&[&format!("{}/openapi.json", g.url)]);
+    assert_eq!(s, 200);
+    assert!(json_of(&doc)["paths"]["/datasets/{id}/commit"]["post"].is_object());
+    // A pack deleted by hand: the next audit says so, in /health and /metrics.
+    for p in walk(&std::path::PathBuf::from(&env.store).join("packs")) {
+        std::fs::remove_file(p).unwrap();
+    }
+    common::within(Duration::from_secs(20), "the audit to see it", || {
+        health().1["audit"]["ok"] == false
+    });
+    let (s, h) = health();
+    assert_eq!((s, h["status"].as_str()), (200, Some("inconsistent")));
+    assert!(
+        h["audit"]["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("missing"),
+        "{h}"
+    );
+    let (_, m) = curl(&[&format!("{}/metrics", g.url)]);
+    assert!(String::from_utf8(m).unwrap().contains("detafs_audit_ok 0"));
+}

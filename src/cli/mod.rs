@@ -132,6 +132,10 @@ enum Command {
         /// The tokens' required `aud`.
         #[arg(long, requires = "jwks")]
         audience: Option<String>,
+        /// How often the consistency audit (`verify` of the whole store)
+        /// runs; its result is in /health and /metrics.
+        #[arg(long, default_value = "6h")]
+        audit_interval: humantime::Duration,
     },
     /// API keys for the gateway, kept (as hashes) in the store.
     #[command(subcommand)]
@@ -596,12 +600,14 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             jwks,
             issuer,
             audience,
+            audit_interval,
         } => {
             let tokens = match (jwks, issuer, audience) {
                 (Some(j), Some(i), Some(a)) => Some((j, i, a)),
                 _ => None,
             };
-            serve::serve(open()?, listen, (tls_cert, tls_key), tokens)?
+            let interval = audit_interval.into();
+            serve::serve(open()?, listen, (tls_cert, tls_key), tokens, interval)?
         }
         Command::Apikey(ApikeyCmd::Create { name, scopes }) => {
             let repo = open()?;

@@ -14,6 +14,7 @@ pub fn serve(
     listen: SocketAddr,
     (cert, key): (Option<PathBuf>, Option<PathBuf>),
     tokens: Option<(String, String, String)>,
+    audit_interval: std::time::Duration,
 ) -> anyhow::Result<()> {
     let tokens = match tokens {
         Some((jwks, issuer, audience)) => Some(tokens::Tokens::new(
@@ -45,6 +46,7 @@ pub fn serve(
         tls,
         audit,
         tokens,
+        audit_interval,
     };
     gateway::serve(Arc::new(repo), opts, |addr| {
         eprintln!("serving https://{addr}/");

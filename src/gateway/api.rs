@@ -41,6 +41,20 @@ pub struct Api {
     known: Mutex<Option<(Instant, Arc<Known>)>>,
     work: tokio::sync::Semaphore,
     started: Instant,
+    /// Requests by (method and route, status): how many, seconds in all.
+    metrics: Mutex<std::collections::BTreeMap<(String, u16), (u64, f64)>>,
+    /// The last consistency audit, if one ran.
+    audit: Mutex<Option<Audited>>,
+}
+
+/// A consistency audit's result (the `verify` engine).
+#[derive(Clone)]
+pub struct Audited {
+    pub at: std::time::SystemTime,
+    pub seconds: f64,
+    pub versions: usize,
+    pub problems: Vec<String>,
+    pub error: Option<String>,
 }
 
 struct Known {
@@ -160,7 +174,33 @@ impl Api {
             known: Mutex::default(),
             work: tokio::sync::Semaphore::new(WORKERS),
             started: Instant::now(),
+            metrics: Mutex::default(),
+            audit: Mutex::default(),
         }
+    }
+
+    /// Runs the consistency audit (records against objects, hash chains)
+    /// and keeps its result for `/health` and `/metrics`.
+    pub fn audit_now(&self) {
+        let t = Instant::now();
+        let report = crate::verify::verify(&self.repo, None, &crate::progress::Quiet);
+        let done = match report {
+            Ok(r) => Audited {
+                at: std::time::SystemTime::now(),
+                seconds: t.elapsed().as_secs_f64(),
+                versions: r.versions,
+                problems: r.problems.iter().map(|p| p.to_string()).collect(),
+                error: None,
+            },
+            Err(e) => Audited {
+                at: std::time::SystemTime::now(),
+                seconds: t.elapsed().as_secs_f64(),
+                versions: 0,
+                problems: Vec::new(),
+                error: Some(e.to_string()),
+            },
+        };
+        *self.audit.lock().unwrap_or_else(|p| p.into_inner()) = Some(done);
     }
 
     pub fn flush(&self) {
@@ -262,6 +302,8 @@ impl Api {
 pub fn router(api: Arc<Api>) -> Router {
     Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
         .route("/datasets", get(list_datasets).post(create_dataset))
         .route("/datasets/{id}/versions", get(list_versions))
         .route("/datasets/{id}/versions/{v}", get(get_version))
@@ -284,6 +326,13 @@ async fn logged(
     next: axum::middleware::Next,
 ) -> Response {
     let route = format!("{} {}", req.method(), req.uri().path());
+    // Metrics by route, not by path (paths name datasets and files).
+    let template = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched".to_string(), |m| m.as_str().to_string());
+    let template = format!("{} {template}", req.method());
+    let t = Instant::now();
     let key = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -298,7 +347,63 @@ async fn logged(
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .unwrap_or(0);
     api.log(key.as_deref(), &route, res.status(), bytes);
+    let mut m = api.metrics.lock().unwrap_or_else(|p| p.into_inner());
+    let e = m.entry((template, res.status().as_u16())).or_default();
+    e.0 += 1;
+    e.1 += t.elapsed().as_secs_f64();
     res
+}
+
+/// Prometheus text: requests by route and status, their seconds, the
+/// store's health, cache use, the last audit.
+async fn metrics(State(api): State<Arc<Api>>) -> Response {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "# TYPE detafs_requests_total counter");
+    let _ = writeln!(out, "# TYPE detafs_request_seconds_total counter");
+    for ((route, status), (n, secs)) in api.metrics.lock().unwrap_or_else(|p| p.into_inner()).iter()
+    {
+        let labels = format!("route=\"{route}\",status=\"{status}\"");
+        let _ = writeln!(out, "detafs_requests_total{{{labels}}} {n}");
+        let _ = writeln!(out, "detafs_request_seconds_total{{{labels}}} {secs:.6}");
+    }
+    let store = api.repo.store.health();
+    let _ = writeln!(out, "# TYPE detafs_store_reachable gauge");
+    let _ = writeln!(out, "detafs_store_reachable {}", u8::from(store.reachable));
+    let _ = writeln!(out, "detafs_store_latency_ms {:.3}", store.latency_ms);
+    let _ = writeln!(out, "detafs_cache_bytes {}", api.repo.disk.used_bytes());
+    if let Some(a) = &*api.audit.lock().unwrap_or_else(|p| p.into_inner()) {
+        let ok = a.error.is_none() && a.problems.is_empty();
+        let _ = writeln!(out, "# TYPE detafs_audit_ok gauge");
+        let _ = writeln!(out, "detafs_audit_ok {}", u8::from(ok));
+        let _ = writeln!(out, "detafs_audit_problems {}", a.problems.len());
+        let _ = writeln!(out, "detafs_audit_seconds {:.3}", a.seconds);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// What the API offers, as OpenAPI 3.
+async fn openapi() -> Response {
+    let op =
+        |summary: &str| json!({"summary": summary, "responses": {"200": {"description": "ok"}}});
+    let secured = json!([{"bearer": []}]);
+    let doc = json!({
+        "openapi": "3.0.3",
+        "info": {"title": "detafs gateway", "version": env!("CARGO_PKG_VERSION")},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": secured,
+        "paths": {
+            "/health": {"get": op("gateway, store and index status; no authentication")},
+            "/metrics": {"get": op("Prometheus metrics")},
+            "/datasets": {"get": op("datasets the caller may list"), "post": op("create a dataset: {\"name\"}")},
+            "/datasets/{id}/commit": {"post": op("commit: commit_message, parent, delta, files, uploads, delete")},
+            "/datasets/{id}/uploads/{path}": {"put": op("stream a file of any size for a later commit")},
+            "/datasets/{id}/versions": {"get": op("versions: version_id, timestamp, author, delta_size, ...")},
+            "/datasets/{id}/versions/{v}": {"get": op("one version, its tags and parent")},
+            "/datasets/{id}/versions/{v}/files/{path}": {"get": op("a file (Range, ETag) or a folder's listing")},
+        },
+    });
+    Json(doc).into_response()
 }
 
 async fn health(State(api): State<Arc<Api>>) -> Response {
@@ -307,8 +412,19 @@ async fn health(State(api): State<Arc<Api>>) -> Response {
     let index_ok = api.repo.index.latest_version("-").is_ok();
     let index_ms = index_started.elapsed().as_secs_f64() * 1000.0;
     let ok = store.reachable && index_ok;
+    let consistent = api
+        .audit
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .is_none_or(|a| a.error.is_none() && a.problems.is_empty());
+    // Unreachable is 503; an audit that found problems is said, not 503.
     let body = json!({
-        "status": if ok { "ok" } else { "degraded" },
+        "status": match (ok, consistent) {
+            (false, _) => "degraded",
+            (true, false) => "inconsistent",
+            (true, true) => "ok",
+        },
         "uptime_secs": api.started.elapsed().as_secs(),
         "store": {
             "reachable": store.reachable,
@@ -316,6 +432,14 @@ async fn health(State(api): State<Arc<Api>>) -> Response {
             "error": store.error,
         },
         "index": { "ok": index_ok, "latency_ms": index_ms },
+        "audit": api.audit.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|a| json!({
+            "time": humantime::format_rfc3339_seconds(a.at).to_string(),
+            "seconds": a.seconds,
+            "versions": a.versions,
+            "ok": a.error.is_none() && a.problems.is_empty(),
+            "problems": a.problems,
+            "error": a.error,
+        })),
     });
     let status = if ok {
         StatusCode::OK

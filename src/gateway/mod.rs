@@ -30,6 +30,8 @@ pub struct GatewayOptions {
     pub audit: PathBuf,
     /// Bearer JWTs, if a JWKS is given.
     pub tokens: Option<tokens::Tokens>,
+    /// How often the consistency audit runs (the first after one interval).
+    pub audit_interval: Duration,
 }
 
 /// Serves until SIGINT or SIGTERM; `ready` gets the address bound.
@@ -37,6 +39,22 @@ pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAdd
     let trail = Trail::open(&opts.audit, 64 << 20)?;
     let state = Arc::new(api::Api::new(repo.clone(), trail, opts.tokens));
     let app = api::router(state.clone());
+    // The audit reads every record and object: a thread of its own, never
+    // a request's worker. It holds the API weakly and ends with it.
+    let audited = Arc::downgrade(&state);
+    let interval = opts.audit_interval;
+    std::thread::Builder::new()
+        .name("audit".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(interval);
+                match audited.upgrade() {
+                    Some(api) => api.audit_now(),
+                    None => return,
+                }
+            }
+        })
+        .map_err(|e| Error::io("audit thread", e))?;
     let acceptor = tokio_rustls::TlsAcceptor::from(opts.tls.config);
     let store = repo.store.clone();
     let served = store.block_on(async move {
