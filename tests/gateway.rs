@@ -700,3 +700,55 @@ fn health_metrics_openapi_and_the_periodic_audit() {
     let (_, m) = curl(&[&format!("{}/metrics", g.url)]);
     assert!(String::from_utf8(m).unwrap().contains("detafs_audit_ok 0"));
 }
+
+#[test]
+fn two_gateways_on_one_bucket_take_fifty_commits_each_at_once() {
+    let env = Env::empty_s3();
+    env.ok(&["--sse", "aes256", "init"]);
+    env.ok(&["--sse", "aes256", "dataset", "create", "ds"]);
+    let k = key(&env, "k", "read,commit");
+    let other = env.other_host();
+    let (a, b) = (
+        serve_with(&env, &["--sse", "aes256"]),
+        serve_with(&other, &["--sse", "aes256"]),
+    );
+    let commits = |g: &Gateway, side: &'static str| {
+        let (url, k) = (format!("{}/datasets/ds/commit", g.url), k.clone());
+        std::thread::spawn(move || {
+            for i in 0..50 {
+                let body = json!({"commit_message": format!("{side} {i}"), "files": {format!("{side}/{i}.txt"): "eA=="}});
+                let (s, b) = curl(&[
+                    "-X",
+                    "POST",
+                    &url,
+                    "-H",
+                    &bearer(&k),
+                    "-d",
+                    &body.to_string(),
+                ]);
+                assert_eq!(s, 201, "{side} {i}: {}", String::from_utf8_lossy(&b));
+            }
+        })
+    };
+    let (ta, tb) = (commits(&a, "a"), commits(&b, "b"));
+    ta.join().unwrap();
+    tb.join().unwrap();
+    // 100 consecutive versions, the last holding all 100 files.
+    let log = env.log();
+    assert_eq!(log.len(), 100);
+    let mut numbers: Vec<u64> = log.iter().map(|e| e["version"].as_u64().unwrap()).collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, (1..=100).collect::<Vec<_>>());
+    let (s, listing) = curl(&[
+        &format!("{}/datasets/ds/versions/latest/files/a", b.url),
+        "-H",
+        &bearer(&k),
+    ]);
+    assert_eq!(s, 200);
+    assert_eq!(json_of(&listing).as_array().unwrap().len(), 50);
+    assert_eq!(env.ok(&["ls", "ds", "latest", "b"]).lines().count(), 50);
+    // Every object the gateways wrote carries the SSE header.
+    let seen = common::objects::sse_of_objects(&env);
+    assert!(seen.len() > 100, "{}", seen.len());
+    assert!(seen.iter().all(|s| s == "AES256"), "{seen:?}");
+}

@@ -15,7 +15,7 @@ use detafs::staging::{Kind, ROOT, Staging};
 use detafs::store::Store;
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -574,34 +574,6 @@ fn gc_on_another_host_spares_a_commit_in_flight() {
     );
 }
 
-/// `x-amz-server-side-encryption` of every object under the store, as the
-/// S3 server reports it (HEAD, through boto3).
-fn sse_of_objects(env: &Env) -> Vec<String> {
-    let bucket = env.bucket.clone().unwrap();
-    let script = format!(
-        "import boto3\n\
-         s3 = boto3.client('s3', endpoint_url='{}', aws_access_key_id='test', \
-         aws_secret_access_key='test', region_name='us-east-1')\n\
-         for o in s3.list_objects_v2(Bucket='{bucket}', Prefix='store/').get('Contents', []):\n\
-         \x20   print(s3.head_object(Bucket='{bucket}', Key=o['Key']).get('ServerSideEncryption'))\n",
-        objects::S3_ENDPOINT
-    );
-    let out = Command::new("python3")
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn server_side_encryption_is_asked_of_every_upload_and_checked() {
     for (sse, header) in [("aes256", "AES256"), ("kms", "aws:kms")] {
@@ -613,7 +585,7 @@ fn server_side_encryption_is_asked_of_every_upload_and_checked() {
         sample_tree(&src, 1);
         with(&["commit", "ds", "--from", src.to_str().unwrap(), "-m", "v1"]);
         with(&["tag", "ds", "v1", "first"]);
-        let seen = sse_of_objects(&env);
+        let seen = objects::sse_of_objects(&env);
         assert!(seen.len() >= 6, "{seen:?}");
         assert!(seen.iter().all(|s| s == header), "{sse}: {seen:?}");
     }

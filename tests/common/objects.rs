@@ -131,3 +131,31 @@ impl Objects {
         all.pop().expect("no objects").0
     }
 }
+
+/// `x-amz-server-side-encryption` of every object under the store, as the
+/// S3 server reports it (HEAD, through boto3).
+pub fn sse_of_objects(env: &super::Env) -> Vec<String> {
+    let bucket = env.bucket.clone().unwrap();
+    let script = format!(
+        "import boto3\n\
+         s3 = boto3.client('s3', endpoint_url='{}', aws_access_key_id='test', \
+         aws_secret_access_key='test', region_name='us-east-1')\n\
+         for o in s3.list_objects_v2(Bucket='{bucket}', Prefix='store/').get('Contents', []):\n\
+         \x20   print(s3.head_object(Bucket='{bucket}', Key=o['Key']).get('ServerSideEncryption'))\n",
+        S3_ENDPOINT
+    );
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
