@@ -286,3 +286,64 @@ fn a_partition_degrades_the_mount_and_commits_retry_or_fail_cleanly() {
         "staged bytes survived"
     );
 }
+
+#[test]
+fn the_gateway_waits_out_a_short_partition_and_answers_503_for_a_long_one() {
+    use common::gateway::{bearer, curl, json_of, key, serve_with};
+    let net = Netns::new();
+    let env = Env::empty_s3_at(&net.endpoint());
+    env.ok(&["init"]);
+    env.ok(&["dataset", "create", "ds"]);
+    let k = key(&env, "k", "read,commit");
+    let g = serve_with(&env, &["--store-timeout", "8s"]);
+    let url = format!("{}/datasets/ds/commit", g.url);
+    let post = {
+        let (url, k) = (url.clone(), k.clone());
+        move |name: &str| {
+            let body = serde_json::json!({"commit_message": name, "files": {name: "eA=="}});
+            curl(&[
+                "-X",
+                "POST",
+                &url,
+                "-H",
+                &bearer(&k),
+                "-d",
+                &body.to_string(),
+            ])
+        }
+    };
+    // Keys and the policy are read before the network goes.
+    assert_eq!(
+        curl(&[&format!("{}/datasets", g.url), "-H", &bearer(&k)]).0,
+        200
+    );
+    // A partition shorter than the store timeout: the commit lands.
+    net.partition(true);
+    let p = post.clone();
+    let short = std::thread::spawn(move || p("a.txt"));
+    std::thread::sleep(Duration::from_secs(2));
+    net.partition(false);
+    let (s, b) = short.join().unwrap();
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    // Longer: 503 with the store's message, /health says so, and once the
+    // network is back no version of it shows.
+    net.partition(true);
+    let (s, b) = post("b.txt");
+    assert_eq!(s, 503, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(json_of(&b)["error"]["code"], "store_unavailable");
+    let (s, h) = curl(&[&format!("{}/health", g.url)]);
+    assert_eq!(s, 503, "{}", String::from_utf8_lossy(&h));
+    assert_eq!(json_of(&h)["store"]["reachable"], false);
+    net.partition(false);
+    let log = env.log();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(env.ok(&["ls", "ds", "latest"]).lines().count(), 1);
+    assert!(env.run(&["audit", "ds"]).status.success());
+    // And it recovers.
+    let (s, b) = post("c.txt");
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(json_of(&b)["version_id"], "v2");
+    within(Duration::from_secs(10), "health back", || {
+        curl(&[&format!("{}/health", g.url)]).0 == 200
+    });
+}

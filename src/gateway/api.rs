@@ -781,17 +781,43 @@ fn tokio_stream_from(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
+/// How long a client may send nothing in the middle of a body.
+const IDLE: Duration = Duration::from_secs(30);
+
+/// The next part of a body, or None at its end; 408 for a client that
+/// stops sending.
+async fn next_part(
+    stream: &mut axum::body::BodyDataStream,
+) -> Result<Option<axum::body::Bytes>, ApiError> {
+    use futures::StreamExt;
+    match tokio::time::timeout(IDLE, stream.next()).await {
+        Err(_) => Err(err(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            format!("nothing received for {} s", IDLE.as_secs()),
+        )),
+        Ok(None) => Ok(None),
+        Ok(Some(Ok(b))) => Ok(Some(b)),
+        Ok(Some(Err(e))) => Err(err(StatusCode::BAD_REQUEST, "invalid", e.to_string())),
+    }
+}
+
 /// A JSON body of at most `MAX_BODY` bytes; 413 beyond, naming the limit.
 async fn read_body(body: Body) -> Result<Value, ApiError> {
-    let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
-        err(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!(
-                "the request body is larger than {MAX_BODY} bytes; send large files with PUT /datasets/ID/uploads/PATH and commit them with \"uploads\""
-            ),
-        )
-    })?;
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(part) = next_part(&mut stream).await? {
+        if bytes.len() + part.len() > MAX_BODY {
+            return Err(err(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!(
+                    "the request body is larger than {MAX_BODY} bytes; send large files with PUT /datasets/ID/uploads/PATH and commit them with \"uploads\""
+                ),
+            ));
+        }
+        bytes.extend_from_slice(&part);
+    }
     serde_json::from_slice(&bytes).map_err(|e| {
         err(
             StatusCode::BAD_REQUEST,
@@ -854,7 +880,6 @@ async fn put_upload(
     Path((id, path)): Path<(String, String)>,
     body: Body,
 ) -> Reply {
-    use futures::StreamExt;
     use tokio::io::AsyncWriteExt;
     let caller = api.caller(&headers).await?;
     caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
@@ -869,8 +894,7 @@ async fn put_upload(
     let io = |e: std::io::Error| ApiError::from(Error::io("upload", e));
     let mut out = tokio::fs::File::create(&file).await.map_err(io)?;
     let mut stream = body.into_data_stream();
-    while let Some(part) = stream.next().await {
-        let part = part.map_err(|e| err(StatusCode::BAD_REQUEST, "invalid", e.to_string()))?;
+    while let Some(part) = next_part(&mut stream).await? {
         out.write_all(&part).await.map_err(io)?;
     }
     out.flush().await.map_err(io)?;

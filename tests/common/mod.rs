@@ -9,6 +9,7 @@ compile_error!(
 
 pub mod craft;
 pub mod faults;
+pub mod gateway;
 pub mod model;
 pub mod objects;
 

@@ -1,0 +1,87 @@
+//! A real `detafs serve` on 127.0.0.1 for tests, and curl as its client.
+
+use super::Env;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+pub struct Gateway {
+    child: Child,
+    pub url: String,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `detafs serve` on a free port; returns once it listens.
+pub fn serve(env: &Env) -> Gateway {
+    serve_with(env, &[])
+}
+
+pub fn serve_with(env: &Env, extra: &[&str]) -> Gateway {
+    let mut child = env
+        .command()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("serve exited").unwrap();
+        if let Some(u) = line.strip_prefix("serving ") {
+            break u.trim_end_matches('/').to_string();
+        }
+    };
+    // Keep reading its stderr so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Gateway { child, url }
+}
+
+/// The gateway's certificate, for clients that check it.
+pub fn cert(env: &Env) -> std::path::PathBuf {
+    let mut stack = vec![env.cache.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name() == "gateway-cert.pem" {
+                return e.path();
+            }
+        }
+    }
+    panic!("no certificate made");
+}
+
+/// (status, body) of `curl -k` with `args`.
+pub fn curl(args: &[&str]) -> (u16, Vec<u8>) {
+    let out = Command::new("curl")
+        .args(["-sk", "-o", "-", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .unwrap();
+    let mut body = out.stdout;
+    let at = body.iter().rposition(|&b| b == b'\n').unwrap();
+    let status = String::from_utf8_lossy(&body[at + 1..]).parse().unwrap();
+    body.truncate(at);
+    (status, body)
+}
+
+pub fn json_of(body: &[u8]) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(body)))
+}
+
+pub fn key(env: &Env, name: &str, scopes: &str) -> String {
+    env.ok(&["apikey", "create", name, "--scopes", scopes])
+        .trim()
+        .to_string()
+}
+
+pub fn bearer(k: &str) -> String {
+    format!("Authorization: Bearer {k}")
+}
