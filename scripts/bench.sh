@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Store and commit benchmark (docs/benchmarks.md). Medians of RUNS runs, each
 # beside `openssl dgst -sha256` over the same bytes in the same run.
-#   scripts/bench.sh [RUNS] [store|mount|core|million|s3|scale|sealed|policy|all]
+#   scripts/bench.sh [RUNS] [store|mount|core|million|s3|scale|sealed|policy|gateway|all]
 #   (default 3 runs, all; BENCH_DIR default /var/tmp/detafs-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -139,6 +139,7 @@ source scripts/bench-s3.sh
 source scripts/bench-core.sh
 source scripts/bench-sealed.sh
 source scripts/bench-policy.sh
+source scripts/bench-gateway.sh
 case "$WHAT" in
   store) bench_store ;;
   mount) bench_mount ;;
@@ -148,5 +149,6 @@ case "$WHAT" in
   scale) bench_scale ;;
   sealed) bench_sealed ;;
   policy) bench_policy ;;
-  *) bench_store; bench_mount; bench_core; bench_million; bench_s3; bench_scale; bench_sealed; bench_policy ;;
+  gateway) bench_gateway ;;
+  *) bench_store; bench_mount; bench_core; bench_million; bench_s3; bench_scale; bench_sealed; bench_policy; bench_gateway ;;
 esac

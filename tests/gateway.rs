@@ -186,6 +186,14 @@ fn files_ranges_etags_limits_conflicts_and_missing_objects() {
         curl(&[&file, "-H", &bearer(&k), "-H", "Range: bytes=9000000-"]).0,
         416
     );
+    let (s, body) = curl(&[
+        &file,
+        "-H",
+        &bearer(&k),
+        "-H",
+        "Range: bytes=0-18446744073709551615",
+    ]);
+    assert!(s == 206 && body == big, "{s}: a range to the end of u64");
     // ETag, then 304.
     let out = Command::new("curl")
         .args([

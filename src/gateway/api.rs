@@ -599,7 +599,7 @@ fn range(headers: &HeaderMap, size: u64) -> Option<Result<(u64, u64), ()>> {
             .map(|n| (size.saturating_sub(n), size)),
         (a, "") => a.parse().ok().map(|a| (a, size)),
         (a, b) => match (a.parse::<u64>(), b.parse::<u64>()) {
-            (Ok(a), Ok(b)) if b >= a => Some((a, (b + 1).min(size))),
+            (Ok(a), Ok(b)) if b >= a => Some((a, b.saturating_add(1).min(size))),
             _ => None,
         },
     };
@@ -632,8 +632,12 @@ fn read_span(repo: &Repo, chunks: &[BlobRef], start: u64, end: u64) -> crate::Re
             out.extend_from_slice(&data);
         }
     }
+    // The chunks' sizes say where the bytes are; a store whose chunks
+    // disagree with them is refused, never sliced out of bounds.
     let from = (start - first_at) as usize;
-    Ok(out[from..from + (end - start) as usize].to_vec())
+    out.get(from..from + (end - start) as usize)
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| crate::Error::malformed("file", "its chunks hold fewer bytes than its size"))
 }
 
 /// Bytes of a whole file sent in windows of this many (a large file never
