@@ -4,7 +4,9 @@
 mod common;
 
 use common::Env;
-use common::gateway::{Gateway, bearer, cert, curl, json_of, key, serve, serve_with};
+use common::gateway::{
+    Gateway, bearer, cert, curl, json_of, key, post_json, serve, serve_with, set_policy_and_wait,
+};
 use serde_json::{Value, json};
 use std::process::Command;
 use std::time::Duration;
@@ -75,7 +77,7 @@ fn credentials_and_the_policy_decide_401_and_403() {
     let commit = |k: &str, ds: &str| {
         let url = format!("{}/datasets/{ds}/commit", g.url);
         let body = json!({"files": {"a.txt": "aGVsbG8="}, "commit_message": "m"}).to_string();
-        curl(&["-X", "POST", &url, "-H", &bearer(k), "-d", &body])
+        post_json(&url, k, &body)
     };
     // No credentials, a made-up key, a key with a wrong secret: 401.
     let (s, b) = curl(&[&format!("{}/datasets", g.url)]);
@@ -101,14 +103,10 @@ fn credentials_and_the_policy_decide_401_and_403() {
     );
     assert_eq!(commit(&scoped, "ds").0, 201);
     // A policy: the scoped key commits to `other` only, sees `ds` not at all.
-    let policy = env.path("policy.yaml");
-    std::fs::write(
-        &policy,
+    set_policy_and_wait(
+        &env,
         "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\", \"key:admin\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: scoped, effect: allow, principals: [\"key:scoped\"], actions: [\"dataset:*\"], resources: [\"datasets/other\"]}\n",
-    )
-    .unwrap();
-    env.ok(&["policy", "set", policy.to_str().unwrap()]);
-    std::thread::sleep(Duration::from_millis(2500));
+    );
     let (s, b) = commit(&scoped, "ds");
     assert_eq!(s, 403, "{}", String::from_utf8_lossy(&b));
     assert!(String::from_utf8_lossy(&b).contains("denied by default"));
@@ -254,17 +252,7 @@ fn files_ranges_etags_limits_conflicts_and_missing_objects() {
         "{msg}"
     );
     // Two commits from v1: disjoint paths are rebased, the same path is 409.
-    let post = |body: Value| {
-        curl(&[
-            "-X",
-            "POST",
-            &url,
-            "-H",
-            &bearer(&k),
-            "-d",
-            &body.to_string(),
-        ])
-    };
+    let post = |body: Value| post_json(&url, &k, &body.to_string());
     let (s, b) = post(
         json!({"parent": "v1", "commit_message": "a row", "delta": {"path": "t.csv", "added": [{"city": "Lima", "temp": 19}]}}),
     );
@@ -393,7 +381,7 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
     let claims = |sub: &str, scope: &str| json!({"sub": sub, "iss": "https://idp.test", "aud": "detafs", "exp": now() + 600, "nbf": now() - 5, "scope": scope});
     let url = format!("{}/datasets/ds/commit", g.url);
     let body = json!({"delta": {"added": ["r"]}, "commit_message": "by token"}).to_string();
-    let post = |t: &str| curl(&["-X", "POST", &url, "-H", &bearer(t), "-d", &body]);
+    let post = |t: &str| post_json(&url, t, &body);
     // Good token with commit scope: committed, authored by its subject.
     let (s, b) = post(&token(&k1, "k1", claims("ci-pipeline", "read commit")));
     assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
@@ -440,14 +428,10 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
     let (s, b) = post(&t2);
     assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
     // The policy sees token:SUBJECT and the token's claims.
-    let policy = env.path("policy.yaml");
-    std::fs::write(
-        &policy,
+    set_policy_and_wait(
+        &env,
         "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: ci, effect: allow, principals: [\"claim:team=data\"], actions: [\"dataset:commit\"], resources: [\"datasets/ds\"]}\n",
-    )
-    .unwrap();
-    env.ok(&["policy", "set", policy.to_str().unwrap()]);
-    std::thread::sleep(Duration::from_millis(2500));
+    );
     let mut team = claims("someone", "commit");
     team["team"] = json!("data");
     let body2 = json!({"delta": {"added": ["t"]}, "commit_message": "team"}).to_string();
@@ -504,15 +488,7 @@ fn a_large_file_goes_in_through_an_upload_and_is_committed_with_others_at_once()
     assert!(env.ok(&["log", "ds"]).is_empty());
     let url = format!("{}/datasets/ds/commit", g.url);
     let body = json!({"commit_message": "big and small", "uploads": [up["upload"]], "files": {"note.txt": "c21hbGw="}});
-    let (s, b) = curl(&[
-        "-X",
-        "POST",
-        &url,
-        "-H",
-        &bearer(&k),
-        "-d",
-        &body.to_string(),
-    ]);
+    let (s, b) = post_json(&url, &k, &body.to_string());
     assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
     assert_eq!(json_of(&b)["files_added"], 2);
     // Read back through the gateway, by hash.
@@ -644,15 +620,7 @@ fn two_gateways_on_one_bucket_take_fifty_commits_each_at_once() {
         std::thread::spawn(move || {
             for i in 0..50 {
                 let body = json!({"commit_message": format!("{side} {i}"), "files": {format!("{side}/{i}.txt"): "eA=="}});
-                let (s, b) = curl(&[
-                    "-X",
-                    "POST",
-                    &url,
-                    "-H",
-                    &bearer(&k),
-                    "-d",
-                    &body.to_string(),
-                ]);
+                let (s, b) = post_json(&url, &k, &body.to_string());
                 assert_eq!(s, 201, "{side} {i}: {}", String::from_utf8_lossy(&b));
             }
         })

@@ -289,7 +289,7 @@ fn a_partition_degrades_the_mount_and_commits_retry_or_fail_cleanly() {
 
 #[test]
 fn the_gateway_waits_out_a_short_partition_and_answers_503_for_a_long_one() {
-    use common::gateway::{bearer, curl, json_of, key, serve_with};
+    use common::gateway::{bearer, curl, json_of, key, post_json, serve_with};
     let net = Netns::new();
     let env = Env::empty_s3_at(&net.endpoint());
     env.ok(&["init"]);
@@ -301,15 +301,7 @@ fn the_gateway_waits_out_a_short_partition_and_answers_503_for_a_long_one() {
         let (url, k) = (url.clone(), k.clone());
         move |name: &str| {
             let body = serde_json::json!({"commit_message": name, "files": {name: "eA=="}});
-            curl(&[
-                "-X",
-                "POST",
-                &url,
-                "-H",
-                &bearer(&k),
-                "-d",
-                &body.to_string(),
-            ])
+            post_json(&url, &k, &body.to_string())
         }
     };
     // Keys and the policy are read before the network goes.

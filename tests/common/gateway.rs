@@ -85,3 +85,16 @@ pub fn key(env: &Env, name: &str, scopes: &str) -> String {
 pub fn bearer(k: &str) -> String {
     format!("Authorization: Bearer {k}")
 }
+
+/// (status, body) of a POST of `body` (JSON) to `url` with API key `key`.
+pub fn post_json(url: &str, key: &str, body: &str) -> (u16, Vec<u8>) {
+    curl(&["-X", "POST", url, "-H", &bearer(key), "-d", body])
+}
+
+/// Sets the store's policy to `text` and waits for gateways to read it.
+pub fn set_policy_and_wait(env: &Env, text: &str) {
+    let file = env.path("policy.yaml");
+    std::fs::write(&file, text).unwrap();
+    env.ok(&["policy", "set", file.to_str().unwrap()]);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+}
