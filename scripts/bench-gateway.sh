@@ -33,8 +33,9 @@ http {
 }
 NGINX
   nginx -c "$g/nginx.conf"
-  local gw_url="https://127.0.0.1:18500/datasets/bench/versions/v1/files/f[0-9]{3}\.bin"
-  local ng_url="https://127.0.0.1:18501/f[0-9]{3}\.bin"
+  # Regexes: every '.' is a literal one.
+  local gw_url="https://127[.]0[.]0[.]1:18500/datasets/bench/versions/v1/files/f[0-9]{3}[.]bin"
+  local ng_url="https://127[.]0[.]0[.]1:18501/f[0-9]{3}[.]bin"
   for run in $(seq "$RUNS"); do
     oha -z 10s -c 64 --insecure --no-tui --output-format json --rand-regex-url "$ng_url" > "$g/ng.json"
     oha -z 10s -c 64 --insecure --no-tui --output-format json -H "Authorization: Bearer $key" --rand-regex-url "$gw_url" > "$g/gw.json"

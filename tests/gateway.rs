@@ -647,3 +647,39 @@ fn two_gateways_on_one_bucket_take_fifty_commits_each_at_once() {
     assert!(seen.len() > 100, "{}", seen.len());
     assert!(seen.iter().all(|s| s == "AES256"), "{seen:?}");
 }
+
+#[test]
+fn sixty_four_clients_at_once_are_all_answered() {
+    let env = Env::empty();
+    env.ok(&["init"]);
+    env.ok(&["dataset", "create", "ds"]);
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..64 {
+        std::fs::write(src.join(format!("f{i}")), vec![i as u8; 4096]).unwrap();
+    }
+    env.commit(&src, "v1");
+    let k = key(&env, "k", "read");
+    let g = serve(&env);
+    // More clients than the blocking pool has threads: each must be
+    // answered (a request's store calls need threads of that pool too).
+    let threads: Vec<_> = (0..64)
+        .map(|i| {
+            let (url, k) = (
+                format!("{}/datasets/ds/versions/v1/files/f{i}", g.url),
+                k.clone(),
+            );
+            std::thread::spawn(move || {
+                (0..5)
+                    .map(|_| curl(&["--max-time", "30", &url, "-H", &bearer(&k)]))
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for (i, t) in threads.into_iter().enumerate() {
+        for (s, body) in t.join().unwrap() {
+            assert_eq!((s, body.len()), (200, 4096), "client {i}");
+            assert!(body.iter().all(|&b| b == i as u8));
+        }
+    }
+}

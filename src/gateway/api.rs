@@ -29,8 +29,6 @@ use std::time::{Duration, Instant};
 pub const MAX_BODY: usize = 10 * 1000 * 1000;
 /// How long keys and the policy read from the store are trusted.
 const FRESH: Duration = Duration::from_secs(2);
-/// Requests working on the store at once.
-const WORKERS: usize = 32;
 
 pub struct Api {
     repo: Arc<Repo>,
@@ -39,7 +37,8 @@ pub struct Api {
     tokens: Option<super::tokens::Tokens>,
     /// API keys and the policy as last read, with when.
     known: Mutex<Option<(Instant, Arc<Known>)>>,
-    work: tokio::sync::Semaphore,
+    /// Held while they are read again.
+    reading: tokio::sync::Mutex<()>,
     started: Instant,
     /// Requests by (method and route, status): how many, seconds in all.
     metrics: Mutex<std::collections::BTreeMap<(String, u16), (u64, f64)>>,
@@ -172,7 +171,7 @@ impl Api {
             trail,
             tokens,
             known: Mutex::default(),
-            work: tokio::sync::Semaphore::new(WORKERS),
+            reading: tokio::sync::Mutex::const_new(()),
             started: Instant::now(),
             metrics: Mutex::default(),
             audit: Mutex::default(),
@@ -207,24 +206,34 @@ impl Api {
         self.trail.flush();
     }
 
-    /// Runs `f` on the blocking pool (the store's calls block), a bounded
-    /// number at once.
+    /// Runs `f` on the blocking pool (the store's calls block), within the
+    /// store's bound on such work (`Store::work`).
     async fn run<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&Repo) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
-        let _permit = self.work.acquire().await.expect("never closed");
         let repo = self.repo.clone();
-        tokio::task::spawn_blocking(move || f(&repo))
+        let store = repo.store.clone();
+        store
+            .work(move || f(&repo))
             .await
             .map_err(|e| err(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
     }
 
     async fn known(self: &Arc<Self>) -> Result<Arc<Known>, ApiError> {
-        if let Some((at, k)) = &*self.known.lock().unwrap_or_else(|p| p.into_inner())
-            && at.elapsed() < FRESH
-        {
-            return Ok(k.clone());
+        let fresh = || {
+            let k = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            k.as_ref()
+                .filter(|(at, _)| at.elapsed() < FRESH)
+                .map(|(_, k)| k.clone())
+        };
+        if let Some(k) = fresh() {
+            return Ok(k);
+        }
+        // One request reads them again; the others wait for its answer.
+        let _reading = self.reading.lock().await;
+        if let Some(k) = fresh() {
+            return Ok(k);
         }
         let known = self
             .run(|repo| {
@@ -734,27 +743,31 @@ async fn serve_path(
     };
     // The first window is read before anything is sent, so a missing or
     // damaged object is an error status, not a cut-off body; the rest are
-    // read one after another on the blocking pool, sent as read.
+    // read one after another, each taking a worker only while it reads (a
+    // slow client holds none).
     let first_end = (start + WINDOW).min(end);
+    let chunks = Arc::new(chunks);
     let window = chunks.clone();
     let first = api
         .run(move |repo| Ok(read_span(repo, &window, start, first_end)?))
         .await?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
-    let repo = api.repo.clone();
-    tokio::task::spawn_blocking(move || {
-        if tx.blocking_send(Ok(first)).is_err() {
+    let reader = api.clone();
+    tokio::spawn(async move {
+        if tx.send(Ok(first)).await.is_err() {
             return;
         }
         let mut at = first_end;
         while at < end {
             let to = (at + WINDOW).min(end);
-            let sent = match read_span(&repo, &chunks, at, to) {
-                Ok(data) => tx.blocking_send(Ok(data)),
-                Err(e) => tx.blocking_send(Err(std::io::Error::other(e.to_string()))),
-            };
-            if sent.is_err() {
-                return; // the client went away
+            let window = chunks.clone();
+            let read = reader
+                .run(move |repo| Ok(read_span(repo, &window, at, to)?))
+                .await
+                .map_err(|e| std::io::Error::other(e.message));
+            let failed = read.is_err();
+            if tx.send(read).await.is_err() || failed {
+                return; // the client went away, or the read failed
             }
             at = to;
         }
@@ -888,12 +901,7 @@ async fn put_upload(
     let caller = api.caller(&headers).await?;
     caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
     split_path(&path)?;
-    let tmp = {
-        let repo = api.repo.clone();
-        tokio::task::spawn_blocking(move || tempdir_in(&repo))
-            .await
-            .map_err(|e| err(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))??
-    };
+    let tmp = api.run(|repo| tempdir_in(repo)).await?;
     let file = tmp.path().join("upload");
     let io = |e: std::io::Error| ApiError::from(Error::io("upload", e));
     let mut out = tokio::fs::File::create(&file).await.map_err(io)?;

@@ -564,6 +564,27 @@ impl Store {
         });
     }
 
+    /// Runs blocking work for async code (the gateway) on the blocking
+    /// pool, within the same bound as `spawn_work`: the pool keeps threads
+    /// for the store's own blocking calls, which the work waits on.
+    pub async fn work<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> std::result::Result<T, tokio::task::JoinError> {
+        let permit = self
+            .work
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        tokio::task::spawn_blocking(move || {
+            let done = work();
+            drop(permit);
+            done
+        })
+        .await
+    }
+
     /// Like `spawn_work`, but hands the work back instead of running it here
     /// when the pool is full: for work that may be skipped (read-ahead).
     pub fn try_spawn_work<W: FnOnce() + Send + 'static>(&self, work: W) -> Result<(), W> {
