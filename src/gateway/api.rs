@@ -901,7 +901,7 @@ async fn put_upload(
     let caller = api.caller(&headers).await?;
     caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
     split_path(&path)?;
-    let tmp = api.run(|repo| tempdir_in(repo)).await?;
+    let tmp = api.run(tempdir_in).await?;
     let file = tmp.path().join("upload");
     let io = |e: std::io::Error| ApiError::from(Error::io("upload", e));
     let mut out = tokio::fs::File::create(&file).await.map_err(io)?;
