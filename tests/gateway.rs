@@ -169,6 +169,7 @@ fn files_ranges_etags_limits_conflicts_and_missing_objects() {
     let (s, body) = curl(&[&file, "-H", &bearer(&k)]);
     assert_eq!(s, 200);
     assert!(body == big, "the whole file, {} bytes", body.len());
+
     let (s, body) = curl(&[
         &file,
         "-H",
@@ -510,6 +511,45 @@ fn a_large_file_goes_in_through_an_upload_and_is_committed_with_others_at_once()
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
     let got_sum = common::run_ok(Command::new("sha256sum").arg(&got));
     assert_eq!(got_sum.split(' ').next(), want.split(' ').next());
+    // Clients that hang up mid-file (a reset or a close, a few KiB in) end
+    // their own request only, not the gateway (writes to them fail with
+    // EPIPE, which must not be a signal that ends the process).
+    let hang_up = r#"
+import socket, ssl, struct, sys
+host, port = sys.argv[1].rsplit("/", 1)[-1].split(":")
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+for i in range(20):
+    raw = socket.create_connection((host, int(port)))
+    s = ctx.wrap_socket(raw)
+    s.sendall(f"GET {sys.argv[2]} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {sys.argv[3]}\r\n\r\n".encode())
+    s.recv(4096)
+    if i % 2:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    else:
+        s.shutdown(socket.SHUT_RDWR)
+    s.close()
+"#;
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            hang_up,
+            &g.url,
+            "/datasets/ds/versions/v1/files/data/big.bin",
+            &k,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        curl(&[&format!("{}/health", g.url)]).0,
+        200,
+        "the gateway lives"
+    );
     // An upload is for its dataset; a made-up one is refused.
     env.ok(&["dataset", "create", "other"]);
     let other = format!("{}/datasets/other/commit", g.url);

@@ -492,10 +492,11 @@ fn report(err: &anyhow::Error) -> String {
 
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Mount { .. }) {
+    if !matches!(cli.command, Command::Mount { .. } | Command::Serve { .. }) {
         // `detafs log | head` ends quietly, as other Unix tools do, rather
         // than failing on a write to a closed pipe. (Not for a daemon: its
-        // sockets' errors are handled where they happen.)
+        // sockets' errors are handled where they happen; a client that
+        // hangs up on the gateway must not end it.)
         // SAFETY: setting a signal's disposition to its default.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
