@@ -66,9 +66,7 @@ print(json.dumps(r.json()))
 
 #[test]
 fn credentials_and_the_policy_decide_401_and_403() {
-    let env = Env::empty();
-    env.ok(&["init"]);
-    env.ok(&["dataset", "create", "ds"]);
+    let env = Env::new();
     env.ok(&["dataset", "create", "other"]);
     let admin = key(&env, "admin", "admin");
     let ro = key(&env, "ro", "read");
@@ -149,9 +147,7 @@ fn credentials_and_the_policy_decide_401_and_403() {
 
 #[test]
 fn files_ranges_etags_limits_conflicts_and_missing_objects() {
-    let env = Env::empty();
-    env.ok(&["init"]);
-    env.ok(&["dataset", "create", "ds"]);
+    let env = Env::new();
     let src = env.path("src");
     std::fs::create_dir_all(src.join("d")).unwrap();
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
@@ -361,9 +357,7 @@ fn token(pem: &[u8], kid: &str, claims: Value) -> String {
 
 #[test]
 fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
-    let env = Env::empty();
-    env.ok(&["init"]);
-    env.ok(&["dataset", "create", "ds"]);
+    let env = Env::new();
     let (k1, jwk1) = rsa_key(env.dir.path(), "k1");
     let (other, _) = rsa_key(env.dir.path(), "other");
     let jwks = env.path("jwks.json");
@@ -460,9 +454,7 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
 
 #[test]
 fn a_large_file_goes_in_through_an_upload_and_is_committed_with_others_at_once() {
-    let env = Env::empty();
-    env.ok(&["init"]);
-    env.ok(&["dataset", "create", "ds"]);
+    let env = Env::new();
     let k = key(&env, "k", "read,commit");
     let g = serve(&env);
     // Beyond the body limit, streamed (curl sends it from the file).
@@ -577,9 +569,7 @@ for i in range(20):
 
 #[test]
 fn health_metrics_openapi_and_the_periodic_audit() {
-    let env = Env::empty();
-    env.ok(&["init"]);
-    env.ok(&["dataset", "create", "ds"]);
+    let env = Env::new();
     let src = env.path("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("a.txt"), "a").unwrap();
@@ -690,9 +680,7 @@ fn two_gateways_on_one_bucket_take_fifty_commits_each_at_once() {
 
 #[test]
 fn sixty_four_clients_at_once_are_all_answered() {
-    let env = Env::empty();
-    env.ok(&["init"]);
-    env.ok(&["dataset", "create", "ds"]);
+    let env = Env::new();
     let src = env.path("src");
     std::fs::create_dir_all(&src).unwrap();
     for i in 0..64 {
