@@ -59,16 +59,7 @@ pub fn current_user() -> String {
 
 /// The login name of `uid` from the password database, else `uid:N`.
 pub fn user_name(uid: u32) -> String {
-    let mut buf = vec![0 as libc::c_char; 4096];
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: all pointers are valid for the call; on success `pw_name` points into `buf`.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
-    if rc == 0 && !found.is_null() {
-        let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
-        return name.to_string_lossy().into_owned();
-    }
-    format!("uid:{uid}")
+    crate::access::caller::user_name(uid).unwrap_or_else(|| format!("uid:{uid}"))
 }
 
 /// Records the contents of directory `from` as the next version.

@@ -178,8 +178,8 @@ impl MountFs {
         if per_user { Duration::ZERO } else { a.ttl }
     }
 
-    /// A version folder, as names in it are decided: found once for a
-    /// whole listing.
+    /// A version folder (or file), as names in it are decided: found once
+    /// for a whole listing.
     fn folder(&self, ino: u64) -> Option<Folder> {
         let version = self.version_entry_version(ino).ok()?;
         let full = self.version_path(ino);
@@ -369,15 +369,6 @@ impl Judge<'_> {
         versions.into_iter().find(|&v| self.sees_version(v))
     }
 
-    /// A version inode's version and path inside it (`None` for the
-    /// version's own folder).
-    fn place_of(&self, ino: u64) -> Option<(u64, Option<String>)> {
-        let version = self.fs.version_entry_version(ino).ok()?;
-        let path = self.fs.version_path(ino);
-        let inside = path.split_once('/').map(|(_, p)| p.to_string());
-        Some((version, inside))
-    }
-
     /// Whether entry `name` of folder `parent`, of kind `kind`, shows. A
     /// version seen or not, and a path hidden, go to the audit trail.
     pub fn sees_entry(&self, parent: u64, name: &[u8], kind: FileKind) -> bool {
@@ -449,16 +440,16 @@ impl Judge<'_> {
 
     /// Whether a version's file may be opened (`dataset:read`).
     pub fn may_read(&self, ino: u64) -> bool {
-        let Some((version, Some(path))) = self.place_of(ino) else {
+        // A file's place is found as a folder's is (its path, its version).
+        let Some(f) = self.fs.folder(ino).filter(|f| !f.path.is_empty()) else {
             return false;
         };
-        let versions = self.version_resources(version);
-        let mut all = access::path_resources(&versions, &path, false);
-        all.extend(versions);
+        let mut all = access::path_resources(&f.versions, &f.path, false);
+        all.extend(f.versions.iter().cloned());
         let d = self.policy.decide(&self.who, Action::Read, &all);
         let r = format!(
-            "datasets/{}/versions/v{version}/files/{path}",
-            self.fs.dataset
+            "datasets/{}/versions/v{}/files/{}",
+            self.fs.dataset, f.version, f.path
         );
         self.note(Action::Read, &r, &d);
         d.allowed
