@@ -31,17 +31,12 @@ r = requests.get(base + "/datasets/" + ds + "/versions", headers=h, verify=cert)
 assert r.status_code == 200, r.text
 print(json.dumps(r.json()))
 "#;
-    let out = Command::new("python3")
-        .args(["-c", script, &g.url, &k])
-        .arg(cert(&env))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::run_ok(
+        Command::new("python3")
+            .args(["-c", script, &g.url, &k])
+            .arg(cert(&env)),
     );
-    let versions = json_of(&out.stdout);
+    let versions = json_of(out.as_bytes());
     let v = versions.as_array().unwrap();
     assert_eq!(v.len(), 1);
     assert_eq!(v[0]["version_id"], "v1");
@@ -521,21 +516,13 @@ for i in range(20):
         s.shutdown(socket.SHUT_RDWR)
     s.close()
 "#;
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            hang_up,
-            &g.url,
-            "/datasets/ds/versions/v1/files/data/big.bin",
-            &k,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_ok(Command::new("python3").args([
+        "-c",
+        hang_up,
+        &g.url,
+        "/datasets/ds/versions/v1/files/data/big.bin",
+        &k,
+    ]));
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         curl(&[&format!("{}/health", g.url)]).0,

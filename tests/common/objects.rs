@@ -144,17 +144,7 @@ pub fn sse_of_objects(env: &super::Env) -> Vec<String> {
          \x20   print(s3.head_object(Bucket='{bucket}', Key=o['Key']).get('ServerSideEncryption'))\n",
         S3_ENDPOINT
     );
-    let out = Command::new("python3")
-        .args(["-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
+    super::run_ok(Command::new("python3").args(["-c", &script]))
         .lines()
         .map(str::to_string)
         .collect()
