@@ -488,14 +488,14 @@ async fn create_dataset(State(api): State<Arc<Api>>, headers: HeaderMap, body: B
         .into_response())
 }
 
-/// The version names of a record, for the policy.
-fn resources(repo: &Repo, dataset: &str, record: &Record) -> Vec<String> {
-    let tags: Vec<String> = repo
-        .tags(dataset)
-        .unwrap_or_default()
-        .into_iter()
+/// The version names of a record, for the policy, given the dataset's
+/// tags (read once per request: a tag a deny names must never be missed,
+/// so a failed read is the request's error).
+fn resources(dataset: &str, record: &Record, tags: &[crate::tag::Tag]) -> Vec<String> {
+    let tags: Vec<String> = tags
+        .iter()
         .filter(|t| t.version == record.version)
-        .map(|t| t.tag)
+        .map(|t| t.tag.clone())
         .collect();
     access::version_resources(dataset, record.version, &tags)
 }
@@ -510,9 +510,10 @@ async fn list_versions(
         .run(move |repo| {
             repo.check_dataset(&id)?;
             let records = repo.sync(&id)?;
+            let tags = repo.tags(&id)?;
             Ok(records
                 .iter()
-                .filter(|r| caller.sees(Action::Versions, &resources(repo, &id, r)))
+                .filter(|r| caller.sees(Action::Versions, &resources(&id, r, &tags)))
                 .map(Record::log_entry)
                 .collect::<Vec<_>>())
         })
@@ -529,7 +530,7 @@ fn visible_version(
 ) -> Result<(Record, Vec<String>), ApiError> {
     repo.check_dataset(id)?;
     let record = repo.version(id, v)?;
-    let names = resources(repo, id, &record);
+    let names = resources(id, &record, &repo.tags(id)?);
     if !caller.sees(Action::Versions, &names) {
         return Err(Error::NoVersion {
             dataset: id.to_string(),
