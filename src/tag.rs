@@ -149,42 +149,52 @@ impl Repo {
     pub fn version(&self, dataset: &str, spec: &str) -> Result<Record> {
         self.check_dataset(dataset)?;
         let records = self.sync(dataset)?;
-        let no_version = || Error::NoVersion {
-            dataset: dataset.to_string(),
-            version: spec.to_string(),
-        };
-        let (base, back) = match spec.split_once('~') {
-            Some((base, n)) => (
-                base,
-                n.parse::<u64>().map_err(|_| {
-                    Error::InvalidInput(format!(
-                        "bad version {spec:?}: after '~' comes a number of versions back"
-                    ))
-                })?,
-            ),
-            None => (spec, 0),
-        };
-        let number = if base == "latest" {
-            records.last().map(|r| r.version)
-        } else if let Some(n) = number_of(base) {
-            Some(n)
-        } else if validate(base).is_ok() {
-            let tag = self.tags(dataset)?.into_iter().find(|t| t.tag == base);
-            match tag {
-                Some(t) => Some(t.version),
-                None => return Err(no_version()),
-            }
-        } else {
-            return Err(Error::InvalidInput(format!(
-                "bad version {spec:?}: use v3, 3, latest or a tag, optionally with ~N (latest~1)"
-            )));
-        };
-        number
-            .and_then(|n| n.checked_sub(back))
-            .and_then(|n| records.iter().find(|r| r.version == n))
-            .cloned()
-            .ok_or_else(no_version)
+        resolve(dataset, spec, &records, || self.tags(dataset))
     }
+}
+
+/// The record `spec` names among `records` (oldest first); `tags` is asked
+/// only when the spec is a tag name.
+pub fn resolve(
+    dataset: &str,
+    spec: &str,
+    records: &[Record],
+    tags: impl FnOnce() -> Result<Vec<Tag>>,
+) -> Result<Record> {
+    let no_version = || Error::NoVersion {
+        dataset: dataset.to_string(),
+        version: spec.to_string(),
+    };
+    let (base, back) = match spec.split_once('~') {
+        Some((base, n)) => (
+            base,
+            n.parse::<u64>().map_err(|_| {
+                Error::InvalidInput(format!(
+                    "bad version {spec:?}: after '~' comes a number of versions back"
+                ))
+            })?,
+        ),
+        None => (spec, 0),
+    };
+    let number = if base == "latest" {
+        records.last().map(|r| r.version)
+    } else if let Some(n) = number_of(base) {
+        Some(n)
+    } else if validate(base).is_ok() {
+        match tags()?.into_iter().find(|t| t.tag == base) {
+            Some(t) => Some(t.version),
+            None => return Err(no_version()),
+        }
+    } else {
+        return Err(Error::InvalidInput(format!(
+            "bad version {spec:?}: use v3, 3, latest or a tag, optionally with ~N (latest~1)"
+        )));
+    };
+    number
+        .and_then(|n| n.checked_sub(back))
+        .and_then(|n| records.iter().find(|r| r.version == n))
+        .cloned()
+        .ok_or_else(no_version)
 }
 
 /// `v3` or `3`.

@@ -632,17 +632,26 @@ fn two_gateways_on_one_bucket_take_fifty_commits_each_at_once() {
         serve_with(&env, &["--sse", "aes256"]),
         serve_with(&other, &["--sse", "aes256"]),
     );
-    let commits = |g: &Gateway, side: &'static str| {
+    // Each commit is read back at once through the other gateway, by its
+    // number and as `latest` (which may be newer by then).
+    let commits = |g: &Gateway, there: &Gateway, side: &'static str| {
         let (url, k) = (format!("{}/datasets/ds/commit", g.url), k.clone());
+        let there = format!("{}/datasets/ds/versions", there.url);
         std::thread::spawn(move || {
             for i in 0..50 {
                 let body = json!({"commit_message": format!("{side} {i}"), "files": {format!("{side}/{i}.txt"): "eA=="}});
                 let (s, b) = post_json(&url, &k, &body.to_string());
                 assert_eq!(s, 201, "{side} {i}: {}", String::from_utf8_lossy(&b));
+                let v = json_of(&b)["version_id"].as_str().unwrap().to_string();
+                for spec in [v.as_str(), "latest"] {
+                    let file = format!("{there}/{spec}/files/{side}/{i}.txt");
+                    let (s, got) = curl(&[&file, "-H", &bearer(&k)]);
+                    assert_eq!((s, &got[..]), (200, &b"x"[..]), "{side} {i} as {spec}");
+                }
             }
         })
     };
-    let (ta, tb) = (commits(&a, "a"), commits(&b, "b"));
+    let (ta, tb) = (commits(&a, &b, "a"), commits(&b, &a, "b"));
     ta.join().unwrap();
     tb.join().unwrap();
     // 100 consecutive versions, the last holding all 100 files.

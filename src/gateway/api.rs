@@ -15,6 +15,7 @@ use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
 use crate::snapshot::{Node, Record};
 use crate::store::pack::BlobRef;
+use crate::tag::{self, Tag};
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -27,8 +28,11 @@ use std::time::{Duration, Instant};
 
 /// Largest request body; larger files go through an upload session.
 pub const MAX_BODY: usize = 10 * 1000 * 1000;
-/// How long keys and the policy read from the store are trusted.
+/// How long keys, the policy and a dataset's versions and tags read from
+/// the store are trusted.
 const FRESH: Duration = Duration::from_secs(2);
+/// Datasets whose views are kept.
+const VIEWS: usize = 256;
 
 pub struct Api {
     repo: Arc<Repo>,
@@ -39,6 +43,10 @@ pub struct Api {
     known: Mutex<Option<(Instant, Arc<Known>)>>,
     /// Held while they are read again.
     reading: tokio::sync::Mutex<()>,
+    /// Each dataset's versions and tags as last read.
+    views: Mutex<lru::LruCache<String, Arc<View>>>,
+    /// Held while a view is read.
+    viewing: tokio::sync::Mutex<()>,
     started: Instant,
     /// Requests by (method and route, status): how many, seconds in all.
     metrics: Mutex<std::collections::BTreeMap<(String, u16), (u64, f64)>>,
@@ -59,6 +67,15 @@ pub struct Audited {
 struct Known {
     keys: Vec<ApiKey>,
     policy: Option<Policy>,
+}
+
+/// A dataset as read from the store at `at`: its records (oldest first)
+/// and tags. Versions are immutable, so a view is only ever short of the
+/// newest versions and tag moves.
+struct View {
+    at: Instant,
+    records: Vec<Record>,
+    tags: Vec<Tag>,
 }
 
 /// An error as the client sees it.
@@ -172,6 +189,8 @@ impl Api {
             tokens,
             known: Mutex::default(),
             reading: tokio::sync::Mutex::const_new(()),
+            views: Mutex::new(lru::LruCache::new(VIEWS.try_into().expect("not 0"))),
+            viewing: tokio::sync::Mutex::const_new(()),
             started: Instant::now(),
             metrics: Mutex::default(),
             audit: Mutex::default(),
@@ -245,6 +264,80 @@ impl Api {
         *self.known.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((Instant::now(), known.clone()));
         Ok(known)
+    }
+
+    /// Dataset `id`'s view, read again unless it was read at `not_before`
+    /// or later. A dataset that does not exist (or is deleted) is an error,
+    /// never kept.
+    async fn view(self: &Arc<Self>, id: &str, not_before: Instant) -> Result<Arc<View>, ApiError> {
+        let fresh = || {
+            let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+            views.get(id).filter(|v| v.at >= not_before).cloned()
+        };
+        if let Some(v) = fresh() {
+            return Ok(v);
+        }
+        let _reading = self.viewing.lock().await;
+        if let Some(v) = fresh() {
+            return Ok(v);
+        }
+        let name = id.to_string();
+        let view = self
+            .run(move |repo| {
+                let at = Instant::now();
+                repo.check_dataset(&name)?;
+                let records = repo.sync(&name)?;
+                let tags = repo.tags(&name)?;
+                Ok(Arc::new(View { at, records, tags }))
+            })
+            .await?;
+        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        views.put(id.to_string(), view.clone());
+        Ok(view)
+    }
+
+    /// Forgets dataset `id`'s view (this gateway changed it).
+    fn changed(&self, id: &str) {
+        self.views.lock().unwrap_or_else(|p| p.into_inner()).pop(id);
+    }
+
+    /// The version `v` of dataset `id` names, if the caller may see it
+    /// (else as if there were none), with its names for the policy. A
+    /// version number or tag is looked for in a view up to `FRESH` old;
+    /// `latest`, and a version not found there or not shown to the caller,
+    /// in one read after the request came: so a commit through any gateway
+    /// is seen by the next request to any other, and a hidden version
+    /// costs what a missing one does.
+    async fn visible_version(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+        v: &str,
+    ) -> Result<(Arc<View>, Record, Vec<String>), ApiError> {
+        let asked = Instant::now();
+        let shown = |view: &View| {
+            let record = tag::resolve(id, v, &view.records, || Ok(view.tags.clone()))?;
+            let names = resources(id, &record, &view.tags);
+            match caller.sees(Action::Versions, &names) {
+                true => Ok((record, names)),
+                false => Err(Error::NoVersion {
+                    dataset: id.to_string(),
+                    version: v.to_string(),
+                }),
+            }
+        };
+        let newest = v.split('~').next() == Some("latest");
+        let recent = asked.checked_sub(FRESH).unwrap_or(self.started);
+        let view = self.view(id, if newest { asked } else { recent }).await?;
+        if let Ok((record, names)) = shown(&view) {
+            return Ok((view, record, names));
+        }
+        let view = match newest {
+            true => view,
+            false => self.view(id, asked).await?,
+        };
+        let (record, names) = shown(&view)?;
+        Ok((view, record, names))
     }
 
     /// The caller of a request: its API key (`Authorization: Bearer KEY` or
@@ -489,9 +582,9 @@ async fn create_dataset(State(api): State<Arc<Api>>, headers: HeaderMap, body: B
 }
 
 /// The version names of a record, for the policy, given the dataset's
-/// tags (read once per request: a tag a deny names must never be missed,
-/// so a failed read is the request's error).
-fn resources(dataset: &str, record: &Record, tags: &[crate::tag::Tag]) -> Vec<String> {
+/// tags (read with its view: a tag a deny names must never be missed, so a
+/// failed read is the request's error).
+fn resources(dataset: &str, record: &Record, tags: &[Tag]) -> Vec<String> {
     let tags: Vec<String> = tags
         .iter()
         .filter(|t| t.version == record.version)
@@ -506,39 +599,15 @@ async fn list_versions(
     Path(id): Path<String>,
 ) -> Reply {
     let caller = api.caller(&headers).await?;
-    let rows = api
-        .run(move |repo| {
-            repo.check_dataset(&id)?;
-            let records = repo.sync(&id)?;
-            let tags = repo.tags(&id)?;
-            Ok(records
-                .iter()
-                .filter(|r| caller.sees(Action::Versions, &resources(&id, r, &tags)))
-                .map(Record::log_entry)
-                .collect::<Vec<_>>())
-        })
-        .await?;
+    // The whole list, as of the request (as `latest` is).
+    let view = api.view(&id, Instant::now()).await?;
+    let rows: Vec<Value> = view
+        .records
+        .iter()
+        .filter(|r| caller.sees(Action::Versions, &resources(&id, r, &view.tags)))
+        .map(Record::log_entry)
+        .collect();
     Ok(Json(rows).into_response())
-}
-
-/// The version `v` names, if the caller may see it (else as if none).
-fn visible_version(
-    repo: &Repo,
-    caller: &Caller,
-    id: &str,
-    v: &str,
-) -> Result<(Record, Vec<String>), ApiError> {
-    repo.check_dataset(id)?;
-    let record = repo.version(id, v)?;
-    let names = resources(id, &record, &repo.tags(id)?);
-    if !caller.sees(Action::Versions, &names) {
-        return Err(Error::NoVersion {
-            dataset: id.to_string(),
-            version: v.to_string(),
-        }
-        .into());
-    }
-    Ok((record, names))
 }
 
 async fn get_version(
@@ -547,22 +616,17 @@ async fn get_version(
     Path((id, v)): Path<(String, String)>,
 ) -> Reply {
     let caller = api.caller(&headers).await?;
-    let body = api
-        .run(move |repo| {
-            let (record, _) = visible_version(repo, &caller, &id, &v)?;
-            let mut e = record.log_entry();
-            let tags: Vec<String> = repo
-                .tags(&id)?
-                .into_iter()
-                .filter(|t| t.version == record.version)
-                .map(|t| t.tag)
-                .collect();
-            e["tags"] = json!(tags);
-            e["parent"] = json!(record.parent.map(|p| p.to_hex()));
-            Ok(e)
-        })
-        .await?;
-    Ok(Json(body).into_response())
+    let (view, record, _) = api.visible_version(&caller, &id, &v).await?;
+    let mut e = record.log_entry();
+    let tags: Vec<&str> = view
+        .tags
+        .iter()
+        .filter(|t| t.version == record.version)
+        .map(|t| t.tag.as_str())
+        .collect();
+    e["tags"] = json!(tags);
+    e["parent"] = json!(record.parent.map(|p| p.to_hex()));
+    Ok(Json(e).into_response())
 }
 
 async fn get_root(
@@ -654,6 +718,24 @@ fn read_span(repo: &Repo, chunks: &[BlobRef], start: u64, end: u64) -> crate::Re
 /// lives in memory whole).
 const WINDOW: u64 = 4 << 20;
 
+/// What a GET of a path in a version comes to, found in one trip to the
+/// blocking pool.
+enum Served {
+    Listing(Vec<Value>),
+    NotModified(String),
+    BadRange(u64),
+    File {
+        chunks: Vec<BlobRef>,
+        tag: String,
+        size: u64,
+        status: StatusCode,
+        start: u64,
+        end: u64,
+        /// The first window's bytes.
+        first: Vec<u8>,
+    },
+}
+
 async fn serve_path(
     api: Arc<Api>,
     headers: HeaderMap,
@@ -662,9 +744,10 @@ async fn serve_path(
     path: String,
 ) -> Reply {
     let caller = api.caller(&headers).await?;
-    let (node, names) = api
+    let (_, record, versions) = api.visible_version(&caller, &id, &v).await?;
+    let asked = headers.clone();
+    let served = api
         .run(move |repo| {
-            let (record, versions) = visible_version(repo, &caller, &id, &v)?;
             let clean = path.trim_matches('/').to_string();
             let node = repo.lookup(&record.tree, clean.as_bytes())?;
             let hidden = || Error::NoPath {
@@ -678,57 +761,21 @@ async fn serve_path(
                 return Err(hidden().into());
             }
             caller.may(Action::Read, &names)?;
-            if let Node::Dir { tree, .. } = &node {
-                let listing: Vec<Value> = repo
-                    .tree(tree)?
-                    .entries
-                    .iter()
-                    .filter(|e| {
-                        let child = match clean.is_empty() {
-                            true => String::from_utf8_lossy(&e.name).into_owned(),
-                            false => format!("{clean}/{}", String::from_utf8_lossy(&e.name)),
-                        };
-                        let mut n = access::path_resources(&versions, &child, e.node.is_dir());
-                        n.extend(versions.iter().cloned());
-                        caller.sees(Action::Versions, &n)
-                    })
-                    .map(|e| {
-                        json!({
-                            "name": String::from_utf8_lossy(&e.name),
-                            "type": match &e.node {
-                                Node::Dir { .. } => "dir",
-                                Node::File { .. } => "file",
-                                Node::Symlink { .. } => "symlink",
-                                Node::Special { .. } => "special",
-                            },
-                            "size": e.node.size(),
-                            "mtime": e.node.mtime().0,
-                        })
-                    })
-                    .collect();
-                return Ok((node, Some(listing)));
+            match node {
+                Node::Dir { tree, .. } => Ok(Served::Listing(listing(
+                    repo, &caller, &versions, &clean, &tree,
+                )?)),
+                Node::File { chunks, size, .. } => Ok(file_part(repo, &asked, chunks, size)?),
+                _ => Err(err(StatusCode::NOT_FOUND, "no_path", "not a regular file")),
             }
-            Ok((node, None))
         })
         .await?;
-    if let Some(listing) = names {
-        return Ok(Json(listing).into_response());
-    }
-    let Node::File { chunks, size, .. } = node else {
-        return Err(err(StatusCode::NOT_FOUND, "no_path", "not a regular file"));
-    };
-    let tag = etag(&chunks);
-    if headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == tag || t.trim() == "*"))
-    {
-        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, tag)]).into_response());
-    }
-    let (status, start, end) = match range(&headers, size) {
-        None => (StatusCode::OK, 0, size),
-        Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, a, b),
-        Some(Err(())) => {
+    let (chunks, tag, size, status, start, end, first) = match served {
+        Served::Listing(l) => return Ok(Json(l).into_response()),
+        Served::NotModified(tag) => {
+            return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, tag)]).into_response());
+        }
+        Served::BadRange(size) => {
             let mut res = err(
                 StatusCode::RANGE_NOT_SATISFIABLE,
                 "bad_range",
@@ -741,40 +788,47 @@ async fn serve_path(
             );
             return Ok(res);
         }
+        Served::File {
+            chunks,
+            tag,
+            size,
+            status,
+            start,
+            end,
+            first,
+        } => (chunks, tag, size, status, start, end, first),
     };
-    // The first window is read before anything is sent, so a missing or
-    // damaged object is an error status, not a cut-off body; the rest are
-    // read one after another, each taking a worker only while it reads (a
-    // slow client holds none).
-    let first_end = (start + WINDOW).min(end);
-    let chunks = Arc::new(chunks);
-    let window = chunks.clone();
-    let first = api
-        .run(move |repo| Ok(read_span(repo, &window, start, first_end)?))
-        .await?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
-    let reader = api.clone();
-    tokio::spawn(async move {
-        if tx.send(Ok(first)).await.is_err() {
-            return;
-        }
-        let mut at = first_end;
-        while at < end {
-            let to = (at + WINDOW).min(end);
-            let window = chunks.clone();
-            let read = reader
-                .run(move |repo| Ok(read_span(repo, &window, at, to)?))
-                .await
-                .map_err(|e| std::io::Error::other(e.message));
-            let failed = read.is_err();
-            if tx.send(read).await.is_err() || failed {
-                return; // the client went away, or the read failed
+    let first_end = start + first.len() as u64;
+    let body = if first_end == end {
+        Body::from(first)
+    } else {
+        // The rest is read one window after another, each taking a worker
+        // only while it reads (a slow client holds none).
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
+        let reader = api.clone();
+        let chunks = Arc::new(chunks);
+        tokio::spawn(async move {
+            if tx.send(Ok(first)).await.is_err() {
+                return;
             }
-            at = to;
-        }
-    });
-    let stream = tokio_stream_from(rx);
-    let mut res = Response::new(Body::from_stream(stream));
+            let mut at = first_end;
+            while at < end {
+                let to = (at + WINDOW).min(end);
+                let window = chunks.clone();
+                let read = reader
+                    .run(move |repo| Ok(read_span(repo, &window, at, to)?))
+                    .await
+                    .map_err(|e| std::io::Error::other(e.message));
+                let failed = read.is_err();
+                if tx.send(read).await.is_err() || failed {
+                    return; // the client went away, or the read failed
+                }
+                at = to;
+            }
+        });
+        Body::from_stream(tokio_stream_from(rx))
+    };
+    let mut res = Response::new(body);
     *res.status_mut() = status;
     let h = res.headers_mut();
     h.insert(header::ETAG, HeaderValue::from_str(&tag).expect("ascii"));
@@ -791,6 +845,78 @@ async fn serve_path(
         );
     }
     Ok(res)
+}
+
+/// A folder's entries the caller may see, as JSON.
+fn listing(
+    repo: &Repo,
+    caller: &Caller,
+    versions: &[String],
+    clean: &str,
+    tree: &BlobRef,
+) -> Result<Vec<Value>, ApiError> {
+    Ok(repo
+        .tree(tree)?
+        .entries
+        .iter()
+        .filter(|e| {
+            let child = match clean.is_empty() {
+                true => String::from_utf8_lossy(&e.name).into_owned(),
+                false => format!("{clean}/{}", String::from_utf8_lossy(&e.name)),
+            };
+            let mut n = access::path_resources(versions, &child, e.node.is_dir());
+            n.extend(versions.iter().cloned());
+            caller.sees(Action::Versions, &n)
+        })
+        .map(|e| {
+            json!({
+                "name": String::from_utf8_lossy(&e.name),
+                "type": match &e.node {
+                    Node::Dir { .. } => "dir",
+                    Node::File { .. } => "file",
+                    Node::Symlink { .. } => "symlink",
+                    Node::Special { .. } => "special",
+                },
+                "size": e.node.size(),
+                "mtime": e.node.mtime().0,
+            })
+        })
+        .collect())
+}
+
+/// A file's answer to a GET with these headers: 304, 416, or its status,
+/// span and first window. The first window is read before anything is
+/// sent, so a missing or damaged object is an error status, not a cut-off
+/// body.
+fn file_part(
+    repo: &Repo,
+    headers: &HeaderMap,
+    chunks: Vec<BlobRef>,
+    size: u64,
+) -> Result<Served, ApiError> {
+    let tag = etag(&chunks);
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == tag || t.trim() == "*"))
+    {
+        return Ok(Served::NotModified(tag));
+    }
+    let (status, start, end) = match range(headers, size) {
+        None => (StatusCode::OK, 0, size),
+        Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, a, b),
+        Some(Err(())) => return Ok(Served::BadRange(size)),
+    };
+    let first = read_span(repo, &chunks, start, (start + WINDOW).min(end))?;
+    Ok(Served::File {
+        chunks,
+        tag,
+        size,
+        status,
+        start,
+        end,
+        first,
+    })
 }
 
 fn tokio_stream_from(
@@ -887,6 +1013,7 @@ async fn commit(
             Ok(commit_edits(repo, &meta, parent.as_deref(), edits)?)
         })
         .await?;
+    api.changed(&record.dataset);
     Ok((StatusCode::CREATED, Json(record.log_entry())).into_response())
 }
 

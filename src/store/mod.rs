@@ -3,6 +3,8 @@
 //! This is the only module that imports `object_store`, and the one place where
 //! synchronous callers cross into the tokio runtime (`block_on`, `spawn`).
 
+#[cfg(feature = "cloud")]
+mod classify;
 pub mod codec;
 pub mod pack;
 #[cfg(feature = "cloud")]
@@ -680,6 +682,16 @@ impl Store {
 }
 
 /// Runs `op` until it succeeds, fails for good, or the deadline passes.
+#[cfg(feature = "cloud")]
+use classify::transient;
+
+/// Without the cloud backends every store is a local folder, whose errors
+/// are never retried.
+#[cfg(not(feature = "cloud"))]
+fn transient(_: &object_store::Error) -> bool {
+    false
+}
+
 async fn retrying<T, F>(
     policy: Policy,
     health: &Health,
@@ -703,7 +715,7 @@ where
             None => op().await,
         };
         match res {
-            Err(e) if retry::transient(&e) => {
+            Err(e) if transient(&e) => {
                 health.failed(&e);
                 let wait = retry::backoff(attempt);
                 if policy

@@ -1,15 +1,12 @@
 //! Remote object stores (`s3://`, `gs://`, `az://`), configured the way their
 //! own tools are: from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`).
 
+use super::classify::Connector;
 use super::retry::Policy;
-use super::sse::{self, Sse};
+use super::sse::Sse;
 use crate::error::{Error, Result};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
-use object_store::client::{
-    ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
-    HttpService, ReqwestConnector,
-};
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::prefix::PrefixStore;
 use object_store::{BackoffConfig, ClientConfigKey, ObjectStore, RetryConfig};
@@ -41,10 +38,16 @@ pub(super) fn open(
     let connect = humantime::format_duration(CONNECT_TIMEOUT).to_string();
     // The same client settings for every service; each builder names them
     // with its own key type.
+    // Every answer is classified (`classify`); S3 uploads are also checked
+    // for the encryption asked.
+    let connector = Connector {
+        sse: sse.map(Sse::header),
+    };
     macro_rules! build {
         ($builder:expr, $key:path) => {
             Arc::new(
                 $builder
+                    .with_http_connector(connector)
                     .with_config($key(ClientConfigKey::Timeout), &timeout)
                     .with_config($key(ClientConfigKey::ConnectTimeout), &connect)
                     .with_retry(http_retry(policy))
@@ -64,9 +67,7 @@ pub(super) fn open(
             }
             if let Some(sse) = sse {
                 let key = |k: &str| k.parse::<AmazonS3ConfigKey>().expect("a known key");
-                b = b
-                    .with_config(key("aws_server_side_encryption"), sse.header())
-                    .with_http_connector(CheckSse(sse.header()));
+                b = b.with_config(key("aws_server_side_encryption"), sse.header());
                 if let Sse::Kms(Some(id)) = sse {
                     b = b.with_config(key("aws_sse_kms_key_id"), id);
                 }
@@ -108,51 +109,5 @@ fn http_retry(policy: &Policy) -> RetryConfig {
         },
         max_retries: 3,
         retry_timeout: policy.request_timeout(),
-    }
-}
-
-/// Connects a client whose every successful PUT must come back saying the
-/// encryption asked for (`x-amz-server-side-encryption`).
-#[derive(Debug)]
-struct CheckSse(&'static str);
-
-impl HttpConnector for CheckSse {
-    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
-        Ok(HttpClient::new(Checked {
-            inner: ReqwestConnector::default().connect(options)?,
-            want: self.0,
-        }))
-    }
-}
-
-#[derive(Debug)]
-struct Checked {
-    inner: HttpClient,
-    want: &'static str,
-}
-
-#[async_trait::async_trait]
-impl HttpService for Checked {
-    async fn call(&self, req: HttpRequest) -> std::result::Result<HttpResponse, HttpError> {
-        let put = req.method() == http::Method::PUT;
-        let resp = self.inner.execute(req).await?;
-        if put && resp.status().is_success() {
-            let got = resp
-                .headers()
-                .get("x-amz-server-side-encryption")
-                .and_then(|v| v.to_str().ok());
-            if got != Some(self.want) {
-                return Err(HttpError::new(
-                    HttpErrorKind::Unknown,
-                    std::io::Error::other(format!(
-                        "{}: asked for {}, the service answered {}; it may hold the object unencrypted",
-                        sse::REFUSED,
-                        self.want,
-                        got.map_or("nothing".to_string(), |g| format!("{g:?}"))
-                    )),
-                ));
-            }
-        }
-        Ok(resp)
     }
 }

@@ -47,21 +47,6 @@ pub fn backoff(attempt: u32) -> Duration {
     base.mul_f64(rand::random_range(0.5..=1.0))
 }
 
-/// Whether an error may go away by itself. Answers the store gave on purpose
-/// (not found, exists, denied, 4xx) are final; timeouts, resets and 5xx are not.
-pub fn transient(e: &object_store::Error) -> bool {
-    match e {
-        object_store::Error::Generic { .. } => {
-            let msg = e.to_string();
-            let client_error = msg.contains("status code: 4")
-                && !msg.contains("status code: 408")
-                && !msg.contains("status code: 429");
-            !client_error && !msg.contains(super::sse::REFUSED)
-        }
-        _ => false,
-    }
-}
-
 /// The error for an operation that ran out of time.
 pub fn deadline_exceeded(deadline: Duration) -> object_store::Error {
     object_store::Error::Generic {
@@ -152,27 +137,5 @@ mod tests {
         }
         let spread: std::collections::HashSet<_> = (0..50).map(|_| backoff(3)).collect();
         assert!(spread.len() > 1, "jitter varies the delay");
-    }
-
-    #[test]
-    fn only_unintended_failures_are_transient() {
-        let generic = |m: &str| object_store::Error::Generic {
-            store: "S3",
-            source: m.to_string().into(),
-        };
-        assert!(transient(&generic("connection reset by peer")));
-        assert!(transient(&generic(
-            "Server returned non-2xx status code: 503 Service Unavailable: SlowDown"
-        )));
-        assert!(transient(&generic(
-            "Server returned non-2xx status code: 429 Too Many Requests"
-        )));
-        assert!(!transient(&generic(
-            "Server returned non-2xx status code: 400 Bad Request"
-        )));
-        assert!(!transient(&object_store::Error::NotFound {
-            path: "x".into(),
-            source: "gone".into(),
-        }));
     }
 }

@@ -13,8 +13,7 @@ pub enum Sse {
     Kms(Option<String>),
 }
 
-/// Starts the error of an answer without the encryption asked for (and
-/// tells the retry policy it is permanent).
+/// Starts the error of an answer without the encryption asked for.
 pub const REFUSED: &str = "server-side encryption not applied";
 
 impl Sse {
