@@ -2,8 +2,9 @@
 # Runs the whole test suite: formatting, lints, unit, property and end-to-end
 # tests, first on a local folder store (format 2, sealed), then the
 # end-to-end suites again on S3 (LocalStack on 127.0.0.1:4566, started here)
-# with plaintext stores (format 1), so each format and each backend runs
-# them; then each fuzz target for
+# with plaintext stores (format 1) and on Azure Blob Storage (Azurite on
+# 127.0.0.1:10000, started here) with sealed ones, so each format and each
+# backend runs them; then each fuzz target for
 # a bounded time, and a check that a build without the test feature ignores
 # FAILPOINTS.
 set -euo pipefail
@@ -18,10 +19,12 @@ if ! command -v pjdfstest >/dev/null; then
 fi
 ./scripts/localstack.sh
 ./scripts/s3rver.sh
+./scripts/azurite.sh
 cargo fmt --all -- --check
 # The tests inject failures (crate feature `failpoints`); releases cannot.
 cargo clippy --all-targets --features failpoints -- -D warnings
 cargo test --all-targets --features failpoints
 DETAFS_TEST_STORE=s3 DETAFS_TEST_PLAINTEXT=1 cargo test --features failpoints --test cli --test crash --test race --test mount --test workflow
+DETAFS_TEST_STORE=azure cargo test --features failpoints --test cli --test crash --test race --test mount --test workflow
 ./scripts/fuzz.sh "${DETAFS_FUZZ_SECONDS:-45}"
 ./scripts/check-release-failpoints.sh

@@ -41,7 +41,7 @@ fn serve_script(answer: Script) -> Scripted {
     Scripted { port, asked }
 }
 
-fn answer_all(conn: TcpStream, answer: &(dyn Fn(&str) -> Option<String>), asked: &AtomicUsize) {
+fn answer_all(conn: TcpStream, answer: &dyn Fn(&str) -> Option<String>, asked: &AtomicUsize) {
     let mut out = conn.try_clone().unwrap();
     let mut r = BufReader::new(conn);
     loop {

@@ -383,8 +383,10 @@ impl Store {
             detail: if !created {
                 "a fresh probe key was reported as existing".into()
             } else {
-                "a second create of the same key succeeded: it ignores If-None-Match and overwrites"
-                    .into()
+                format!(
+                    "a second create of the same key succeeded: it ignores {} and overwrites",
+                    create_only_precondition(&self.url)
+                )
             },
         })
     }
@@ -682,6 +684,16 @@ impl Store {
 }
 
 /// Runs `op` until it succeeds, fails for good, or the deadline passes.
+/// How the service at `url` is asked to create an object only if none
+/// exists (object_store's `PutMode::Create`).
+fn create_only_precondition(url: &str) -> &'static str {
+    match url.split_once("://").map(|(scheme, _)| scheme) {
+        Some("gs") => "the generation-match precondition (x-goog-if-generation-match: 0)",
+        Some("az" | "azure" | "abfs" | "abfss") => "If-None-Match: * on Put Blob",
+        _ => "If-None-Match: *",
+    }
+}
+
 #[cfg(feature = "cloud")]
 use classify::transient;
 

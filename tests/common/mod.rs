@@ -32,6 +32,9 @@ pub struct Env {
     pub bucket: Option<String>,
     /// The S3 server's endpoint (when `bucket` is set).
     pub endpoint: String,
+    /// The prefix in the Azurite container holding the store, if it is on
+    /// Azure.
+    pub azure: Option<String>,
     /// The store's key file (`init` writes it; other hosts share it, as
     /// a user copies it to them).
     pub key_file: PathBuf,
@@ -79,10 +82,10 @@ impl Env {
 
     /// An uninitialised store: a folder, or a bucket when `DETAFS_TEST_STORE=s3`.
     pub fn empty() -> Env {
-        if objects::s3_by_default() {
-            Env::empty_s3()
-        } else {
-            Env::empty_local()
+        match objects::store_by_default().as_str() {
+            "s3" => Env::empty_s3(),
+            "azure" => Env::empty_azure(),
+            _ => Env::empty_local(),
         }
     }
 
@@ -98,6 +101,24 @@ impl Env {
             cache,
             bucket: None,
             endpoint: String::new(),
+            azure: None,
+            password: None,
+        }
+    }
+
+    /// A fresh prefix in the Azurite test container.
+    pub fn empty_azure() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = format!("t{}/store", hex::encode(rand::random::<[u8; 8]>()));
+        Env {
+            store: format!("az://{}/{prefix}", objects::AZURE_CONTAINER),
+            objects: Objects::azure(&prefix),
+            cache: dir.path().join("cache"),
+            key_file: dir.path().join("store.key"),
+            dir,
+            bucket: None,
+            endpoint: String::new(),
+            azure: Some(prefix),
             password: None,
         }
     }
@@ -119,6 +140,7 @@ impl Env {
             dir,
             bucket: Some(bucket),
             endpoint: endpoint.to_string(),
+            azure: None,
             password: None,
         }
     }
@@ -128,15 +150,17 @@ impl Env {
         let dir = tempfile::tempdir().unwrap();
         Env {
             store: self.store.clone(),
-            objects: match &self.bucket {
-                Some(b) => Objects::s3(&self.endpoint, b, "store"),
-                None => Objects::local(Path::new(&self.store)),
+            objects: match (&self.bucket, &self.azure) {
+                (Some(b), _) => Objects::s3(&self.endpoint, b, "store"),
+                (_, Some(prefix)) => Objects::azure(prefix),
+                _ => Objects::local(Path::new(&self.store)),
             },
             cache: dir.path().join("cache"),
             key_file: self.key_file.clone(),
             dir,
             bucket: self.bucket.clone(),
             endpoint: self.endpoint.clone(),
+            azure: self.azure.clone(),
             password: self.password.clone(),
         }
     }
@@ -166,6 +190,9 @@ impl Env {
         if self.bucket.is_some() {
             c.envs(objects::S3_ENV)
                 .env("AWS_ENDPOINT_URL", &self.endpoint);
+        }
+        if self.azure.is_some() {
+            c.envs(objects::AZURE_ENV);
         }
         c
     }

@@ -20,10 +20,27 @@ pub const S3_ENV: [(&str, &str); 4] = [
     ("AWS_REGION", "us-east-1"),
 ];
 
-/// Which kind of store `Env::empty` gives: `DETAFS_TEST_STORE=s3` runs the
-/// same tests against S3.
-pub fn s3_by_default() -> bool {
-    std::env::var("DETAFS_TEST_STORE").is_ok_and(|v| v == "s3")
+/// Which kind of store `Env::empty` gives: `DETAFS_TEST_STORE=s3` or
+/// `azure` runs the same tests against S3 or Azure Blob Storage.
+pub fn store_by_default() -> String {
+    std::env::var("DETAFS_TEST_STORE").unwrap_or_default()
+}
+
+/// The Azurite container (scripts/azurite.sh creates it) that holds each
+/// test's store under a prefix of its own.
+pub const AZURE_CONTAINER: &str = "detafs";
+
+/// The environment an Azure client of the Azurite test server needs.
+pub const AZURE_ENV: [(&str, &str); 1] = [("AZURE_STORAGE_USE_EMULATOR", "true")];
+
+/// A direct client of the Azurite test container, under `prefix`.
+pub fn azure_store(prefix: &str) -> Arc<dyn ObjectStore> {
+    let az = object_store::azure::MicrosoftAzureBuilder::new()
+        .with_use_emulator(true)
+        .with_container_name(AZURE_CONTAINER)
+        .build()
+        .unwrap();
+    Arc::new(object_store::prefix::PrefixStore::new(az, prefix))
 }
 
 /// Creates a bucket on the test server at `endpoint`; panics (never
@@ -75,6 +92,11 @@ impl Objects {
     /// The bucket's objects under `prefix` (which must match the store URL's).
     pub fn s3(endpoint: &str, bucket: &str, prefix: &str) -> Objects {
         Objects::new(s3_store(endpoint, bucket, prefix))
+    }
+
+    /// The test container's objects under `prefix`.
+    pub fn azure(prefix: &str) -> Objects {
+        Objects::new(azure_store(prefix))
     }
 
     fn new(store: Arc<dyn ObjectStore>) -> Objects {
