@@ -275,6 +275,22 @@ impl Repo {
 
     /// The node at `path` (slash-separated, relative) in a version's tree.
     pub fn lookup(&self, root: &BlobRef, path: &[u8]) -> Result<Option<Node>> {
+        Ok(self.walk(root, path, |r| self.tree(r).map(Some))?.flatten())
+    }
+
+    /// `lookup` without I/O: `None` when a tree on the way is not in memory.
+    pub fn lookup_cached(&self, root: &BlobRef, path: &[u8]) -> Option<Option<Node>> {
+        self.walk(root, path, |r| Ok(self.cached_tree(r))).ok()?
+    }
+
+    /// The node at `path` under `root`, loading trees with `tree`; `None`
+    /// when `tree` had none to give.
+    fn walk(
+        &self,
+        root: &BlobRef,
+        path: &[u8],
+        tree: impl Fn(&BlobRef) -> Result<Option<Arc<Tree>>>,
+    ) -> Result<Option<Option<Node>>> {
         let mut node = Node::Dir {
             mode: 0o755,
             mtime: Default::default(),
@@ -286,15 +302,27 @@ impl Repo {
             .split(|&b| b == b'/')
             .filter(|p| !p.is_empty() && *p != b".")
         {
-            let Node::Dir { tree, .. } = &node else {
+            let Node::Dir { tree: t, .. } = &node else {
+                return Ok(Some(None));
+            };
+            let Some(t) = tree(t)? else {
                 return Ok(None);
             };
-            match self.tree(tree)?.get(part) {
+            match t.get(part) {
                 Some(n) => node = n.clone(),
-                None => return Ok(None),
+                None => return Ok(Some(None)),
             }
         }
-        Ok(Some(node))
+        Ok(Some(Some(node)))
+    }
+
+    /// A tree, if it is in memory.
+    pub fn cached_tree(&self, r: &BlobRef) -> Option<Arc<Tree>> {
+        self.trees
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&r.id)
+            .cloned()
     }
 
     /// Loads many trees into memory with one range read per run of trees that
@@ -412,13 +440,8 @@ impl Repo {
 
 impl TreeSource for Repo {
     fn tree(&self, r: &BlobRef) -> Result<Arc<Tree>> {
-        if let Some(t) = self
-            .trees
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&r.id)
-        {
-            return Ok(t.clone());
+        if let Some(t) = self.cached_tree(r) {
+            return Ok(t);
         }
         let bytes = match self.disk.decoded(r, BlobKind::Tree, &self.codec) {
             Some(b) => b,

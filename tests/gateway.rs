@@ -452,10 +452,10 @@ fn a_large_file_goes_in_through_an_upload_and_is_committed_with_others_at_once()
     let env = Env::new();
     let k = key(&env, "k", "read,commit");
     let g = serve(&env);
-    // Beyond the body limit, streamed (curl sends it from the file).
+    // 1 GiB, beyond the body limit, streamed (curl sends it from the file).
     let big = env.path("big.bin");
     common::run_ok(Command::new("sh").arg("-c").arg(format!(
-        "head -c 134217728 /dev/urandom > {}",
+        "head -c 1073741824 /dev/urandom > {}",
         big.display()
     )));
     let want = common::run_ok(Command::new("sha256sum").arg(&big));
@@ -471,7 +471,13 @@ fn a_large_file_goes_in_through_an_upload_and_is_committed_with_others_at_once()
     ]);
     assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
     let up = json_of(&b);
-    assert_eq!(up["size"], 134_217_728);
+    assert_eq!(up["size"], 1_073_741_824);
+    // The body went to disk as it came, never into memory whole.
+    assert!(
+        g.peak_rss() < 400 << 20,
+        "peak RSS {} MiB",
+        g.peak_rss() >> 20
+    );
     // Nothing is a version until the commit names it.
     assert!(env.ok(&["log", "ds"]).is_empty());
     let url = format!("{}/datasets/ds/commit", g.url);
@@ -498,6 +504,11 @@ fn a_large_file_goes_in_through_an_upload_and_is_committed_with_others_at_once()
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
     let got_sum = common::run_ok(Command::new("sha256sum").arg(&got));
     assert_eq!(got_sum.split(' ').next(), want.split(' ').next());
+    assert!(
+        g.peak_rss() < 400 << 20,
+        "peak RSS {} MiB",
+        g.peak_rss() >> 20
+    );
     // Clients that hang up mid-file (a reset or a close, a few KiB in) end
     // their own request only, not the gateway (writes to them fail with
     // EPIPE, which must not be a signal that ends the process).
@@ -552,6 +563,82 @@ for i in range(20):
         &json!({"commit_message": "m", "uploads": ["00ff"]}).to_string(),
     ]);
     assert_eq!(s, 400);
+}
+
+/// Slow clients, all at once: one that never finishes its headers is cut
+/// off; one that stops in the middle of a body gets 408; one that stops
+/// reading a large file has its response ended. Meanwhile others are served.
+#[test]
+fn slow_clients_time_out() {
+    let env = Env::new();
+    let big = env.path("src/big.bin");
+    std::fs::create_dir_all(big.parent().unwrap()).unwrap();
+    std::fs::write(&big, vec![7u8; 64 << 20]).unwrap();
+    env.commit(&env.path("src"), "v1");
+    let k = key(&env, "k", "read,commit");
+    let g = serve(&env);
+    let slow = r#"
+import socket, ssl, sys, threading, time
+host, port = sys.argv[1].rsplit("/", 1)[-1].split(":")
+key = sys.argv[2]
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+def conn():
+    s = ctx.wrap_socket(socket.create_connection((host, int(port))))
+    s.settimeout(60)
+    return s
+def until_closed(s):
+    got = b""
+    while True:
+        try:
+            b = s.recv(1 << 16)
+        except (ConnectionResetError, ssl.SSLError):
+            return got
+        if not b:
+            return got
+        got += b
+out = {}
+def headers():
+    s = conn(); t = time.time()
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    got = until_closed(s)
+    out["headers"] = (round(time.time() - t), got[:12])
+def body():
+    s = conn(); t = time.time()
+    s.sendall(f'POST /datasets/ds/commit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Length: 100\r\n\r\n{{"commit'.encode())
+    got = until_closed(s)
+    out["body"] = (round(time.time() - t), got[:12])
+def reader():
+    s = conn(); t = time.time()
+    s.sendall(f"GET /datasets/ds/versions/v1/files/big.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n".encode())
+    first = s.recv(4096)
+    time.sleep(45)
+    got = first + until_closed(s)
+    out["reader"] = (round(time.time() - t), len(got))
+ts = [threading.Thread(target=f) for f in (headers, body, reader)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(out["headers"][0], out["headers"][1].decode(errors="replace"))
+print(out["body"][0], out["body"][1].decode(errors="replace"))
+print(out["reader"][0], out["reader"][1])
+"#;
+    let probe = {
+        let (url, k) = (format!("{}/datasets/ds/versions", g.url), k.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(5));
+            curl(&[&url, "-H", &bearer(&k)]).0
+        })
+    };
+    let report = common::run_ok(Command::new("python3").args(["-c", slow, &g.url, &k]));
+    let lines: Vec<&str> = report.lines().collect();
+    let seconds = |l: &str| l.split(' ').next().unwrap().parse::<u64>().unwrap();
+    // Headers: cut off after the 10 s allowed, without an answer.
+    assert!((9..=20).contains(&seconds(lines[0])), "{report}");
+    // A body that stops: 408 after the 30 s allowed.
+    assert!(lines[1].contains("HTTP/1.1 408"), "{report}");
+    assert!((29..=45).contains(&seconds(lines[1])), "{report}");
+    // A reader that stops: its response is ended, far short of 64 MiB.
+    let read: u64 = lines[2].split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(read < 32 << 20, "{report}");
+    assert_eq!(probe.join().unwrap(), 200, "others are served meanwhile");
 }
 
 #[test]

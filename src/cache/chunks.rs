@@ -61,6 +61,11 @@ impl ChunkCache {
         }
     }
 
+    /// Chunk `id` if it is in memory (no I/O).
+    pub fn cached(&self, id: &ObjectId) -> Option<Bytes> {
+        self.state().lru.get(id).cloned()
+    }
+
     /// Starts fetching `run` in the background unless it is cached or under way.
     pub fn prefetch(self: &Arc<Self>, run: Vec<BlobRef>) {
         {

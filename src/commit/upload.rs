@@ -1,6 +1,8 @@
 //! Uploads: a file's bytes stored ahead of a commit (the gateway's chunked
 //! alternative to a body over its limit). The chunks go into packs as a
-//! commit's do; `uploads/ID.json` (sealed like records) says which, for
+//! commit's do, and so does a one-entry tree naming them (a file of any
+//! size has a chunk list of any length, which a tree holds as a version's
+//! does); `uploads/ID.json` (sealed like records) names that tree, for
 //! which dataset and path, and when. A commit names uploads; one older than
 //! a commit may take (gc may since have collected its packs) is refused.
 
@@ -10,6 +12,8 @@ use crate::gc;
 use crate::limits;
 use crate::progress::Quiet;
 use crate::repo::Repo;
+use crate::snapshot::diff::{TreeSink, TreeSource};
+use crate::snapshot::tree::{Entry, Node, Tree};
 use crate::store::pack::BlobRef;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -23,10 +27,21 @@ pub struct Upload {
     pub dataset: String,
     pub path: String,
     pub size: u64,
-    pub chunks: Vec<BlobRef>,
+    /// A tree of one entry, `file`, the upload's bytes.
+    pub tree: BlobRef,
     /// RFC 3339, UTC.
     pub time: String,
 }
+
+/// An upload as a commit takes it.
+pub struct Loaded {
+    pub path: String,
+    pub size: u64,
+    pub chunks: Vec<BlobRef>,
+}
+
+/// The name of the one entry of an upload's tree.
+const ENTRY: &[u8] = b"file";
 
 fn key(id: &str) -> String {
     format!("{PREFIX}{id}.json")
@@ -38,14 +53,27 @@ pub fn store_upload(repo: &Repo, dataset: &str, path: &str, file: &Path) -> Resu
     repo.check_dataset(dataset)?;
     let mut scanner = Scanner::new(repo, &Quiet);
     let (chunks, size) = scanner.chunk_prefix(file, u64::MAX)?;
+    let now = std::time::SystemTime::now();
+    let node = Node::File {
+        mode: 0o644,
+        mtime: Default::default(), // a commit gives the file its time
+        size,
+        chunks,
+        atime: None,
+        link: None,
+    };
+    let tree = scanner.put_tree(&Tree::new(vec![Entry {
+        name: ENTRY.to_vec(),
+        node,
+    }]))?;
     scanner.finish()?;
     let up = Upload {
         id: hex::encode(rand::random::<[u8; 16]>()),
         dataset: dataset.to_string(),
         path: path.to_string(),
         size,
-        chunks,
-        time: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        tree,
+        time: humantime::format_rfc3339_seconds(now).to_string(),
     };
     let body = serde_json::to_vec(&up).expect("serializable");
     if !repo.store.put_create(&key(&up.id), body.into())? {
@@ -54,9 +82,9 @@ pub fn store_upload(repo: &Repo, dataset: &str, path: &str, file: &Path) -> Resu
     Ok(up)
 }
 
-/// The upload `id` of `dataset`, checked: it decodes, its chunks hold its
-/// size, and it is young enough to commit.
-pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Upload> {
+/// The upload `id` of `dataset`, checked: it decodes, its tree holds one
+/// file of its size, and it is young enough to commit.
+pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
     if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::InvalidInput(format!("bad upload id {id:?}")));
     }
@@ -66,14 +94,7 @@ pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Upload> {
         .ok_or_else(|| Error::InvalidInput(format!("no upload {id}")))?;
     let up: Upload =
         serde_json::from_slice(&bytes).map_err(|e| Error::malformed(key(id), e.to_string()))?;
-    let sum: u64 = up.chunks.iter().map(BlobRef::data_size).sum();
-    if up.id != id
-        || sum != up.size
-        || up
-            .chunks
-            .iter()
-            .any(|c| c.size == 0 || u64::from(c.size) > limits::MAX_CHUNK)
-    {
+    if up.id != id {
         return Err(Error::malformed(key(id), "upload does not hold together"));
     }
     if up.dataset != dataset {
@@ -92,5 +113,28 @@ pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Upload> {
             humantime::format_duration(gc::MAX_COMMIT_AGE)
         )));
     }
-    Ok(up)
+    // The tree is read (and its references checked) as a version's is.
+    let tree = repo.tree(&up.tree)?;
+    let chunks = match &tree.entries[..] {
+        [
+            Entry {
+                name,
+                node: Node::File { size, chunks, .. },
+            },
+        ] if name == ENTRY && *size == up.size => chunks.clone(),
+        _ => return Err(Error::malformed(key(id), "upload does not hold together")),
+    };
+    let sum: u64 = chunks.iter().map(BlobRef::data_size).sum();
+    if sum != up.size
+        || chunks
+            .iter()
+            .any(|c| c.size == 0 || u64::from(c.size) > limits::MAX_CHUNK)
+    {
+        return Err(Error::malformed(key(id), "upload does not hold together"));
+    }
+    Ok(Loaded {
+        path: up.path,
+        size: up.size,
+        chunks,
+    })
 }

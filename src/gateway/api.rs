@@ -7,6 +7,7 @@ use super::table;
 use crate::access::apikeys::{self, ApiKey};
 use crate::access::trail::Trail;
 use crate::access::{self, Action, Policy, Who};
+use crate::cache::chunks::ChunkCache;
 use crate::commit::CommitMeta;
 use crate::commit::edit::{Content, Edit, commit_edits, split_path};
 use crate::commit::upload;
@@ -33,6 +34,8 @@ pub const MAX_BODY: usize = 10 * 1000 * 1000;
 const FRESH: Duration = Duration::from_secs(2);
 /// Datasets whose views are kept.
 const VIEWS: usize = 256;
+/// Bytes of file chunks kept in memory.
+const CHUNK_CACHE: usize = 64 << 20;
 
 pub struct Api {
     repo: Arc<Repo>,
@@ -43,6 +46,8 @@ pub struct Api {
     known: Mutex<Option<(Instant, Arc<Known>)>>,
     /// Held while they are read again.
     reading: tokio::sync::Mutex<()>,
+    /// Chunks of files served, verified, bounded in bytes.
+    chunks: Arc<ChunkCache>,
     /// Each dataset's versions and tags as last read.
     views: Mutex<lru::LruCache<String, Arc<View>>>,
     /// Held while a view is read.
@@ -184,6 +189,7 @@ impl Caller {
 impl Api {
     pub fn new(repo: Arc<Repo>, trail: Trail, tokens: Option<super::tokens::Tokens>) -> Api {
         Api {
+            chunks: ChunkCache::new(repo.clone(), CHUNK_CACHE),
             repo,
             trail,
             tokens,
@@ -684,8 +690,15 @@ fn range(headers: &HeaderMap, size: u64) -> Option<Result<(u64, u64), ()>> {
 }
 
 /// The bytes `[start, end)` of a file of `chunks`, reading only the chunks
-/// that hold them.
-fn read_span(repo: &Repo, chunks: &[BlobRef], start: u64, end: u64) -> crate::Result<Vec<u8>> {
+/// that hold them, through the gateway's chunk cache; with `memory_only`,
+/// `None` unless every one is in memory.
+fn read_span(
+    cache: &ChunkCache,
+    chunks: &[BlobRef],
+    start: u64,
+    end: u64,
+    memory_only: bool,
+) -> crate::Result<Option<Vec<u8>>> {
     let mut at = 0u64;
     let mut wanted = Vec::new();
     let mut first_at = 0;
@@ -700,9 +713,16 @@ fn read_span(repo: &Repo, chunks: &[BlobRef], start: u64, end: u64) -> crate::Re
         at += len;
     }
     let mut out = Vec::with_capacity((end - start) as usize);
-    // One read per run of chunks lying back to back in a pack.
+    // A miss reads the whole run of chunks lying back to back in a pack.
     for run in crate::store::pack::runs(&wanted, WINDOW) {
-        for data in repo.read_chunks(run)? {
+        for i in 0..run.len() {
+            let data = match memory_only {
+                true => match cache.cached(&run[i].id) {
+                    Some(d) => d,
+                    None => return Ok(None),
+                },
+                false => cache.get(run, i)?,
+            };
             out.extend_from_slice(&data);
         }
     }
@@ -710,7 +730,7 @@ fn read_span(repo: &Repo, chunks: &[BlobRef], start: u64, end: u64) -> crate::Re
     // disagree with them is refused, never sliced out of bounds.
     let from = (start - first_at) as usize;
     out.get(from..from + (end - start) as usize)
-        .map(<[u8]>::to_vec)
+        .map(|b| Some(b.to_vec()))
         .ok_or_else(|| crate::Error::malformed("file", "its chunks hold fewer bytes than its size"))
 }
 
@@ -718,8 +738,59 @@ fn read_span(repo: &Repo, chunks: &[BlobRef], start: u64, end: u64) -> crate::Re
 /// lives in memory whole).
 const WINDOW: u64 = 4 << 20;
 
-/// What a GET of a path in a version comes to, found in one trip to the
-/// blocking pool.
+/// A GET of a path in a version the caller may see.
+struct Asked {
+    caller: Caller,
+    record: Record,
+    /// The version's names for the policy.
+    versions: Vec<String>,
+    /// Without leading or trailing '/'.
+    path: String,
+    headers: HeaderMap,
+}
+
+impl Asked {
+    /// What the GET comes to; with `memory_only`, `None` if that needs a
+    /// read (a tree or chunk not in memory, a folder's listing).
+    fn served(
+        &self,
+        repo: &Repo,
+        cache: &ChunkCache,
+        memory_only: bool,
+    ) -> Result<Option<Served>, ApiError> {
+        let (clean, versions, caller) = (&self.path, &self.versions, &self.caller);
+        let node = match memory_only {
+            true => match repo.lookup_cached(&self.record.tree, clean.as_bytes()) {
+                Some(node) => node,
+                None => return Ok(None),
+            },
+            false => repo.lookup(&self.record.tree, clean.as_bytes())?,
+        };
+        let hidden = || Error::NoPath {
+            version: format!("v{}", self.record.version),
+            path: clean.clone(),
+        };
+        let node = node.ok_or_else(hidden)?;
+        let mut names = access::path_resources(versions, clean, node.is_dir());
+        names.extend(versions.iter().cloned());
+        if !clean.is_empty() && !caller.sees(Action::Versions, &names) {
+            return Err(hidden().into());
+        }
+        caller.may(Action::Read, &names)?;
+        match node {
+            Node::Dir { .. } if memory_only => Ok(None),
+            Node::Dir { tree, .. } => Ok(Some(Served::Listing(listing(
+                repo, caller, versions, clean, &tree,
+            )?))),
+            Node::File { chunks, size, .. } => {
+                file_part(cache, &self.headers, chunks, size, memory_only)
+            }
+            _ => Err(err(StatusCode::NOT_FOUND, "no_path", "not a regular file")),
+        }
+    }
+}
+
+/// What a GET of a path in a version comes to.
 enum Served {
     Listing(Vec<Value>),
     NotModified(String),
@@ -745,31 +816,27 @@ async fn serve_path(
 ) -> Reply {
     let caller = api.caller(&headers).await?;
     let (_, record, versions) = api.visible_version(&caller, &id, &v).await?;
-    let asked = headers.clone();
-    let served = api
-        .run(move |repo| {
-            let clean = path.trim_matches('/').to_string();
-            let node = repo.lookup(&record.tree, clean.as_bytes())?;
-            let hidden = || Error::NoPath {
-                version: format!("v{}", record.version),
-                path: clean.clone(),
-            };
-            let node = node.ok_or_else(hidden)?;
-            let mut names = access::path_resources(&versions, &clean, node.is_dir());
-            names.extend(versions.iter().cloned());
-            if !clean.is_empty() && !caller.sees(Action::Versions, &names) {
-                return Err(hidden().into());
-            }
-            caller.may(Action::Read, &names)?;
-            match node {
-                Node::Dir { tree, .. } => Ok(Served::Listing(listing(
-                    repo, &caller, &versions, &clean, &tree,
-                )?)),
-                Node::File { chunks, size, .. } => Ok(file_part(repo, &asked, chunks, size)?),
-                _ => Err(err(StatusCode::NOT_FOUND, "no_path", "not a regular file")),
-            }
-        })
-        .await?;
+    let asked = Arc::new(Asked {
+        caller,
+        record,
+        versions,
+        path: path.trim_matches('/').to_string(),
+        headers: headers.clone(),
+    });
+    // Answered where the request is when all it needs is in memory (a hop
+    // to the blocking pool costs more than the rest of a small GET).
+    let served = match asked.served(&api.repo, &api.chunks, true)? {
+        Some(served) => served,
+        None => {
+            let (cache, asked) = (api.chunks.clone(), asked.clone());
+            api.run(move |repo| {
+                Ok(asked
+                    .served(repo, &cache, false)?
+                    .expect("all is read when not memory-only"))
+            })
+            .await?
+        }
+    };
     let (chunks, tag, size, status, start, end, first) = match served {
         Served::Listing(l) => return Ok(Json(l).into_response()),
         Served::NotModified(tag) => {
@@ -806,6 +873,7 @@ async fn serve_path(
         // only while it reads (a slow client holds none).
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
         let reader = api.clone();
+        let cache = api.chunks.clone();
         let chunks = Arc::new(chunks);
         tokio::spawn(async move {
             if tx.send(Ok(first)).await.is_err() {
@@ -814,9 +882,12 @@ async fn serve_path(
             let mut at = first_end;
             while at < end {
                 let to = (at + WINDOW).min(end);
-                let window = chunks.clone();
+                let (window, cache) = (chunks.clone(), cache.clone());
                 let read = reader
-                    .run(move |repo| Ok(read_span(repo, &window, at, to)?))
+                    .run(move |_| {
+                        Ok(read_span(&cache, &window, at, to, false)?
+                            .expect("all is read when not memory-only"))
+                    })
                     .await
                     .map_err(|e| std::io::Error::other(e.message));
                 let failed = read.is_err();
@@ -889,26 +960,36 @@ fn listing(
 /// sent, so a missing or damaged object is an error status, not a cut-off
 /// body.
 fn file_part(
-    repo: &Repo,
+    cache: &ChunkCache,
     headers: &HeaderMap,
     chunks: Vec<BlobRef>,
     size: u64,
-) -> Result<Served, ApiError> {
+    memory_only: bool,
+) -> Result<Option<Served>, ApiError> {
     let tag = etag(&chunks);
     if headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.split(',').any(|t| t.trim() == tag || t.trim() == "*"))
     {
-        return Ok(Served::NotModified(tag));
+        return Ok(Some(Served::NotModified(tag)));
     }
     let (status, start, end) = match range(headers, size) {
         None => (StatusCode::OK, 0, size),
         Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, a, b),
-        Some(Err(())) => return Ok(Served::BadRange(size)),
+        Some(Err(())) => return Ok(Some(Served::BadRange(size))),
     };
-    let first = read_span(repo, &chunks, start, (start + WINDOW).min(end))?;
-    Ok(Served::File {
+    let first = read_span(
+        cache,
+        &chunks,
+        start,
+        (start + WINDOW).min(end),
+        memory_only,
+    )?;
+    let Some(first) = first else {
+        return Ok(None);
+    };
+    Ok(Some(Served::File {
         chunks,
         tag,
         size,
@@ -916,7 +997,7 @@ fn file_part(
         start,
         end,
         first,
-    })
+    }))
 }
 
 fn tokio_stream_from(
@@ -925,8 +1006,9 @@ fn tokio_stream_from(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-/// How long a client may send nothing in the middle of a body.
-const IDLE: Duration = Duration::from_secs(30);
+/// How long a client may send nothing in the middle of a body, or read
+/// nothing of an answer.
+pub const IDLE: Duration = Duration::from_secs(30);
 
 /// The next part of a body, or None at its end; 408 for a client that
 /// stops sending.

@@ -6,6 +6,7 @@
 //! gateways can serve one store.
 
 pub mod api;
+mod stall;
 mod table;
 pub mod tls;
 pub mod tokens;
@@ -104,7 +105,10 @@ pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAdd
                 let _ = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(HANDSHAKE)
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .serve_connection(
+                        hyper_util::rt::TokioIo::new(stall::WriteDeadline::new(stream, api::IDLE)),
+                        service,
+                    )
                     .await;
             });
         }

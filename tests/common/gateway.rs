@@ -17,6 +17,19 @@ impl Drop for Gateway {
     }
 }
 
+impl Gateway {
+    /// The gateway's peak resident memory so far (VmHWM), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM");
+        kib * 1024
+    }
+}
+
 /// Starts `detafs serve` on a free port; returns once it listens.
 pub fn serve(env: &Env) -> Gateway {
     serve_with(env, &[])
