@@ -565,6 +565,97 @@ for i in range(20):
     assert_eq!(s, 400);
 }
 
+/// Objects crafted by someone with write access to the bucket (a format 1
+/// store, objects in the clear): a key object that does not decode, names
+/// another id, or claims an unknown scope is no key, and the others keep
+/// working; an upload manifest naming a tree that is not there, or a
+/// "tree" that is a file's chunk, is refused with an error; the gateway
+/// stays up throughout.
+#[test]
+fn crafted_key_and_upload_objects_are_refused_not_obeyed() {
+    let env = Env::empty_local();
+    env.ok(&["init", "--plaintext"]);
+    env.ok(&["dataset", "create", "ds"]);
+    let k = key(&env, "k", "read,commit");
+    let id = k.split('_').nth(1).unwrap().to_string();
+    let theirs = json_of(&env.objects.read(&format!("apikeys/{id}.json")));
+    let mut forged = theirs.clone();
+    forged["scopes"] = json!(["dataset:everything"]);
+    env.objects
+        .write("apikeys/00ff.json", b"{not json".to_vec());
+    env.objects
+        .write("apikeys/0aaa.json", theirs.to_string().into_bytes());
+    env.objects.write("apikeys/0bbb.json", vec![b' '; 2 << 20]);
+    let g = serve(&env);
+    let url = format!("{}/datasets/ds/commit", g.url);
+    let body = json!({"commit_message": "m", "files": {"a.txt": "eA=="}}).to_string();
+    let (s, b) = post_json(&url, &k, &body);
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    // The real key made to claim an unknown scope: refused, as no key.
+    env.objects.write(
+        &format!("apikeys/{id}.json"),
+        forged.to_string().into_bytes(),
+    );
+    common::within(
+        Duration::from_secs(10),
+        "the forged key to be dropped",
+        || post_json(&url, &k, &body).0 == 401,
+    );
+    env.objects.write(
+        &format!("apikeys/{id}.json"),
+        theirs.to_string().into_bytes(),
+    );
+    common::within(Duration::from_secs(10), "the key to work again", || {
+        curl(&[&format!("{}/datasets", g.url), "-H", &bearer(&k)]).0 == 200
+    });
+    // Upload manifests naming what is not an upload's tree.
+    let (s, b) = curl(&[
+        "-X",
+        "PUT",
+        &format!("{}/datasets/ds/uploads/u.bin", g.url),
+        "-H",
+        &bearer(&k),
+        "--data-binary",
+        "upload bytes",
+    ]);
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    let up = json_of(&b)["upload"].as_str().unwrap().to_string();
+    let manifest = json_of(&env.objects.read(&format!("uploads/{up}.json")));
+    let tree = manifest["tree"].clone();
+    let versions = env.log().len();
+    for (name, tree) in [
+        (
+            "missing",
+            json!({"id": "00".repeat(32), "pack": "11".repeat(32), "offset": 8, "len": 100}),
+        ),
+        // In the upload's own pack, beyond its end or longer than any
+        // object may be (an id not seen yet, so it must be read).
+        ("out of its pack", {
+            let mut t = tree.clone();
+            t["id"] = json!("22".repeat(32));
+            t["offset"] = json!(1u64 << 40);
+            t
+        }),
+        ("too long", {
+            let mut t = tree.clone();
+            t["id"] = json!("33".repeat(32));
+            t["len"] = json!(u32::MAX);
+            t
+        }),
+    ] {
+        let mut m = manifest.clone();
+        m["tree"] = tree;
+        env.objects
+            .write(&format!("uploads/{up}.json"), m.to_string().into_bytes());
+        let body = json!({"commit_message": name, "uploads": [up]}).to_string();
+        let (s, b) = post_json(&url, &k, &body);
+        assert!((400..600).contains(&s), "{name}: {s}");
+        assert!(json_of(&b)["error"]["message"].is_string(), "{name}");
+    }
+    assert_eq!(env.log().len(), versions, "nothing committed");
+    assert_eq!(curl(&[&format!("{}/health", g.url)]).0, 200);
+}
+
 /// Slow clients, all at once: one that never finishes its headers is cut
 /// off; one that stops in the middle of a body gets 408; one that stops
 /// reading a large file has its response ended. Meanwhile others are served.

@@ -91,18 +91,37 @@ impl Repo {
             .filter(|k| k.ends_with(".json"))
             .collect();
         let mut out = Vec::new();
-        for (key, bytes) in keys.iter().zip(self.store.get_many(&keys)?) {
-            let Some(bytes) = bytes else { continue };
-            let mut k: ApiKey =
-                serde_json::from_slice(&bytes).map_err(|e| Error::malformed(key, e.to_string()))?;
-            if format!("{PREFIX}{}.json", k.id) != *key {
-                return Err(Error::malformed(key, "API key does not match its name"));
-            }
+        for key in &keys {
+            // A damaged or crafted key object is no key (said each time the
+            // keys are read); it must not stop the others from working.
+            let mut k = match self.api_key_at(key) {
+                Ok(Some(k)) => k,
+                Ok(None) => continue,
+                Err(e @ (Error::Malformed { .. } | Error::Corrupt { .. })) => {
+                    tracing::warn!("ignoring an API key: {e}");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             k.revoked = revoked.contains(&k.id);
             out.push(k);
         }
         out.sort_by(|a, b| a.created.cmp(&b.created).then(a.name.cmp(&b.name)));
         Ok(out)
+    }
+
+    /// The key stored at `key`, checked against its name.
+    fn api_key_at(&self, key: &str) -> Result<Option<ApiKey>> {
+        let Some(bytes) = self.store.get(key)? else {
+            return Ok(None);
+        };
+        let k: ApiKey =
+            serde_json::from_slice(&bytes).map_err(|e| Error::malformed(key, e.to_string()))?;
+        if format!("{PREFIX}{}.json", k.id) != key {
+            return Err(Error::malformed(key, "API key does not match its name"));
+        }
+        parse_scopes(&k.scopes).map_err(|e| Error::malformed(key, e.to_string()))?;
+        Ok(Some(k))
     }
 
     /// Makes a key; returns it with its secret form, shown once.
