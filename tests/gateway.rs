@@ -656,6 +656,40 @@ fn crafted_key_and_upload_objects_are_refused_not_obeyed() {
     assert_eq!(curl(&[&format!("{}/health", g.url)]).0, 200);
 }
 
+/// `serve --policy FILE` narrows the store's policy (here none: every key
+/// may do what its scopes allow): a request must pass both. A file that
+/// does not check is refused at start with its line and column.
+#[test]
+fn a_gateways_own_policy_narrows_the_stores() {
+    let env = Env::new();
+    let k = key(&env, "k", "read,commit");
+    let file = env.path("gateway-policy.yaml");
+    std::fs::write(&file, "policies:\n  - {name: read-only, effect: allow, principals: [\"*\"], actions: [\"dataset:read\", \"dataset:versions\"], resources: [\"*\"]}\n").unwrap();
+    let commit = |g: &Gateway| {
+        let body = json!({"commit_message": "m", "files": {"a.txt": "eA=="}}).to_string();
+        post_json(&format!("{}/datasets/ds/commit", g.url), &k, &body)
+    };
+    {
+        let open = serve(&env);
+        assert_eq!(commit(&open).0, 201);
+    }
+    let g = serve_with(&env, &["--policy", file.to_str().unwrap()]);
+    let (s, b) = commit(&g);
+    assert_eq!(s, 403, "{}", String::from_utf8_lossy(&b));
+    assert!(String::from_utf8_lossy(&b).contains("this gateway's policy"));
+    let (s, got) = curl(&[
+        &format!("{}/datasets/ds/versions/v1/files/a.txt", g.url),
+        "-H",
+        &bearer(&k),
+    ]);
+    assert_eq!((s, &got[..]), (200, &b"x"[..]));
+    std::fs::write(&file, "policies:\n  - {name: x, effect: allow, actions: [\"dataset:fly\"], resources: [\"*\"]}\n").unwrap();
+    let (code, err) = env.fails(&["serve", "--listen", "127.0.0.1:0", "--policy", file.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("line 2"), "{err}");
+    assert!(err.contains("dataset:fly"), "{err}");
+}
+
 /// Slow clients, all at once: one that never finishes its headers is cut
 /// off; one that stops in the middle of a body gets 408; one that stops
 /// reading a large file has its response ended. Meanwhile others are served.

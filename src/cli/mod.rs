@@ -136,6 +136,11 @@ enum Command {
         /// runs; its result is in /health and /metrics.
         #[arg(long, default_value = "6h")]
         audit_interval: humantime::Duration,
+        /// A policy file (the format of `policy set`) this gateway applies
+        /// on top of the store's: a request must be allowed by both (say, a
+        /// public gateway that only reads).
+        #[arg(long)]
+        policy: Option<PathBuf>,
     },
     /// API keys for the gateway, kept (as hashes) in the store.
     #[command(subcommand)]
@@ -602,13 +607,15 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             issuer,
             audience,
             audit_interval,
+            policy,
         } => {
             let tokens = match (jwks, issuer, audience) {
                 (Some(j), Some(i), Some(a)) => Some((j, i, a)),
                 _ => None,
             };
             let interval = audit_interval.into();
-            serve::serve(open()?, listen, (tls_cert, tls_key), tokens, interval)?
+            let tls = (tls_cert, tls_key);
+            serve::serve(open()?, listen, tls, tokens, interval, policy)?
         }
         Command::Apikey(ApikeyCmd::Create { name, scopes }) => {
             let repo = open()?;

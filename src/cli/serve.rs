@@ -15,7 +15,19 @@ pub fn serve(
     (cert, key): (Option<PathBuf>, Option<PathBuf>),
     tokens: Option<(String, String, String)>,
     audit_interval: std::time::Duration,
+    policy: Option<PathBuf>,
 ) -> anyhow::Result<()> {
+    let policy = match policy {
+        Some(file) => {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            Some(
+                detafs::access::Policy::parse_narrowing(&text)
+                    .with_context(|| format!("--policy {}", file.display()))?,
+            )
+        }
+        None => None,
+    };
     let tokens = match tokens {
         Some((jwks, issuer, audience)) => Some(tokens::Tokens::new(
             tokens::Jwks::parse(&jwks).map_err(anyhow::Error::msg)?,
@@ -47,6 +59,7 @@ pub fn serve(
         audit,
         tokens,
         audit_interval,
+        policy,
     };
     gateway::serve(Arc::new(repo), opts, |addr| {
         eprintln!("serving https://{addr}/");

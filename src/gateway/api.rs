@@ -42,6 +42,8 @@ pub struct Api {
     trail: Trail,
     /// Bearer JWTs, if the gateway was given a JWKS.
     tokens: Option<super::tokens::Tokens>,
+    /// `--policy`, applied on top of the store's.
+    narrowing: Option<Arc<Policy>>,
     /// API keys and the policy as last read, with when.
     known: Mutex<Option<(Instant, Arc<Known>)>>,
     /// Held while they are read again.
@@ -72,6 +74,8 @@ pub struct Audited {
 struct Known {
     keys: Vec<ApiKey>,
     policy: Option<Policy>,
+    /// The gateway's own `--policy`, which narrows the store's.
+    narrowing: Option<Arc<Policy>>,
 }
 
 /// A dataset as read from the store at `at`: its records (oldest first)
@@ -168,13 +172,23 @@ impl Caller {
                 format!("{} has no {} scope", self.name, action.name()),
             ));
         }
-        if let Some(p) = &self.known.policy {
+        let (store, narrowing) = (&self.known.policy, &self.known.narrowing);
+        for (p, whose) in [
+            (store.as_ref(), "the store's"),
+            (narrowing.as_deref(), "this gateway's"),
+        ] {
+            let Some(p) = p else { continue };
             let d = p.decide(&self.who, action, resources);
             if !d.allowed {
                 return Err(err(
                     StatusCode::FORBIDDEN,
                     "forbidden",
-                    format!("{} on {}: {}", action.name(), resources[0], d.explain()),
+                    format!(
+                        "{} on {}: {whose} policy: {}",
+                        action.name(),
+                        resources[0],
+                        d.explain()
+                    ),
                 ));
             }
         }
@@ -187,8 +201,14 @@ impl Caller {
 }
 
 impl Api {
-    pub fn new(repo: Arc<Repo>, trail: Trail, tokens: Option<super::tokens::Tokens>) -> Api {
+    pub fn new(
+        repo: Arc<Repo>,
+        trail: Trail,
+        tokens: Option<super::tokens::Tokens>,
+        narrowing: Option<Policy>,
+    ) -> Api {
         Api {
+            narrowing: narrowing.map(Arc::new),
             chunks: ChunkCache::new(repo.clone(), CHUNK_CACHE),
             repo,
             trail,
@@ -260,11 +280,16 @@ impl Api {
         if let Some(k) = fresh() {
             return Ok(k);
         }
+        let narrowing = self.narrowing.clone();
         let known = self
             .run(|repo| {
                 let keys = repo.api_keys()?;
                 let policy = repo.current_policy()?.map(|(_, p)| p);
-                Ok(Arc::new(Known { keys, policy }))
+                Ok(Arc::new(Known {
+                    keys,
+                    policy,
+                    narrowing,
+                }))
             })
             .await?;
         *self.known.lock().unwrap_or_else(|p| p.into_inner()) =

@@ -33,12 +33,14 @@ pub struct GatewayOptions {
     pub tokens: Option<tokens::Tokens>,
     /// How often the consistency audit runs (the first after one interval).
     pub audit_interval: Duration,
+    /// A policy applied on top of the store's (`--policy`).
+    pub policy: Option<crate::access::Policy>,
 }
 
 /// Serves until SIGINT or SIGTERM; `ready` gets the address bound.
 pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAddr)) -> Result<()> {
     let trail = Trail::open(&opts.audit, 64 << 20)?;
-    let state = Arc::new(api::Api::new(repo.clone(), trail, opts.tokens));
+    let state = Arc::new(api::Api::new(repo.clone(), trail, opts.tokens, opts.policy));
     let app = api::router(state.clone());
     // The audit reads every record and object: a thread of its own, never
     // a request's worker. It holds the API weakly and ends with it.
