@@ -683,8 +683,18 @@ fn a_gateways_own_policy_narrows_the_stores() {
         &bearer(&k),
     ]);
     assert_eq!((s, &got[..]), (200, &b"x"[..]));
-    std::fs::write(&file, "policies:\n  - {name: x, effect: allow, actions: [\"dataset:fly\"], resources: [\"*\"]}\n").unwrap();
-    let (code, err) = env.fails(&["serve", "--listen", "127.0.0.1:0", "--policy", file.to_str().unwrap()]);
+    std::fs::write(
+        &file,
+        "policies:\n  - {name: x, effect: allow, actions: [\"dataset:fly\"], resources: [\"*\"]}\n",
+    )
+    .unwrap();
+    let (code, err) = env.fails(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--policy",
+        file.to_str().unwrap(),
+    ]);
     assert_eq!(code, 1);
     assert!(err.contains("line 2"), "{err}");
     assert!(err.contains("dataset:fly"), "{err}");
@@ -799,8 +809,30 @@ fn health_metrics_openapi_and_the_periodic_audit() {
         200
     );
     assert_eq!(curl(&[&format!("{}/datasets/ds/versions", g.url)]).0, 401);
+    // A file read twice: a miss in memory, then a hit.
+    let file = format!("{}/datasets/ds/versions/v1/files/a.txt", g.url);
+    for _ in 0..2 {
+        assert_eq!(curl(&[&file, "-H", &bearer(&k)]), (200, b"a".to_vec()));
+    }
     let (_, m) = curl(&[&format!("{}/metrics", g.url)]);
     let m = String::from_utf8(m).unwrap();
+    let count = |name: &str| -> u64 {
+        let line = m
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name}: {m}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let gets = |from: &str| {
+        count(&format!(
+            "detafs_file_gets_total{{answered_from=\"{from}\"}}"
+        ))
+    };
+    assert_eq!((gets("read"), gets("memory")), (1, 1), "{m}");
+    assert!(
+        count("detafs_store_requests_total{result=\"answered\"}") > 0,
+        "{m}"
+    );
     assert!(
         m.contains("detafs_requests_total{route=\"GET /datasets/{id}/versions\",status=\"200\"} 1"),
         "{m}"

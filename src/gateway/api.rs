@@ -24,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -50,6 +51,9 @@ pub struct Api {
     reading: tokio::sync::Mutex<()>,
     /// Chunks of files served, verified, bounded in bytes.
     chunks: Arc<ChunkCache>,
+    /// GETs of a path answered from memory, and with a read.
+    from_memory: AtomicU64,
+    with_reads: AtomicU64,
     /// Each dataset's versions and tags as last read.
     views: Mutex<lru::LruCache<String, Arc<View>>>,
     /// Held while a view is read.
@@ -210,6 +214,8 @@ impl Api {
         Api {
             narrowing: narrowing.map(Arc::new),
             chunks: ChunkCache::new(repo.clone(), CHUNK_CACHE),
+            from_memory: AtomicU64::new(0),
+            with_reads: AtomicU64::new(0),
             repo,
             trail,
             tokens,
@@ -504,7 +510,26 @@ async fn metrics(State(api): State<Arc<Api>>) -> Response {
     let _ = writeln!(out, "# TYPE detafs_store_reachable gauge");
     let _ = writeln!(out, "detafs_store_reachable {}", u8::from(store.reachable));
     let _ = writeln!(out, "detafs_store_latency_ms {:.3}", store.latency_ms);
+    let _ = writeln!(out, "# TYPE detafs_store_requests_total counter");
+    let _ = writeln!(
+        out,
+        "detafs_store_requests_total{{result=\"answered\"}} {}",
+        store.requests_answered
+    );
+    let _ = writeln!(
+        out,
+        "detafs_store_requests_total{{result=\"failed\"}} {}",
+        store.requests_failed
+    );
     let _ = writeln!(out, "detafs_cache_bytes {}", api.repo.disk.used_bytes());
+    let _ = writeln!(out, "# TYPE detafs_file_gets_total counter");
+    for (answer, n) in [("memory", &api.from_memory), ("read", &api.with_reads)] {
+        let n = n.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "detafs_file_gets_total{{answered_from=\"{answer}\"}} {n}"
+        );
+    }
     if let Some(a) = &*api.audit.lock().unwrap_or_else(|p| p.into_inner()) {
         let ok = a.error.is_none() && a.problems.is_empty();
         let _ = writeln!(out, "# TYPE detafs_audit_ok gauge");
@@ -851,8 +876,12 @@ async fn serve_path(
     // Answered where the request is when all it needs is in memory (a hop
     // to the blocking pool costs more than the rest of a small GET).
     let served = match asked.served(&api.repo, &api.chunks, true)? {
-        Some(served) => served,
+        Some(served) => {
+            api.from_memory.fetch_add(1, Ordering::Relaxed);
+            served
+        }
         None => {
+            api.with_reads.fetch_add(1, Ordering::Relaxed);
             let (cache, asked) = (api.chunks.clone(), asked.clone());
             api.run(move |repo| {
                 Ok(asked

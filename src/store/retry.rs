@@ -3,6 +3,7 @@
 //! answers are remembered for `.detafs/health`.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 /// How long one store operation may keep retrying: `None` for local folders,
@@ -63,6 +64,9 @@ pub fn deadline_exceeded(deadline: Duration) -> object_store::Error {
 #[derive(Default)]
 pub struct Health {
     state: Mutex<HealthState>,
+    /// Requests answered and failed, since the store was opened.
+    answered: AtomicU64,
+    failed: AtomicU64,
 }
 
 #[derive(Default, Clone)]
@@ -81,6 +85,9 @@ pub struct HealthReport {
     pub last_ok_secs_ago: Option<f64>,
     pub failing_for_secs: Option<f64>,
     pub error: Option<String>,
+    /// Requests answered and failed since the store was opened.
+    pub requests_answered: u64,
+    pub requests_failed: u64,
 }
 
 impl Health {
@@ -89,6 +96,7 @@ impl Health {
     }
 
     pub fn answered(&self, latency: Duration) {
+        self.answered.fetch_add(1, Ordering::Relaxed);
         let mut st = self.state();
         st.last_ok = Some(SystemTime::now());
         st.latency = latency;
@@ -101,6 +109,7 @@ impl Health {
     }
 
     pub fn failed(&self, e: &object_store::Error) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
         let mut st = self.state();
         let since = st.failing.as_ref().map_or_else(SystemTime::now, |f| f.0);
         st.failing = Some((since, e.to_string()));
@@ -115,6 +124,8 @@ impl Health {
             last_ok_secs_ago: st.last_ok.map(ago),
             failing_for_secs: st.failing.as_ref().map(|f| ago(f.0)),
             error: st.failing.map(|f| f.1),
+            requests_answered: self.answered.load(Ordering::Relaxed),
+            requests_failed: self.failed.load(Ordering::Relaxed),
         }
     }
 }
