@@ -845,16 +845,18 @@ enum Served {
     Listing(Vec<Value>),
     NotModified(String),
     BadRange(u64),
-    File {
-        chunks: Vec<BlobRef>,
-        tag: String,
-        size: u64,
-        status: StatusCode,
-        start: u64,
-        end: u64,
-        /// The first window's bytes.
-        first: Vec<u8>,
-    },
+    File(Part),
+}
+
+/// The bytes `[start, end)` of a file of `size`, the first window read.
+struct Part {
+    chunks: Vec<BlobRef>,
+    tag: String,
+    size: u64,
+    status: StatusCode,
+    start: u64,
+    end: u64,
+    first: Vec<u8>,
 }
 
 async fn serve_path(
@@ -891,7 +893,7 @@ async fn serve_path(
             .await?
         }
     };
-    let (chunks, tag, size, status, start, end, first) = match served {
+    let part = match served {
         Served::Listing(l) => return Ok(Json(l).into_response()),
         Served::NotModified(tag) => {
             return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, tag)]).into_response());
@@ -909,28 +911,21 @@ async fn serve_path(
             );
             return Ok(res);
         }
-        Served::File {
-            chunks,
-            tag,
-            size,
-            status,
-            start,
-            end,
-            first,
-        } => (chunks, tag, size, status, start, end, first),
+        Served::File(part) => part,
     };
-    let first_end = start + first.len() as u64;
+    let (start, end, size) = (part.start, part.end, part.size);
+    let first_end = start + part.first.len() as u64;
     let body = if first_end == end {
-        Body::from(first)
+        Body::from(part.first)
     } else {
         // The rest is read one window after another, each taking a worker
         // only while it reads (a slow client holds none).
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
         let reader = api.clone();
         let cache = api.chunks.clone();
-        let chunks = Arc::new(chunks);
+        let chunks = Arc::new(part.chunks);
         tokio::spawn(async move {
-            if tx.send(Ok(first)).await.is_err() {
+            if tx.send(Ok(part.first)).await.is_err() {
                 return;
             }
             let mut at = first_end;
@@ -954,16 +949,19 @@ async fn serve_path(
         Body::from_stream(tokio_stream_from(rx))
     };
     let mut res = Response::new(body);
-    *res.status_mut() = status;
+    *res.status_mut() = part.status;
     let h = res.headers_mut();
-    h.insert(header::ETAG, HeaderValue::from_str(&tag).expect("ascii"));
+    h.insert(
+        header::ETAG,
+        HeaderValue::from_str(&part.tag).expect("ascii"),
+    );
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(end - start));
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
-    if status == StatusCode::PARTIAL_CONTENT {
+    if part.status == StatusCode::PARTIAL_CONTENT {
         h.insert(
             header::CONTENT_RANGE,
             HeaderValue::from_str(&format!("bytes {start}-{}/{size}", end - 1)).expect("ascii"),
@@ -1043,7 +1041,7 @@ fn file_part(
     let Some(first) = first else {
         return Ok(None);
     };
-    Ok(Some(Served::File {
+    Ok(Some(Served::File(Part {
         chunks,
         tag,
         size,
@@ -1051,7 +1049,7 @@ fn file_part(
         start,
         end,
         first,
-    }))
+    })))
 }
 
 fn tokio_stream_from(
