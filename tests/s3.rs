@@ -1,8 +1,9 @@
 //! S3 as a shared store, against the LocalStack server scripts/test.sh starts
 //! on 127.0.0.1:4566: configuration errors, the conditional-create probe,
 //! commits under injected store faults, killed committers, and a fleet of
-//! hosts committing to one bucket. (The other suites also run against S3 with
-//! DETAFS_TEST_STORE=s3.)
+//! hosts committing to one bucket, which also runs on Azure Blob Storage
+//! (Azurite on 127.0.0.1:10000), with the probe there. (The other suites
+//! also run against S3 and Azure with DETAFS_TEST_STORE=s3 or azure.)
 
 mod common;
 
@@ -389,7 +390,29 @@ fn committers_killed_at_random_moments_lose_nothing() {
 
 #[test]
 fn a_fleet_of_two_hosts_commits_to_one_bucket_and_a_third_replays_it() {
-    let a = Env::new_s3();
+    fleet(Env::new_s3());
+}
+
+#[test]
+fn a_fleet_of_two_hosts_commits_to_one_azure_container_and_a_third_replays_it() {
+    fleet(Env::new_azure());
+}
+
+#[test]
+fn the_probe_passes_on_azure_and_cleans_up() {
+    let env = Env::empty_azure();
+    env.ok(&["init"]);
+    assert!(env.objects.list("probes").is_empty(), "the probe cleans up");
+    // A second init finds the store (its marker's create is refused).
+    let again = env.run(&["init"]);
+    let said = String::from_utf8_lossy(&again.stdout).to_string()
+        + &String::from_utf8_lossy(&again.stderr);
+    assert!(said.contains("already a store"), "{said}");
+}
+
+/// Two hosts commit through their mounts at once while a third follows the
+/// history; then each sees the other's commits.
+fn fleet(a: Env) {
     let b = a.other_host();
     let replayer = a.other_host();
     let ma = a.mount(&[]);

@@ -167,7 +167,16 @@ impl Env {
 
     /// `Env::new` on S3 whatever `DETAFS_TEST_STORE` says.
     pub fn new_s3() -> Env {
-        let env = Env::empty_s3();
+        Env::ready(Env::empty_s3())
+    }
+
+    /// `Env::new` on Azurite whatever `DETAFS_TEST_STORE` says.
+    pub fn new_azure() -> Env {
+        Env::ready(Env::empty_azure())
+    }
+
+    /// `env` initialised, with one dataset `ds`.
+    fn ready(env: Env) -> Env {
         env.init();
         env.ok(&["dataset", "create", "ds"]);
         env
