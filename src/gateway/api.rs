@@ -57,7 +57,10 @@ pub struct Api {
     /// Each dataset's versions and tags as last read.
     views: Mutex<lru::LruCache<String, Arc<View>>>,
     /// Held while a view is read.
-    viewing: tokio::sync::Mutex<()>,
+    /// Per dataset, held while its view is read (requests for one dataset
+    /// share a read; one dataset's slow read or a flood of names that do
+    /// not exist does not hold up the others).
+    viewing: Mutex<std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>,
     started: Instant,
     /// Requests by (method and route, status): how many, seconds in all.
     metrics: Mutex<std::collections::BTreeMap<(String, u16), (u64, f64)>>,
@@ -222,7 +225,7 @@ impl Api {
             known: Mutex::default(),
             reading: tokio::sync::Mutex::const_new(()),
             views: Mutex::new(lru::LruCache::new(VIEWS.try_into().expect("not 0"))),
-            viewing: tokio::sync::Mutex::const_new(()),
+            viewing: Mutex::default(),
             started: Instant::now(),
             metrics: Mutex::default(),
             audit: Mutex::default(),
@@ -314,7 +317,8 @@ impl Api {
         if let Some(v) = fresh() {
             return Ok(v);
         }
-        let _reading = self.viewing.lock().await;
+        let lock = self.view_lock(id);
+        let _reading = lock.lock().await;
         if let Some(v) = fresh() {
             return Ok(v);
         }
@@ -331,6 +335,22 @@ impl Api {
         let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
         views.put(id.to_string(), view.clone());
         Ok(view)
+    }
+
+    /// The lock held while dataset `id`'s view is read.
+    fn view_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.viewing.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(lock) = locks.get(id).and_then(std::sync::Weak::upgrade) {
+            return lock;
+        }
+        // Locks no request holds are dropped, so the map stays as small as
+        // the requests under way.
+        if locks.len() >= VIEWS {
+            locks.retain(|_, l| l.strong_count() > 0);
+        }
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        locks.insert(id.to_string(), Arc::downgrade(&lock));
+        lock
     }
 
     /// Forgets dataset `id`'s view (this gateway changed it).
