@@ -720,9 +720,15 @@ where
         let res = match policy.deadline {
             Some(deadline) => {
                 let left = deadline.saturating_sub(start.elapsed());
-                tokio::time::timeout(left, op())
-                    .await
-                    .unwrap_or_else(|_| Err(retry::deadline_exceeded(deadline)))
+                match tokio::time::timeout(left, op()).await {
+                    Ok(res) => res,
+                    // No answer at all: the store is failing, not answering.
+                    Err(_) => {
+                        let e = retry::deadline_exceeded(deadline);
+                        health.failed(&e);
+                        return Err(e);
+                    }
+                }
             }
             None => op().await,
         };
