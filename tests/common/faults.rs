@@ -50,10 +50,15 @@ impl fmt::Display for Faulty {
     }
 }
 
+/// A failure as a reset connection is reported (a kind worth retrying).
 fn injected(what: &str) -> object_store::Error {
+    use object_store::client::{HttpError, HttpErrorKind};
     object_store::Error::Generic {
         store: "faulty",
-        source: format!("injected fault: {what}").into(),
+        source: Box::new(HttpError::new(
+            HttpErrorKind::Interrupted,
+            std::io::Error::other(format!("injected fault: {what}")),
+        )),
     }
 }
 
