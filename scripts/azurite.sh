@@ -34,12 +34,8 @@ PY
 container GET 2>/dev/null && exit 0
 DIR=${AZURITE_DIR:-/opt/azurite}
 BIN=$DIR/node_modules/.bin/azurite-blob
-if ! [ -x "$BIN" ]; then
-  command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }
-  echo "installing Azurite into $DIR" >&2
-  mkdir -p "$DIR"
-  npm install --silent --no-audit --no-fund --prefix "$DIR" azurite@3.35.0 >/dev/null
-fi
+source scripts/npm-tool.sh
+npm_tool "$DIR" azurite@3.35.0
 DATA=/var/tmp/azurite-data
 rm -rf "$DATA" && mkdir -p "$DATA"
 setsid nohup "$BIN" --blobHost 127.0.0.1 --blobPort 10000 --location "$DATA" --silent --disableTelemetry \

@@ -7,12 +7,8 @@ answers() { curl -fs http://127.0.0.1:4568/liar >/dev/null 2>&1; }
 answers && exit 0
 DIR=${S3RVER_DIR:-/opt/s3rver}
 BIN=$DIR/node_modules/.bin/s3rver
-if ! [ -x "$BIN" ]; then
-  command -v npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }
-  echo "installing s3rver into $DIR" >&2
-  mkdir -p "$DIR"
-  npm install --silent --no-audit --no-fund --prefix "$DIR" s3rver@3.7.1 >/dev/null
-fi
+source "$(dirname "$0")/npm-tool.sh"
+npm_tool "$DIR" s3rver@3.7.1
 DATA=/var/tmp/s3rver-data
 rm -rf "$DATA" && mkdir -p "$DATA"
 setsid nohup "$BIN" -d "$DATA" -a 127.0.0.1 -p 4568 --silent --configure-bucket liar \

@@ -893,7 +893,7 @@ async fn serve_path(
         record,
         versions,
         path: path.trim_matches('/').to_string(),
-        headers: headers.clone(),
+        headers,
     });
     // Answered where the request is when all it needs is in memory (a hop
     // to the blocking pool costs more than the rest of a small GET).
