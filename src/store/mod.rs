@@ -683,7 +683,6 @@ impl Store {
     }
 }
 
-/// Runs `op` until it succeeds, fails for good, or the deadline passes.
 /// How the service at `url` is asked to create an object only if none
 /// exists (object_store's `PutMode::Create`).
 fn create_only_precondition(url: &str) -> &'static str {
@@ -704,6 +703,7 @@ fn transient(_: &object_store::Error) -> bool {
     false
 }
 
+/// Runs `op` until it succeeds, fails for good, or the deadline passes.
 async fn retrying<T, F>(
     policy: Policy,
     health: &Health,
@@ -715,6 +715,7 @@ where
 {
     let start = Instant::now();
     let mut attempt = 0;
+    let mut last: Option<object_store::Error> = None;
     loop {
         let t = Instant::now();
         let res = match policy.deadline {
@@ -724,7 +725,7 @@ where
                     Ok(res) => res,
                     // No answer at all: the store is failing, not answering.
                     Err(_) => {
-                        let e = retry::deadline_exceeded(deadline);
+                        let e = retry::deadline_exceeded(deadline, last.as_ref());
                         health.failed(&e);
                         return Err(e);
                     }
@@ -735,18 +736,22 @@ where
         match res {
             Err(e) if transient(&e) => {
                 health.failed(&e);
-                let wait = retry::backoff(attempt);
-                if policy
-                    .deadline
-                    .is_none_or(|deadline| start.elapsed() + wait >= deadline)
-                {
+                let Some(deadline) = policy.deadline else {
+                    return Err(e);
+                };
+                let left = deadline.saturating_sub(start.elapsed());
+                if left < retry::LAST_TRY {
                     return Err(e);
                 }
+                // The last waits shrink to fit, so the whole deadline is used
+                // and never overshot.
+                let wait = retry::backoff(attempt).min(left / 2);
                 attempt += 1;
                 tracing::warn!(
                     "{key}: store request failed (retry {attempt} in {:.1} s): {e}",
                     wait.as_secs_f64()
                 );
+                last = Some(e);
                 tokio::time::sleep(wait).await;
             }
             res => {

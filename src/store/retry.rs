@@ -48,12 +48,21 @@ pub fn backoff(attempt: u32) -> Duration {
     base.mul_f64(rand::random_range(0.5..=1.0))
 }
 
-/// The error for an operation that ran out of time.
-pub fn deadline_exceeded(deadline: Duration) -> object_store::Error {
+/// Time left under which a failed operation is not tried again: too short
+/// for a request to be answered.
+pub const LAST_TRY: Duration = Duration::from_millis(100);
+
+/// The error for an operation that ran out of time, naming the store's last
+/// answer if it gave one.
+pub fn deadline_exceeded(
+    deadline: Duration,
+    last: Option<&object_store::Error>,
+) -> object_store::Error {
+    let last = last.map_or_else(String::new, |e| format!(" (last failure: {e})"));
     object_store::Error::Generic {
         store: "detafs",
         source: format!(
-            "no answer within the deadline of {}",
+            "no answer within the deadline of {}{last}",
             humantime::format_duration(deadline)
         )
         .into(),
