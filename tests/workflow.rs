@@ -737,6 +737,51 @@ fn exporting_one_big_file_reports_progress_as_it_goes() {
 }
 
 #[test]
+fn a_commit_stores_what_one_core_would() {
+    // Chunks are hashed on several threads: the chunk list of a file of many
+    // chunks (and of files around it) must be exactly what chunking and
+    // hashing it on one thread gives.
+    use detafs::snapshot::diff::TreeSource;
+    use detafs::snapshot::{Node, chunker};
+    let env = Env::new_local();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let sizes = [(9 << 20, 1), (100, 2), (3 << 20, 3), (20_000, 4)];
+    for (i, (len, seed)) in sizes.iter().enumerate() {
+        std::fs::write(src.join(format!("f{i}")), common::noise(*len, *seed)).unwrap();
+    }
+    env.commit(&src, "v1");
+    let repo = detafs::repo::Repo::open(&detafs::repo::Options {
+        store: Some(env.store.clone()),
+        cache_dir: Some(env.cache.clone()),
+        cache_size: 1 << 30,
+        store_timeout: std::time::Duration::from_secs(30),
+        key_file: Some(env.key_file.clone()),
+        passphrase: None,
+        sse: None,
+    })
+    .unwrap();
+    let record = repo.version("ds", "latest").unwrap();
+    let tree = repo.tree(&record.tree).unwrap();
+    for e in &tree.entries {
+        let Node::File { chunks, .. } = &e.node else {
+            panic!("not a file")
+        };
+        let path = src.join(String::from_utf8(e.name.clone()).unwrap());
+        let file = std::fs::File::open(&path).unwrap();
+        let one_core: Vec<_> = chunker::chunks(file, u64::MAX, repo.codec.chunker_seed())
+            .map(|c| {
+                let c = c.unwrap();
+                (repo.codec.blob_id(&c), c.len() as u64)
+            })
+            .collect();
+        let stored: Vec<_> = chunks.iter().map(|c| (c.id, c.data_size())).collect();
+        assert_eq!(stored, one_core, "{path:?}");
+    }
+    assert!(tree.entries.len() == sizes.len());
+}
+
+#[test]
 fn diff_u_is_a_patch_that_turns_one_version_into_the_other() {
     let env = Env::new();
     let src = env.path("src");

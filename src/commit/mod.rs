@@ -7,6 +7,7 @@
 
 pub mod edit;
 mod encoder;
+mod ordered;
 pub mod scan;
 pub mod staged;
 pub mod upload;

@@ -2,6 +2,7 @@
 //! every file, packs what the store does not hold yet.
 
 use super::encoder::{Encoded, Encoder};
+use super::ordered::Ordered;
 use crate::cache::index::StatKey;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -41,6 +42,9 @@ pub struct Scanner<'r> {
     pub started: std::time::Instant,
     /// Started at the first new chunk, on the commit's own thread.
     encoder: Option<Encoder>,
+    /// Started at the first chunk that can share the hashing; idle
+    /// between files.
+    hasher: Option<Hasher>,
     /// Names of each file with several in the scanned tree, by (device,
     /// inode): their entries form a link group.
     names: HashMap<(u64, u64), u32>,
@@ -98,6 +102,7 @@ impl<'r> Scanner<'r> {
             codec: repo.codec.clone(),
             started: std::time::Instant::now(),
             encoder: None,
+            hasher: None,
             names: HashMap::new(),
         }
     }
@@ -117,8 +122,7 @@ impl<'r> Scanner<'r> {
         self.repo.index.blob(id)
     }
 
-    fn put_chunk(&mut self, data: Vec<u8>) -> Result<Slot> {
-        let id = self.codec.blob_id(&data);
+    fn put_chunk(&mut self, id: ObjectId, data: Vec<u8>) -> Result<Slot> {
         if let Some(r) = self.known(&id)? {
             return Ok(Slot::Ready(r));
         }
@@ -376,14 +380,53 @@ impl Scanner<'_> {
     fn chunk_slots(&mut self, path: &Path, len: u64) -> Result<(Vec<Slot>, u64)> {
         let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
         let (mut slots, mut size) = (Vec::new(), 0);
+        // Taken out while this file is read; put back only once drained, so
+        // no result of this file can reach another.
+        let mut hasher = self.hasher.take();
         for chunk in chunker::chunks(file, len, self.codec.chunker_seed()) {
             let chunk = chunk.map_err(|e| Error::io(path.display(), e))?;
             size += chunk.len() as u64;
             self.progress.advance(chunk.len() as u64);
-            slots.push(self.put_chunk(chunk)?);
+            let idle = hasher.as_ref().is_none_or(|h| h.in_flight() == 0);
+            if idle && chunk.len() < chunker::MIN_SIZE {
+                // A small file (most files of a dataset) is hashed here: a
+                // hand-off would cost more than its hash.
+                let id = self.codec.blob_id(&chunk);
+                slots.push(self.put_chunk(id, chunk)?);
+                continue;
+            }
+            if hasher.is_none() {
+                hasher = Some(start_hasher(&self.codec)?);
+            }
+            let h = hasher.as_mut().expect("started above");
+            for (id, data) in h.submit(chunk) {
+                slots.push(self.put_chunk(id, data)?);
+            }
+        }
+        if let Some(mut h) = hasher {
+            for (id, data) in h.drain() {
+                slots.push(self.put_chunk(id, data)?);
+            }
+            self.hasher = Some(h);
         }
         Ok((slots, size))
     }
+}
+
+/// Hashes chunks on all the cores while the commit's thread reads and
+/// chunks (SHA-256 or the keyed hash costs more than finding boundaries).
+type Hasher = Ordered<Vec<u8>, (ObjectId, Vec<u8>)>;
+
+/// Chunks hashed at once: a few MiB at most (`chunker::MAX_SIZE` each).
+const HASH_DEPTH: usize = 8;
+
+fn start_hasher(codec: &Codec) -> Result<Hasher> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let codec = codec.clone();
+    Ordered::start("detafs-hash", threads, HASH_DEPTH, move |data: Vec<u8>| {
+        (codec.blob_id(&data), data)
+    })
+    .map_err(|e| Error::io("a thread to hash chunks", e))
 }
 
 impl TreeSink for Scanner<'_> {
