@@ -112,7 +112,7 @@ mod tests {
     fn results_come_back_in_order_whatever_finishes_first() {
         let mut pool = Ordered::start("test", 3, 5, |i: u32| {
             // Later jobs often finish first.
-            if i % 3 == 0 {
+            if i.is_multiple_of(3) {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
             i * 2
