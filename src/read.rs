@@ -18,8 +18,10 @@ use std::path::{Path, PathBuf};
 /// Largest single range read; also bounds memory to a few times this.
 const RUN_BYTES: u64 = 8 << 20;
 
-/// Streams a file's chunks to `out`, every chunk verified. One thread fetches
-/// ahead while this one writes, so reading and writing overlap.
+/// Streams a file's chunks to `out`, every chunk verified. `FETCHERS`
+/// threads fetch and verify runs ahead (run i on thread i mod
+/// `FETCHERS`) while this one writes them in order, so reading, verifying
+/// and writing overlap on all the cores.
 pub fn read_file(repo: &Repo, chunks: &[BlobRef], out: &mut dyn Write) -> Result<()> {
     let runs = pack::runs(chunks, RUN_BYTES);
     let write = |out: &mut dyn Write, data: Vec<bytes::Bytes>| -> Result<()> {
@@ -32,23 +34,38 @@ pub fn read_file(repo: &Repo, chunks: &[BlobRef], out: &mut dyn Write) -> Result
         // Small files: one read, no helper thread.
         return write(out, repo.read_chunks(run)?);
     }
+    let fetchers = FETCHERS.min(runs.len());
     std::thread::scope(|s| {
-        let (tx, rx) = std::sync::mpsc::sync_channel(2);
-        s.spawn(move || {
-            for run in runs {
-                let res = repo.read_chunks(run);
-                let failed = res.is_err();
-                if tx.send(res).is_err() || failed {
-                    break;
-                }
-            }
-        });
-        for res in rx {
+        let receivers: Vec<_> = (0..fetchers)
+            .map(|k| {
+                let (tx, rx) = std::sync::mpsc::sync_channel(0);
+                let mine = runs.iter().skip(k).step_by(fetchers);
+                s.spawn(move || {
+                    for run in mine {
+                        let res = repo.read_chunks(run);
+                        let failed = res.is_err();
+                        if tx.send(res).is_err() || failed {
+                            break;
+                        }
+                    }
+                });
+                rx
+            })
+            .collect();
+        for i in 0..runs.len() {
+            // A fetcher stops at its first error, which it sent first.
+            let res = receivers[i % fetchers]
+                .recv()
+                .expect("a fetcher sends each of its runs or an error");
             write(out, res?)?;
         }
         Ok(())
     })
 }
+
+/// Threads fetching one file's runs, and writing an export's files: one
+/// per core of this machine kind, each holding at most two runs.
+const FETCHERS: usize = 2;
 
 /// Gives `path` the atime and mtime of `node`: of `path` itself, never of
 /// what it points to, and without opening it (opening a FIFO would wait
@@ -97,79 +114,111 @@ pub fn export(
         Err(e) => return Err(Error::io(dest.display(), e)),
     }
     let mode = |m: u32| if opts.preserve_setid { m } else { m & !0o6000 };
-    // Depth first without recursion; a directory's mode and mtime are set
-    // after its contents are written (its mode may forbid writing).
-    enum Step {
-        Fill(BlobRef, PathBuf),
-        Finish(PathBuf, u32, Node),
-    }
-    let mut steps = vec![Step::Fill(*root, dest.to_path_buf())];
+    // The trees are walked here, depth first without recursion, making
+    // folders, symlinks and special files; files go in batches to workers.
+    // Hard links are made once every file is written, then each folder's
+    // mode and mtime are set, deepest first (its mode may forbid writing,
+    // and each name made in it moves its mtime).
+    let mut fills = vec![(*root, dest.to_path_buf())];
+    let mut folders: Vec<(PathBuf, u32, Node)> = Vec::new();
     // The first name exported of each link group: its other names are
-    // made links to it (in their folder's turn, before its mtime is set).
-    // A name that differs from the first (a hostile or merged tree) is
-    // written as a file of its own.
+    // made links to it. A name that differs from the first (a hostile or
+    // merged tree) is written as a file of its own.
     let mut firsts: HashMap<u64, (PathBuf, Node)> = HashMap::new();
-    while let Some(step) = steps.pop() {
-        let (tree, dir) = match step {
-            Step::Finish(path, m, node) => {
-                finish(&path, mode(m), &node)?;
-                continue;
-            }
-            Step::Fill(tree, dir) => (repo.tree(&tree)?, dir),
-        };
-        let mut files = Vec::new();
-        let mut links = Vec::new();
-        for entry in &tree.entries {
-            // Names are validated on decode (no '/', '.', '..' or NUL), so
-            // every path stays under `dest`.
-            let path = dir.join(OsStr::from_bytes(&entry.name));
-            let group = entry.node.link().map(|l| l.group);
-            if let Some((first, _)) = group
-                .and_then(|g| firsts.get(&g))
-                .filter(|(_, node)| node.same(&entry.node))
-            {
-                links.push((first.clone(), path));
-                continue;
-            }
-            let made = match &entry.node {
-                Node::File { mode: m, .. } => {
-                    files.push((path.clone(), &entry.node, mode(*m)));
-                    true
-                }
-                Node::Dir { mode: m, tree, .. } => {
-                    std::fs::create_dir(&path).map_err(|e| Error::io(path.display(), e))?;
-                    steps.push(Step::Finish(path.clone(), *m, entry.node.clone()));
-                    steps.push(Step::Fill(*tree, path.clone()));
-                    true
-                }
-                Node::Symlink { target, .. } => {
-                    std::os::unix::fs::symlink(OsStr::from_bytes(target), &path)
-                        .map_err(|e| Error::io(path.display(), e))?;
-                    set_times(&path, &entry.node)?;
-                    true
-                }
-                Node::Special {
-                    kind,
-                    mode: m,
-                    rdev,
-                    ..
-                } => {
-                    // mknod applies the umask: the mode is set after.
-                    let made = make_special(&path, *kind, mode(*m), *rdev)?;
-                    if made {
-                        finish(&path, mode(*m), &entry.node)?;
+    let mut links = Vec::new();
+    let failed: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FileJob>>(FETCHERS);
+    let rx = std::sync::Mutex::new(rx);
+    std::thread::scope(|s| -> Result<()> {
+        // Dropped when the walk ends or fails, which ends the workers.
+        let tx = tx;
+        for _ in 0..FETCHERS {
+            let (rx, failed) = (&rx, &failed);
+            s.spawn(move || {
+                loop {
+                    let batch = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let Ok(batch) = batch else { break };
+                    let mut first = failed.lock().unwrap_or_else(|p| p.into_inner());
+                    if first.is_some() {
+                        continue; // drained, not written
                     }
-                    made
+                    drop(first);
+                    if let Err(e) = write_batch(repo, &batch, progress) {
+                        first = failed.lock().unwrap_or_else(|p| p.into_inner());
+                        first.get_or_insert(e);
+                    }
                 }
-            };
-            if let (Some(g), true) = (group, made) {
-                firsts.entry(g).or_insert((path, entry.node.clone()));
+            });
+        }
+        while let Some((tree, dir)) = fills.pop() {
+            if failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+                break;
+            }
+            let tree = repo.tree(&tree)?;
+            let mut files = Vec::new();
+            for entry in &tree.entries {
+                // Names are validated on decode (no '/', '.', '..' or NUL), so
+                // every path stays under `dest`.
+                let path = dir.join(OsStr::from_bytes(&entry.name));
+                let group = entry.node.link().map(|l| l.group);
+                if let Some((first, _)) = group
+                    .and_then(|g| firsts.get(&g))
+                    .filter(|(_, node)| node.same(&entry.node))
+                {
+                    links.push((first.clone(), path));
+                    continue;
+                }
+                let made = match &entry.node {
+                    Node::File { mode: m, .. } => {
+                        files.push((path.clone(), entry.node.clone(), mode(*m)));
+                        true
+                    }
+                    Node::Dir { mode: m, tree, .. } => {
+                        std::fs::create_dir(&path).map_err(|e| Error::io(path.display(), e))?;
+                        folders.push((path.clone(), *m, entry.node.clone()));
+                        fills.push((*tree, path.clone()));
+                        true
+                    }
+                    Node::Symlink { target, .. } => {
+                        std::os::unix::fs::symlink(OsStr::from_bytes(target), &path)
+                            .map_err(|e| Error::io(path.display(), e))?;
+                        set_times(&path, &entry.node)?;
+                        true
+                    }
+                    Node::Special {
+                        kind,
+                        mode: m,
+                        rdev,
+                        ..
+                    } => {
+                        // mknod applies the umask: the mode is set after.
+                        let made = make_special(&path, *kind, mode(*m), *rdev)?;
+                        if made {
+                            finish(&path, mode(*m), &entry.node)?;
+                        }
+                        made
+                    }
+                };
+                if let (Some(g), true) = (group, made) {
+                    firsts.entry(g).or_insert((path, entry.node.clone()));
+                }
+            }
+            for batch in batches(files) {
+                if tx.send(batch).is_err() {
+                    break; // the workers are gone: a panic, reported below
+                }
             }
         }
-        export_files(repo, &files, progress)?;
-        for (first, path) in links {
-            std::fs::hard_link(&first, &path).map_err(|e| Error::io(path.display(), e))?;
-        }
+        Ok(())
+    })?;
+    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    for (first, path) in links {
+        std::fs::hard_link(&first, &path).map_err(|e| Error::io(path.display(), e))?;
+    }
+    for (path, m, node) in folders.iter().rev() {
+        finish(path, mode(*m), node)?;
     }
     Ok(())
 }
@@ -196,15 +245,32 @@ fn make_special(path: &Path, kind: Special, mode: u32, rdev: u64) -> Result<bool
     Ok(true)
 }
 
-/// Writes a directory's files in batches whose chunks are fetched together:
-/// files committed together lie back to back in a pack, so a batch of small
-/// files costs one range read, not one per file.
-fn export_files(
-    repo: &Repo,
-    files: &[(PathBuf, &Node, u32)],
-    progress: &dyn Progress,
-) -> Result<()> {
-    // A new file, never one that is there (nor a symlink's target).
+/// A file to write: where, what, and its mode.
+type FileJob = (PathBuf, Node, u32);
+
+/// A directory's files in batches whose chunks are fetched together: files
+/// committed together lie back to back in a pack, so a batch of small files
+/// costs one range read, not one per file. A large file is a batch alone.
+fn batches(files: Vec<FileJob>) -> Vec<Vec<FileJob>> {
+    let mut out: Vec<Vec<FileJob>> = Vec::new();
+    let mut bytes = 0;
+    for file in files {
+        let size = file.1.size();
+        match out.last_mut() {
+            Some(batch) if bytes + size <= RUN_BYTES => batch.push(file),
+            _ => {
+                bytes = 0;
+                out.push(vec![file]);
+            }
+        }
+        bytes += size;
+    }
+    out
+}
+
+/// Writes a batch of files: each a new file, never one that is there (nor
+/// a symlink's target), then its mode and mtime.
+fn write_batch(repo: &Repo, batch: &[FileJob], progress: &dyn Progress) -> Result<()> {
     let create = |path: &Path| {
         std::fs::OpenOptions::new()
             .write(true)
@@ -212,55 +278,42 @@ fn export_files(
             .open(path)
             .map_err(|e| Error::io(path.display(), e))
     };
-    let mut rest = files;
-    while let Some((first, _, _)) = rest.first() {
-        let mut n = 0;
-        let mut bytes = 0;
-        while let Some((_, node, _)) = rest.get(n)
-            && (n == 0 || bytes + node.size() <= RUN_BYTES)
-        {
-            bytes += node.size();
-            n += 1;
+    let streamed = batch.iter().map(|(_, n, _)| n.size()).sum::<u64>() > RUN_BYTES;
+    if let ([(path, node, _)], true) = (batch, streamed) {
+        // One large file: streamed, its progress told as it is written.
+        let mut f = Counted {
+            out: create(path)?,
+            progress,
+        };
+        read_file(repo, chunks_of(node), &mut f).map_err(|e| match e {
+            Error::Io { source, .. } => Error::io(path.display(), source),
+            other => other,
+        })?;
+    } else {
+        // Fetched in store order, written in name order.
+        let mut refs: Vec<BlobRef> = batch
+            .iter()
+            .flat_map(|(_, n, _)| chunks_of(n))
+            .copied()
+            .collect();
+        refs.sort_by_key(|r| (r.pack, r.offset));
+        refs.dedup();
+        let mut data = HashMap::with_capacity(refs.len());
+        for run in pack::runs(&refs, RUN_BYTES) {
+            data.extend(run.iter().map(|r| r.id).zip(repo.read_chunks(run)?));
         }
-        let (batch, tail) = rest.split_at(n);
-        rest = tail;
-        let streamed = bytes > RUN_BYTES;
-        if streamed {
-            // One large file: streamed, its progress told as it is written.
-            let mut f = Counted {
-                out: create(first)?,
-                progress,
-            };
-            read_file(repo, chunks_of(batch[0].1), &mut f).map_err(|e| match e {
-                Error::Io { source, .. } => Error::io(first.display(), source),
-                other => other,
-            })?;
-        } else {
-            // Fetched in store order, written in name order.
-            let mut refs: Vec<BlobRef> = batch
-                .iter()
-                .flat_map(|(_, n, _)| chunks_of(n))
-                .copied()
-                .collect();
-            refs.sort_by_key(|r| (r.pack, r.offset));
-            refs.dedup();
-            let mut data = HashMap::with_capacity(refs.len());
-            for run in pack::runs(&refs, RUN_BYTES) {
-                data.extend(run.iter().map(|r| r.id).zip(repo.read_chunks(run)?));
-            }
-            for (path, node, _) in batch {
-                let mut f = create(path)?;
-                for r in chunks_of(node) {
-                    f.write_all(&data[&r.id])
-                        .map_err(|e| Error::io(path.display(), e))?;
-                }
+        for (path, node, _) in batch {
+            let mut f = create(path)?;
+            for r in chunks_of(node) {
+                f.write_all(&data[&r.id])
+                    .map_err(|e| Error::io(path.display(), e))?;
             }
         }
-        for (path, node, mode) in batch {
-            finish(path, *mode, node)?;
-            if !streamed {
-                progress.advance(node.size());
-            }
+    }
+    for (path, node, mode) in batch {
+        finish(path, *mode, node)?;
+        if !streamed {
+            progress.advance(node.size());
         }
     }
     Ok(())
