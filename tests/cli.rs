@@ -517,3 +517,41 @@ fn a_file_rewritten_during_commit_is_never_stored_as_a_mix() {
         std::fs::read(&path).unwrap()
     );
 }
+
+#[test]
+fn an_export_that_misses_a_pack_fails_naming_it_and_writes_no_wrong_byte() {
+    // Files go to two writers while the trees are walked: the failure of one
+    // ends the export, names the object, and no file holds a wrong byte.
+    let env = Env::new();
+    let src = env.path("src");
+    for d in 0..6u64 {
+        std::fs::create_dir_all(src.join(format!("d{d}"))).unwrap();
+        for f in 0..40u64 {
+            let body = noise(3000, d * 100 + f);
+            std::fs::write(src.join(format!("d{d}/f{f}")), body).unwrap();
+        }
+    }
+    std::fs::write(src.join("big.bin"), noise(40 << 20, 5)).unwrap();
+    env.commit(&src, "v1");
+    let lost = env.objects.largest("packs/");
+    env.objects.delete(&lost);
+    std::fs::remove_dir_all(&env.cache).unwrap();
+    let out = env.path("out");
+    let (code, err) = env.fails(&["export", "ds", "v1", out.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    let id = lost.rsplit('/').next().unwrap();
+    assert!(
+        err.contains(id.split('.').next().unwrap()),
+        "{lost} not named: {err}"
+    );
+    // What was written is what was committed, or a prefix of the file
+    // being written when the export stopped.
+    for entry in common::files_under(&out) {
+        let rel = entry.strip_prefix(&out).unwrap();
+        let (got, want) = (
+            std::fs::read(&entry).unwrap(),
+            std::fs::read(src.join(rel)).unwrap(),
+        );
+        assert!(want.starts_with(&got), "{rel:?}: a wrong byte");
+    }
+}

@@ -275,7 +275,7 @@ fn files_ranges_etags_limits_conflicts_and_missing_objects() {
         std::path::PathBuf::from(&env.store).join("packs"),
         env.cache.clone(),
     ] {
-        for e in walk(&dir)
+        for e in common::files_under(&dir)
             .into_iter()
             .filter(|p| p.to_string_lossy().contains("/blobs/") || dir.ends_with("packs"))
         {
@@ -297,18 +297,6 @@ fn files_ranges_etags_limits_conflicts_and_missing_objects() {
             .contains("missing from the store"),
         "{err}"
     );
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        if e.path().is_dir() {
-            out.extend(walk(&e.path()));
-        } else {
-            out.push(e.path());
-        }
-    }
-    out
 }
 
 /// An RSA key made by openssl, and its public half as a JWK.
@@ -846,7 +834,7 @@ fn health_metrics_openapi_and_the_periodic_audit() {
     assert_eq!(s, 200);
     assert!(json_of(&doc)["paths"]["/datasets/{id}/commit"]["post"].is_object());
     // A pack deleted by hand: the next audit says so, in /health and /metrics.
-    for p in walk(&std::path::PathBuf::from(&env.store).join("packs")) {
+    for p in common::files_under(&std::path::PathBuf::from(&env.store).join("packs")) {
         std::fs::remove_file(p).unwrap();
     }
     common::within(Duration::from_secs(20), "the audit to see it", || {
