@@ -695,6 +695,20 @@ impl detafs::progress::Progress for Steps {
     }
 }
 
+/// The library opened in this process on `env`'s (local) store.
+fn open_repo(env: &Env) -> detafs::repo::Repo {
+    detafs::repo::Repo::open(&detafs::repo::Options {
+        store: Some(env.store.clone()),
+        cache_dir: Some(env.cache.clone()),
+        cache_size: 1 << 30,
+        store_timeout: std::time::Duration::from_secs(30),
+        key_file: Some(env.key_file.clone()),
+        passphrase: None,
+        sse: None,
+    })
+    .unwrap()
+}
+
 #[test]
 fn exporting_one_big_file_reports_progress_as_it_goes() {
     // The library is called in this process: a local store (the S3 run's
@@ -705,16 +719,7 @@ fn exporting_one_big_file_reports_progress_as_it_goes() {
     std::fs::write(src.join("big.bin"), common::noise(40 << 20, 7)).unwrap();
     std::fs::write(src.join("small.txt"), "s").unwrap();
     env.commit(&src, "big");
-    let repo = detafs::repo::Repo::open(&detafs::repo::Options {
-        store: Some(env.store.clone()),
-        cache_dir: Some(env.cache.clone()),
-        cache_size: 1 << 30,
-        store_timeout: std::time::Duration::from_secs(30),
-        key_file: Some(env.key_file.clone()),
-        passphrase: None,
-        sse: None,
-    })
-    .unwrap();
+    let repo = open_repo(&env);
     let record = repo.version("ds", "latest").unwrap();
     let steps = Steps::default();
     let out = env.path("out");
@@ -751,16 +756,7 @@ fn a_commit_stores_what_one_core_would() {
         std::fs::write(src.join(format!("f{i}")), common::noise(*len, *seed)).unwrap();
     }
     env.commit(&src, "v1");
-    let repo = detafs::repo::Repo::open(&detafs::repo::Options {
-        store: Some(env.store.clone()),
-        cache_dir: Some(env.cache.clone()),
-        cache_size: 1 << 30,
-        store_timeout: std::time::Duration::from_secs(30),
-        key_file: Some(env.key_file.clone()),
-        passphrase: None,
-        sse: None,
-    })
-    .unwrap();
+    let repo = open_repo(&env);
     let record = repo.version("ds", "latest").unwrap();
     let tree = repo.tree(&record.tree).unwrap();
     for e in &tree.entries {

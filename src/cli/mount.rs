@@ -92,8 +92,8 @@ pub fn tune_allocator() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
         libc::mallopt(libc::M_ARENA_MAX, 4);
-        libc::mallopt(libc::M_TOP_PAD, 16 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TOP_PAD, 4 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 8 << 20);
     }
 }
 

@@ -60,7 +60,7 @@ const PREFETCH_TREES: usize = 1024;
 /// Runs fetched ahead of a sequential reader (in parallel with its reads).
 const PREFETCH_RUNS: usize = 2;
 /// Verified chunks kept in memory for readers of the mount.
-const CHUNK_CACHE_BYTES: usize = 64 << 20;
+const CHUNK_CACHE_BYTES: usize = 16 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileKind {
