@@ -214,8 +214,9 @@ impl<'r> Scanner<'r> {
         let mut scanned = Vec::new();
         for item in items {
             let path = item.path();
-            let meta =
-                std::fs::symlink_metadata(&path).map_err(|e| Error::io(path.display(), e))?;
+            // Relative to the open folder (fstatat, not following a
+            // symlink): no walk of the whole path per entry.
+            let meta = item.metadata().map_err(|e| Error::io(path.display(), e))?;
             let ft = meta.file_type();
             let node = if ft.is_dir() {
                 let (tree, links) = self.scan_level(&path, depth + 1)?;
@@ -331,7 +332,8 @@ fn count_names(dir: &Path) -> Result<HashMap<(u64, u64), u32>> {
         let items = std::fs::read_dir(&dir).map_err(|e| Error::io(dir.display(), e))?;
         for item in items {
             let item = item.map_err(|e| Error::io(dir.display(), e))?;
-            let meta = std::fs::symlink_metadata(item.path())
+            let meta = item
+                .metadata()
                 .map_err(|e| Error::io(item.path().display(), e))?;
             if meta.is_dir() {
                 todo.push((item.path(), depth + 1));
