@@ -492,7 +492,7 @@ fn a_folder_removed_elsewhere_does_not_come_back_after_it_was_listed() {
     assert!(!m.path("staging/gone").exists());
     let out = env.path("v3");
     env.ok(&["export", "ds", "v3", out.to_str().unwrap()]);
-    let mut names: Vec<String> = walk_files(&out)
+    let mut names: Vec<String> = common::files_under(&out)
         .iter()
         .map(|p| p.strip_prefix(&out).unwrap().display().to_string())
         .collect();
@@ -710,7 +710,7 @@ fn a_staged_row_without_its_data_is_repaired_and_named() {
         libc::kill(pid as i32, 0) != 0
     });
     // The state a crash between a new file's row and its file leaves.
-    let data = walk_files(&env.staging())
+    let data = common::files_under(&env.staging())
         .into_iter()
         .find(|p| std::fs::read(p).is_ok_and(|d| d == b"lost in the crash"))
         .unwrap();
@@ -795,7 +795,7 @@ fn a_staging_row_that_does_not_decode_is_named() {
     common::within(Duration::from_secs(10), "the daemon's end", || unsafe {
         libc::kill(pid as i32, 0) != 0
     });
-    let db = walk_files(&env.staging())
+    let db = common::files_under(&env.staging())
         .into_iter()
         .find(|p| p.ends_with("staging.sqlite"))
         .unwrap();
@@ -811,19 +811,6 @@ fn a_staging_row_that_does_not_decode_is_named() {
         err.contains("staging row") && err.contains("unknown node kind 7"),
         "{err}"
     );
-}
-
-fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk_files(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 #[test]
