@@ -9,15 +9,18 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, mpsc};
 
+/// A job's result, or the panic of the thread that ran it.
+type Outcome<R> = std::thread::Result<R>;
+
 pub struct Ordered<J, R> {
     jobs: mpsc::Sender<(u64, J)>,
-    done: mpsc::Receiver<(u64, R)>,
+    done: mpsc::Receiver<(u64, Outcome<R>)>,
     depth: usize,
     /// Sequence numbers: of the next job, and of the next result due.
     sent: u64,
     due: u64,
     /// Results that finished ahead of an older one.
-    early: BTreeMap<u64, R>,
+    early: BTreeMap<u64, Outcome<R>>,
 }
 
 impl<J: Send + 'static, R: Send + 'static> Ordered<J, R> {
@@ -42,7 +45,11 @@ impl<J: Send + 'static, R: Send + 'static> Ordered<J, R> {
                     loop {
                         let job = inbox.lock().unwrap_or_else(|p| p.into_inner()).recv();
                         let Ok((seq, job)) = job else { break };
-                        if outbox.send((seq, f(job))).is_err() {
+                        // A panic goes to the caller with the job's place: a
+                        // result that never came would be waited for forever.
+                        let outcome =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(job)));
+                        if outbox.send((seq, outcome)).is_err() {
                             break;
                         }
                     }
@@ -92,7 +99,7 @@ impl<J: Send + 'static, R: Send + 'static> Ordered<J, R> {
             let (seq, r) = if wait {
                 self.done
                     .recv()
-                    .expect("a worker thread panicked (a bug: its work cannot fail)")
+                    .expect("the worker threads are gone (they could not start)")
             } else {
                 self.done.try_recv().ok()?
             };
@@ -100,7 +107,7 @@ impl<J: Send + 'static, R: Send + 'static> Ordered<J, R> {
         }
         let r = self.early.remove(&self.due).expect("checked above");
         self.due += 1;
-        Some(r)
+        Some(r.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
     }
 }
 
@@ -127,5 +134,23 @@ mod tests {
         assert_eq!(pool.in_flight(), 0);
         assert_eq!(back, (0..100).map(|i| i * 2).collect::<Vec<_>>());
         assert!(pool.drain().is_empty());
+    }
+
+    #[test]
+    fn a_panic_in_a_worker_reaches_the_caller_and_nothing_hangs() {
+        let mut pool = Ordered::start("test", 2, 4, |i: u32| {
+            assert!(i != 3, "job 3 fails");
+            i
+        })
+        .unwrap();
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut back = Vec::new();
+            for i in 0..10 {
+                back.extend(pool.submit(i));
+            }
+            back.extend(pool.drain());
+            back
+        }));
+        assert!(run.is_err(), "the panic came back");
     }
 }
