@@ -63,9 +63,11 @@ pub fn read_file(repo: &Repo, chunks: &[BlobRef], out: &mut dyn Write) -> Result
     })
 }
 
-/// Threads fetching one file's runs, and writing an export's files: one
-/// per core of this machine kind, each holding at most two runs.
+/// Threads fetching one file's runs, one per core of this machine kind;
+/// each holds one run until the writer takes it.
 const FETCHERS: usize = 2;
+/// Threads writing an export's files.
+const WRITERS: usize = 2;
 
 /// Gives `path` the atime and mtime of `node`: of `path` itself, never of
 /// what it points to, and without opening it (opening a FIFO would wait
@@ -127,31 +129,33 @@ pub fn export(
     let mut firsts: HashMap<u64, (PathBuf, Node)> = HashMap::new();
     let mut links = Vec::new();
     let failed: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FileJob>>(FETCHERS);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FileJob>>(WRITERS);
     let rx = std::sync::Mutex::new(rx);
     std::thread::scope(|s| -> Result<()> {
         // Dropped when the walk ends or fails, which ends the workers.
         let tx = tx;
-        for _ in 0..FETCHERS {
+        for _ in 0..WRITERS {
             let (rx, failed) = (&rx, &failed);
             s.spawn(move || {
                 loop {
+                    // The lock is let go before the batch is written.
                     let batch = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                     let Ok(batch) = batch else { break };
-                    let mut first = failed.lock().unwrap_or_else(|p| p.into_inner());
-                    if first.is_some() {
-                        continue; // drained, not written
+                    // After a failure, batches are drained, not written.
+                    if has_failed(failed) {
+                        continue;
                     }
-                    drop(first);
                     if let Err(e) = write_batch(repo, &batch, progress) {
-                        first = failed.lock().unwrap_or_else(|p| p.into_inner());
-                        first.get_or_insert(e);
+                        failed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
                     }
                 }
             });
         }
         while let Some((tree, dir)) = fills.pop() {
-            if failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            if has_failed(&failed) {
                 break;
             }
             let tree = repo.tree(&tree)?;
@@ -243,6 +247,10 @@ fn make_special(path: &Path, kind: Special, mode: u32, rdev: u64) -> Result<bool
         return Err(Error::io(path.display(), e));
     }
     Ok(true)
+}
+
+fn has_failed(failed: &std::sync::Mutex<Option<Error>>) -> bool {
+    failed.lock().unwrap_or_else(|p| p.into_inner()).is_some()
 }
 
 /// A file to write: where, what, and its mode.
