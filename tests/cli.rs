@@ -497,14 +497,12 @@ fn a_file_rewritten_during_commit_is_never_stored_as_a_mix() {
                 }
             }
         });
-        let out = env.run(&[
-            "commit",
-            "ds",
-            "--from",
-            src.to_str().unwrap(),
-            "-m",
-            "racing",
-        ]);
+        // Each read is followed by a pause, so the writer surely writes
+        // between a read and the check after it, however busy the machine.
+        let out = env
+            .commit_command(&src, "racing", "file-read=sleep(100)")
+            .output()
+            .unwrap();
         stop.store(true, Ordering::Relaxed);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");

@@ -320,6 +320,28 @@ fn rsa_key(dir: &std::path::Path, kid: &str) -> (Vec<u8>, Value) {
     (std::fs::read(pem).unwrap(), jwk)
 }
 
+/// A P-256 key made by openssl (PKCS#8), and its public half as a JWK.
+fn ec_key(dir: &std::path::Path, kid: &str) -> (Vec<u8>, Value) {
+    let pem = dir.join(format!("{kid}.pem"));
+    common::run_ok(Command::new("sh").arg("-c").arg(format!(
+        "openssl ecparam -name prime256v1 -genkey -noout | openssl pkcs8 -topk8 -nocrypt -out {}",
+        pem.display()
+    )));
+    let der = Command::new("openssl")
+        .args(["pkey", "-pubout", "-outform", "DER", "-in"])
+        .arg(&pem)
+        .output()
+        .unwrap()
+        .stdout;
+    // The DER ends with the uncompressed point: 0x04, x, y.
+    let point = &der[der.len() - 65..];
+    assert_eq!(point[0], 4);
+    let b64 =
+        |b: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, b);
+    let jwk = json!({"kty": "EC", "crv": "P-256", "kid": kid, "alg": "ES256", "use": "sig", "x": b64(&point[1..33]), "y": b64(&point[33..])});
+    (std::fs::read(pem).unwrap(), jwk)
+}
+
 fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -338,13 +360,30 @@ fn token(pem: &[u8], kid: &str, claims: Value) -> String {
     .unwrap()
 }
 
+fn es256_token(pem: &[u8], kid: &str, claims: Value) -> String {
+    let mut h = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+    h.kid = Some(kid.into());
+    jsonwebtoken::encode(
+        &h,
+        &claims,
+        &jsonwebtoken::EncodingKey::from_ec_pem(pem).unwrap(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
     let env = Env::new();
     let (k1, jwk1) = rsa_key(env.dir.path(), "k1");
     let (other, _) = rsa_key(env.dir.path(), "other");
+    let (e1, ejwk1) = ec_key(env.dir.path(), "e1");
+    let (other_ec, _) = ec_key(env.dir.path(), "other-ec");
     let jwks = env.path("jwks.json");
-    std::fs::write(&jwks, json!({"keys": [jwk1.clone()]}).to_string()).unwrap();
+    std::fs::write(
+        &jwks,
+        json!({"keys": [jwk1.clone(), ejwk1.clone()]}).to_string(),
+    )
+    .unwrap();
     let g = serve_with(
         &env,
         &[
@@ -364,6 +403,10 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
     let (s, b) = post(&token(&k1, "k1", claims("ci-pipeline", "read commit")));
     assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
     assert_eq!(json_of(&b)["author"], "token:ci-pipeline");
+    // ES256 as well.
+    let (s, b) = post(&es256_token(&e1, "e1", claims("ec-pipeline", "commit")));
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(json_of(&b)["author"], "token:ec-pipeline");
     // Only read: 403.
     assert_eq!(post(&token(&k1, "k1", claims("reader", "read"))).0, 403);
     // Expired, not yet valid, another audience or issuer, signed by another
@@ -390,7 +433,24 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
         ("audience", token(&k1, "k1", aud)),
         ("issuer", token(&k1, "k1", iss)),
         ("signature", token(&other, "k1", claims("ci", "commit"))),
+        (
+            "EC signature",
+            es256_token(&other_ec, "e1", claims("ci", "commit")),
+        ),
+        // An EC-signed token naming the RSA key, and the reverse.
+        ("EC on RSA", es256_token(&e1, "k1", claims("ci", "commit"))),
+        ("RSA on EC", token(&k1, "e1", claims("ci", "commit"))),
         ("HS256", hs256),
+        ("alg none", {
+            let b64 = |v: Value| {
+                base64::Engine::encode(
+                    &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                    v.to_string(),
+                )
+            };
+            let head = b64(json!({"alg": "none", "typ": "JWT", "kid": "k1"}));
+            format!("{head}.{}.", b64(claims("ci", "commit")))
+        }),
         ("garbage", "not.a.token".to_string()),
     ] {
         let (s, b) = post(&t);
@@ -401,7 +461,7 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
     let (k2, jwk2) = rsa_key(env.dir.path(), "k2");
     let t2 = token(&k2, "k2", claims("rotated", "commit read"));
     assert_eq!(post(&t2).0, 401);
-    std::fs::write(&jwks, json!({"keys": [jwk1, jwk2]}).to_string()).unwrap();
+    std::fs::write(&jwks, json!({"keys": [jwk1, ejwk1, jwk2]}).to_string()).unwrap();
     std::thread::sleep(Duration::from_millis(2100));
     let (s, b) = post(&t2);
     assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));

@@ -356,6 +356,7 @@ impl Scanner<'_> {
     fn chunk_stable(&mut self, path: &Path, mut before: StatKey) -> Result<(Vec<Slot>, u64)> {
         for _ in 0..STABLE_READS {
             let (chunks, size) = self.chunk_slots(path, u64::MAX)?;
+            fail::fail_point!("file-read");
             let after = std::fs::symlink_metadata(path)
                 .map(|m| stat_key(&m))
                 .map_err(|e| Error::io(path.display(), e))?;
