@@ -93,6 +93,9 @@ pub fn open_master(store: &Store, opts: &Options) -> Result<crate::store::seal::
 /// chunk list): a version's whole namespace need not fit.
 const TREE_ENTRIES: usize = 100_000;
 
+/// Blob references inserted into the index at once by `index_tree`.
+const INDEX_BATCH: usize = 65_536;
+
 const INDEX_FILES: [&str; 4] = [
     "index.sqlite",
     "index.sqlite-wal",
@@ -431,6 +434,11 @@ impl Repo {
                     Node::File { chunks, .. } => blobs.extend_from_slice(chunks),
                     Node::Symlink { .. } | Node::Special { .. } => {}
                 }
+            }
+            // In batches: a version of millions of files is not held.
+            if blobs.len() >= INDEX_BATCH {
+                self.index.insert_blobs(&blobs)?;
+                blobs.clear();
             }
         }
         self.index.insert_blobs(&blobs)?;

@@ -3,6 +3,7 @@
 mod common;
 
 use common::{Env, fingerprint, noise, sample_tree};
+use std::process::Command;
 
 #[test]
 fn versions_export_byte_identical_with_modes_and_mtimes() {
@@ -552,4 +553,48 @@ fn an_export_that_misses_a_pack_fails_naming_it_and_writes_no_wrong_byte() {
         );
         assert!(want.starts_with(&got), "{rel:?}: a wrong byte");
     }
+}
+
+#[test]
+fn the_stat_cache_takes_a_commits_files_only_once_it_lands() {
+    let env = Env::new();
+    let src = env.path("src");
+    for d in 0..3 {
+        std::fs::create_dir_all(src.join(format!("d{d}"))).unwrap();
+        for f in 0..4 {
+            std::fs::write(src.join(format!("d{d}/f{f}")), format!("{d} {f}")).unwrap();
+        }
+    }
+    // Files changed (ctime) within the last 2 s are never stat-cached.
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(2100));
+    settle();
+    env.commit(&src, "v1");
+    let index = common::files_under(&env.cache)
+        .into_iter()
+        .find(|p| p.ends_with("index.sqlite"))
+        .expect("an index");
+    let rows = || {
+        let out = common::run_ok(
+            Command::new("sqlite3")
+                .arg(&index)
+                .arg("select count(*) from stat_cache;"),
+        );
+        out.trim().parse::<u64>().unwrap()
+    };
+    assert_eq!(rows(), 12);
+    // A commit that dies after reading its files leaves the cache as it was.
+    std::fs::write(src.join("d0/new"), b"new").unwrap();
+    settle();
+    let out = env
+        .commit_command(&src, "lost", "before-record=panic")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(rows(), 12);
+    env.commit(&src, "v2");
+    assert_eq!(rows(), 13);
+    assert_eq!(
+        env.run(&["cat", "ds", "v2", "d0/new"]).stdout,
+        b"new".to_vec()
+    );
 }

@@ -57,6 +57,16 @@ impl Index {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA)?;
+        // A commit's stat-cache rows wait in a table of this connection's
+        // own, on disk (the bundled SQLite keeps temporary tables in
+        // memory unless told), until the commit lands.
+        conn.pragma_update(None, "temp_store", "FILE")?;
+        conn.execute_batch(
+            "CREATE TEMP TABLE stat_pending(
+                token INTEGER NOT NULL, path BLOB NOT NULL, size INTEGER, mtime_ns INTEGER,
+                ctime_ns INTEGER, ino INTEGER, chunks BLOB NOT NULL,
+                PRIMARY KEY(token, path)) WITHOUT ROWID;",
+        )?;
         Ok(Index {
             conn: Mutex::new(conn),
         })
@@ -185,20 +195,55 @@ impl Index {
         Ok(chunks.and_then(|c| serde_json::from_slice(&c).ok()))
     }
 
-    pub fn stat_store(&self, entries: &[(Vec<u8>, StatKey, Vec<BlobRef>)]) -> Result<()> {
+    /// Keeps stat-cache rows of the commit `token` names aside until
+    /// `stat_land` (or `stat_discard`).
+    pub fn stat_stage(
+        &self,
+        token: u64,
+        entries: &[(Vec<u8>, StatKey, Vec<BlobRef>)],
+    ) -> Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         {
             let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO stat_cache(path, size, mtime_ns, ctime_ns, ino, chunks)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT OR REPLACE INTO stat_pending(token, path, size, mtime_ns, ctime_ns, ino, chunks)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?;
             for (path, k, chunks) in entries {
                 let json = serde_json::to_vec(chunks).expect("serializable");
-                stmt.execute(params![path, k.size, k.mtime_ns, k.ctime_ns, k.ino, json])?;
+                stmt.execute(params![
+                    token as i64,
+                    path,
+                    k.size,
+                    k.mtime_ns,
+                    k.ctime_ns,
+                    k.ino,
+                    json
+                ])?;
             }
         }
         tx.commit()?;
+        Ok(())
+    }
+
+    /// Makes the rows staged under `token` the stat cache's.
+    pub fn stat_land(&self, token: u64) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "INSERT OR REPLACE INTO stat_cache(path, size, mtime_ns, ctime_ns, ino, chunks)
+             SELECT path, size, mtime_ns, ctime_ns, ino, chunks FROM stat_pending WHERE token = ?1",
+            [token as i64],
+        )?;
+        tx.execute("DELETE FROM stat_pending WHERE token = ?1", [token as i64])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Forgets the rows staged under `token`.
+    pub fn stat_discard(&self, token: u64) -> Result<()> {
+        self.conn()
+            .execute("DELETE FROM stat_pending WHERE token = ?1", [token as i64])?;
         Ok(())
     }
 

@@ -22,7 +22,7 @@ use crate::snapshot::diff::{self, ChangeKind, TreeSource};
 use crate::snapshot::{Record, Stats};
 use crate::store::keys;
 use crate::store::pack::BlobRef;
-use scan::Scanner;
+use scan::{PendingStats, Scanner};
 use std::path::Path;
 
 const MAX_ATTEMPTS: u32 = 100;
@@ -91,10 +91,10 @@ pub fn commit_dir(
 /// Claims the next version number for `ours` (built on `base` by `scanner`),
 /// rebasing onto versions that landed meanwhile. Fails without side effects
 /// visible to readers.
-pub fn publish(
-    repo: &Repo,
+pub fn publish<'r>(
+    repo: &'r Repo,
     req: &CommitMeta,
-    mut scanner: Scanner,
+    mut scanner: Scanner<'r>,
     base: Option<Record>,
     ours: BlobRef,
 ) -> Result<Record> {
@@ -104,7 +104,7 @@ pub fn publish(
         return Err(Error::NothingToCommit(b.version));
     }
     repo.check_store(false)?;
-    let stat_rows = std::mem::take(&mut scanner.stat_rows);
+    let stat_rows = std::mem::replace(&mut scanner.stat_rows, PendingStats::new(&repo.index));
     let started = scanner.started;
     // Everything a record reaches must be durable before the record exists.
     let mut bytes_added = scanner.finish()?;
@@ -170,7 +170,7 @@ pub fn publish(
             repo.index
                 .insert_record(req.dataset, version, ObjectId::of(&body), &body)?;
             repo.index_tree(&root)?;
-            repo.index.stat_store(&stat_rows)?;
+            stat_rows.land()?;
             return Ok(record);
         }
         parent = repo.sync(req.dataset)?.pop();
@@ -189,12 +189,10 @@ fn record_hash(repo: &Repo, dataset: &str, version: u64) -> Result<ObjectId> {
 
 fn stats(repo: &dyn TreeSource, parent: Option<&BlobRef>, root: &BlobRef) -> Result<Stats> {
     let mut s = Stats::default();
-    for c in diff::diff(repo, parent, Some(root))? {
-        match c.kind {
-            ChangeKind::Added => s.files_added += 1,
-            ChangeKind::Modified => s.files_changed += 1,
-            ChangeKind::Removed => s.files_removed += 1,
-        }
-    }
+    diff::diff_each(repo, parent, Some(root), &mut |c| match c.kind {
+        ChangeKind::Added => s.files_added += 1,
+        ChangeKind::Modified => s.files_changed += 1,
+        ChangeKind::Removed => s.files_removed += 1,
+    })?;
     Ok(s)
 }

@@ -3,7 +3,7 @@
 
 use super::encoder::{Encoded, Encoder};
 use super::ordered::Ordered;
-use crate::cache::index::StatKey;
+use crate::cache::index::{Index, StatKey};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::limits;
@@ -21,6 +21,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+/// Blobs a commit remembers having written (about 150 bytes each).
+const WRITTEN: usize = 1 << 17;
+
 /// Target pack size: large enough that a commit of many small files costs few
 /// PUTs, small enough to bound memory (a few packs are in flight at once).
 pub const PACK_SIZE: usize = 16 << 20;
@@ -29,10 +32,14 @@ pub struct Scanner<'r> {
     repo: &'r Repo,
     data: PackWriter<'r>,
     trees: PackWriter<'r>,
-    /// Blobs written by this commit, so repeated content is stored once.
-    written: HashMap<ObjectId, BlobRef>,
+    /// Blobs this commit wrote last, so content repeated nearby is
+    /// stored once (bounded: what fell out may be stored again, which
+    /// costs space, never correctness).
+    written: lru::LruCache<ObjectId, BlobRef>,
+    /// Where the chunks encoded since the last `settle` were placed.
+    placed: HashMap<ObjectId, BlobRef>,
     /// Stat-cache rows to save once the commit has landed.
-    pub stat_rows: Vec<(Vec<u8>, StatKey, Vec<BlobRef>)>,
+    pub stat_rows: PendingStats<'r>,
     /// Files changed within this window before the scan are not stat-cached:
     /// a later write in the same timestamp tick would go unnoticed.
     racy_after_ns: i64,
@@ -48,6 +55,67 @@ pub struct Scanner<'r> {
     /// Names of each file with several in the scanned tree, by (device,
     /// inode): their entries form a link group.
     names: HashMap<(u64, u64), u32>,
+}
+
+/// Stat-cache rows of a commit: set aside in the index as the scan goes
+/// (a commit of millions of files holds a few thousand in memory), made
+/// the stat cache's once the commit lands, forgotten if it does not.
+pub struct PendingStats<'r> {
+    index: &'r Index,
+    token: u64,
+    rows: Vec<(Vec<u8>, StatKey, Vec<BlobRef>)>,
+    staged: bool,
+}
+
+/// Rows held before they are set aside.
+const STAT_BATCH: usize = 4096;
+
+impl<'r> PendingStats<'r> {
+    pub fn new(index: &'r Index) -> Self {
+        PendingStats {
+            index,
+            token: rand::random(),
+            rows: Vec::new(),
+            staged: false,
+        }
+    }
+
+    fn push(&mut self, row: (Vec<u8>, StatKey, Vec<BlobRef>)) -> Result<()> {
+        self.rows.push(row);
+        if self.rows.len() >= STAT_BATCH {
+            self.set_aside()?;
+        }
+        Ok(())
+    }
+
+    fn set_aside(&mut self) -> Result<()> {
+        if !self.rows.is_empty() {
+            self.staged = true;
+            self.index.stat_stage(self.token, &self.rows)?;
+            self.rows.clear();
+        }
+        Ok(())
+    }
+
+    /// Saves the rows: the commit they describe has landed.
+    pub fn land(mut self) -> Result<()> {
+        self.set_aside()?;
+        if self.staged {
+            self.staged = false;
+            self.index.stat_land(self.token)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PendingStats<'_> {
+    fn drop(&mut self) {
+        if self.staged
+            && let Err(e) = self.index.stat_discard(self.token)
+        {
+            tracing::warn!("stat-cache rows of a failed commit not forgotten: {e}");
+        }
+    }
 }
 
 /// A chunk of a file being read: where it lives, or its id while it is
@@ -95,8 +163,9 @@ impl<'r> Scanner<'r> {
             repo,
             data: PackWriter::new(&repo.store, PACK_SIZE),
             trees: PackWriter::new(&repo.store, PACK_SIZE),
-            written: HashMap::new(),
-            stat_rows: Vec::new(),
+            written: lru::LruCache::new(WRITTEN.try_into().expect("not zero")),
+            placed: HashMap::new(),
+            stat_rows: PendingStats::new(&repo.index),
             racy_after_ns: now_ns - 2_000_000_000,
             progress,
             codec: repo.codec.clone(),
@@ -115,7 +184,7 @@ impl<'r> Scanner<'r> {
     }
 
     /// Where a blob with this id already lives, in this commit or the store.
-    fn known(&self, id: &ObjectId) -> Result<Option<BlobRef>> {
+    fn known(&mut self, id: &ObjectId) -> Result<Option<BlobRef>> {
         if let Some(r) = self.written.get(id) {
             return Ok(Some(*r));
         }
@@ -131,9 +200,9 @@ impl<'r> Scanner<'r> {
         let idle = self.encoder.as_ref().is_none_or(|e| !e.busy());
         if idle && data.len() < chunker::MIN_SIZE {
             let bytes = self.codec.encode_blob(BlobKind::Chunk, &id, &data);
-            let size = data.len();
-            self.pack(vec![Encoded { id, bytes, size }])?;
-            return Ok(Slot::Ready(self.written[&id]));
+            let r = self.data.add(id, bytes.into(), data.len())?;
+            self.written.put(id, r);
+            return Ok(Slot::Ready(r));
         }
         if self.encoder.is_none() {
             let started = Encoder::start(self.codec.clone())
@@ -152,7 +221,8 @@ impl<'r> Scanner<'r> {
     fn pack(&mut self, done: Vec<Encoded>) -> Result<()> {
         for e in done {
             let r = self.data.add(e.id, e.bytes.into(), e.size)?;
-            self.written.insert(e.id, r);
+            self.written.put(e.id, r);
+            self.placed.insert(e.id, r);
         }
         Ok(())
     }
@@ -172,9 +242,27 @@ impl<'r> Scanner<'r> {
             .into_iter()
             .map(|s| match s {
                 Slot::Ready(r) => r,
-                Slot::Encoding(id) => self.written[&id],
+                Slot::Encoding(id) => self.placed[&id],
             })
             .collect()
+    }
+
+    /// Places every chunk being encoded and turns the slots of `files`
+    /// into locations, so `placed` starts empty again: it never holds more
+    /// than a folder's worth.
+    fn settle(&mut self, files: &mut [(Vec<u8>, Scanned)]) -> Result<()> {
+        self.flush()?;
+        for (_, s) in files {
+            if let Scanned::File { slots, .. } = s {
+                for slot in slots.iter_mut() {
+                    if let Slot::Encoding(id) = slot {
+                        *slot = Slot::Ready(self.placed[id]);
+                    }
+                }
+            }
+        }
+        self.placed.clear();
+        Ok(())
     }
 
     /// Snapshots directory `dir` and everything under it; returns its tree.
@@ -212,6 +300,7 @@ impl<'r> Scanner<'r> {
         // together in the packs, and are fetched together.
         items.sort_by_key(|item| item.file_name());
         let mut scanned = Vec::new();
+        let mut settled = 0;
         for item in items {
             let path = item.path();
             // Relative to the open folder (fstatat, not following a
@@ -219,6 +308,10 @@ impl<'r> Scanner<'r> {
             let meta = item.metadata().map_err(|e| Error::io(path.display(), e))?;
             let ft = meta.file_type();
             let node = if ft.is_dir() {
+                // What this folder has encoded so far is placed first: the
+                // folder below clears `placed` when it settles.
+                self.settle(&mut scanned[settled..])?;
+                settled = scanned.len();
                 let (tree, links) = self.scan_level(&path, depth + 1)?;
                 Scanned::Node(Node::Dir {
                     mode: meta.mode() & 0o7777,
@@ -256,7 +349,7 @@ impl<'r> Scanner<'r> {
         }
         // Files' chunks are placed once per folder, not once per file: the
         // next file is hashed while the last one's chunks are encoded.
-        self.flush()?;
+        self.settle(&mut scanned[settled..])?;
         let mut entries = Vec::with_capacity(scanned.len());
         for (name, s) in scanned {
             let node = match s {
@@ -271,7 +364,7 @@ impl<'r> Scanner<'r> {
                 } => {
                     let chunks = self.refs(slots);
                     if let Some((path, key)) = stat_row {
-                        self.stat_rows.push((path, key, chunks.clone()));
+                        self.stat_rows.push((path, key, chunks.clone()))?;
                     }
                     Node::File {
                         mode,
@@ -376,7 +469,9 @@ impl Scanner<'_> {
     pub fn chunk_prefix(&mut self, path: &Path, len: u64) -> Result<(Vec<BlobRef>, u64)> {
         let (slots, size) = self.chunk_slots(path, len)?;
         self.flush()?;
-        Ok((self.refs(slots), size))
+        let refs = self.refs(slots);
+        self.placed.clear();
+        Ok((refs, size))
     }
 
     /// Like `chunk_prefix`, leaving chunks being encoded as they are.
@@ -474,7 +569,7 @@ impl TreeSink for Scanner<'_> {
         let encoded = self.codec.encode_blob(BlobKind::Tree, &id, &json);
         let encoded = bytes::Bytes::from(encoded);
         let r = self.trees.add(id, encoded.clone(), json.len())?;
-        self.written.insert(id, r);
+        self.written.put(id, r);
         self.repo.remember_tree(&r, tree.clone(), &encoded);
         Ok(r)
     }

@@ -40,9 +40,20 @@ pub struct Change {
 /// run for ever or overflow the stack.
 pub fn diff(src: &dyn TreeSource, a: Option<&BlobRef>, b: Option<&BlobRef>) -> Result<Vec<Change>> {
     let mut out = Vec::new();
-    let mut budget = Budget::default();
-    diff_dirs(src, a, b, &[], &mut out, &mut budget, false)?;
+    diff_each(src, a, b, &mut |c| out.push(c))?;
     Ok(out)
+}
+
+/// Like `diff`, handing each change to `each` as it is found: a caller
+/// that only counts holds none of them.
+pub fn diff_each(
+    src: &dyn TreeSource,
+    a: Option<&BlobRef>,
+    b: Option<&BlobRef>,
+    each: &mut dyn FnMut(Change),
+) -> Result<()> {
+    let mut budget = Budget::default();
+    diff_dirs(src, a, b, &[], each, &mut budget, false)
 }
 
 /// What a walk may still visit.
@@ -104,7 +115,7 @@ fn diff_dirs(
     a: Option<&BlobRef>,
     b: Option<&BlobRef>,
     prefix: &[u8],
-    out: &mut Vec<Change>,
+    out: &mut dyn FnMut(Change),
     budget: &mut Budget,
     counted: bool,
 ) -> Result<()> {
@@ -155,7 +166,7 @@ fn diff_dirs(
             (Some(o), Some(n)) if o.same(n) => continue,
             (Some(_), Some(_)) => ChangeKind::Modified,
         };
-        out.push(Change {
+        out(Change {
             path,
             kind,
             old,
