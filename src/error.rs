@@ -98,6 +98,10 @@ pub enum Error {
     #[error("nothing to commit: the content equals v{0}")]
     NothingToCommit(u64),
     #[error(
+        "gc ran while this commit was made and may have deleted data it reuses; nothing was committed: commit again"
+    )]
+    CollectedMeanwhile,
+    #[error(
         "the commit ran longer than {} (gc's safety window), so some of its objects may have been collected; nothing was committed: commit again, or in smaller parts",
         humantime::format_duration(*.0)
     )]

@@ -32,6 +32,36 @@ pub fn min_grace() -> Duration {
     MAX_COMMIT_AGE + Duration::from_secs(3600)
 }
 
+/// How long gc waits between leaving its note and reading the records: a
+/// commit that checked for notes just before the note appeared has landed
+/// its record by then (its create retries for the store's deadline at
+/// most), so gc sees that record and keeps what it reuses.
+fn note_wait(repo: &Repo) -> Duration {
+    #[cfg(feature = "failpoints")]
+    if let Some(d) = std::env::var("DETAFS_TEST_GC_NOTE_WAIT")
+        .ok()
+        .and_then(|v| humantime::parse_duration(&v).ok())
+    {
+        // Test builds only: most tests run gc with nothing in flight.
+        return d;
+    }
+    repo.store.deadline() + Duration::from_secs(5)
+}
+
+/// Leaves the note of a gc about to delete versions' data: every host's
+/// next commit forgets where blobs were before it reuses any
+/// (`Repo::gc_mark`).
+fn leave_note(repo: &Repo) -> Result<()> {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let key = keys::gc_note(nanos, rand::random());
+    repo.store
+        .put_create(&key, bytes::Bytes::from_static(b"gc\n"))?;
+    std::thread::sleep(note_wait(repo));
+    Ok(())
+}
+
 /// Packs reached by any version of `datasets`. Fails if any tree cannot
 /// be read: deleting on a partial view could delete live data.
 fn reachable_packs(repo: &Repo, datasets: &[String]) -> Result<HashSet<ObjectId>> {
@@ -88,6 +118,11 @@ pub fn gc(
             .is_some_and(|t| t < cutoff)
     });
     let kept: Vec<String> = kept.into_iter().map(|(name, _)| name).collect();
+    // Only a deleted dataset's packs can be known to an index (it holds
+    // blobs of versions that landed): deleting those needs a note first.
+    if !dry_run && !expired.is_empty() {
+        leave_note(repo)?;
+    }
     let reachable = reachable_packs(repo, &kept)?;
     let mut doomed: Vec<Listed> = repo
         .store

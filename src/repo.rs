@@ -225,6 +225,22 @@ impl Repo {
             .map_err(|e| Error::io(marker.display(), e))
     }
 
+    /// The newest gc note in the store. One this host had not seen makes
+    /// the index forget every blob location first: the packs it names may
+    /// be gone, and a commit must not reuse them (the next commit of a
+    /// dataset re-learns its latest version's, `index_tree`).
+    pub fn gc_mark(&self) -> Result<Option<String>> {
+        let seen = self.index.gc_seen()?;
+        let newer = self.store.list(keys::GC_NOTES, seen.as_deref())?;
+        match newer.into_iter().map(|l| l.key).max() {
+            Some(note) => {
+                self.index.forget_locations(&note)?;
+                Ok(Some(note))
+            }
+            None => Ok(seen),
+        }
+    }
+
     /// Reads records newer than the newest one indexed (records are immutable,
     /// so nothing older is re-read) and returns all versions, oldest first.
     pub fn sync(&self, name: &str) -> Result<Vec<Record>> {

@@ -598,3 +598,73 @@ fn the_stat_cache_takes_a_commits_files_only_once_it_lands() {
         b"new".to_vec()
     );
 }
+
+#[test]
+fn data_of_a_deleted_and_collected_dataset_is_stored_again_not_referenced() {
+    // Both hosts' indexes remember where the deleted dataset's chunks were
+    // (and their stat caches which files those were); once gc has removed
+    // those packs, no commit may point at them: not on the host that ran
+    // gc, not on another, not in a commit that was under way.
+    let env = Env::new();
+    let other = env.other_host();
+    let src = env.path("src");
+    sample_tree(&src, 8);
+    // Old enough to be stat-cached (files changed in the last 2 s are not).
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    for (host, name) in [(&env, "old-a"), (&other, "old-b")] {
+        host.ok(&["dataset", "create", name]);
+        host.ok(&[
+            "commit",
+            name,
+            "--from",
+            src.to_str().unwrap(),
+            "-m",
+            "first",
+        ]);
+    }
+    // A commit under way on the other host, past its scan when gc runs
+    // (it began well before, and waits before its record).
+    let racing = other.path("racing");
+    sample_tree(&racing, 8);
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    other.ok(&[
+        "commit",
+        "old-b",
+        "--from",
+        racing.to_str().unwrap(),
+        "-m",
+        "index it",
+    ]);
+    let under_way = other
+        .commit_command(&racing, "under way", "before-record=sleep(5000)")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    env.ok(&["dataset", "delete", "old-a"]);
+    env.ok(&["dataset", "delete", "old-b"]);
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    env.ok(&["gc", "--grace", "0s"]);
+    let out = under_way.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("gc ran while this commit was made"), "{err}");
+    assert!(other.log().is_empty(), "nothing was committed");
+    // Both hosts now commit the same content again: stored anew.
+    env.commit(&src, "same data, another dataset");
+    other.ok(&[
+        "commit",
+        "ds",
+        "--from",
+        racing.to_str().unwrap(),
+        "-m",
+        "racing",
+    ]);
+    env.ok(&["verify"]);
+    for (host, version, tree) in [(&env, "v1", &src), (&other, "v2", &racing)] {
+        std::fs::remove_dir_all(&host.cache).unwrap();
+        let out = host.path(&format!("out-{version}"));
+        host.ok(&["export", "ds", version, out.to_str().unwrap()]);
+        assert_eq!(fingerprint(&out), fingerprint(tree));
+    }
+}

@@ -38,6 +38,8 @@ CREATE TABLE IF NOT EXISTS stat_cache(
     path BLOB PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER, ino INTEGER,
     chunks BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cached(id BLOB PRIMARY KEY, size INTEGER NOT NULL, used INTEGER NOT NULL) WITHOUT ROWID;
+-- The newest gc note whose run the tables above account for.
+CREATE TABLE IF NOT EXISTS gc_seen(id INTEGER PRIMARY KEY CHECK (id = 0), note TEXT NOT NULL);
 ";
 
 fn blob_row(row: &rusqlite::Row, id: ObjectId) -> rusqlite::Result<BlobRef> {
@@ -193,6 +195,30 @@ impl Index {
             )
             .optional()?;
         Ok(chunks.and_then(|c| serde_json::from_slice(&c).ok()))
+    }
+
+    /// The newest gc note this index accounts for.
+    pub fn gc_seen(&self) -> Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row("SELECT note FROM gc_seen WHERE id = 0", [], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Forgets every blob location and stat-cache row (a gc may have
+    /// deleted the packs they name), as of gc note `note`.
+    pub fn forget_locations(&self, note: &str) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute_batch(
+            "DELETE FROM blob_refs; DELETE FROM trees_indexed; DELETE FROM stat_cache;",
+        )?;
+        tx.execute(
+            "INSERT OR REPLACE INTO gc_seen(id, note) VALUES (0, ?1)",
+            [note],
+        )?;
+        tx.commit()?;
+        Ok(())
     }
 
     /// Keeps stat-cache rows of the commit `token` names aside until

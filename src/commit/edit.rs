@@ -83,7 +83,7 @@ pub fn commit_edits(
         }
         at.files.insert(name.as_bytes().to_vec(), e.content);
     }
-    let mut scanner = Scanner::new(repo, &Quiet);
+    let mut scanner = Scanner::new(repo, &Quiet)?;
     let tree = base.as_ref().map(|b| b.tree);
     let (ours, _) = apply(repo, &mut scanner, tree.as_ref(), &root, "")?;
     publish(repo, meta, scanner, base, ours)

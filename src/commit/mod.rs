@@ -80,10 +80,10 @@ pub fn commit_dir(
         )));
     }
     let base = repo.sync(meta.dataset)?.pop();
+    let mut scanner = Scanner::new(repo, progress)?;
     if let Some(b) = &base {
         repo.index_tree(&b.tree)?;
     }
-    let mut scanner = Scanner::new(repo, progress);
     let root = scanner.scan_dir(from)?;
     publish(repo, meta, scanner, base, root)
 }
@@ -106,6 +106,7 @@ pub fn publish<'r>(
     repo.check_store(false)?;
     let stat_rows = std::mem::replace(&mut scanner.stat_rows, PendingStats::new(&repo.index));
     let started = scanner.started;
+    let gc_mark = scanner.gc_mark.clone();
     // Everything a record reaches must be durable before the record exists.
     let mut bytes_added = scanner.finish()?;
     let base_version = base.as_ref().map_or(0, |b| b.version);
@@ -114,7 +115,7 @@ pub fn publish<'r>(
         let root = match &parent {
             Some(p) if p.version != base_version => {
                 // Lost a race: replay our changes (base → ours) onto the winner.
-                let mut sink = Scanner::new(repo, &Quiet);
+                let mut sink = Scanner::new(repo, &Quiet)?;
                 let merged = diff::merge(
                     repo,
                     &mut sink,
@@ -162,6 +163,11 @@ pub fn publish<'r>(
         // trip of the tombstone can land after it (a rename waits for it).
         repo.check_dataset(req.dataset)?;
         fail::fail_point!("before-record");
+        // A gc that ran since this commit began may have deleted what it
+        // reuses. One that starts later waits out this create (`gc.rs`).
+        if repo.gc_mark()? != gc_mark {
+            return Err(Error::CollectedMeanwhile);
+        }
         if repo
             .store
             .put_create(&keys::record(req.dataset, version), body.clone().into())?

@@ -55,6 +55,9 @@ pub struct Scanner<'r> {
     /// Names of each file with several in the scanned tree, by (device,
     /// inode): their entries form a link group.
     names: HashMap<(u64, u64), u32>,
+    /// The newest gc note when this commit began (`Repo::gc_mark`): the
+    /// blobs it reuses were in the store then.
+    pub gc_mark: Option<String>,
 }
 
 /// Stat-cache rows of a commit: set aside in the index as the scan goes
@@ -154,12 +157,15 @@ fn stat_key(m: &Metadata) -> StatKey {
 }
 
 impl<'r> Scanner<'r> {
-    pub fn new(repo: &'r Repo, progress: &'r dyn Progress) -> Self {
+    /// A scanner for one commit; first makes the index forget what a gc
+    /// it has not seen may have deleted.
+    pub fn new(repo: &'r Repo, progress: &'r dyn Progress) -> Result<Self> {
+        let gc_mark = repo.gc_mark()?;
         let now_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as i64)
             .unwrap_or(i64::MAX);
-        Scanner {
+        Ok(Scanner {
             repo,
             data: PackWriter::new(&repo.store, PACK_SIZE),
             trees: PackWriter::new(&repo.store, PACK_SIZE),
@@ -173,7 +179,8 @@ impl<'r> Scanner<'r> {
             encoder: None,
             hasher: None,
             names: HashMap::new(),
-        }
+            gc_mark,
+        })
     }
 
     /// Waits until every pack written so far is durable; returns bytes written.

@@ -96,13 +96,14 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     progress: &dyn Progress,
 ) -> Result<Record> {
     let base = frozen.base.clone();
+    let scanner = Scanner::new(repo, progress)?;
     if let Some(b) = &base {
         repo.index_tree(&b.tree)?;
     }
     progress.set_total(frozen.staged_bytes());
     let mut build = Build {
         frozen,
-        scanner: Scanner::new(repo, progress),
+        scanner,
         read: Read::new(),
     };
     let t = std::time::Instant::now();

@@ -51,7 +51,7 @@ fn key(id: &str) -> String {
 pub fn store_upload(repo: &Repo, dataset: &str, path: &str, file: &Path) -> Result<Upload> {
     super::edit::split_path(path)?;
     repo.check_dataset(dataset)?;
-    let mut scanner = Scanner::new(repo, &Quiet);
+    let mut scanner = Scanner::new(repo, &Quiet)?;
     let (chunks, size) = scanner.chunk_prefix(file, u64::MAX)?;
     let now = std::time::SystemTime::now();
     let node = Node::File {

@@ -96,6 +96,7 @@ pub fn errno(e: &Error) -> Errno {
         }
         Error::NothingToCommit(_) => Errno::from_i32(libc::ENODATA),
         Error::CommitTooLong(_) => Errno::from_i32(libc::ETIMEDOUT),
+        Error::CollectedMeanwhile => Errno::from_i32(libc::EAGAIN),
         Error::InvalidInput(_) | Error::Policy { .. } => Errno::from_i32(libc::EINVAL),
         Error::Forbidden(_) => Errno::from_i32(libc::EACCES),
         Error::NoDataset(_)

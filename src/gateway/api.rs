@@ -138,9 +138,10 @@ impl From<Error> for ApiError {
             Error::DatasetExists(_) => (StatusCode::CONFLICT, "exists"),
             Error::InvalidInput(_) | Error::Policy { .. } => (StatusCode::BAD_REQUEST, "invalid"),
             Error::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
-            Error::Store { .. } | Error::TooManyRetries(_) | Error::CommitTooLong(_) => {
-                (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
-            }
+            Error::Store { .. }
+            | Error::TooManyRetries(_)
+            | Error::CommitTooLong(_)
+            | Error::CollectedMeanwhile => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         err(status, code, message)

@@ -141,6 +141,12 @@ pub mod keys {
     pub fn tag_name<'k>(name: &str, key: &'k str) -> Option<&'k str> {
         key.strip_prefix(&tags(name))?.strip_suffix(".json")
     }
+    /// One object per gc run that deleted something, named by its time:
+    /// hosts that see a new one forget where blobs were (`Repo::gc_mark`).
+    pub const GC_NOTES: &str = "gc/";
+    pub fn gc_note(unix_nanos: u128, nonce: u64) -> String {
+        format!("{GC_NOTES}{unix_nanos:039}-{nonce:016x}")
+    }
     pub const POLICY_RECORDS: &str = "policy/records/";
     pub fn policy_record(version: u64) -> String {
         format!("{POLICY_RECORDS}{version:020}.json")

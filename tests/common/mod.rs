@@ -191,7 +191,8 @@ impl Env {
             .env_remove("FAILPOINTS")
             // Debris is swept at once here; `gc_refuses_a_grace_below_the_safe_minimum`
             // checks the real minimum.
-            .env("DETAFS_TEST_GC_MIN_GRACE", "0s");
+            .env("DETAFS_TEST_GC_MIN_GRACE", "0s")
+            .env("DETAFS_TEST_GC_NOTE_WAIT", "0s");
         match &self.password {
             Some(p) => c.env("DETAFS_PASSWORD", p),
             None => c.env_remove("DETAFS_PASSWORD"),
