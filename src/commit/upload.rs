@@ -31,6 +31,10 @@ pub struct Upload {
     pub tree: BlobRef,
     /// RFC 3339, UTC.
     pub time: String,
+    /// The newest gc note when it was stored (`Repo::gc_mark`): it may
+    /// reuse blobs a later gc deleted, so a commit after one refuses it.
+    #[serde(default)]
+    pub gc_mark: Option<String>,
 }
 
 /// An upload as a commit takes it.
@@ -66,6 +70,7 @@ pub fn store_upload(repo: &Repo, dataset: &str, path: &str, file: &Path) -> Resu
         name: ENTRY.to_vec(),
         node,
     }]))?;
+    let gc_mark = scanner.gc_mark.clone();
     scanner.finish()?;
     let up = Upload {
         id: hex::encode(rand::random::<[u8; 16]>()),
@@ -74,6 +79,7 @@ pub fn store_upload(repo: &Repo, dataset: &str, path: &str, file: &Path) -> Resu
         size,
         tree,
         time: humantime::format_rfc3339_seconds(now).to_string(),
+        gc_mark,
     };
     let body = serde_json::to_vec(&up).expect("serializable");
     if !repo.store.put_create(&key(&up.id), body.into())? {
@@ -111,6 +117,11 @@ pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
         return Err(Error::InvalidInput(format!(
             "upload {id} is older than {} and may have been collected: upload it again",
             humantime::format_duration(gc::MAX_COMMIT_AGE)
+        )));
+    }
+    if up.gc_mark != repo.gc_mark()? {
+        return Err(Error::InvalidInput(format!(
+            "a gc ran since upload {id} was stored and may have deleted data it reuses: upload it again"
         )));
     }
     // The tree is read (and its references checked) as a version's is.
