@@ -668,3 +668,93 @@ fn data_of_a_deleted_and_collected_dataset_is_stored_again_not_referenced() {
         assert_eq!(fingerprint(&out), fingerprint(tree));
     }
 }
+
+#[test]
+fn unchanged_folders_are_reused_and_every_kind_of_change_is_seen() {
+    // A folder whose entries' stats are as at the last commit gets that
+    // commit's tree without its files being read: each change below must
+    // still reach the version, however deep.
+    let env = Env::new();
+    let src = env.path("src");
+    for a in 0..3 {
+        for b in 0..3 {
+            let dir = src.join(format!("a{a}/b{b}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            for f in 0..3 {
+                std::fs::write(dir.join(format!("f{f}")), format!("{a}{b}{f}")).unwrap();
+            }
+        }
+    }
+    std::os::unix::fs::symlink("b0/f0", src.join("a0/link")).unwrap();
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(2100));
+    let check = |n: usize| {
+        settle();
+        env.commit(&src, &format!("v{n}"));
+        let out = env.path(&format!("out{n}"));
+        env.ok(&["export", "ds", &format!("v{n}"), out.to_str().unwrap()]);
+        assert_eq!(fingerprint(&out), fingerprint(&src), "v{n}");
+    };
+    check(1);
+    let folders = || {
+        let index = common::files_under(&env.cache)
+            .into_iter()
+            .find(|p| p.ends_with("index.sqlite"))
+            .expect("an index");
+        let out = common::run_ok(
+            Command::new("sqlite3")
+                .arg(index)
+                .arg("select count(*) from folder_cache;"),
+        );
+        out.trim().parse::<u64>().unwrap()
+    };
+    // Every folder (the root, 3 and 9 below) is kept once its files are
+    // settled.
+    assert_eq!(folders(), 13);
+    let deep = src.join("a2/b1");
+    let changes: Vec<Box<dyn Fn()>> = vec![
+        // Same size, new bytes.
+        Box::new(|| std::fs::write(deep.join("f1"), "XYZ").unwrap()),
+        Box::new(|| {
+            std::fs::set_permissions(
+                deep.join("f2"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o600),
+            )
+            .unwrap()
+        }),
+        Box::new(|| std::fs::rename(deep.join("f0"), deep.join("g0")).unwrap()),
+        Box::new(|| std::fs::remove_file(src.join("a1/b1/f1")).unwrap()),
+        Box::new(|| {
+            common::run_ok(
+                Command::new("touch")
+                    .args(["-m", "-d", "2001-02-03"])
+                    .arg(src.join("a0/b2")),
+            );
+        }),
+        Box::new(|| {
+            std::fs::remove_file(src.join("a0/link")).unwrap();
+            std::os::unix::fs::symlink("b1/f1", src.join("a0/link")).unwrap();
+        }),
+        Box::new(|| std::fs::create_dir(src.join("a1/b1/new")).unwrap()),
+        Box::new(|| std::fs::remove_dir_all(src.join("a2/b2")).unwrap()),
+    ];
+    for (i, change) in changes.iter().enumerate() {
+        change();
+        check(i + 2);
+    }
+    // Nothing changed: nothing to commit.
+    settle();
+    let out = env.run(&[
+        "commit",
+        "ds",
+        "--from",
+        src.to_str().unwrap(),
+        "-m",
+        "same",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -13,6 +13,14 @@ pub struct Index {
     conn: Mutex<Connection>,
 }
 
+/// A folder's row of the folder cache.
+pub struct FolderRow {
+    pub path: Vec<u8>,
+    pub digest: [u8; 32],
+    pub tree: BlobRef,
+    pub links: bool,
+}
+
 /// What identifies an unchanged source file (as git's index does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatKey {
@@ -37,6 +45,10 @@ CREATE TABLE IF NOT EXISTS trees_indexed(id BLOB PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS stat_cache(
     path BLOB PRIMARY KEY, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER, ino INTEGER,
     chunks BLOB NOT NULL) WITHOUT ROWID;
+-- Folders of `commit --from` whose entries' stats (and subfolders' trees)
+-- hash to `digest` had tree `tree`: an unchanged folder is not read again.
+CREATE TABLE IF NOT EXISTS folder_cache(
+    path BLOB PRIMARY KEY, digest BLOB NOT NULL, tree BLOB NOT NULL, links INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cached(id BLOB PRIMARY KEY, size INTEGER NOT NULL, used INTEGER NOT NULL) WITHOUT ROWID;
 -- The newest gc note whose run the tables above account for.
 CREATE TABLE IF NOT EXISTS gc_seen(id INTEGER PRIMARY KEY CHECK (id = 0), note TEXT NOT NULL);
@@ -67,6 +79,10 @@ impl Index {
             "CREATE TEMP TABLE stat_pending(
                 token INTEGER NOT NULL, path BLOB NOT NULL, size INTEGER, mtime_ns INTEGER,
                 ctime_ns INTEGER, ino INTEGER, chunks BLOB NOT NULL,
+                PRIMARY KEY(token, path)) WITHOUT ROWID;
+             CREATE TEMP TABLE folder_pending(
+                token INTEGER NOT NULL, path BLOB NOT NULL, digest BLOB NOT NULL,
+                tree BLOB NOT NULL, links INTEGER NOT NULL,
                 PRIMARY KEY(token, path)) WITHOUT ROWID;",
         )?;
         Ok(Index {
@@ -211,7 +227,8 @@ impl Index {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         tx.execute_batch(
-            "DELETE FROM blob_refs; DELETE FROM trees_indexed; DELETE FROM stat_cache;",
+            "DELETE FROM blob_refs; DELETE FROM trees_indexed; DELETE FROM stat_cache;
+             DELETE FROM folder_cache;",
         )?;
         tx.execute(
             "INSERT OR REPLACE INTO gc_seen(id, note) VALUES (0, ?1)",
@@ -221,15 +238,39 @@ impl Index {
         Ok(())
     }
 
-    /// Keeps stat-cache rows of the commit `token` names aside until
-    /// `stat_land` (or `stat_discard`).
+    /// The tree and links flag a folder had when its entries hashed to
+    /// `digest`.
+    pub fn folder_lookup(&self, path: &[u8], digest: &[u8; 32]) -> Result<Option<(BlobRef, bool)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT tree, links FROM folder_cache WHERE path = ?1 AND digest = ?2",
+        )?;
+        let row: Option<(Vec<u8>, bool)> = stmt
+            .query_row(params![path, digest], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        Ok(row.and_then(|(tree, links)| Some((serde_json::from_slice(&tree).ok()?, links))))
+    }
+
+    /// Keeps stat-cache and folder rows of the commit `token` names aside
+    /// until `stat_land` (or `stat_discard`).
     pub fn stat_stage(
         &self,
         token: u64,
         entries: &[(Vec<u8>, StatKey, Vec<BlobRef>)],
+        folders: &[FolderRow],
     ) -> Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO folder_pending(token, path, digest, tree, links)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for f in folders {
+                let tree = serde_json::to_vec(&f.tree).expect("serializable");
+                stmt.execute(params![token as i64, f.path, f.digest, tree, f.links])?;
+            }
+        }
         {
             let mut stmt = tx.prepare_cached(
                 "INSERT OR REPLACE INTO stat_pending(token, path, size, mtime_ns, ctime_ns, ino, chunks)
@@ -261,15 +302,28 @@ impl Index {
              SELECT path, size, mtime_ns, ctime_ns, ino, chunks FROM stat_pending WHERE token = ?1",
             [token as i64],
         )?;
+        tx.execute(
+            "INSERT OR REPLACE INTO folder_cache(path, digest, tree, links)
+             SELECT path, digest, tree, links FROM folder_pending WHERE token = ?1",
+            [token as i64],
+        )?;
         tx.execute("DELETE FROM stat_pending WHERE token = ?1", [token as i64])?;
+        tx.execute(
+            "DELETE FROM folder_pending WHERE token = ?1",
+            [token as i64],
+        )?;
         tx.commit()?;
         Ok(())
     }
 
     /// Forgets the rows staged under `token`.
     pub fn stat_discard(&self, token: u64) -> Result<()> {
-        self.conn()
-            .execute("DELETE FROM stat_pending WHERE token = ?1", [token as i64])?;
+        let conn = self.conn();
+        conn.execute("DELETE FROM stat_pending WHERE token = ?1", [token as i64])?;
+        conn.execute(
+            "DELETE FROM folder_pending WHERE token = ?1",
+            [token as i64],
+        )?;
         Ok(())
     }
 

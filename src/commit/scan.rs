@@ -3,7 +3,7 @@
 
 use super::encoder::{Encoded, Encoder};
 use super::ordered::Ordered;
-use crate::cache::index::{Index, StatKey};
+use crate::cache::index::{FolderRow, Index, StatKey};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::limits;
@@ -67,6 +67,7 @@ pub struct PendingStats<'r> {
     index: &'r Index,
     token: u64,
     rows: Vec<(Vec<u8>, StatKey, Vec<BlobRef>)>,
+    folders: Vec<FolderRow>,
     staged: bool,
 }
 
@@ -79,6 +80,7 @@ impl<'r> PendingStats<'r> {
             index,
             token: rand::random(),
             rows: Vec::new(),
+            folders: Vec::new(),
             staged: false,
         }
     }
@@ -91,11 +93,21 @@ impl<'r> PendingStats<'r> {
         Ok(())
     }
 
+    fn push_folder(&mut self, row: FolderRow) -> Result<()> {
+        self.folders.push(row);
+        if self.folders.len() >= STAT_BATCH {
+            self.set_aside()?;
+        }
+        Ok(())
+    }
+
     fn set_aside(&mut self) -> Result<()> {
-        if !self.rows.is_empty() {
+        if !self.rows.is_empty() || !self.folders.is_empty() {
             self.staged = true;
-            self.index.stat_stage(self.token, &self.rows)?;
+            self.index
+                .stat_stage(self.token, &self.rows, &self.folders)?;
             self.rows.clear();
+            self.folders.clear();
         }
         Ok(())
     }
@@ -291,7 +303,9 @@ impl<'r> Scanner<'r> {
     }
 
     /// Snapshots `dir`; returns its tree and whether a link group has a
-    /// name in it.
+    /// name in it. A folder whose entries' stats and subfolders' trees are
+    /// as at a commit that landed gets that commit's tree, its files not
+    /// looked at again.
     fn scan_level(&mut self, dir: &Path, depth: usize) -> Result<(BlobRef, bool)> {
         if depth > limits::MAX_DEPTH {
             return Err(Error::InvalidInput(format!(
@@ -306,20 +320,34 @@ impl<'r> Scanner<'r> {
         // In name order, as trees list them: files read together then lie
         // together in the packs, and are fetched together.
         items.sort_by_key(|item| item.file_name());
-        let mut scanned = Vec::new();
-        let mut settled = 0;
+        // Subfolders first: this folder's digest needs their trees.
+        let mut listed = Vec::with_capacity(items.len());
         for item in items {
             let path = item.path();
             // Relative to the open folder (fstatat, not following a
             // symlink): no walk of the whole path per entry.
             let meta = item.metadata().map_err(|e| Error::io(path.display(), e))?;
+            let sub = match meta.is_dir() {
+                true => Some(self.scan_level(&path, depth + 1)?),
+                false => None,
+            };
+            listed.push(Listed { path, meta, sub });
+        }
+        let key = self.local_path(dir)?;
+        let digest = folder_digest(&listed);
+        if let Some(found) = self.repo.index.folder_lookup(&key, &digest)? {
+            let files = listed.iter().filter(|l| l.meta.is_file());
+            self.progress.advance(files.map(|l| l.meta.size()).sum());
+            return Ok(found);
+        }
+        // Kept for the next commit unless a file may change unseen (see
+        // `racy_after_ns`) or a name belongs to a link group (whose count
+        // depends on names elsewhere).
+        let mut keep = true;
+        let mut scanned = Vec::with_capacity(listed.len());
+        for Listed { path, meta, sub } in listed {
             let ft = meta.file_type();
-            let node = if ft.is_dir() {
-                // What this folder has encoded so far is placed first: the
-                // folder below clears `placed` when it settles.
-                self.settle(&mut scanned[settled..])?;
-                settled = scanned.len();
-                let (tree, links) = self.scan_level(&path, depth + 1)?;
+            let node = if let Some((tree, links)) = sub {
                 Scanned::Node(Node::Dir {
                     mode: meta.mode() & 0o7777,
                     mtime: mtime_of(&meta),
@@ -328,20 +356,27 @@ impl<'r> Scanner<'r> {
                     links,
                 })
             } else if ft.is_file() {
-                self.scan_file(&path, &meta)?
+                let file = self.scan_file(&path, &meta)?;
+                if let Scanned::File { stat_row, link, .. } = &file {
+                    keep &= stat_row.is_some() && link.is_none();
+                }
+                file
             } else if ft.is_symlink() {
                 let target = std::fs::read_link(&path).map_err(|e| Error::io(path.display(), e))?;
+                let link = self.link_of(&meta);
+                keep &= link.is_none();
                 Scanned::Node(Node::Symlink {
                     mtime: mtime_of(&meta),
                     target: target.as_os_str().as_bytes().to_vec(),
                     atime: None,
-                    link: self.link_of(&meta),
+                    link,
                 })
             } else if let Some(mut node) = Node::special_of(&meta, mtime_of(&meta), None)
                 && self.codec.format() >= 2
             {
                 if let Node::Special { link, .. } = &mut node {
                     *link = self.link_of(&meta);
+                    keep &= link.is_none();
                 }
                 Scanned::Node(node)
             } else {
@@ -352,11 +387,12 @@ impl<'r> Scanner<'r> {
                 );
                 continue;
             };
-            scanned.push((item.file_name().as_bytes().to_vec(), node));
+            let name = path.file_name().expect("listed").as_bytes().to_vec();
+            scanned.push((name, node));
         }
         // Files' chunks are placed once per folder, not once per file: the
         // next file is hashed while the last one's chunks are encoded.
-        self.settle(&mut scanned[settled..])?;
+        self.settle(&mut scanned)?;
         let mut entries = Vec::with_capacity(scanned.len());
         for (name, s) in scanned {
             let node = match s {
@@ -386,18 +422,28 @@ impl<'r> Scanner<'r> {
             entries.push(Entry { name, node });
         }
         let tree = Tree::new(entries);
-        Ok((self.put_tree(&tree)?, tree.has_links()))
+        let (r, links) = (self.put_tree(&tree)?, tree.has_links());
+        if keep {
+            self.stat_rows.push_folder(FolderRow {
+                path: key,
+                digest,
+                tree: r,
+                links,
+            })?;
+        }
+        Ok((r, links))
+    }
+
+    /// The name under which the index keeps a local path (a sealed
+    /// store's index holds no file name in the clear).
+    fn local_path(&self, path: &Path) -> Result<Vec<u8>> {
+        let absolute = std::path::absolute(path).map_err(|e| Error::io(path.display(), e))?;
+        Ok(self.codec.local_name(absolute.as_os_str().as_bytes()))
     }
 
     fn scan_file(&mut self, path: &Path, meta: &Metadata) -> Result<Scanned> {
         let key = stat_key(meta);
-        // A sealed store's local index keeps no file name in the clear.
-        let path_bytes = self.codec.local_name(
-            std::path::absolute(path)
-                .map_err(|e| Error::io(path.display(), e))?
-                .as_os_str()
-                .as_bytes(),
-        );
+        let path_bytes = self.local_path(path)?;
         let cached = self.repo.index.stat_lookup(&path_bytes, key)?;
         let (slots, size) = match cached {
             Some(chunks) => {
@@ -418,6 +464,46 @@ impl<'r> Scanner<'r> {
             link: self.link_of(meta),
         })
     }
+}
+
+/// An entry of a folder being scanned, before its files are read.
+struct Listed {
+    path: std::path::PathBuf,
+    meta: Metadata,
+    /// A subfolder's tree and links flag.
+    sub: Option<(BlobRef, bool)>,
+}
+
+/// What a folder's tree is made of but its files' contents: every
+/// entry's name and stat, every subfolder's tree. Equal digests (and
+/// files not changed within the racy window) mean an equal tree.
+fn folder_digest(listed: &[Listed]) -> [u8; 32] {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(b"detafs folder digest 1\0");
+    for l in listed {
+        let name = l.path.file_name().expect("listed").as_bytes();
+        h.update((name.len() as u64).to_le_bytes());
+        h.update(name);
+        let m = &l.meta;
+        let key = stat_key(m);
+        for n in [
+            u64::from(m.mode()),
+            key.size,
+            key.mtime_ns as u64,
+            key.ctime_ns as u64,
+            key.ino,
+            m.nlink(),
+            m.rdev(),
+        ] {
+            h.update(n.to_le_bytes());
+        }
+        if let Some((tree, links)) = &l.sub {
+            h.update(serde_json::to_vec(tree).expect("serializable"));
+            h.update([u8::from(*links)]);
+        }
+    }
+    h.finalize().into()
 }
 
 /// How many names each file with more than one has under `dir` (links
