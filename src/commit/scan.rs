@@ -54,7 +54,7 @@ pub struct Scanner<'r> {
     hasher: Option<Hasher>,
     /// Names of each file with several in the scanned tree, by (device,
     /// inode): their entries form a link group.
-    names: HashMap<(u64, u64), u32>,
+    names: Names,
     /// The newest gc note when this commit began (`Repo::gc_mark`): the
     /// blobs it reuses were in the store then.
     pub gc_mark: Option<String>,
@@ -190,7 +190,7 @@ impl<'r> Scanner<'r> {
             started: std::time::Instant::now(),
             encoder: None,
             hasher: None,
-            names: HashMap::new(),
+            names: Names::None,
             gc_mark,
         })
     }
@@ -287,19 +287,26 @@ impl<'r> Scanner<'r> {
     /// Snapshots directory `dir` and everything under it; returns its tree.
     pub fn scan_dir(&mut self, dir: &Path) -> Result<BlobRef> {
         if self.codec.format() >= 2 {
-            self.names = count_names(dir)?;
+            self.names = Names::count(dir)?;
         }
-        Ok(self.scan_level(dir, 0)?.0)
+        let scanned = self.scan_level(dir, 0);
+        self.names.stop();
+        Ok(scanned?.0)
     }
 
     /// The link group of a file `meta` describes, if the tree holds it
     /// under several names. Its id is derived from the device and inode,
     /// so the same tree committed again gives the same trees.
-    fn link_of(&self, meta: &Metadata) -> Option<Link> {
-        let names = *self.names.get(&(meta.dev(), meta.ino()))?;
+    fn link_of(&mut self, meta: &Metadata) -> Result<Option<Link>> {
+        if meta.nlink() < 2 {
+            return Ok(None);
+        }
+        let Some(&names) = self.names.counted()?.get(&(meta.dev(), meta.ino())) else {
+            return Ok(None);
+        };
         let id = ObjectId::of(format!("{} {}", meta.dev(), meta.ino()).as_bytes());
         let group = u64::from_le_bytes(id.as_bytes()[..8].try_into().expect("8 bytes"));
-        (names > 1).then_some(Link { group, names })
+        Ok((names > 1).then_some(Link { group, names }))
     }
 
     /// Snapshots `dir`; returns its tree and whether a link group has a
@@ -363,7 +370,7 @@ impl<'r> Scanner<'r> {
                 file
             } else if ft.is_symlink() {
                 let target = std::fs::read_link(&path).map_err(|e| Error::io(path.display(), e))?;
-                let link = self.link_of(&meta);
+                let link = self.link_of(&meta)?;
                 keep &= link.is_none();
                 Scanned::Node(Node::Symlink {
                     mtime: mtime_of(&meta),
@@ -375,7 +382,7 @@ impl<'r> Scanner<'r> {
                 && self.codec.format() >= 2
             {
                 if let Node::Special { link, .. } = &mut node {
-                    *link = self.link_of(&meta);
+                    *link = self.link_of(&meta)?;
                     keep &= link.is_none();
                 }
                 Scanned::Node(node)
@@ -461,7 +468,7 @@ impl<'r> Scanner<'r> {
             size,
             slots,
             stat_row: stable.then_some((path_bytes, key)),
-            link: self.link_of(meta),
+            link: self.link_of(meta)?,
         })
     }
 }
@@ -506,14 +513,66 @@ fn folder_digest(listed: &[Listed]) -> [u8; 32] {
     h.finalize().into()
 }
 
+type NameCounts = HashMap<(u64, u64), u32>;
+
+/// The names of files with several, counted over the whole tree on a
+/// thread of their own while the scan goes on: only a file with a link
+/// count above one waits for them.
+enum Names {
+    /// Not counted (format 1 stores hold no link groups).
+    None,
+    Counting {
+        done: std::thread::JoinHandle<Result<NameCounts>>,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    },
+    Counted(NameCounts),
+}
+
+impl Names {
+    fn count(dir: &Path) -> Result<Names> {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (dir, flag) = (dir.to_path_buf(), stop.clone());
+        let done = std::thread::Builder::new()
+            .name("detafs-names".into())
+            .spawn(move || count_names(&dir, &flag))
+            .map_err(|e| Error::io("a thread to count names", e))?;
+        Ok(Names::Counting { done, stop })
+    }
+
+    fn counted(&mut self) -> Result<&NameCounts> {
+        if let Names::Counting { .. } = self {
+            let Names::Counting { done, .. } = std::mem::replace(self, Names::None) else {
+                unreachable!("matched above")
+            };
+            let counts = done
+                .join()
+                .map_err(|_| Error::io("counting names", std::io::Error::other("panicked")))??;
+            *self = Names::Counted(counts);
+        }
+        static EMPTY: std::sync::LazyLock<NameCounts> = std::sync::LazyLock::new(HashMap::new);
+        Ok(match self {
+            Names::Counted(c) => c,
+            _ => &EMPTY,
+        })
+    }
+
+    /// Ends a count nobody needs (the tree had no file with several names).
+    fn stop(&mut self) {
+        if let Names::Counting { stop, .. } = self {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        *self = Names::None;
+    }
+}
+
 /// How many names each file with more than one has under `dir` (links
 /// from outside it do not count: they are not in the version).
-fn count_names(dir: &Path) -> Result<HashMap<(u64, u64), u32>> {
+fn count_names(dir: &Path, stop: &std::sync::atomic::AtomicBool) -> Result<NameCounts> {
     let mut names = HashMap::new();
     let mut todo = vec![(dir.to_path_buf(), 0)];
     while let Some((dir, depth)) = todo.pop() {
-        if depth > limits::MAX_DEPTH {
-            break; // the scan itself refuses it
+        if depth > limits::MAX_DEPTH || stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break; // the scan itself refuses it, or has ended
         }
         let items = std::fs::read_dir(&dir).map_err(|e| Error::io(dir.display(), e))?;
         for item in items {
