@@ -704,7 +704,13 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let record = match from {
                 Some(from) => {
-                    let pb = bar(dir_size(&from), "commit");
+                    let pb = bar(0, "commit");
+                    // Sized beside the commit, and only when the bar is
+                    // drawn: a walk of a million files costs seconds.
+                    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                        let (shown, dir) = (pb.0.clone(), from.clone());
+                        std::thread::spawn(move || shown.set_length(dir_size(&dir)));
+                    }
                     let record = commit::commit_dir(&repo, &meta, &from, &pb);
                     drop(pb);
                     record?

@@ -287,11 +287,9 @@ impl<'r> Scanner<'r> {
     /// Snapshots directory `dir` and everything under it; returns its tree.
     pub fn scan_dir(&mut self, dir: &Path) -> Result<BlobRef> {
         if self.codec.format() >= 2 {
-            self.names = Names::count(dir)?;
+            self.names = Names::Uncounted(dir.to_path_buf());
         }
-        let scanned = self.scan_level(dir, 0);
-        self.names.stop();
-        Ok(scanned?.0)
+        Ok(self.scan_level(dir, 0)?.0)
     }
 
     /// The link group of a file `meta` describes, if the tree holds it
@@ -515,39 +513,20 @@ fn folder_digest(listed: &[Listed]) -> [u8; 32] {
 
 type NameCounts = HashMap<(u64, u64), u32>;
 
-/// The names of files with several, counted over the whole tree on a
-/// thread of their own while the scan goes on: only a file with a link
-/// count above one waits for them.
+/// The names of files with several, counted over the whole tree when the
+/// scan meets the first file whose link count is above one: a tree
+/// without such files (most) is not walked twice.
 enum Names {
     /// Not counted (format 1 stores hold no link groups).
     None,
-    Counting {
-        done: std::thread::JoinHandle<Result<NameCounts>>,
-        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    },
+    Uncounted(std::path::PathBuf),
     Counted(NameCounts),
 }
 
 impl Names {
-    fn count(dir: &Path) -> Result<Names> {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (dir, flag) = (dir.to_path_buf(), stop.clone());
-        let done = std::thread::Builder::new()
-            .name("detafs-names".into())
-            .spawn(move || count_names(&dir, &flag))
-            .map_err(|e| Error::io("a thread to count names", e))?;
-        Ok(Names::Counting { done, stop })
-    }
-
     fn counted(&mut self) -> Result<&NameCounts> {
-        if let Names::Counting { .. } = self {
-            let Names::Counting { done, .. } = std::mem::replace(self, Names::None) else {
-                unreachable!("matched above")
-            };
-            let counts = done
-                .join()
-                .map_err(|_| Error::io("counting names", std::io::Error::other("panicked")))??;
-            *self = Names::Counted(counts);
+        if let Names::Uncounted(root) = self {
+            *self = Names::Counted(count_names(root)?);
         }
         static EMPTY: std::sync::LazyLock<NameCounts> = std::sync::LazyLock::new(HashMap::new);
         Ok(match self {
@@ -555,24 +534,16 @@ impl Names {
             _ => &EMPTY,
         })
     }
-
-    /// Ends a count nobody needs (the tree had no file with several names).
-    fn stop(&mut self) {
-        if let Names::Counting { stop, .. } = self {
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        *self = Names::None;
-    }
 }
 
 /// How many names each file with more than one has under `dir` (links
 /// from outside it do not count: they are not in the version).
-fn count_names(dir: &Path, stop: &std::sync::atomic::AtomicBool) -> Result<NameCounts> {
+fn count_names(dir: &Path) -> Result<NameCounts> {
     let mut names = HashMap::new();
     let mut todo = vec![(dir.to_path_buf(), 0)];
     while let Some((dir, depth)) = todo.pop() {
-        if depth > limits::MAX_DEPTH || stop.load(std::sync::atomic::Ordering::Relaxed) {
-            break; // the scan itself refuses it, or has ended
+        if depth > limits::MAX_DEPTH {
+            break; // the scan itself refuses it
         }
         let items = std::fs::read_dir(&dir).map_err(|e| Error::io(dir.display(), e))?;
         for item in items {
