@@ -58,6 +58,8 @@ pub struct Scanner<'r> {
     /// The newest gc note when this commit began (`Repo::gc_mark`): the
     /// blobs it reuses were in the store then.
     pub gc_mark: Option<String>,
+    /// Folders listed ahead of `scan_dir`.
+    lister: Option<Lister>,
 }
 
 /// Stat-cache rows of a commit: set aside in the index as the scan goes
@@ -191,6 +193,7 @@ impl<'r> Scanner<'r> {
             encoder: None,
             hasher: None,
             names: Names::None,
+            lister: None,
             gc_mark,
         })
     }
@@ -289,7 +292,10 @@ impl<'r> Scanner<'r> {
         if self.codec.format() >= 2 {
             self.names = Names::Uncounted(dir.to_path_buf());
         }
-        Ok(self.scan_level(dir, 0)?.0)
+        self.lister = Some(Lister::start(dir)?);
+        let scanned = self.scan_level(dir, 0);
+        self.lister = None;
+        Ok(scanned?.0)
     }
 
     /// The link group of a file `meta` describes, if the tree holds it
@@ -319,19 +325,10 @@ impl<'r> Scanner<'r> {
                 limits::MAX_DEPTH
             )));
         }
-        let mut items = std::fs::read_dir(dir)
-            .and_then(|read| read.collect::<std::io::Result<Vec<_>>>())
-            .map_err(|e| Error::io(dir.display(), e))?;
-        // In name order, as trees list them: files read together then lie
-        // together in the packs, and are fetched together.
-        items.sort_by_key(|item| item.file_name());
+        let items = self.lister.as_mut().expect("scan_dir lists").next(dir)?;
         // Subfolders first: this folder's digest needs their trees.
         let mut listed = Vec::with_capacity(items.len());
-        for item in items {
-            let path = item.path();
-            // Relative to the open folder (fstatat, not following a
-            // symlink): no walk of the whole path per entry.
-            let meta = item.metadata().map_err(|e| Error::io(path.display(), e))?;
+        for (path, meta) in items {
             let sub = match meta.is_dir() {
                 true => Some(self.scan_level(&path, depth + 1)?),
                 false => None,
@@ -469,6 +466,87 @@ impl<'r> Scanner<'r> {
             link: self.link_of(meta)?,
         })
     }
+}
+
+/// A folder's entries with their stats, in name order.
+type Entries = Vec<(std::path::PathBuf, Metadata)>;
+
+/// Lists and stats folders on a thread of its own, in the order the scan
+/// visits them (a folder, then each of its subfolders in name order), a
+/// few folders ahead: the stat calls of a large tree run beside the
+/// scan's own work.
+struct Lister {
+    listings: std::sync::mpsc::Receiver<(std::path::PathBuf, Result<Entries>)>,
+}
+
+/// Folders listed ahead of the scan.
+const LIST_AHEAD: usize = 16;
+
+impl Lister {
+    fn start(root: &Path) -> Result<Lister> {
+        let (tx, listings) = std::sync::mpsc::sync_channel(LIST_AHEAD);
+        let root = root.to_path_buf();
+        std::thread::Builder::new()
+            .name("detafs-list".into())
+            .spawn(move || list_tree(&root, 0, &tx))
+            .map_err(|e| Error::io("a thread to list folders", e))?;
+        Ok(Lister { listings })
+    }
+
+    /// The entries of `dir`, the next folder the scan visits.
+    fn next(&mut self, dir: &Path) -> Result<Entries> {
+        match self.listings.recv() {
+            Ok((listed, entries)) if listed == dir => entries,
+            _ => Err(Error::io(
+                dir.display(),
+                std::io::Error::other("folder listing out of step"),
+            )),
+        }
+    }
+}
+
+/// Lists `dir` and the folders below it in the scan's order; false once
+/// the scan no longer wants them.
+fn list_tree(
+    dir: &Path,
+    depth: usize,
+    tx: &std::sync::mpsc::SyncSender<(std::path::PathBuf, Result<Entries>)>,
+) -> bool {
+    if depth > limits::MAX_DEPTH {
+        return true; // the scan refuses it without asking
+    }
+    let entries = list_dir(dir);
+    let subdirs: Vec<_> = match &entries {
+        Ok(e) => e
+            .iter()
+            .filter(|(_, m)| m.is_dir())
+            .map(|(p, _)| p.clone())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    if tx.send((dir.to_path_buf(), entries)).is_err() {
+        return false;
+    }
+    subdirs.iter().all(|sub| list_tree(sub, depth + 1, tx))
+}
+
+/// The entries of `dir` in name order (as trees list them: files read
+/// together then lie together in the packs, and are fetched together),
+/// each stat'ed relative to the open folder (fstatat, not following a
+/// symlink): no walk of the whole path per entry.
+fn list_dir(dir: &Path) -> Result<Entries> {
+    let mut items = std::fs::read_dir(dir)
+        .and_then(|read| read.collect::<std::io::Result<Vec<_>>>())
+        .map_err(|e| Error::io(dir.display(), e))?;
+    items.sort_by_key(|item| item.file_name());
+    items
+        .into_iter()
+        .map(|item| {
+            let path = item.path();
+            let meta = item.metadata().map_err(|e| Error::io(path.display(), e))?;
+            Ok((path, meta))
+        })
+        .collect()
 }
 
 /// An entry of a folder being scanned, before its files are read.
