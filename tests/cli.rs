@@ -758,3 +758,26 @@ fn unchanged_folders_are_reused_and_every_kind_of_change_is_seen() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_tree_deeper_than_a_version_may_hold_is_refused_whole() {
+    let env = Env::new();
+    let src = env.path("src");
+    let mut deep = src.clone();
+    for _ in 0..1030 {
+        deep.push("d");
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("f"), b"bottom").unwrap();
+    let (code, err) = env.fails(&[
+        "commit",
+        "ds",
+        "--from",
+        src.to_str().unwrap(),
+        "-m",
+        "deep",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("deeper than 1024 levels"), "{err}");
+    assert!(env.log().is_empty());
+}

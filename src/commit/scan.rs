@@ -335,6 +335,14 @@ impl<'r> Scanner<'r> {
             };
             listed.push(Listed { path, meta, sub });
         }
+        self.folder(dir, listed)
+    }
+
+    /// The tree of folder `dir`, its subfolders scanned. Apart from
+    /// `scan_level`, so the frame each level of a deep tree keeps on the
+    /// stack is small.
+    #[inline(never)]
+    fn folder(&mut self, dir: &Path, listed: Vec<Listed>) -> Result<(BlobRef, bool)> {
         let key = self.local_path(dir)?;
         let digest = folder_digest(&listed);
         if let Some(found) = self.repo.index.folder_lookup(&key, &digest)? {
