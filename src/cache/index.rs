@@ -73,17 +73,17 @@ impl Index {
         conn.execute_batch(SCHEMA)?;
         // A commit's stat-cache rows wait in a table of this connection's
         // own, on disk (the bundled SQLite keeps temporary tables in
-        // memory unless told), until the commit lands.
+        // memory unless told), until the commit lands. Appended as they
+        // come (no key: paths are hashed, so a keyed table would take
+        // each row at a random page), moved in key order when it lands.
         conn.pragma_update(None, "temp_store", "FILE")?;
         conn.execute_batch(
             "CREATE TEMP TABLE stat_pending(
                 token INTEGER NOT NULL, path BLOB NOT NULL, size INTEGER, mtime_ns INTEGER,
-                ctime_ns INTEGER, ino INTEGER, chunks BLOB NOT NULL,
-                PRIMARY KEY(token, path)) WITHOUT ROWID;
+                ctime_ns INTEGER, ino INTEGER, chunks BLOB NOT NULL);
              CREATE TEMP TABLE folder_pending(
                 token INTEGER NOT NULL, path BLOB NOT NULL, digest BLOB NOT NULL,
-                tree BLOB NOT NULL, links INTEGER NOT NULL,
-                PRIMARY KEY(token, path)) WITHOUT ROWID;",
+                tree BLOB NOT NULL, links INTEGER NOT NULL);",
         )?;
         Ok(Index {
             conn: Mutex::new(conn),
@@ -263,7 +263,7 @@ impl Index {
         let tx = conn.transaction()?;
         {
             let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO folder_pending(token, path, digest, tree, links)
+                "INSERT INTO folder_pending(token, path, digest, tree, links)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
             for f in folders {
@@ -273,7 +273,7 @@ impl Index {
         }
         {
             let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO stat_pending(token, path, size, mtime_ns, ctime_ns, ino, chunks)
+                "INSERT INTO stat_pending(token, path, size, mtime_ns, ctime_ns, ino, chunks)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?;
             for (path, k, chunks) in entries {
@@ -299,12 +299,14 @@ impl Index {
         let tx = conn.transaction()?;
         tx.execute(
             "INSERT OR REPLACE INTO stat_cache(path, size, mtime_ns, ctime_ns, ino, chunks)
-             SELECT path, size, mtime_ns, ctime_ns, ino, chunks FROM stat_pending WHERE token = ?1",
+             SELECT path, size, mtime_ns, ctime_ns, ino, chunks FROM stat_pending WHERE token = ?1
+             ORDER BY path, rowid",
             [token as i64],
         )?;
         tx.execute(
             "INSERT OR REPLACE INTO folder_cache(path, digest, tree, links)
-             SELECT path, digest, tree, links FROM folder_pending WHERE token = ?1",
+             SELECT path, digest, tree, links FROM folder_pending WHERE token = ?1
+             ORDER BY path, rowid",
             [token as i64],
         )?;
         tx.execute("DELETE FROM stat_pending WHERE token = ?1", [token as i64])?;
