@@ -71,6 +71,18 @@ fn tried(who: (u32, u32, Option<u32>), dir: &Path, script: &str) -> (bool, Strin
     )
 }
 
+/// `stat PATH` as `who` fails, and exactly as for a name that does not
+/// exist in the same folder.
+fn same_answer_as_a_name_that_does_not_exist(who: (u32, u32, Option<u32>), dir: &Path, path: &str) {
+    let (ok, err) = tried(who, dir, &format!("stat {path}"));
+    assert!(!ok, "{path} is seen");
+    let (folder, _) = path.rsplit_once('/').unwrap();
+    let absent = format!("{folder}/no-such-name");
+    let (ok, other) = tried(who, dir, &format!("stat {absent}"));
+    assert!(!ok);
+    assert_eq!(err.replace(path, "NAME"), other.replace(&absent, "NAME"));
+}
+
 /// Three versions; v2 tagged `published`. Each has pub/, private/ and a
 /// top-level file.
 fn three_versions(env: &Env) {
@@ -173,8 +185,11 @@ fn each_user_sees_reads_and_commits_what_the_policy_allows_and_nothing_else() {
     assert_eq!(seen(ANALYST_ALONE, &d, "ls versions"), "");
     assert_eq!(seen(OUTSIDER, &d, "find versions"), "versions\n");
     assert_eq!(seen(OUTSIDER, &d, "cat .detafs/log"), "");
-    let (ok, _) = tried(OUTSIDER, &d, "stat versions/published");
-    assert!(!ok);
+    // Named by no statement that can show a version of ds, it may not
+    // search versions/ at all (the kernel's check): a name there answers
+    // alike whether it exists or not.
+    same_answer_as_a_name_that_does_not_exist(OUTSIDER, &d, "versions/published");
+    same_answer_as_a_name_that_does_not_exist(OUTSIDER, &d, "versions/v1/top.txt");
 
     // The writer lists every version but may read no file, and commits as
     // itself.
@@ -190,13 +205,13 @@ fn each_user_sees_reads_and_commits_what_the_policy_allows_and_nothing_else() {
     let log = env.log();
     assert_eq!(log[3]["message"], "from the writer");
     assert_eq!(log[3]["author"], "uid:2002");
-    // The audit trail has a line per decision: the outsider's look at v1
-    // (the kernel asks again after a name is not found: a line each), the
-    // analyst's refused commit.
-    let before = trail(&env, 2003).len();
-    let (ok, _) = tried(OUTSIDER, &d, "cat versions/v1/top.txt");
+    // The audit trail has a line per decision: the analyst's look at v1
+    // (the kernel asks again after a name is not found: a line each), its
+    // refused commit.
+    let before = trail(&env, 2001).len();
+    let (ok, _) = tried(ANALYST, &d, "cat versions/v1/top.txt");
     assert!(!ok);
-    let lines = trail(&env, 2003);
+    let lines = trail(&env, 2001);
     assert!(lines.len() > before, "{lines:?}");
     for l in &lines[before..] {
         assert_eq!(l["action"], "dataset:versions");
@@ -204,7 +219,7 @@ fn each_user_sees_reads_and_commits_what_the_policy_allows_and_nothing_else() {
         assert_eq!(l["allowed"], false);
         assert_eq!(
             l["principals"],
-            serde_json::json!(["user:2003", "group:2003"])
+            serde_json::json!(["user:2001", "group:2001", "group:3001"])
         );
     }
     let before = trail(&env, 2001).len();
@@ -214,13 +229,9 @@ fn each_user_sees_reads_and_commits_what_the_policy_allows_and_nothing_else() {
         .iter()
         .map(|l| (l["action"].clone(), l["allowed"].clone()))
         .collect();
-    assert_eq!(
-        new,
-        [
-            ("dataset:versions".into(), true.into()),
-            ("dataset:read".into(), true.into())
-        ]
-    );
+    // The open is decided and written; v2's name is kept by the kernel
+    // (every user let into versions/ sees it), so no look at it is asked.
+    assert_eq!(new, [("dataset:read".into(), true.into())]);
     assert_eq!(lines.last().unwrap()["by"], "analysts_see_published");
     assert!(
         lines
@@ -260,8 +271,9 @@ fn a_policy_change_reaches_a_running_mount_and_a_bad_one_changes_nothing() {
         || seen(OUTSIDER, &d, "ls versions").is_empty(),
     );
     // What the kernel kept from before answers no one: a new policy drops it.
+    same_answer_as_a_name_that_does_not_exist(OUTSIDER, &d, "versions/v1/top.txt");
     for (who, path) in [
-        (OUTSIDER, "versions/v1/top.txt"),
+        (ANALYST, "versions/v1/top.txt"),
         (ANALYST, "versions/v2/private/secret.csv"),
         (ANALYST, "versions/v2/private"),
     ] {
@@ -455,4 +467,143 @@ fn a_broken_policy_history_shuts_a_mount_for_everyone() {
     let (code, err) = env.fails(&["policy", "show"]);
     assert_eq!(code, 1);
     assert!(err.contains("broken"), "{err}");
+}
+
+/// How many times the daemon decided whether the analyst sees v1 while
+/// the analyst read a file of it `times` times (each a process of its own,
+/// so each look the kernel asks for is written to the trail).
+fn asked_about_v1(env: &Env, times: usize) -> usize {
+    let before = trail(env, 2001).len();
+    for _ in 0..times {
+        assert_eq!(
+            seen(ANALYST, &env.path("mnt"), "cat versions/v1/top.txt"),
+            "top 1\n"
+        );
+    }
+    trail(env, 2001)[before..]
+        .iter()
+        .filter(|l| l["action"] == "dataset:versions" && l["resource"] == "datasets/ds/versions/v1")
+        .count()
+}
+
+/// A user the test makes (and removes when done, whatever happens).
+struct MadeUser(&'static str);
+
+impl MadeUser {
+    fn new(name: &'static str, uid: u32) -> MadeUser {
+        let _ = Command::new("userdel").arg(name).output();
+        run_ok(Command::new("useradd").args([
+            "--uid",
+            &uid.to_string(),
+            "--no-create-home",
+            "--user-group",
+            name,
+        ]));
+        MadeUser(name)
+    }
+}
+
+impl Drop for MadeUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(self.0).output();
+    }
+}
+
+#[test]
+fn a_version_all_readers_see_is_kept_by_the_kernel_and_still_hidden_from_the_rest() {
+    let env = Env::new();
+    three_versions(&env);
+    // Readers: a group and one user (made later), who the kernel can tell
+    // apart by versions/'s group and owner.
+    let policy = r#"
+policies:
+  - name: admins
+    effect: allow
+    principals: ["user:root"]
+    actions: ["dataset:*"]
+    resources: ["*"]
+  - name: readers
+    effect: allow
+    principals: ["group:3001", "user:detafs-late"]
+    actions: ["dataset:read", "dataset:versions"]
+    resources: ["datasets/ds/versions/*"]
+"#;
+    set_policy(&env, policy);
+    run_ok(Command::new("chmod").arg("755").arg(env.dir.path()));
+    let m = env.mount(&["--allow-other"]);
+    let d = m.dir.clone();
+    let mode = || {
+        let ls = run_ok(
+            Command::new("ls")
+                .arg("-ldn")
+                .arg("versions")
+                .current_dir(&d),
+        );
+        let f: Vec<String> = ls.split_whitespace().map(String::from).collect();
+        (f[0].clone(), f[2].clone(), f[3].clone())
+    };
+    // Only the readers' group (and root) may search versions/.
+    assert_eq!(mode(), ("dr--r-xr--".into(), "0".into(), "3001".into()));
+    // A reader walks v1: its name is now in the kernel's cache, shared by
+    // every user of the mount.
+    assert!(seen(ANALYST, &d, "find versions/v1").contains("versions/v1/private/secret.csv"));
+    assert_eq!(asked_about_v1(&env, 2), 0, "the kernel kept v1");
+    // The others find versions/ empty, and a name in it answers as one
+    // that does not exist, kept by the kernel or not.
+    assert_eq!(seen(OUTSIDER, &d, "ls -a versions | tr '\\n' ' '"), ". .. ");
+    for path in ["versions/v1", "versions/v1/top.txt", "versions/v3/pub"] {
+        same_answer_as_a_name_that_does_not_exist(OUTSIDER, &d, path);
+        same_answer_as_a_name_that_does_not_exist(ANALYST_ALONE, &d, path);
+        same_answer_as_a_name_that_does_not_exist(WRITER, &d, path);
+    }
+    let (ok, err) = tried(OUTSIDER, &d, "cat versions/v1/top.txt");
+    assert!(!ok && err.contains("Permission denied"), "{err}");
+    // A user the policy names but who did not exist yet is let in once
+    // made, within the poll interval: versions/ becomes theirs.
+    let late = (2005, 2005, None);
+    same_answer_as_a_name_that_does_not_exist(late, &d, "versions/v1/top.txt");
+    let _user = MadeUser::new("detafs-late", 2005);
+    within(Duration::from_secs(10), "the new user to be let in", || {
+        seen(late, &d, "cat versions/v1/top.txt 2>&1") == "top 1\n"
+    });
+    assert_eq!(mode(), ("dr-xr-xr--".into(), "2005".into(), "3001".into()));
+    same_answer_as_a_name_that_does_not_exist(OUTSIDER, &d, "versions/v1/top.txt");
+    // A policy that hides v1 from the analysts: what the kernel kept of v1
+    // is dropped, they no longer find it; the late user still does.
+    set_policy(
+        &env,
+        &format!(
+            "{policy}  - name: no_v1_for_analysts\n    effect: deny\n    principals: [\"group:3001\"]\n    actions: [\"dataset:versions\"]\n    resources: [\"datasets/ds/versions/v1\"]\n"
+        ),
+    );
+    within(Duration::from_secs(10), "the new policy", || {
+        !seen(ANALYST, &d, "ls versions").contains("v1")
+    });
+    for path in [
+        "versions/v1",
+        "versions/v1/top.txt",
+        "versions/v1/pub/a.csv",
+    ] {
+        let (ok, err) = tried(ANALYST, &d, &format!("stat {path}"));
+        assert!(!ok && err.contains("No such file"), "{path}: {err}");
+    }
+    assert_eq!(seen(ANALYST, &d, "cat versions/v2/top.txt"), "top 2\n");
+    assert_eq!(seen(late, &d, "cat versions/v1/top.txt"), "top 1\n");
+    // Readers the kernel cannot tell apart by one owner and one group (two
+    // groups): everyone may search versions/ again, and names are asked
+    // for each caller, so the outsider still finds nothing.
+    set_policy(
+        &env,
+        &policy.replace("\"user:detafs-late\"", "\"group:3002\""),
+    );
+    within(Duration::from_secs(10), "the third policy", || {
+        mode().0 == "drwxr-xr-x"
+    });
+    assert!(seen(ANALYST, &d, "find versions/v1").contains("versions/v1/top.txt"));
+    assert_eq!(asked_about_v1(&env, 2), 2, "v1 asked for each caller");
+    for path in ["versions/v1", "versions/v1/top.txt"] {
+        let (ok, err) = tried(OUTSIDER, &d, &format!("stat {path}"));
+        assert!(!ok && err.contains("No such file"), "{path}: {err}");
+    }
+    assert!(m.alive());
 }

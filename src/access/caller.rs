@@ -48,17 +48,8 @@ pub fn process_groups(pid: u32) -> Option<Vec<u32>> {
 /// A user's uid, primary gid and groups from the databases, for
 /// `policy check USER` (there is no process to ask).
 pub fn user_by_name(name: &str) -> Option<(u32, u32, Vec<u32>)> {
+    let (uid, gid) = passwd_by_name(name)?;
     let c = std::ffi::CString::new(name).ok()?;
-    let mut buf = vec![0 as libc::c_char; 16 << 10];
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found = std::ptr::null_mut();
-    // SAFETY: valid pointers and length for the call.
-    let rc =
-        unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
-    if rc != 0 || found.is_null() {
-        return None;
-    }
-    let (uid, gid) = (pw.pw_uid, pw.pw_gid);
     let mut groups = vec![0 as libc::gid_t; 1024];
     let mut n = groups.len() as libc::c_int;
     // SAFETY: `groups` holds `n` entries; getgrouplist writes at most that.
@@ -67,6 +58,57 @@ pub fn user_by_name(name: &str) -> Option<(u32, u32, Vec<u32>)> {
     }
     groups.truncate(n.max(0) as usize);
     Some((uid, gid, groups))
+}
+
+/// A uid or gid, as the kernel checks them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum UnixId {
+    User(u32),
+    Group(u32),
+}
+
+/// A user's uid and primary gid by name.
+fn passwd_by_name(name: &str) -> Option<(u32, u32)> {
+    let c = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0 as libc::c_char; 16 << 10];
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found = std::ptr::null_mut();
+    // SAFETY: valid pointers and length for the call.
+    let rc =
+        unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
+    (rc == 0 && !found.is_null()).then_some((pw.pw_uid, pw.pw_gid))
+}
+
+fn gid_by_name(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0 as libc::c_char; 16 << 10];
+    let mut gr: libc::group = unsafe { std::mem::zeroed() };
+    let mut found = std::ptr::null_mut();
+    // SAFETY: valid pointers and length for the call.
+    let rc =
+        unsafe { libc::getgrnam_r(c.as_ptr(), &mut gr, buf.as_mut_ptr(), buf.len(), &mut found) };
+    (rc == 0 && !found.is_null()).then_some(gr.gr_gid)
+}
+
+/// The id whose callers hold principal `p` (`user:NAME` or `group:NAME`,
+/// as a policy writes it), if any. A number stands for itself only where
+/// it has no name: a caller with a name holds the name (`unix_who`).
+pub fn unix_id(p: &str) -> Option<UnixId> {
+    let numbered = |n: &str, named: fn(u32) -> Option<String>| {
+        n.parse::<u32>().ok().filter(|&id| named(id).is_none())
+    };
+    if let Some(n) = p.strip_prefix("user:") {
+        passwd_by_name(n)
+            .map(|(uid, _)| uid)
+            .or_else(|| numbered(n, user_name))
+            .map(UnixId::User)
+    } else if let Some(n) = p.strip_prefix("group:") {
+        gid_by_name(n)
+            .or_else(|| numbered(n, group_name))
+            .map(UnixId::Group)
+    } else {
+        None
+    }
 }
 
 /// The principals of a Unix caller.
@@ -130,5 +172,12 @@ mod tests {
         assert_eq!(named_who("root").principals[0], "user:root");
         assert_eq!(named_who("key:dash").principals, ["key:dash"]);
         assert!(process_groups(std::process::id()).is_some());
+        assert_eq!(unix_id("user:root"), Some(UnixId::User(0)));
+        assert_eq!(unix_id("group:root"), Some(UnixId::Group(0)));
+        assert_eq!(unix_id("user:4000000"), Some(UnixId::User(4_000_000)));
+        // A number that has a name is held by no one: callers hold the name.
+        assert_eq!(unix_id("user:0"), None);
+        assert_eq!(unix_id("group:no-such-group-here"), None);
+        assert_eq!(unix_id("key:dash"), None);
     }
 }

@@ -393,6 +393,96 @@ impl Policy {
         })
     }
 
+    /// The Unix principals (`user:NAME`, `group:NAME`, as written) of the
+    /// allows of `action` that can name something of `dataset`: a Unix
+    /// caller holding none of them is allowed nothing there. None when
+    /// one of those allows is for everyone or names users or groups by a
+    /// wildcard (then every caller may be).
+    pub fn unix_principals(&self, action: Action, dataset: &str) -> Option<Vec<String>> {
+        let ours = format!("datasets/{dataset}");
+        let inside = format!("{ours}/");
+        // The dataset itself, or a pattern whose text before its first
+        // star agrees with a name inside it.
+        let names = |g: &Glob| {
+            let lit = g.literal_start();
+            g.matches(&ours)
+                || lit.starts_with(&inside)
+                || (g.rest.is_some() && inside.starts_with(lit))
+        };
+        let mut out = Vec::new();
+        for s in &self.statements {
+            if s.effect != Effect::Allow
+                || s.actions & action.bit() == 0
+                || !s.resources.iter().any(names)
+            {
+                continue;
+            }
+            for p in s.principals.as_ref()? {
+                let unix = p.text.starts_with("user:") || p.text.starts_with("group:");
+                if p.text == "*" || (unix && p.rest.is_some()) {
+                    return None;
+                }
+                if unix && !out.contains(&p.text) {
+                    out.push(p.text.clone());
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// Whether every Unix caller that holds one of `principals` (None:
+    /// every caller), whatever other users and groups it holds, is allowed
+    /// `action` on the resource named by `aliases`: an allow applies to
+    /// each of them, and no deny could apply to any Unix caller.
+    pub fn allows_every(
+        &self,
+        principals: Option<&[String]>,
+        action: Action,
+        aliases: &[String],
+    ) -> bool {
+        let r = Target { aliases };
+        let relevant = |s: &&Statement| s.actions & action.bit() != 0 && s.covers(&r);
+        let unix_deny = self.statements.iter().filter(relevant).any(|s| {
+            s.effect == Effect::Deny
+                && s.principals.as_ref().is_none_or(|ps| {
+                    ps.iter().any(|p| {
+                        p.text == "*" || p.text.starts_with("user:") || p.text.starts_with("group:")
+                    })
+                })
+        });
+        if unix_deny {
+            return false;
+        }
+        let allows: Vec<&Statement> = self
+            .statements
+            .iter()
+            .filter(relevant)
+            .filter(|s| s.effect == Effect::Allow)
+            .collect();
+        // For everyone: only a statement every caller matches.
+        let everyone = |s: &&Statement| {
+            s.principals.as_ref().is_none_or(|ps| {
+                ps.iter().any(|p| {
+                    ["*", "user:", "group:"].iter().any(|k| {
+                        p.text
+                            .strip_prefix(k)
+                            .is_some_and(|r| r.bytes().all(|b| b == b'*'))
+                    })
+                })
+            })
+        };
+        match principals {
+            None => allows.iter().any(everyone),
+            Some(ps) => ps.iter().all(|p| {
+                allows.iter().any(|s| {
+                    s.principals
+                        .as_ref()
+                        .is_none_or(|g| g.iter().any(|x| x.matches(p)))
+                })
+            }),
+        }
+    }
+
     /// Every resource pattern of every statement, once.
     pub fn patterns(&self) -> Vec<Glob> {
         let mut out: Vec<Glob> = self

@@ -6,6 +6,7 @@
 //! tags and `.detafs/log`.
 
 use super::*;
+use crate::access::caller::{self, UnixId};
 use crate::access::{self, Action, Policy, Who};
 use std::time::Instant;
 
@@ -21,10 +22,15 @@ pub struct Caller {
 const CALLER_LIFE: Duration = Duration::from_secs(1);
 /// Callers remembered at once; more and the table starts again.
 const MAX_CALLERS: usize = 4096;
+/// Folders whose entries' judgement is remembered at once.
+const MAX_JUDGED: usize = 100_000;
 
 pub(super) struct Gate {
     version: u64,
     policy: Policy,
+    /// Who may search `versions/` (`Reach`), as the names in the policy
+    /// resolve now.
+    reach: RwLock<Arc<Reach>>,
     /// Every resource pattern of the policy.
     patterns: Vec<access::policy::Glob>,
     /// By version: the patterns that match a path in it but not the
@@ -36,22 +42,104 @@ pub(super) struct Gate {
     /// The statements that can apply, by principals: most requests of a
     /// caller then weigh a few statements, not all of them.
     narrowed: Mutex<HashMap<Who, Arc<Policy>>>,
+    /// By version folder: whether a pattern tells an entry of it apart
+    /// (`any_told_apart`); emptied when tags change.
+    judged: Mutex<HashMap<u64, bool>>,
 }
 
-/// Tells the kernel to drop its entry for (folder, name), and what is
-/// below it.
-pub type ForgetName = Box<dyn Fn(u64, &[u8]) + Send + Sync>;
+/// What the daemon tells the kernel to drop (the fuse adapter does it).
+pub trait KernelCache: Send + Sync {
+    /// The entry for (folder, name), and what is below it.
+    fn forget_name(&self, parent: u64, name: &[u8]);
+    /// An inode's attributes.
+    fn forget_attrs(&self, ino: u64);
+}
 
 /// Principals by (pid, uid, gid), with when they were read.
 pub(super) type Callers = HashMap<(u32, u32, u32), (Instant, Who)>;
 
+/// The Unix callers that may search `versions/`: those the policy allows
+/// to see some version (`Policy::unix_principals`), when the kernel can
+/// tell them apart by `versions/`'s owner, group and mode alone (at most
+/// one user besides root and one group: owner and group may search,
+/// others only list). The kernel then checks them itself, so a version
+/// every one of them sees alike can keep its name in the kernel's cache,
+/// shared by all users, with no leak to the others: they may list
+/// `versions/` and find it empty, but look up no name in it, the same
+/// answer whether it exists or not. Root passes any mode: it holds the
+/// store's keys anyway.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Reach {
+    /// `versions/`'s owner, group and mode; None: as without a policy
+    /// (everyone may search it).
+    owner: Option<(u32, u32, u16)>,
+    /// Who may search it, as principals (their callers hold them).
+    principals: Vec<String>,
+}
+
+impl Reach {
+    fn of(policy: &Policy, dataset: &str, daemon: (u32, u32)) -> Reach {
+        let ids: Option<Vec<UnixId>> = policy
+            .unix_principals(Action::Versions, dataset)
+            .map(|ps| ps.iter().filter_map(|p| caller::unix_id(p)).collect());
+        let Some(mut ids) = ids else {
+            return Reach {
+                owner: None,
+                principals: Vec::new(),
+            };
+        };
+        ids.sort();
+        ids.dedup();
+        let users: Vec<u32> = ids
+            .iter()
+            .filter_map(|id| match *id {
+                UnixId::User(u) if u != 0 => Some(u),
+                _ => None,
+            })
+            .collect();
+        let groups: Vec<u32> = ids
+            .iter()
+            .filter_map(|id| match *id {
+                UnixId::Group(g) => Some(g),
+                UnixId::User(_) => None,
+            })
+            .collect();
+        let owner = match (&users[..], &groups[..]) {
+            ([], []) => Some((daemon.0, daemon.1, 0o444)),
+            ([u], []) => Some((*u, daemon.1, 0o544)),
+            ([], [g]) => Some((daemon.0, *g, 0o454)),
+            ([u], [g]) => Some((*u, *g, 0o554)),
+            _ => None,
+        };
+        let principals = match owner {
+            None => Vec::new(),
+            Some(_) => ids
+                .iter()
+                .map(|id| match *id {
+                    UnixId::User(u) => format!(
+                        "user:{}",
+                        caller::user_name(u).unwrap_or_else(|| u.to_string())
+                    ),
+                    UnixId::Group(g) => format!(
+                        "group:{}",
+                        caller::group_name(g).unwrap_or_else(|| g.to_string())
+                    ),
+                })
+                .collect(),
+        };
+        Reach { owner, principals }
+    }
+}
+
 impl Gate {
-    fn new(version: u64, policy: Policy) -> Gate {
+    fn new(version: u64, policy: Policy, dataset: &str, daemon: (u32, u32)) -> Gate {
         Gate {
             version,
+            reach: RwLock::new(Arc::new(Reach::of(&policy, dataset, daemon))),
             patterns: policy.patterns(),
             policy,
             narrowed: Mutex::default(),
+            judged: Mutex::default(),
             telling: Mutex::default(),
             noted: Mutex::default(),
         }
@@ -98,14 +186,19 @@ impl MountFs {
             }
             Ok(Some((v, policy))) => {
                 tracing::info!("policy v{v} in force ({} statements)", policy.len());
-                Some(Arc::new(Gate::new(v, policy)))
+                Some(Arc::new(Gate::new(v, policy, &self.dataset, self.daemon())))
             }
             Err(e @ Error::Malformed { .. }) => {
                 if current.as_ref().is_some_and(|g| g.version == u64::MAX) {
                     return Ok(false);
                 }
                 tracing::error!("{e}: every request is refused until the policy is mended");
-                Some(Arc::new(Gate::new(u64::MAX, Policy::deny_all())))
+                Some(Arc::new(Gate::new(
+                    u64::MAX,
+                    Policy::deny_all(),
+                    &self.dataset,
+                    self.daemon(),
+                )))
             }
             Err(e) => return Err(e),
         };
@@ -113,18 +206,64 @@ impl MountFs {
         Ok(true)
     }
 
-    /// How the kernel is told to drop names (`forget_names`).
-    pub fn on_forget_name(&self, f: ForgetName) {
-        let _ = self.forget_name.set(f);
+    /// How the kernel is told to drop what it keeps (`forget_names`).
+    pub fn on_kernel_cache(&self, k: Box<dyn KernelCache>) {
+        let _ = self.kernel.set(k);
+    }
+
+    /// Resolves the policy's users and groups again (they may have been
+    /// made or removed since); returns whether who may search `versions/`
+    /// changed.
+    pub(super) fn refresh_reach(&self) -> bool {
+        let Some(gate) = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return false;
+        };
+        let now = Reach::of(&gate.policy, &self.dataset, self.daemon());
+        let mut reach = gate.reach.write().unwrap_or_else(|p| p.into_inner());
+        if **reach == now {
+            return false;
+        }
+        *reach = Arc::new(now);
+        true
+    }
+
+    /// `versions/`'s owner, group and mode under the policy in force
+    /// (`Reach`); None: as without a policy.
+    pub fn versions_owner(&self) -> Option<(u32, u32, u16)> {
+        let gate = self
+            .gate
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        let reach = gate.reach.read().unwrap_or_else(|p| p.into_inner()).clone();
+        reach.owner
+    }
+
+    fn daemon(&self) -> (u32, u32) {
+        (self.opts.uid, self.opts.gid)
+    }
+
+    /// Whether every caller that may search `versions/` sees `version`:
+    /// then its name may stay in the kernel's cache.
+    fn seen_alike(&self, gate: &Gate, version: u64) -> bool {
+        let reach = gate.reach.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let aliases = access::version_resources(&self.dataset, version, &self.tags_of(version));
+        let who = reach.owner.is_some().then_some(&reach.principals[..]);
+        gate.policy.allows_every(who, Action::Versions, &aliases)
     }
 
     /// Has the kernel drop what it keeps of `versions/` (of `only` these
     /// versions, or all and `staging`): each user's next lookup is asked
     /// again. Dropping a version's entry drops everything below it.
     pub(super) fn forget_names(&self, only: Option<&[u64]>) {
-        let Some(forget) = self.forget_name.get() else {
+        if let Some(gate) = self.gate.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            lock(&gate.judged).clear();
+        }
+        let Some(kernel) = self.kernel.get() else {
             return;
         };
+        // Its owner and mode first: who may search it may have changed.
+        kernel.forget_attrs(VERSIONS);
         let mut names: Vec<Vec<u8>> = match only {
             Some(vs) => vs.iter().map(|v| format!("v{v}").into_bytes()).collect(),
             None => {
@@ -138,10 +277,10 @@ impl MountFs {
         if only.is_none() {
             names.push(b"latest".to_vec());
             names.extend(self.list_tags().into_iter().map(|e| e.name));
-            forget(ROOT, b"staging");
+            kernel.forget_name(ROOT, b"staging");
         }
         for name in names {
-            forget(VERSIONS, &name);
+            kernel.forget_name(VERSIONS, &name);
         }
     }
 
@@ -157,11 +296,11 @@ impl MountFs {
     /// How long the kernel may keep the name `name` in folder `parent`
     /// (whose attributes are `a`). Its name cache serves every user alike,
     /// so under a policy a name whose answer can differ between users gets
-    /// none: the entries of `versions/`, `staging`, and paths inside a
-    /// version that a pattern tells apart from the version itself. Other
-    /// names in a version are reached only through the version's own entry,
-    /// looked up for each caller, and are seen by whoever sees it: they keep
-    /// their lifetime.
+    /// none: `staging`, the entries of `versions/` but the versions every
+    /// caller that may search it sees (`Reach`), and paths inside a version
+    /// that a pattern tells apart from the version itself. Other names in a
+    /// version are reached only through the version's own entry, and are
+    /// seen by whoever sees it: they keep their lifetime.
     pub fn name_ttl(&self, parent: u64, name: &[u8], a: &Attr) -> Duration {
         let Some(gate) = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone() else {
             return a.ttl;
@@ -169,7 +308,7 @@ impl MountFs {
         let per_user = match parent {
             ROOT => name == b"staging",
             CONTROL => false,
-            VERSIONS => true,
+            VERSIONS => !version_name(name).is_some_and(|v| self.seen_alike(&gate, v)),
             p if is_staging(p) => false,
             _ => self
                 .folder(parent)
@@ -215,8 +354,32 @@ impl MountFs {
         if telling.is_empty() {
             return false;
         }
-        let paths = access::path_resources(&f.versions, &f.child(name), dir);
-        telling.iter().any(|t| paths.iter().any(|p| t.matches(p)))
+        // Its own names only: a folder above it told apart is asked for
+        // each caller, and it is reached only through that folder.
+        let child = f.child(name);
+        let slash = if dir { "/" } else { "" };
+        f.versions
+            .iter()
+            .filter(|v| v.contains("/versions/"))
+            .map(|v| format!("{v}/files/{child}{slash}"))
+            .any(|p| telling.iter().any(|t| t.matches(&p)))
+    }
+
+    /// Whether a pattern tells some entry of listing `l` of folder `ino`
+    /// (`f`) apart from its version: weighed once per folder and policy.
+    fn any_told_apart(&self, gate: &Gate, ino: u64, f: &Folder, l: &Listing) -> bool {
+        if let Some(&any) = lock(&gate.judged).get(&ino) {
+            return any;
+        }
+        let any = l[2..]
+            .iter()
+            .any(|(e, _)| self.told_apart(gate, f, &e.name, e.kind == FileKind::Dir));
+        let mut judged = lock(&gate.judged);
+        if judged.len() >= MAX_JUDGED {
+            judged.clear();
+        }
+        judged.insert(ino, any);
+        any
     }
 
     /// The principals of a caller: its user and the groups its process
@@ -457,12 +620,23 @@ impl Judge<'_> {
 
     /// A listing without what this caller may not see (one line in the
     /// trail for the listing, not one per entry), each entry with the
-    /// lifetime the kernel may keep its name for (`MountFs::name_ttl`).
-    pub fn filter(&self, dir: u64, listing: Listing) -> Listing {
+    /// lifetime the kernel may keep its name for (`MountFs::name_ttl`);
+    /// and whether every caller that may reach it sees it alike (a folder
+    /// of a version they all see, no entry a pattern tells apart).
+    pub fn filter(&self, dir: u64, listing: Listing) -> (Listing, bool) {
         let folder = (dir >= FIRST_VERSION_INO && !is_staging(dir))
             .then(|| self.fs.folder(dir))
             .flatten();
         let gate = self.gate();
+        // A folder of a version every caller that may reach it sees, with
+        // no entry a pattern tells apart: the listing as it is, for all.
+        if let (Some(f), Some(g)) = (&folder, &gate)
+            && self.fs.seen_alike(g, f.version)
+            && !self.fs.any_told_apart(g, dir, f, &listing)
+            && self.sees_version(f.version)
+        {
+            return (listing, true);
+        }
         // Names no pattern tells apart show as their version does: weighed once.
         let version_seen = folder.as_ref().map(|f| self.sees_version(f.version));
         let mut kept = Vec::with_capacity(listing.len());
@@ -503,7 +677,7 @@ impl Judge<'_> {
                 "hidden": hidden,
             }));
         }
-        Arc::new(kept)
+        (Arc::new(kept), false)
     }
 
     /// `.detafs/log` as this caller may see it.

@@ -2,7 +2,9 @@
 //! and kept for version directories (they never change), least recently
 //! used dropped first, bounded by their total number of entries.
 
-use super::{DirEntry, FIRST_VERSION_INO, FileKind, Handle, Listing, MountFs, is_staging, lock};
+use super::{
+    DirEntry, FIRST_VERSION_INO, FileKind, Handle, Listing, MountFs, Opened, is_staging, lock,
+};
 use crate::error::{Error, FsError, Result};
 use std::sync::Arc;
 
@@ -38,12 +40,21 @@ impl MountFs {
     }
 
     /// Opens a directory: lists it once (readdir calls page through it).
-    pub fn open_dir(&self, c: &super::Caller, ino: u64) -> Result<u64> {
+    /// The kernel may keep the listing of a version's directory, unless a
+    /// policy shows it differently to some user who may reach it.
+    pub fn open_dir(&self, c: &super::Caller, ino: u64) -> Result<Opened> {
         let mut listing = self.dir_listing(ino)?;
+        let mut keep_cache = self.dir_is_immutable(ino);
         if let Some(j) = self.judge(c) {
-            listing = j.filter(ino, listing);
+            let shared;
+            (listing, shared) = j.filter(ino, listing);
+            keep_cache &= shared;
         }
-        Ok(self.add_handle(Handle::Dir(listing)))
+        Ok(Opened {
+            fh: self.add_handle(Handle::Dir(listing)),
+            keep_cache,
+            direct_io: false,
+        })
     }
 
     /// The listing of an open directory.
@@ -54,10 +65,9 @@ impl MountFs {
         }
     }
 
-    /// Whether a directory's listing never changes (a directory of a version),
-    /// so the kernel may cache it. Not under a policy: the kernel's cache
-    /// is the same for every user, listings are not.
-    pub fn dir_is_immutable(&self, ino: u64) -> bool {
-        !is_staging(ino) && ino >= FIRST_VERSION_INO && !self.gated()
+    /// Whether a directory's listing never changes (a directory of a
+    /// version), so it is kept.
+    fn dir_is_immutable(&self, ino: u64) -> bool {
+        !is_staging(ino) && ino >= FIRST_VERSION_INO
     }
 }

@@ -17,7 +17,7 @@ mod stored;
 mod tags;
 mod versions;
 
-pub use gate::{Caller, Judge};
+pub use gate::{Caller, Judge, KernelCache};
 use inodes::VersionInodes;
 use listings::Listings;
 use stored::{Origin, StoredFile};
@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 pub const ROOT: u64 = 1;
-const VERSIONS: u64 = 2;
+pub const VERSIONS: u64 = 2;
 const CONTROL: u64 = 3;
 const LATEST: u64 = 4;
 /// Staging inodes are staging node ids with this bit set.
@@ -162,7 +162,7 @@ pub struct MountFs {
     /// Where access decisions are written, if anywhere.
     trail: Option<crate::access::trail::Trail>,
     /// Tells the kernel to drop a name it keeps (set by the adapter).
-    forget_name: std::sync::OnceLock<gate::ForgetName>,
+    kernel: std::sync::OnceLock<Box<dyn gate::KernelCache>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -249,7 +249,7 @@ impl MountFs {
             gate: RwLock::default(),
             callers: Mutex::default(),
             trail: None,
-            forget_name: std::sync::OnceLock::new(),
+            kernel: std::sync::OnceLock::new(),
         };
         fs.refresh_tags()?;
         fs.refresh_policy()?;
@@ -292,7 +292,7 @@ impl MountFs {
             *self.versions.write().unwrap_or_else(|p| p.into_inner()) = records;
         }
         let tagged = self.refresh_tags()?;
-        let changed = self.refresh_policy()?;
+        let changed = self.refresh_policy()? | self.refresh_reach();
         // What the kernel keeps of versions/ may now answer wrongly for
         // some user: a new policy, or a new tag a pattern can name.
         if changed {
@@ -422,7 +422,13 @@ impl MountFs {
         }
         match ino {
             ROOT | CONTROL => Ok(self.dir_attr(ino, self.started, MUTABLE_TTL)),
-            VERSIONS => Ok(self.dir_attr(ino, self.latest_time(), MUTABLE_TTL)),
+            VERSIONS => {
+                let mut a = self.dir_attr(ino, self.latest_time(), MUTABLE_TTL);
+                if let Some((uid, gid, perm)) = self.versions_owner() {
+                    (a.uid, a.gid, a.perm) = (uid, gid, perm);
+                }
+                Ok(a)
+            }
             LATEST => {
                 let target = format!("v{}", self.latest().ok_or_else(|| not_found(b"latest"))?);
                 let mtime = self.latest_time();

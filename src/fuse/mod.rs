@@ -576,14 +576,14 @@ impl Filesystem for Fuse {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let c = caller(req);
-        // A version's directories never change: let the kernel keep their listings.
-        let flags = if self.fs.dir_is_immutable(ino.0) {
-            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
-        };
         self.dispatch(ino, move |fs| match fs.open_dir(&c, ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), flags),
+            // A version's directories never change: the kernel may keep
+            // their listings.
+            Ok(o) if o.keep_cache => reply.opened(
+                FileHandle(o.fh),
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Ok(o) => reply.opened(FileHandle(o.fh), FopenFlags::empty()),
             Err(e) => reply.error(fail("opendir", &e)),
         });
     }
@@ -774,6 +774,21 @@ impl Filesystem for Fuse {
     }
 }
 
+/// What the daemon tells the kernel to drop, through the session's
+/// notifier (ENOENT answers mean the kernel held nothing to drop).
+struct Kernel(fuser::Notifier);
+
+impl crate::fs::KernelCache for Kernel {
+    fn forget_name(&self, parent: u64, name: &[u8]) {
+        let _ = self.0.inval_entry(INodeNo(parent), OsStr::from_bytes(name));
+    }
+
+    fn forget_attrs(&self, ino: u64) {
+        // An offset below zero: attributes only, no pages.
+        let _ = self.0.inval_inode(INodeNo(ino), -1, 0);
+    }
+}
+
 pub struct SessionOptions {
     pub allow_other: bool,
     pub fs_name: String,
@@ -814,11 +829,7 @@ pub fn serve(
     });
     let (mut int, mut term) = handlers?;
     let mut session = fuser::Session::new(Fuse::new(fs.clone()), mountpoint, &config)?;
-    let notifier = session.notifier();
-    fs.on_forget_name(Box::new(move |parent, name| {
-        // ENOENT: the kernel held no such name.
-        let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(name));
-    }));
+    fs.on_kernel_cache(Box::new(Kernel(session.notifier())));
     let mut unmounter = session.unmount_callable();
     let signals = fs.clone();
     std::thread::spawn(move || {
