@@ -587,6 +587,44 @@ impl Glob {
     }
 }
 
+/// Several globs matched at once: one automaton for all of them (a
+/// regular expression per glob, `*` as any run of bytes), or each in turn
+/// where they do not fit one.
+#[derive(Clone, Debug)]
+pub enum GlobSet {
+    Empty,
+    Automaton(regex_automata::meta::Regex),
+    Each(Vec<Glob>),
+}
+
+impl GlobSet {
+    pub fn new(globs: &[Glob]) -> GlobSet {
+        if globs.is_empty() {
+            return GlobSet::Empty;
+        }
+        let regexes: Vec<String> = globs
+            .iter()
+            .map(|g| {
+                let parts: Vec<String> = g.text.split('*').map(regex_syntax::escape).collect();
+                format!(r"(?s:\A{}\z)", parts.join(".*"))
+            })
+            .collect();
+        match regex_automata::meta::Regex::new_many(&regexes) {
+            Ok(r) => GlobSet::Automaton(r),
+            Err(_) => GlobSet::Each(globs.to_vec()),
+        }
+    }
+
+    /// Whether some glob of the set matches `t`.
+    pub fn matches(&self, t: &str) -> bool {
+        match self {
+            GlobSet::Empty => false,
+            GlobSet::Automaton(r) => r.is_match(t),
+            GlobSet::Each(globs) => globs.iter().any(|g| g.matches(t)),
+        }
+    }
+}
+
 /// Whether `text` matches `pattern` (see `Glob`).
 pub fn glob(pattern: &str, text: &str) -> bool {
     Glob::new(pattern).matches(text)
@@ -643,6 +681,18 @@ policies:
         #[test]
         fn globs_agree_with_the_definition(p in "[ab*/]{0,8}", t in "[ab/]{0,10}") {
             proptest::prop_assert_eq!(glob(&p, &t), reference(p.as_bytes(), t.as_bytes()));
+        }
+
+        #[test]
+        fn a_set_matches_where_one_of_its_globs_does(
+            ps in proptest::collection::vec(r"[ab.(*/\\]{0,8}", 0..5),
+            t in r"[ab./(\\\n]{0,10}",
+        ) {
+            let globs: Vec<Glob> = ps.iter().map(|p| Glob::new(p)).collect();
+            let each = ps.iter().any(|p| reference(p.as_bytes(), t.as_bytes()));
+            let set = GlobSet::new(&globs);
+            proptest::prop_assert!(matches!(set, GlobSet::Automaton(_) | GlobSet::Empty));
+            proptest::prop_assert_eq!(set.matches(&t), each);
         }
     }
 

@@ -7,6 +7,7 @@
 
 use super::*;
 use crate::access::caller::{self, UnixId};
+use crate::access::policy::{Glob, GlobSet};
 use crate::access::{self, Action, Policy, Who};
 use std::time::Instant;
 
@@ -32,10 +33,10 @@ pub(super) struct Gate {
     /// resolve now.
     reach: RwLock<Arc<Reach>>,
     /// Every resource pattern of the policy.
-    patterns: Vec<access::policy::Glob>,
+    patterns: Vec<Glob>,
     /// By version: the patterns that match a path in it but not the
     /// version itself, so can tell its paths apart (`MountFs::name_ttl`).
-    telling: Mutex<HashMap<u64, Arc<Vec<access::policy::Glob>>>>,
+    telling: Mutex<HashMap<u64, Arc<GlobSet>>>,
     /// When a caller's look at a version was last written to the trail, by
     /// (uid, pid, version): the kernel asks again at every path through it.
     noted: Mutex<HashMap<(u32, u32, u64), Instant>>,
@@ -342,16 +343,21 @@ impl MountFs {
             .or_insert_with(|| {
                 // Patterns that can name a path of this dataset (a literal
                 // start that agrees with it), and not the version itself.
-                let telling = gate.patterns.iter().filter(|p| {
-                    let literal = p.literal_start();
-                    (literal.starts_with(&ours) || ours.starts_with(literal))
-                        && (p.text.contains('*') || p.text.contains("/files/"))
-                        && !f.versions.iter().any(|v| p.matches(v))
-                });
-                Arc::new(telling.cloned().collect())
+                let telling: Vec<Glob> = gate
+                    .patterns
+                    .iter()
+                    .filter(|p| {
+                        let literal = p.literal_start();
+                        (literal.starts_with(&ours) || ours.starts_with(literal))
+                            && (p.text.contains('*') || p.text.contains("/files/"))
+                            && !f.versions.iter().any(|v| p.matches(v))
+                    })
+                    .cloned()
+                    .collect();
+                Arc::new(GlobSet::new(&telling))
             })
             .clone();
-        if telling.is_empty() {
+        if matches!(*telling, GlobSet::Empty) {
             return false;
         }
         // Its own names only: a folder above it told apart is asked for
@@ -362,7 +368,7 @@ impl MountFs {
             .iter()
             .filter(|v| v.contains("/versions/"))
             .map(|v| format!("{v}/files/{child}{slash}"))
-            .any(|p| telling.iter().any(|t| t.matches(&p)))
+            .any(|p| telling.matches(&p))
     }
 
     /// Whether a pattern tells some entry of listing `l` of folder `ino`
