@@ -97,6 +97,11 @@ bench_mount() {
     local warm_n warm_m; cat "$src/big.bin" "$v/big.bin" >/dev/null
     warm_n=$(timed sh -c "for i in 1 2 3 4 5; do cat '$src/big.bin'; done")
     warm_m=$(timed sh -c "for i in 1 2 3 4 5; do cat '$v/big.bin'; done")
+    # How the page cache holds each: the share of pages in large folios
+    # (FUSE files get order-0 pages on kernels before large folio support).
+    local folio_n folio_m
+    folio_n=$(python3 scripts/folios.py "$src/big.bin" | awk '{print $2 / ($1 ? $1 : 1) * 100}')
+    folio_m=$(python3 scripts/folios.py "$v/big.bin" | awk '{print $2 / ($1 ? $1 : 1) * 100}')
     drop_caches; local find_n find_m; find_n=$(timed find "$src/small"); find_m=$(timed find "$v/small")
     local ls_n ls_m; ls_n=$(timed ls -lR "$src/small"); ls_m=$(timed ls -lR "$v/small")
     drop_caches
@@ -111,7 +116,7 @@ bench_mount() {
     "$BIN" umount "$mnt"
     # Put staging back to v1 for the next run.
     "$BIN" commit bench --from "$src" -m "reset $run" >/dev/null 2>&1 || true
-    echo "$run $cold_n $cold_m $warm_n $warm_m $find_n $find_m $ls_n $ls_m $small_n $small_m $cp_n $cp_m $commit_m $rss $ready" | tee -a "$mres" >&2
+    echo "$run $cold_n $cold_m $warm_n $warm_m $find_n $find_m $ls_n $ls_m $small_n $small_m $cp_n $cp_m $commit_m $rss $ready $folio_n $folio_m" | tee -a "$mres" >&2
   done
   python3 - "$mres" <<'PY'
 import statistics, sys
@@ -134,6 +139,7 @@ print(f"| `cp -a` of the 20,000 files into a directory | {n:.2f} s | {m:.2f} s (
 print(f"| commit of those files from `staging/` | | {med(13):.2f} s | |")
 print(f"| daemon peak RSS | | {med(14) / 1024:.0f} MiB | |")
 print(f"| mount ready (`detafs mount --daemon` to the first `ls` of `versions/`) | | {med(15):.3f} s | |")
+print(f"| the 512 MiB file's cached pages in large folios (`scripts/folios.py`) | {med(16):.0f}% | {med(17):.0f}% | kernel {__import__('os').uname().release} |")
 PY
 }
 
