@@ -50,10 +50,11 @@ bench_policy() {
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
 med = lambda i: statistics.median(r[i] for r in rows)
-print(f"| as uid 2001 (runs: {len(rows)}, medians) | no policy | 50-statement policy | policy vs none |")
+sp = lambda i: f"{min(r[i] for r in rows):.2f}–{max(r[i] for r in rows):.2f}"
+print(f"| as uid 2001 (runs: {len(rows)}, medians, spread lowest–highest) | no policy | 50-statement policy | policy vs none |")
 print("|---|---|---|---|")
 for name, i in [("`find` over 20,000 files (cold)", 1), ("`ls -lR` over 20,000 files (after find)", 3)]:
     n, p = med(i), med(i + 1)
-    print(f"| {name} | {n:.2f} s | {p:.2f} s | {p / n * 100:.0f}% |")
+    print(f"| {name} | {n:.2f} s ({sp(i)}) | {p:.2f} s ({sp(i + 1)}) | {p / n * 100:.0f}% |")
 PY
 }

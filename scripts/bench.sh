@@ -57,18 +57,20 @@ python3 - "$results" <<'PY'
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
 med = lambda i: statistics.median(r[i] for r in rows)
+# The spread of a figure over the runs: its lowest and highest.
+sp = lambda i: f"{min(r[i] for r in rows):.2f}–{max(r[i] for r in rows):.2f}"
 mib = 1 << 20
 n, sha, v1, rss, objs, same, changed, v2, delta, rss2, exp, rss3, rss4, cp = (med(i) for i in range(1, 15))
-print(f"| runs | {len(rows)} (medians) |")
+print(f"| runs | {len(rows)} (medians, spread lowest–highest) |")
 print("|---|---|")
 print(f"| dataset | {n / mib:.0f} MiB, {int(objs)} pack objects after v1 |")
-print(f"| sha256 reference (`openssl dgst -sha256`) | {sha:.2f} s, {n / mib / sha:.0f} MiB/s |")
-print(f"| commit v1 | {v1:.2f} s, {n / mib / v1:.0f} MiB/s = {sha / v1 * 100:.0f}% of sha256 |")
+print(f"| sha256 reference (`openssl dgst -sha256`) | {sha:.2f} s ({sp(2)}), {n / mib / sha:.0f} MiB/s |")
+print(f"| commit v1 | {v1:.2f} s ({sp(3)}), {n / mib / v1:.0f} MiB/s = {sha / v1 * 100:.0f}% of sha256 |")
 print(f"| commit v1 peak RSS | {rss / 1024:.0f} MiB |")
-print(f"| no-change commit | {same:.2f} s |")
+print(f"| no-change commit | {same:.2f} s ({sp(6)}) |")
 print(f"| small edit: bytes changed | {changed / mib:.2f} MiB |")
-print(f"| commit v2 | {v2:.2f} s, peak RSS {rss2 / 1024:.0f} MiB |")
-print(f"| export v1 (then sync) | {exp:.2f} s, peak RSS {rss3 / 1024:.0f} MiB; `cp -a` of the same tree (then sync): {cp:.2f} s |")
+print(f"| commit v2 | {v2:.2f} s ({sp(8)}), peak RSS {rss2 / 1024:.0f} MiB |")
+print(f"| export v1 (then sync) | {exp:.2f} s ({sp(11)}), peak RSS {rss3 / 1024:.0f} MiB; `cp -a` of the same tree (then sync): {cp:.2f} s ({sp(14)}) = {exp / cp:.2f}x |")
 print(f"| cat of the 512 MiB file | peak RSS {rss4 / 1024:.0f} MiB |")
 print(f"| v2 bytes added to the store | {delta / mib:.2f} MiB = {delta / changed:.2f}x the bytes changed |")
 PY
@@ -122,12 +124,14 @@ bench_mount() {
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
 med = lambda i: statistics.median(r[i] for r in rows)
+# The spread of a figure over the runs: its lowest and highest.
+sp = lambda i: f"{min(r[i] for r in rows):.2f}–{max(r[i] for r in rows):.2f}"
 mib = 512
 def row(name, i, mb=None):
     n, m = med(i), med(i + 1)
     speed = f" ({mb / n:.0f} vs {mb / m:.0f} MiB/s)" if mb else ""
-    print(f"| {name} | {n:.2f} s | {m:.2f} s | {n / m * 100:.0f}% of native{speed} |")
-print(f"| through the mount (runs: {len(rows)}, medians) | native (source folder) | detafs `versions/v1` | mount vs native |")
+    print(f"| {name} | {n:.2f} s ({sp(i)}) | {m:.2f} s ({sp(i + 1)}) | {n / m * 100:.0f}% of native{speed} |")
+print(f"| through the mount (runs: {len(rows)}, medians, spread lowest–highest) | native (source folder) | detafs `versions/v1` | mount vs native |")
 print("|---|---|---|---|")
 row("read 512 MiB file, cold (after drop_caches)", 1, mib)
 row("read 512 MiB file, warm (5 times)", 3, 5 * mib)
@@ -137,7 +141,7 @@ row("read all 20,000 small files (cold)", 9)
 n, m = med(11), med(12)
 print(f"| `cp -a` of the 20,000 files into a directory | {n:.2f} s | {m:.2f} s (into `staging/`) | {n / m * 100:.0f}% of native |")
 print(f"| commit of those files from `staging/` | | {med(13):.2f} s | |")
-print(f"| daemon peak RSS | | {med(14) / 1024:.0f} MiB | |")
+print(f"| daemon peak RSS | | {med(14) / 1024:.0f} MiB ({min(r[14] for r in rows) / 1024:.0f}–{max(r[14] for r in rows) / 1024:.0f}) | |")
 print(f"| mount ready (`detafs mount --daemon` to the first `ls` of `versions/`) | | {med(15):.3f} s | |")
 print(f"| the 512 MiB file's cached pages in large folios (`scripts/folios.py`) | {med(16):.0f}% | {med(17):.0f}% | kernel {__import__('os').uname().release} |")
 PY
