@@ -17,14 +17,23 @@ const OUTSIDER: (u32, u32, Option<u32>) = (2003, 2003, None);
 /// The analyst's uid without the analysts group.
 const ANALYST_ALONE: (u32, u32, Option<u32>) = (2001, 2001, None);
 
-const POLICY: &str = r#"
+/// A policy's start: root administers everything.
+macro_rules! admins {
+    () => {
+        r#"
 policies:
   - name: admins
     effect: allow
     principals: ["user:root"]
     actions: ["dataset:*"]
     resources: ["*"]
-  - name: analysts_see_published
+"#
+    };
+}
+
+const POLICY: &str = concat!(
+    admins!(),
+    r#"  - name: analysts_see_published
     effect: allow
     principals: ["group:3001"]
     actions: ["dataset:read", "dataset:versions"]
@@ -39,7 +48,8 @@ policies:
     principals: ["user:2002"]
     actions: ["dataset:versions", "dataset:commit"]
     resources: ["datasets/ds", "datasets/ds/versions/*"]
-"#;
+"#
+);
 
 /// Runs `script` with sh as `who`, in `dir`.
 fn as_user(who: (u32, u32, Option<u32>), dir: &Path, script: &str) -> Output {
@@ -515,19 +525,15 @@ fn a_version_all_readers_see_is_kept_by_the_kernel_and_still_hidden_from_the_res
     three_versions(&env);
     // Readers: a group and one user (made later), who the kernel can tell
     // apart by versions/'s group and owner.
-    let policy = r#"
-policies:
-  - name: admins
-    effect: allow
-    principals: ["user:root"]
-    actions: ["dataset:*"]
-    resources: ["*"]
-  - name: readers
+    let policy = concat!(
+        admins!(),
+        r#"  - name: readers
     effect: allow
     principals: ["group:3001", "user:detafs-late"]
     actions: ["dataset:read", "dataset:versions"]
     resources: ["datasets/ds/versions/*"]
-"#;
+"#
+    );
     set_policy(&env, policy);
     run_ok(Command::new("chmod").arg("755").arg(env.dir.path()));
     let m = env.mount(&["--allow-other"]);

@@ -67,27 +67,40 @@ pub enum UnixId {
     Group(u32),
 }
 
-/// A user's uid and primary gid by name.
-fn passwd_by_name(name: &str) -> Option<(u32, u32)> {
+/// An entry of a C library database by name: `get(name, buf)` fills one
+/// from `buf` and returns what is wanted of it.
+fn by_name<T>(
+    name: &str,
+    get: impl FnOnce(&std::ffi::CStr, &mut [libc::c_char]) -> Option<T>,
+) -> Option<T> {
     let c = std::ffi::CString::new(name).ok()?;
     let mut buf = vec![0 as libc::c_char; 16 << 10];
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found = std::ptr::null_mut();
-    // SAFETY: valid pointers and length for the call.
-    let rc =
-        unsafe { libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
-    (rc == 0 && !found.is_null()).then_some((pw.pw_uid, pw.pw_gid))
+    get(&c, &mut buf)
+}
+
+/// A user's uid and primary gid by name.
+fn passwd_by_name(name: &str) -> Option<(u32, u32)> {
+    by_name(name, |c, buf| {
+        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found = std::ptr::null_mut();
+        // SAFETY: valid pointers and length for the call.
+        let rc = unsafe {
+            libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found)
+        };
+        (rc == 0 && !found.is_null()).then_some((pw.pw_uid, pw.pw_gid))
+    })
 }
 
 fn gid_by_name(name: &str) -> Option<u32> {
-    let c = std::ffi::CString::new(name).ok()?;
-    let mut buf = vec![0 as libc::c_char; 16 << 10];
-    let mut gr: libc::group = unsafe { std::mem::zeroed() };
-    let mut found = std::ptr::null_mut();
-    // SAFETY: valid pointers and length for the call.
-    let rc =
-        unsafe { libc::getgrnam_r(c.as_ptr(), &mut gr, buf.as_mut_ptr(), buf.len(), &mut found) };
-    (rc == 0 && !found.is_null()).then_some(gr.gr_gid)
+    by_name(name, |c, buf| {
+        let mut gr: libc::group = unsafe { std::mem::zeroed() };
+        let mut found = std::ptr::null_mut();
+        // SAFETY: valid pointers and length for the call.
+        let rc = unsafe {
+            libc::getgrnam_r(c.as_ptr(), &mut gr, buf.as_mut_ptr(), buf.len(), &mut found)
+        };
+        (rc == 0 && !found.is_null()).then_some(gr.gr_gid)
+    })
 }
 
 /// The id whose callers hold principal `p` (`user:NAME` or `group:NAME`,

@@ -305,18 +305,10 @@ impl Policy {
     fn check_admin(&self) -> std::result::Result<(), String> {
         let all = [ALL_DATASETS.to_string()];
         let target = Target { aliases: &all };
-        let admin = |s: &&Statement| s.actions & Action::Admin.bit() != 0 && s.covers(&target);
-        let denies: Vec<&Statement> = self
-            .statements
-            .iter()
-            .filter(admin)
-            .filter(|s| s.effect == Effect::Deny)
-            .collect();
+        let denies = self.about(Action::Admin, &target, Effect::Deny);
         let kept = self
-            .statements
-            .iter()
-            .filter(admin)
-            .filter(|s| s.effect == Effect::Allow)
+            .about(Action::Admin, &target, Effect::Allow)
+            .into_iter()
             .flat_map(|s| match &s.principals {
                 Some(ps) => ps.iter().map(|p| p.text.clone()).collect(),
                 None => vec!["*".to_string()],
@@ -334,6 +326,14 @@ impl Policy {
                 "this policy would lock out every admin: no principal is left with dataset:admin on {ALL_DATASETS} (add a statement that allows it to someone)"
             ))
         }
+    }
+
+    /// The statements of `effect` about `action` on `target`, for anyone.
+    fn about(&self, action: Action, target: &Target<'_>, effect: Effect) -> Vec<&Statement> {
+        self.statements
+            .iter()
+            .filter(|s| s.effect == effect && s.actions & action.bit() != 0 && s.covers(target))
+            .collect()
     }
 
     /// The statements that can apply to `who`, for deciding many requests
@@ -441,24 +441,17 @@ impl Policy {
         aliases: &[String],
     ) -> bool {
         let r = Target { aliases };
-        let relevant = |s: &&Statement| s.actions & action.bit() != 0 && s.covers(&r);
-        let unix_deny = self.statements.iter().filter(relevant).any(|s| {
-            s.effect == Effect::Deny
-                && s.principals.as_ref().is_none_or(|ps| {
-                    ps.iter().any(|p| {
-                        p.text == "*" || p.text.starts_with("user:") || p.text.starts_with("group:")
-                    })
+        let unix_deny = self.about(action, &r, Effect::Deny).iter().any(|s| {
+            s.principals.as_ref().is_none_or(|ps| {
+                ps.iter().any(|p| {
+                    p.text == "*" || p.text.starts_with("user:") || p.text.starts_with("group:")
                 })
+            })
         });
         if unix_deny {
             return false;
         }
-        let allows: Vec<&Statement> = self
-            .statements
-            .iter()
-            .filter(relevant)
-            .filter(|s| s.effect == Effect::Allow)
-            .collect();
+        let allows = self.about(action, &r, Effect::Allow);
         // For everyone: only a statement every caller matches.
         let everyone = |s: &&Statement| {
             s.principals.as_ref().is_none_or(|ps| {
