@@ -23,7 +23,8 @@ bench_s3() {
     mountpoint -q "$mnt" && "$BIN" umount "$mnt"
     rm -rf "$ROOT/s3work" "$ROOT"/s3cache-*; cp -a "$ROOT/data" "$ROOT/s3work"; sync
     local bytes; bytes=$(du -sb --apparent-size "$ROOT/s3work" | cut -f1)
-    export DETAFS_STORE=s3://$(new_bucket)/bench DETAFS_CACHE=$ROOT/s3cache-a DETAFS_STAGING=$ROOT/s3staging
+    local bucket; bucket=$(new_bucket)
+    export DETAFS_STORE=s3://$bucket/bench DETAFS_CACHE=$ROOT/s3cache-a DETAFS_STAGING=$ROOT/s3staging
     "$BIN" init >/dev/null; "$BIN" dataset create bench >/dev/null
     local t m v1 puts1 v2 puts2 delta1 delta2
     m=$(mark); t=$(now); "$BIN" commit bench --from "$ROOT/s3work" -m v1 >/dev/null; v1=$(since "$t")
@@ -46,6 +47,10 @@ bench_s3() {
     local mount_s; mount_s=$(since "$t")
     drop_caches; local big_n; big_n=$(timed cat "$src/big.bin")
     drop_caches; m=$(mark); local big_m; big_m=$(timed cat "$v/big.bin"); local big_gets; big_gets=$(count GetObject "$m")
+    # The reference: a plain client reading as many bytes of the same
+    # store's packs from the same server, 8 ranged GETs of 8 MiB in flight.
+    local ref_bytes ref_s
+    read -r ref_bytes ref_s < <(python3 scripts/s3-ranged-get.py "$bucket" bench/packs/ $((512 << 20)))
     drop_caches; local small_n; small_n=$(timed sh -c "find '$src/small' -type f -print0 | xargs -0 cat")
     drop_caches; m=$(mark)
     local small_m; small_m=$(timed sh -c "find '$v/small' -type f -print0 | xargs -0 cat")
@@ -60,7 +65,7 @@ bench_s3() {
     local two; two=$(find "$src/small" -type f | tail -1); two=${two#"$src/"}
     m=$(mark); cat "$v/$two" >/dev/null; local two_gets; two_gets=$(count GetObject "$m")
     "$BIN" umount "$mnt"
-    echo "$run $bytes $v1 $puts1 $delta1 $v2 $puts2 $delta2 $puts_small $mount_s $big_n $big_m $big_gets $small_n $small_m $small_gets $nsmall $one_gets $two_gets" | tee -a "$res" >&2
+    echo "$run $bytes $v1 $puts1 $delta1 $v2 $puts2 $delta2 $puts_small $mount_s $big_n $big_m $big_gets $small_n $small_m $small_gets $nsmall $one_gets $two_gets $ref_bytes $ref_s" | tee -a "$res" >&2
   done
   python3 - "$res" <<'PY'
 import statistics, sys
@@ -69,6 +74,7 @@ med = lambda i: statistics.median(r[i] for r in rows)
 mib = 1 << 20
 (n, v1, puts1, d1, v2, puts2, d2, puts_small, mount, big_n, big_m, big_gets,
  small_n, small_m, small_gets, nsmall, one, two) = (med(i) for i in range(1, 19))
+ref = statistics.median(r[19] / r[20] / mib for r in rows)
 print(f"| S3 (LocalStack), runs: {len(rows)}, medians | |")
 print("|---|---|")
 print(f"| commit v1 ({n / mib:.0f} MiB) | {v1:.2f} s ({n / mib / v1:.0f} MiB/s), {puts1:.0f} PUTs, {d1 / mib:.0f} MiB |")
@@ -76,6 +82,7 @@ print(f"| commit v2 (small edit) | {v2:.2f} s, {puts2:.0f} PUTs, {d2 / mib:.2f} 
 print(f"| commit of the {nsmall:.0f} small files alone | {puts_small:.0f} PUTs |")
 print(f"| new host: mount + first `ls` of v1 | {mount:.2f} s |")
 print(f"| new host: read the 512 MiB file, cold | {big_m:.2f} s ({512 / big_m:.0f} MiB/s) vs {big_n:.2f} s from local disk; {big_gets:.0f} GETs |")
+print(f"| a plain client, 8 ranged GETs of 8 MiB in flight, as many bytes of the same packs | {ref:.0f} MiB/s: detafs reads at {512 / big_m / ref * 100:.0f}% of it |")
 print(f"| new host: read all {nsmall:.0f} small files, cold | {small_m:.2f} s vs {small_n:.2f} s from local disk; {small_gets:.0f} GETs = {small_gets / nsmall:.3f} per file |")
 print(f"| new host: one small file, everything included | {one:.0f} GETs (records, trees on its path, the file) |")
 print(f"| same host: a small file in another directory | {two:.0f} GETs |")

@@ -57,10 +57,17 @@ const READ_AHEAD: u64 = 4 << 20;
 /// that walking it (`find`, `ls -R`) finds them in memory.
 const PREFETCH_TREES: usize = 1024;
 
-/// Runs fetched ahead of a sequential reader (in parallel with its reads).
+/// Runs fetched ahead of a sequential reader (in parallel with its reads):
+/// from a local folder, two keep the disk busy; a remote store answers
+/// each request after a round trip, so more are kept in flight.
 const PREFETCH_RUNS: usize = 2;
-/// Verified chunks kept in memory for readers of the mount.
-const CHUNK_CACHE_BYTES: usize = 16 << 20;
+const PREFETCH_RUNS_REMOTE: usize = 6;
+/// Verified chunks kept in memory for readers of the mount: what a reader
+/// has in hand and what is fetched ahead of it (the kernel's page cache
+/// holds what is read again).
+fn chunk_cache_bytes(prefetch_runs: usize) -> usize {
+    (prefetch_runs + 2) * READ_AHEAD as usize
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileKind {
@@ -143,6 +150,8 @@ pub struct MountFs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     chunks: Arc<ChunkCache>,
+    /// Runs fetched ahead of a sequential reader (`PREFETCH_RUNS`).
+    prefetch_runs: usize,
     listings: Mutex<Listings>,
     last_error: Mutex<String>,
     /// The log entry of the last commit made through this mount.
@@ -225,7 +234,11 @@ impl MountFs {
             // (and in the disk cache) before the store is ever unreachable.
             prefetch_trees(repo.clone(), latest.tree);
         }
-        let chunks = ChunkCache::new(repo.clone(), CHUNK_CACHE_BYTES);
+        let prefetch_runs = match repo.store.is_remote() {
+            true => PREFETCH_RUNS_REMOTE,
+            false => PREFETCH_RUNS,
+        };
+        let chunks = ChunkCache::new(repo.clone(), chunk_cache_bytes(prefetch_runs));
         let fs = MountFs {
             repo,
             dataset: dataset.to_string(),
@@ -238,6 +251,7 @@ impl MountFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             chunks,
+            prefetch_runs,
             listings: Mutex::new(Listings::new(listings::LISTING_ENTRIES)),
             last_error: Mutex::new(String::new()),
             last_commit: Mutex::new(Vec::new()),

@@ -2,7 +2,7 @@
 //! staging not written yet): chunk offsets, runs fetched with one range
 //! read, and the read path through the chunk cache.
 
-use super::{MountFs, PREFETCH_RUNS, READ_AHEAD};
+use super::{MountFs, READ_AHEAD};
 use crate::error::Result;
 use crate::snapshot::{Node, Tree};
 use crate::store::pack::{self, BlobRef};
@@ -106,7 +106,7 @@ impl MountFs {
                 }
                 None => {
                     let r = f.run_starts.partition_point(|&s| s <= i) - 1;
-                    for ahead in r + 1..(r + 1 + PREFETCH_RUNS).min(f.run_starts.len()) {
+                    for ahead in r + 1..(r + 1 + self.prefetch_runs).min(f.run_starts.len()) {
                         self.chunks.prefetch(f.run(ahead).to_vec());
                     }
                     self.chunks.get(f.run(r), i - f.run_starts[r])?
