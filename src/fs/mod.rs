@@ -51,22 +51,42 @@ const FIRST_VERSION_INO: u64 = 1 << 20;
 const IMMUTABLE_TTL: Duration = Duration::from_secs(24 * 3600);
 const MUTABLE_TTL: Duration = Duration::from_secs(1);
 
-/// Bytes fetched per store request when a version file is read sequentially.
-const READ_AHEAD: u64 = 4 << 20;
 /// Trees of a version loaded in the background when it is first opened, so
 /// that walking it (`find`, `ls -R`) finds them in memory.
 const PREFETCH_TREES: usize = 1024;
 
-/// Runs fetched ahead of a sequential reader (in parallel with its reads):
-/// from a local folder, two keep the disk busy; a remote store answers
-/// each request after a round trip, so more are kept in flight.
-const PREFETCH_RUNS: usize = 2;
-const PREFETCH_RUNS_REMOTE: usize = 6;
-/// Verified chunks kept in memory for readers of the mount: what a reader
-/// has in hand and what is fetched ahead of it (the kernel's page cache
-/// holds what is read again).
-fn chunk_cache_bytes(prefetch_runs: usize) -> usize {
-    (prefetch_runs + 2) * READ_AHEAD as usize
+/// How a version file is read sequentially: runs of chunks of about
+/// `bytes` per store request, `runs` of them fetched ahead of the reader (in
+/// parallel with its reads).
+#[derive(Clone, Copy)]
+struct ReadAhead {
+    bytes: u64,
+    runs: usize,
+}
+
+impl ReadAhead {
+    /// From a local folder two runs of 4 MiB keep the disk busy; a remote
+    /// store answers each request after a round trip, so larger ones, and
+    /// more of them, are kept in flight.
+    fn for_store(remote: bool) -> ReadAhead {
+        match remote {
+            false => ReadAhead {
+                bytes: 4 << 20,
+                runs: 2,
+            },
+            true => ReadAhead {
+                bytes: 8 << 20,
+                runs: 4,
+            },
+        }
+    }
+
+    /// Verified chunks kept in memory for readers of the mount: what a
+    /// reader has in hand and what is fetched ahead of it (the kernel's
+    /// page cache holds what is read again).
+    fn cache_bytes(self) -> usize {
+        (self.runs + 2) * self.bytes as usize
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,8 +170,7 @@ pub struct MountFs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     chunks: Arc<ChunkCache>,
-    /// Runs fetched ahead of a sequential reader (`PREFETCH_RUNS`).
-    prefetch_runs: usize,
+    read_ahead: ReadAhead,
     listings: Mutex<Listings>,
     last_error: Mutex<String>,
     /// The log entry of the last commit made through this mount.
@@ -234,11 +253,8 @@ impl MountFs {
             // (and in the disk cache) before the store is ever unreachable.
             prefetch_trees(repo.clone(), latest.tree);
         }
-        let prefetch_runs = match repo.store.is_remote() {
-            true => PREFETCH_RUNS_REMOTE,
-            false => PREFETCH_RUNS,
-        };
-        let chunks = ChunkCache::new(repo.clone(), chunk_cache_bytes(prefetch_runs));
+        let read_ahead = ReadAhead::for_store(repo.store.is_remote());
+        let chunks = ChunkCache::new(repo.clone(), read_ahead.cache_bytes());
         let fs = MountFs {
             repo,
             dataset: dataset.to_string(),
@@ -251,7 +267,7 @@ impl MountFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             chunks,
-            prefetch_runs,
+            read_ahead,
             listings: Mutex::new(Listings::new(listings::LISTING_ENTRIES)),
             last_error: Mutex::new(String::new()),
             last_commit: Mutex::new(Vec::new()),

@@ -366,7 +366,12 @@ impl MountFs {
                 name_str(&n.name),
                 st.base_version()?
             );
-            let file = StoredFile::new(n.chunks.unwrap_or_default(), None, Origin::Said(path));
+            let file = StoredFile::new(
+                n.chunks.unwrap_or_default(),
+                None,
+                Origin::Said(path),
+                self.read_ahead.bytes,
+            );
             let fh = self.add_handle(Handle::Stored(Arc::new(file)));
             return Ok(Opened {
                 fh,

@@ -2,7 +2,7 @@
 //! staging not written yet): chunk offsets, runs fetched with one range
 //! read, and the read path through the chunk cache.
 
-use super::{MountFs, READ_AHEAD};
+use super::MountFs;
 use crate::error::Result;
 use crate::snapshot::{Node, Tree};
 use crate::store::pack::{self, BlobRef};
@@ -32,7 +32,13 @@ pub(super) enum Origin {
 }
 
 impl StoredFile {
-    pub(super) fn new(chunks: Vec<BlobRef>, siblings: Option<&Tree>, origin: Origin) -> StoredFile {
+    /// A file of `chunks`, read in runs of about `run_bytes` per request.
+    pub(super) fn new(
+        chunks: Vec<BlobRef>,
+        siblings: Option<&Tree>,
+        origin: Origin,
+        run_bytes: u64,
+    ) -> StoredFile {
         let mut starts = Vec::with_capacity(chunks.len() + 1);
         let mut at = 0;
         starts.push(0);
@@ -42,7 +48,7 @@ impl StoredFile {
         }
         let mut run_starts = Vec::new();
         let mut i = 0;
-        for run in pack::runs(&chunks, READ_AHEAD) {
+        for run in pack::runs(&chunks, run_bytes) {
             run_starts.push(i);
             i += run.len();
         }
@@ -58,7 +64,7 @@ impl StoredFile {
                     .collect();
                 all.sort_by_key(|r| (r.pack, r.offset));
                 all.dedup_by_key(|r| (r.pack, r.offset));
-                pack::runs(&all, READ_AHEAD)
+                pack::runs(&all, run_bytes)
                     .into_iter()
                     .find(|run| run.iter().any(|r| r == only))
                     .map(<[BlobRef]>::to_vec)
@@ -106,7 +112,7 @@ impl MountFs {
                 }
                 None => {
                     let r = f.run_starts.partition_point(|&s| s <= i) - 1;
-                    for ahead in r + 1..(r + 1 + self.prefetch_runs).min(f.run_starts.len()) {
+                    for ahead in r + 1..(r + 1 + self.read_ahead.runs).min(f.run_starts.len()) {
                         self.chunks.prefetch(f.run(ahead).to_vec());
                     }
                     self.chunks.get(f.run(r), i - f.run_starts[r])?

@@ -121,7 +121,12 @@ impl MountFs {
                     (Some(t), 1) => Some(self.version_tree(entry.version, ino, t)?),
                     _ => None,
                 };
-                let file = StoredFile::new(chunks, siblings.as_deref(), Origin::Version(ino));
+                let file = StoredFile::new(
+                    chunks,
+                    siblings.as_deref(),
+                    Origin::Version(ino),
+                    self.read_ahead.bytes,
+                );
                 let fh = self.add_handle(Handle::Stored(Arc::new(file)));
                 Ok(Opened {
                     fh,
