@@ -79,7 +79,7 @@ pub(super) struct Reach {
 }
 
 impl Reach {
-    fn of(policy: &Policy, dataset: &str, daemon: (u32, u32)) -> Reach {
+    fn of(policy: &Policy, dataset: &str, daemon_gid: u32) -> Reach {
         let ids: Option<Vec<UnixId>> = policy
             .unix_principals(Action::Versions, dataset)
             .map(|ps| ps.iter().filter_map(|p| caller::unix_id(p)).collect());
@@ -105,10 +105,12 @@ impl Reach {
                 UnixId::User(_) => None,
             })
             .collect();
+        // Without a user of its own, root owns it (root passes any mode),
+        // so a daemon user in the readers' group is let in like the others.
         let owner = match (&users[..], &groups[..]) {
-            ([], []) => Some((daemon.0, daemon.1, 0o444)),
-            ([u], []) => Some((*u, daemon.1, 0o544)),
-            ([], [g]) => Some((daemon.0, *g, 0o454)),
+            ([], []) => Some((0, daemon_gid, 0o444)),
+            ([u], []) => Some((*u, daemon_gid, 0o544)),
+            ([], [g]) => Some((0, *g, 0o454)),
             ([u], [g]) => Some((*u, *g, 0o554)),
             _ => None,
         };
@@ -133,10 +135,10 @@ impl Reach {
 }
 
 impl Gate {
-    fn new(version: u64, policy: Policy, dataset: &str, daemon: (u32, u32)) -> Gate {
+    fn new(version: u64, policy: Policy, dataset: &str, daemon_gid: u32) -> Gate {
         Gate {
             version,
-            reach: RwLock::new(Arc::new(Reach::of(&policy, dataset, daemon))),
+            reach: RwLock::new(Arc::new(Reach::of(&policy, dataset, daemon_gid))),
             patterns: policy.patterns(),
             policy,
             narrowed: Mutex::default(),
@@ -187,7 +189,7 @@ impl MountFs {
             }
             Ok(Some((v, policy))) => {
                 tracing::info!("policy v{v} in force ({} statements)", policy.len());
-                Some(Arc::new(Gate::new(v, policy, &self.dataset, self.daemon())))
+                Some(Arc::new(Gate::new(v, policy, &self.dataset, self.opts.gid)))
             }
             Err(e @ Error::Malformed { .. }) => {
                 if current.as_ref().is_some_and(|g| g.version == u64::MAX) {
@@ -198,7 +200,7 @@ impl MountFs {
                     u64::MAX,
                     Policy::deny_all(),
                     &self.dataset,
-                    self.daemon(),
+                    self.opts.gid,
                 )))
             }
             Err(e) => return Err(e),
@@ -219,7 +221,7 @@ impl MountFs {
         let Some(gate) = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone() else {
             return false;
         };
-        let now = Reach::of(&gate.policy, &self.dataset, self.daemon());
+        let now = Reach::of(&gate.policy, &self.dataset, self.opts.gid);
         let mut reach = gate.reach.write().unwrap_or_else(|p| p.into_inner());
         if **reach == now {
             return false;
@@ -238,10 +240,6 @@ impl MountFs {
             .clone()?;
         let reach = gate.reach.read().unwrap_or_else(|p| p.into_inner()).clone();
         reach.owner
-    }
-
-    fn daemon(&self) -> (u32, u32) {
-        (self.opts.uid, self.opts.gid)
     }
 
     /// Whether every caller that may search `versions/` sees `version`:
