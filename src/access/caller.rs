@@ -124,16 +124,22 @@ pub fn unix_id(p: &str) -> Option<UnixId> {
     }
 }
 
+/// The principal a caller holds for a uid or gid: `user:NAME`,
+/// `group:NAME`, a number where the id has no name.
+pub fn principal(id: UnixId) -> String {
+    match id {
+        UnixId::User(u) => format!("user:{}", user_name(u).unwrap_or_else(|| u.to_string())),
+        UnixId::Group(g) => format!("group:{}", group_name(g).unwrap_or_else(|| g.to_string())),
+    }
+}
+
 /// The principals of a Unix caller.
 pub fn unix_who(uid: u32, gid: u32, groups: &[u32]) -> Who {
-    let mut principals = vec![format!(
-        "user:{}",
-        user_name(uid).unwrap_or_else(|| uid.to_string())
-    )];
+    let mut principals = vec![principal(UnixId::User(uid))];
     let mut gids = vec![gid];
     gids.extend(groups.iter().copied().filter(|g| *g != gid));
     for g in gids {
-        let p = format!("group:{}", group_name(g).unwrap_or_else(|| g.to_string()));
+        let p = principal(UnixId::Group(g));
         if !principals.contains(&p) {
             principals.push(p);
         }

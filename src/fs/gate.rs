@@ -116,19 +116,7 @@ impl Reach {
         };
         let principals = match owner {
             None => Vec::new(),
-            Some(_) => ids
-                .iter()
-                .map(|id| match *id {
-                    UnixId::User(u) => format!(
-                        "user:{}",
-                        caller::user_name(u).unwrap_or_else(|| u.to_string())
-                    ),
-                    UnixId::Group(g) => format!(
-                        "group:{}",
-                        caller::group_name(g).unwrap_or_else(|| g.to_string())
-                    ),
-                })
-                .collect(),
+            Some(_) => ids.iter().map(|&id| caller::principal(id)).collect(),
         };
         Reach { owner, principals }
     }
