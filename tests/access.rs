@@ -613,3 +613,43 @@ fn a_version_all_readers_see_is_kept_by_the_kernel_and_still_hidden_from_the_res
     }
     assert!(m.alive());
 }
+
+/// A deny naming a folder alone (no star): the folder is told apart from
+/// its version and so is everything below it, though the files' own names
+/// match no pattern, even after root walked them into the kernel's cache
+/// and while the version's name is kept there.
+#[test]
+fn a_folder_denied_by_its_own_name_hides_what_is_below_it() {
+    let env = Env::new();
+    three_versions(&env);
+    let policy = concat!(
+        admins!(),
+        r#"  - name: readers
+    effect: allow
+    principals: ["group:3001"]
+    actions: ["dataset:read", "dataset:versions"]
+    resources: ["datasets/ds/versions/*"]
+  - name: no_private_folder
+    effect: deny
+    principals: ["group:3001"]
+    actions: ["dataset:read"]
+    resources: ["datasets/ds/versions/*/files/private/"]
+"#
+    );
+    set_policy(&env, policy);
+    run_ok(Command::new("chmod").arg("755").arg(env.dir.path()));
+    let m = env.mount(&["--allow-other"]);
+    let d = m.dir.clone();
+    let all = run_ok(Command::new("find").arg("versions").current_dir(&d));
+    assert!(all.contains("versions/v2/private/secret.csv"), "{all}");
+    assert!(seen(ANALYST, &d, "find versions/v2").contains("versions/v2/pub/a.csv"));
+    assert!(!seen(ANALYST, &d, "find versions/v2").contains("private"));
+    for path in ["versions/v2/private", "versions/v2/private/secret.csv"] {
+        let (ok, err) = tried(ANALYST, &d, &format!("stat {path}"));
+        assert!(!ok && err.contains("No such file"), "{path}: {err}");
+    }
+    let (ok, _) = tried(ANALYST, &d, "cat versions/v2/private/secret.csv");
+    assert!(!ok);
+    assert_eq!(seen(ANALYST, &d, "cat versions/v2/top.txt"), "top 2\n");
+    assert!(m.alive());
+}
