@@ -518,6 +518,52 @@ fn a_file_rewritten_during_commit_is_never_stored_as_a_mix() {
 }
 
 #[test]
+fn a_small_file_rewritten_during_commit_is_never_stored_as_a_mix() {
+    // Small files are read ahead on threads of their own: a change there
+    // is caught as on the scan's thread.
+    use std::io::{Seek, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..40 {
+        std::fs::write(src.join(format!("a{i:02}")), noise(3000, i)).unwrap();
+    }
+    let path = src.join("b.csv");
+    std::fs::write(&path, vec![0u8; 8 << 10]).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            let mut round = 0u8;
+            while !stop.load(Ordering::Relaxed) {
+                round = round.wrapping_add(1);
+                f.rewind().unwrap();
+                for _ in 0..8 {
+                    f.write_all(&[round; 1 << 10]).unwrap();
+                }
+            }
+        });
+        let out = env
+            .commit_command(&src, "racing", "file-read=sleep(100)")
+            .output()
+            .unwrap();
+        stop.store(true, Ordering::Relaxed);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("b.csv changed while it was read"), "{err}");
+    });
+    assert!(env.log().is_empty(), "nothing was committed");
+    env.commit(&src, "settled");
+    for name in ["a00", "a39", "b.csv"] {
+        assert_eq!(
+            env.run(&["cat", "ds", "v1", name]).stdout,
+            std::fs::read(src.join(name)).unwrap()
+        );
+    }
+}
+
+#[test]
 fn an_export_that_misses_a_pack_fails_naming_it_and_writes_no_wrong_byte() {
     // Files go to two writers while the trees are walked: the failure of one
     // ends the export, names the object, and no file holds a wrong byte.

@@ -1,7 +1,8 @@
 //! Encodes a commit's new chunks (compress, seal) on threads of their own:
 //! zstd is slower than hashing, and a sealed commit should cost about what
 //! a plaintext one does. Results come back in the order the chunks went in
-//! (so a file's chunks lie in order in its pack).
+//! (so a file's chunks lie in order in its pack). Small chunks travel in
+//! batches: one hand-off per small file cost more than encoding it.
 
 use super::ordered::Ordered;
 use crate::id::ObjectId;
@@ -11,6 +12,9 @@ use std::collections::HashSet;
 
 const DEPTH: usize = 8;
 const THREADS: usize = 2;
+/// A batch is sent once it holds this many bytes or chunks.
+const BATCH_BYTES: usize = 128 << 10;
+const BATCH_CHUNKS: usize = 32;
 
 /// A chunk encoded: its id, its bytes as stored, and its data size.
 pub struct Encoded {
@@ -19,36 +23,38 @@ pub struct Encoded {
     pub size: usize,
 }
 
+type Batch = Vec<(ObjectId, Vec<u8>)>;
+
 pub struct Encoder {
-    pool: Ordered<(ObjectId, Vec<u8>), Encoded>,
-    /// Ids sent and not yet handed back, so a chunk repeated within the
-    /// window is encoded once.
+    pool: Ordered<Batch, Vec<Encoded>>,
+    /// Ids submitted and not yet handed back, so a chunk repeated within
+    /// the window is encoded once.
     pending: HashSet<ObjectId>,
+    /// Chunks submitted and not yet sent, and their bytes.
+    batch: Batch,
+    batch_bytes: usize,
 }
 
 impl Encoder {
     pub fn start(codec: Codec) -> std::io::Result<Encoder> {
-        let pool = Ordered::start(
-            "detafs-encode",
-            THREADS,
-            DEPTH,
-            move |(id, data): (ObjectId, Vec<u8>)| {
-                let bytes = codec.encode_blob(BlobKind::Chunk, &id, &data);
-                Encoded {
-                    id,
-                    bytes,
-                    size: data.len(),
-                }
-            },
-        )?;
+        let pool = Ordered::start("detafs-encode", THREADS, DEPTH, move |batch: Batch| {
+            let encode = |(id, data): (ObjectId, Vec<u8>)| Encoded {
+                id,
+                bytes: codec.encode_blob(BlobKind::Chunk, &id, &data),
+                size: data.len(),
+            };
+            batch.into_iter().map(encode).collect()
+        })?;
         Ok(Encoder {
             pool,
             pending: HashSet::new(),
+            batch: Vec::new(),
+            batch_bytes: 0,
         })
     }
 
     pub fn busy(&self) -> bool {
-        self.pool.in_flight() > 0
+        self.pool.in_flight() > 0 || !self.batch.is_empty()
     }
 
     pub fn is_pending(&self, id: &ObjectId) -> bool {
@@ -58,17 +64,32 @@ impl Encoder {
     /// Queues a chunk; returns what finished meanwhile, in order.
     pub fn submit(&mut self, id: ObjectId, data: Vec<u8>) -> Vec<Encoded> {
         self.pending.insert(id);
-        let done = self.pool.submit((id, data));
+        self.batch_bytes += data.len();
+        self.batch.push((id, data));
+        if self.batch_bytes < BATCH_BYTES && self.batch.len() < BATCH_CHUNKS {
+            return Vec::new();
+        }
+        let done = self.send();
         self.handed_back(done)
     }
 
-    /// Waits for everything in flight.
+    /// Waits for everything submitted.
     pub fn drain(&mut self) -> Vec<Encoded> {
-        let done = self.pool.drain();
+        let mut done = self.send();
+        done.extend(self.pool.drain());
         self.handed_back(done)
     }
 
-    fn handed_back(&mut self, done: Vec<Encoded>) -> Vec<Encoded> {
+    fn send(&mut self) -> Vec<Vec<Encoded>> {
+        if self.batch.is_empty() {
+            return Vec::new();
+        }
+        self.batch_bytes = 0;
+        self.pool.submit(std::mem::take(&mut self.batch))
+    }
+
+    fn handed_back(&mut self, done: Vec<Vec<Encoded>>) -> Vec<Encoded> {
+        let done: Vec<Encoded> = done.into_iter().flatten().collect();
         for e in &done {
             self.pending.remove(&e.id);
         }
@@ -92,7 +113,7 @@ mod tests {
             let id = codec.blob_id(&[&i.to_le_bytes()[..], &data].concat());
             sent.push((id, data.len()));
             back.extend(enc.submit(id, data));
-            assert!(enc.pending.len() <= DEPTH);
+            assert!(enc.pending.len() <= (DEPTH + 1) * BATCH_CHUNKS);
         }
         back.extend(enc.drain());
         assert!(!enc.busy() && enc.pending.is_empty());

@@ -9,6 +9,7 @@ pub mod edit;
 mod encoder;
 mod ordered;
 pub mod scan;
+mod small;
 pub mod staged;
 pub mod upload;
 

@@ -85,6 +85,11 @@ impl<J: Send + 'static, R: Send + 'static> Ordered<J, R> {
         out
     }
 
+    /// Waits for the oldest result not yet handed back, if any is in flight.
+    pub fn wait_next(&mut self) -> Option<R> {
+        self.next(true)
+    }
+
     /// Waits for everything in flight.
     pub fn drain(&mut self) -> Vec<R> {
         std::iter::from_fn(|| self.next(true)).collect()

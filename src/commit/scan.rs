@@ -3,6 +3,7 @@
 
 use super::encoder::{Encoded, Encoder};
 use super::ordered::Ordered;
+use super::small::{self, SmallFiles};
 use crate::cache::index::{FolderRow, Index, StatKey};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -60,6 +61,8 @@ pub struct Scanner<'r> {
     pub gc_mark: Option<String>,
     /// Folders listed ahead of `scan_dir`.
     lister: Option<Lister>,
+    /// Small files read ahead of `scan_dir`; started at the first.
+    small: Option<SmallFiles>,
 }
 
 /// Stat-cache rows of a commit: set aside in the index as the scan goes
@@ -161,7 +164,7 @@ fn mtime_of(m: &Metadata) -> Mtime {
     Mtime(m.mtime(), m.mtime_nsec() as u32)
 }
 
-fn stat_key(m: &Metadata) -> StatKey {
+pub(super) fn stat_key(m: &Metadata) -> StatKey {
     StatKey {
         size: m.size(),
         mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
@@ -194,6 +197,7 @@ impl<'r> Scanner<'r> {
             hasher: None,
             names: Names::None,
             lister: None,
+            small: None,
             gc_mark,
         })
     }
@@ -213,14 +217,15 @@ impl<'r> Scanner<'r> {
         self.repo.index.blob(id)
     }
 
-    fn put_chunk(&mut self, id: ObjectId, data: Vec<u8>) -> Result<Slot> {
+    /// Places a chunk, or queues it to be encoded. A small one may be
+    /// encoded `inline` when the encoders are idle: a file of one small
+    /// chunk read by this thread has nothing to overlap with.
+    fn put_chunk(&mut self, id: ObjectId, data: Vec<u8>, inline: bool) -> Result<Slot> {
         if let Some(r) = self.known(&id)? {
             return Ok(Slot::Ready(r));
         }
-        // A file of one small chunk (most files of a dataset) has nothing
-        // to overlap with: encoded here, it costs no hand-off.
         let idle = self.encoder.as_ref().is_none_or(|e| !e.busy());
-        if idle && data.len() < chunker::MIN_SIZE {
+        if inline && idle && data.len() < chunker::MIN_SIZE {
             let bytes = self.codec.encode_blob(BlobKind::Chunk, &id, &data);
             let r = self.data.add(id, bytes.into(), data.len())?;
             self.written.put(id, r);
@@ -354,6 +359,17 @@ impl<'r> Scanner<'r> {
         // `racy_after_ns`) or a name belongs to a link group (whose count
         // depends on names elsewhere).
         let mut keep = true;
+        // Stat-cache answers first: the small files among those to read
+        // are then read ahead on all the cores.
+        let mut looked = Vec::with_capacity(listed.len());
+        for l in listed
+            .iter()
+            .filter(|l| l.sub.is_none() && l.meta.is_file())
+        {
+            looked.push(self.look_up(&l.path, &l.meta)?);
+        }
+        self.read_ahead(&listed, &looked)?;
+        let mut looked = looked.into_iter();
         let mut scanned = Vec::with_capacity(listed.len());
         for Listed { path, meta, sub } in listed {
             let ft = meta.file_type();
@@ -366,7 +382,8 @@ impl<'r> Scanner<'r> {
                     links,
                 })
             } else if ft.is_file() {
-                let file = self.scan_file(&path, &meta)?;
+                let looked = looked.next().expect("looked up above");
+                let file = self.scan_file(&path, &meta, looked)?;
                 if let Scanned::File { stat_row, link, .. } = &file {
                     keep &= stat_row.is_some() && link.is_none();
                 }
@@ -451,16 +468,58 @@ impl<'r> Scanner<'r> {
         Ok(self.codec.local_name(absolute.as_os_str().as_bytes()))
     }
 
-    fn scan_file(&mut self, path: &Path, meta: &Metadata) -> Result<Scanned> {
+    /// A file's name in the index, its stat, and its chunks if the stat
+    /// cache knows them.
+    fn look_up(&self, path: &Path, meta: &Metadata) -> Result<LookedUp> {
         let key = stat_key(meta);
         let path_bytes = self.local_path(path)?;
         let cached = self.repo.index.stat_lookup(&path_bytes, key)?;
-        let (slots, size) = match cached {
-            Some(chunks) => {
+        Ok((path_bytes, key, cached))
+    }
+
+    /// Queues the files of a folder (`looked`: its files' `look_up`s in
+    /// order) that the stat cache does not know and that are read whole
+    /// in one chunk.
+    fn read_ahead(&mut self, listed: &[Listed], looked: &[LookedUp]) -> Result<()> {
+        let files = listed
+            .iter()
+            .filter(|l| l.sub.is_none() && l.meta.is_file());
+        let mut jobs = files
+            .zip(looked)
+            .filter(|(_, (_, key, cached))| cached.is_none() && reads_ahead(key))
+            .map(|(l, (_, key, _))| small::Job {
+                path: l.path.clone(),
+                before: *key,
+            })
+            .peekable();
+        if jobs.peek().is_none() {
+            return Ok(());
+        }
+        if self.small.is_none() {
+            let started = SmallFiles::start(&self.codec)
+                .map_err(|e| Error::io("a thread to read files", e))?;
+            self.small = Some(started);
+        }
+        self.small.as_mut().expect("started above").queue(jobs);
+        Ok(())
+    }
+
+    fn scan_file(&mut self, path: &Path, meta: &Metadata, looked: LookedUp) -> Result<Scanned> {
+        let (path_bytes, key, cached) = looked;
+        let ahead = match (&cached, &mut self.small) {
+            (None, Some(small)) if reads_ahead(&key) => small.next(),
+            _ => None,
+        };
+        let (slots, size) = match (cached, ahead) {
+            (Some(chunks), _) => {
                 self.progress.advance(key.size);
                 (chunks.into_iter().map(Slot::Ready).collect(), key.size)
             }
-            None => self.chunk_stable(path, key)?,
+            (None, Some((id, data))) => {
+                self.progress.advance(key.size);
+                (vec![self.put_chunk(id, data, false)?], key.size)
+            }
+            (None, None) => self.chunk_stable(path, key)?,
         };
         let stable = key.mtime_ns < self.racy_after_ns
             && key.ctime_ns < self.racy_after_ns
@@ -474,6 +533,15 @@ impl<'r> Scanner<'r> {
             link: self.link_of(meta)?,
         })
     }
+}
+
+/// A file's name in the index, its stat, and its chunks if the stat cache
+/// knows them.
+type LookedUp = (Vec<u8>, StatKey, Option<Vec<BlobRef>>);
+
+/// Whether a file of this stat is read ahead (`SmallFiles`): one chunk.
+fn reads_ahead(key: &StatKey) -> bool {
+    key.size > 0 && key.size < chunker::MIN_SIZE as u64
 }
 
 /// A folder's entries with their stats, in name order.
@@ -699,7 +767,7 @@ impl Scanner<'_> {
                 // A small file (most files of a dataset) is hashed here: a
                 // hand-off would cost more than its hash.
                 let id = self.codec.blob_id(&chunk);
-                slots.push(self.put_chunk(id, chunk)?);
+                slots.push(self.put_chunk(id, chunk, true)?);
                 continue;
             }
             if hasher.is_none() {
@@ -707,12 +775,12 @@ impl Scanner<'_> {
             }
             let h = hasher.as_mut().expect("started above");
             for (id, data) in h.submit(chunk) {
-                slots.push(self.put_chunk(id, data)?);
+                slots.push(self.put_chunk(id, data, true)?);
             }
         }
         if let Some(mut h) = hasher {
             for (id, data) in h.drain() {
-                slots.push(self.put_chunk(id, data)?);
+                slots.push(self.put_chunk(id, data, true)?);
             }
             self.hasher = Some(h);
         }

@@ -224,12 +224,13 @@ fn push_compressed(out: &mut Vec<u8>, data: &[u8], compress: bool) {
                 let c = c.get_or_insert_with(|| {
                     zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("zstd context")
                 });
-                scratch.clear();
-                // Room for less than the data: a frame that would not save a
-                // byte fails to fit, and zstd stops early.
-                scratch.reserve(data.len() - 1);
-                let shrunk =
-                    c.compress_to_buffer(data, &mut *scratch).is_ok() && scratch.len() < data.len();
+                let shrunk = worth_trying(c, scratch, data) && {
+                    scratch.clear();
+                    // Room for less than the data: a frame that would not
+                    // save a byte fails to fit, and zstd stops early.
+                    scratch.reserve(data.len() - 1);
+                    c.compress_to_buffer(data, &mut *scratch).is_ok() && scratch.len() < data.len()
+                };
                 if shrunk {
                     out.push(ZSTD);
                     out.extend_from_slice(scratch);
@@ -247,6 +248,36 @@ fn push_compressed(out: &mut Vec<u8>, data: &[u8], compress: bool) {
     }
     out.push(RAW);
     out.extend_from_slice(data);
+}
+
+/// Pieces of a large blob compressed first to tell whether the whole is
+/// worth compressing: `SAMPLE_PIECES` of `SAMPLE_PIECE` bytes spread over it.
+const SAMPLE_PIECE: usize = 512;
+const SAMPLE_PIECES: usize = 16;
+
+/// Whether `data` may compress: a blob of at least four times the sample
+/// whose sample does not shrink by 1/32 (random bytes, or bytes compressed
+/// already: images, Parquet pages, archives) is not tried as a whole, which
+/// costs as much as compressing it. Deterministic: the same blob is always
+/// encoded alike.
+fn worth_trying(
+    c: &mut zstd::bulk::Compressor<'static>,
+    scratch: &mut Vec<u8>,
+    data: &[u8],
+) -> bool {
+    let sample_len = SAMPLE_PIECE * SAMPLE_PIECES;
+    if data.len() < 4 * sample_len {
+        return true;
+    }
+    let step = data.len() / SAMPLE_PIECES;
+    let mut sample = Vec::with_capacity(sample_len);
+    for i in 0..SAMPLE_PIECES {
+        sample.extend_from_slice(&data[i * step..i * step + SAMPLE_PIECE]);
+    }
+    scratch.clear();
+    scratch.reserve(sample_len - sample_len / 32);
+    c.compress_to_buffer(&sample, &mut *scratch).is_ok()
+        && scratch.len() < sample_len - sample_len / 32
 }
 
 /// Decompresses a zstd frame into at most `max` bytes: a small object that
@@ -330,9 +361,23 @@ mod tests {
             &text[..]
         );
         // Random data is stored as it is (plus the seal).
-        let noise = rand::random::<[u8; 4096]>();
-        let (_, enc) = reference(sealed, BlobKind::Chunk, &noise);
-        assert_eq!(enc.len(), noise.len() + 2 + crate::store::seal::OVERHEAD);
+        for len in [4096, 256 << 10] {
+            let noise: Vec<u8> = (0..len).map(|_| rand::random::<u8>()).collect();
+            let (_, enc) = reference(sealed, BlobKind::Chunk, &noise);
+            assert_eq!(enc.len(), noise.len() + 2 + crate::store::seal::OVERHEAD);
+        }
+        // A large chunk is compressed when its sample says it may shrink:
+        // text, and text with noise between (the sample sees both).
+        let mut mixed = text.clone();
+        mixed.extend((0..text.len()).map(|_| rand::random::<u8>()));
+        for data in [&text.repeat(8), &mixed] {
+            let (r, enc) = reference(sealed, BlobKind::Chunk, data);
+            assert!(enc.len() < data.len() * 3 / 4, "{}", enc.len());
+            assert_eq!(
+                sealed.decode_blob(&r, BlobKind::Chunk, enc.into()).unwrap(),
+                data[..]
+            );
+        }
         // A compressed chunk in a format 1 store is refused, not served.
         let id = ObjectId::of(&text);
         let mut zstd = Vec::new();
