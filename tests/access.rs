@@ -653,3 +653,49 @@ fn a_folder_denied_by_its_own_name_hides_what_is_below_it() {
     assert_eq!(seen(ANALYST, &d, "cat versions/v2/top.txt"), "top 2\n");
     assert!(m.alive());
 }
+
+#[test]
+fn a_policy_set_after_a_read_only_mount_started_shuts_it_until_it_is_mounted_again() {
+    // Without a policy, a read-only mount lets the kernel open files
+    // without asking, which no later policy could be applied to: the
+    // mount then refuses everyone, rather than serve what it may not.
+    let env = Env::new();
+    three_versions(&env);
+    run_ok(Command::new("chmod").arg("755").arg(env.dir.path()));
+    let m = env.mount(&["--read-only", "--allow-other"]);
+    let d = m.dir.clone();
+    assert_eq!(seen(ANALYST, &d, "cat versions/v2/top.txt"), "top 2\n");
+    let health = std::fs::read(m.path(".detafs/health")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&health).contains("\"opens_skipped\": true"),
+        "{}",
+        String::from_utf8_lossy(&health)
+    );
+    set_policy(&env, POLICY);
+    within(Duration::from_secs(10), "the mount shut", || {
+        !tried(ANALYST, &d, "cat versions/v1/private/secret.csv").0
+    });
+    // Files nobody read yet, and the dataset's names, for everyone.
+    for who in [ANALYST, OUTSIDER] {
+        let (ok, _) = tried(who, &d, "cat versions/v3/pub/a.csv");
+        assert!(!ok, "{who:?} read a file under a policy no open applied");
+        assert_eq!(seen(who, &d, "ls versions 2>/dev/null"), "", "{who:?}");
+    }
+    // (Its content lives a second: what it said may be that old.)
+    within(Duration::from_secs(5), "health says shut", || {
+        let health = std::fs::read(m.path(".detafs/health")).unwrap();
+        String::from_utf8_lossy(&health).contains("\"policy\": \"shut\"")
+    });
+    drop(m);
+    // Mounted again, the policy is applied at every open.
+    let m = env.mount(&["--read-only", "--allow-other"]);
+    let d = m.dir.clone();
+    assert_eq!(
+        seen(ANALYST, &d, "cat versions/published/pub/a.csv"),
+        "public 2\n"
+    );
+    assert!(!tried(ANALYST, &d, "cat versions/v2/private/secret.csv").0);
+    assert!(!tried(OUTSIDER, &d, "cat versions/v2/top.txt").0);
+    let health = std::fs::read(m.path(".detafs/health")).unwrap();
+    assert!(String::from_utf8_lossy(&health).contains("\"opens_skipped\": false"));
+}

@@ -875,6 +875,52 @@ fn read_only_mount_has_no_staging() {
     assert_eq!(errno_of(commit_via_control(&m, "x")), libc::EROFS);
 }
 
+#[test]
+fn a_read_only_mount_lets_the_kernel_open_files_and_keeps_control_files_fresh() {
+    // No open decides anything there: the kernel opens files itself (no
+    // OPEN or RELEASE round trip), and reads come without a handle.
+    let env = Env::new();
+    let (a, b) = two_versions(&env);
+    let m = env.mount(&["--read-only"]);
+    let want = [(&a, "v1"), (&b, "v2")];
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (m, want) = (&m, &want);
+            s.spawn(move || {
+                for round in 0..3 {
+                    for (src, v) in want {
+                        let got = fingerprint(&m.path(&format!("versions/{v}")));
+                        assert_eq!(got, fingerprint(src), "{t} {round} {v}");
+                    }
+                }
+            });
+        }
+    });
+    let health = std::fs::read(m.path(".detafs/health")).unwrap();
+    let health: serde_json::Value = serde_json::from_slice(&health).unwrap();
+    assert_eq!(health["opens_skipped"], true, "{health}");
+    // Control files read what is so now, not what the kernel kept.
+    let log = || std::fs::read_to_string(m.path(".detafs/log")).unwrap();
+    assert_eq!(log().lines().count(), 2);
+    let c = env.path("src-v3");
+    run_ok(Command::new("cp").arg("-a").arg(&b).arg(&c));
+    std::fs::write(c.join("new.txt"), "three\n").unwrap();
+    env.commit(&c, "three");
+    common::within(Duration::from_secs(10), "v3 in the log", || {
+        log().lines().count() == 3
+    });
+    assert_eq!(
+        std::fs::read(m.path("versions/v3/new.txt")).unwrap(),
+        b"three\n"
+    );
+    // Nothing is written, whatever the kernel opened.
+    let write = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("versions/v1/a.csv"));
+    assert_eq!(errno_of(write), libc::EROFS);
+    assert_eq!(errno_of(commit_via_control(&m, "x")), libc::EROFS);
+}
+
 fn python(args: &[&str]) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/analytics.py");
     run_ok(Command::new("python3").arg(script).args(args))

@@ -78,8 +78,10 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
         LOG if fs.gated() => 0,
         _ => fresh_text(fs, ino)?.len() as u64,
     };
+    // Where the kernel keeps control files' pages (`unopened.rs`), it drops
+    // them when the mtime moves: there it moves at every look.
     let mtime = match ino {
-        LOG | LAST_COMMIT => fs.latest_time(),
+        LOG | LAST_COMMIT if !fs.opens_skipped() => fs.latest_time(),
         _ => crate::staging::now(),
     };
     Ok(Attr {
@@ -126,6 +128,22 @@ fn fresh_text(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
     let text = Arc::new(content(fs, ino)?);
     lock(&fs.control_texts).insert(ino, (Instant::now(), text.clone()));
     Ok(text)
+}
+
+/// What a read of a control file the kernel opened without asking sees
+/// (`unopened.rs`): what an open for reading would hold now.
+/// Under a policy (one set after the mount started: it refuses
+/// everything) only the health is read.
+pub(super) fn text_now(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
+    match ino {
+        HEALTH => fresh_text(fs, ino),
+        _ if fs.gated() => Err(Error::fs(
+            FsError::Denied,
+            "an access policy was set after this mount started: mount it again to read under it",
+        )),
+        COMMIT | RESTORE | CHECKOUT => Ok(Arc::default()),
+        _ => fresh_text(fs, ino),
+    }
 }
 
 /// After a commit through the mount: `last-commit`, `last-error` and the
@@ -377,6 +395,9 @@ fn health(fs: &MountFs) -> Vec<u8> {
         "version_inodes": fs.version_inodes(),
         "cache_bytes": fs.repo.disk.used_bytes(),
         "staging": fs.staging.is_some(),
+        // Whether the kernel opens files without asking (read-only, no policy).
+        "opens_skipped": fs.opens_skipped(),
+        "policy": fs.policy_in_force(),
         // The version staging is built on (what `.detafs/status` compares with).
         "staging_version": fs.staging.as_ref().and_then(|s| lock(s).base_version().ok()),
     });

@@ -163,6 +163,9 @@ pub struct Judge<'a> {
     caller: Caller,
 }
 
+/// The version of the gate that refuses everything (`MountFs::shut_gate`).
+const SHUT: u64 = u64::MAX;
+
 impl MountFs {
     /// Reads the policy in force (at start and at every poll); returns
     /// whether it changed. One that cannot be trusted (a broken history, a
@@ -170,31 +173,52 @@ impl MountFs {
     /// store that cannot be reached keeps the policy last read.
     pub(super) fn refresh_policy(&self) -> Result<bool> {
         let current = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let shut = current.as_ref().is_some_and(|g| g.version == SHUT);
         let next = match self.repo.current_policy() {
             Ok(None) => return Ok(false),
             Ok(Some((v, _))) if current.as_ref().is_some_and(|g| g.version == v) => {
                 return Ok(false);
             }
-            Ok(Some((v, policy))) => {
-                tracing::info!("policy v{v} in force ({} statements)", policy.len());
-                Some(Arc::new(Gate::new(v, policy, &self.dataset, self.opts.gid)))
-            }
+            Ok(Some(_)) if shut && self.opens_skipped() => return Ok(false),
+            Ok(Some((v, policy))) => Gate::new(v, policy, &self.dataset, self.opts.gid),
+            Err(Error::Malformed { .. }) if shut => return Ok(false),
             Err(e @ Error::Malformed { .. }) => {
-                if current.as_ref().is_some_and(|g| g.version == u64::MAX) {
-                    return Ok(false);
-                }
                 tracing::error!("{e}: every request is refused until the policy is mended");
-                Some(Arc::new(Gate::new(
-                    u64::MAX,
-                    Policy::deny_all(),
-                    &self.dataset,
-                    self.opts.gid,
-                )))
+                self.shut_gate()
             }
             Err(e) => return Err(e),
         };
-        *self.gate.write().unwrap_or_else(|p| p.into_inner()) = next;
+        let mut gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        // Checked under the lock `skip_opens` takes: where the kernel opens
+        // files without asking, no open could apply a policy (`unopened.rs`).
+        let next = if next.version != SHUT && self.opens_skipped() {
+            tracing::error!(
+                "an access policy was set after this mount started: every request is refused until it is mounted again"
+            );
+            self.shut_gate()
+        } else {
+            if next.version != SHUT {
+                tracing::info!("policy v{} in force", next.version);
+            }
+            next
+        };
+        *gate = Some(Arc::new(next));
         Ok(true)
+    }
+
+    /// The policy in force, for `.detafs/health`: its version, "shut"
+    /// (everything is refused: see the daemon's log), or none.
+    pub(super) fn policy_in_force(&self) -> serde_json::Value {
+        match self.gate.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some(g) if g.version == SHUT => "shut".into(),
+            Some(g) => g.version.into(),
+            None => serde_json::Value::Null,
+        }
+    }
+
+    /// A gate that refuses everything.
+    fn shut_gate(&self) -> Gate {
+        Gate::new(SHUT, Policy::deny_all(), &self.dataset, self.opts.gid)
     }
 
     /// How the kernel is told to drop what it keeps (`forget_names`).

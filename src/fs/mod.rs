@@ -15,6 +15,7 @@ mod listings;
 mod overlay;
 mod stored;
 mod tags;
+mod unopened;
 mod versions;
 
 pub use gate::{Caller, Judge, KernelCache};
@@ -34,7 +35,7 @@ use crate::store::pack::BlobRef;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -169,6 +170,10 @@ pub struct MountFs {
     commit_turn: Mutex<()>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
+    /// Whether the kernel opens files without asking (`unopened.rs`), and
+    /// the handles of version files it read so.
+    opens_skipped: AtomicBool,
+    unopened: Mutex<lru::LruCache<u64, Arc<StoredFile>>>,
     chunks: Arc<ChunkCache>,
     read_ahead: ReadAhead,
     listings: Mutex<Listings>,
@@ -266,6 +271,10 @@ impl MountFs {
             commit_turn: Mutex::new(()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            opens_skipped: AtomicBool::new(false),
+            unopened: Mutex::new(lru::LruCache::new(
+                unopened::UNOPENED.try_into().expect("not zero"),
+            )),
             chunks,
             read_ahead,
             listings: Mutex::new(Listings::new(listings::LISTING_ENTRIES)),

@@ -452,6 +452,8 @@ impl MountFs {
             Some(Handle::Commit(c)) => Target::Commit(c.clone()),
             Some(Handle::Order(ino)) => Target::Order(*ino),
             Some(_) => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
+            // A file the kernel opened without asking: this mount is read-only.
+            None if self.opens_skipped() => return Err(read_only()),
             None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
         };
         let (file, node) = match target {

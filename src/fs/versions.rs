@@ -113,6 +113,17 @@ impl MountFs {
     }
 
     pub(super) fn open_version_file(&self, ino: u64) -> Result<Opened> {
+        let file = self.version_file(ino)?;
+        let fh = self.add_handle(Handle::Stored(Arc::new(file)));
+        Ok(Opened {
+            fh,
+            keep_cache: true,
+            direct_io: false,
+        })
+    }
+
+    /// A version's file, ready to read.
+    pub(super) fn version_file(&self, ino: u64) -> Result<StoredFile> {
         let entry = self.version_entry(ino)?;
         match &entry.node {
             Node::File { chunks, .. } => {
@@ -121,18 +132,12 @@ impl MountFs {
                     (Some(t), 1) => Some(self.version_tree(entry.version, ino, t)?),
                     _ => None,
                 };
-                let file = StoredFile::new(
+                Ok(StoredFile::new(
                     chunks,
                     siblings.as_deref(),
                     Origin::Version(ino),
                     self.read_ahead.bytes,
-                );
-                let fh = self.add_handle(Handle::Stored(Arc::new(file)));
-                Ok(Opened {
-                    fh,
-                    keep_cache: true,
-                    direct_io: false,
-                })
+                ))
             }
             _ => Err(Error::fs(FsError::IsDir, format!("inode {ino}"))),
         }

@@ -283,6 +283,12 @@ fn open_flags(o: &crate::fs::Opened) -> FopenFlags {
 impl Filesystem for Fuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_readahead(1 << 20);
+        // Where opens decide nothing, the kernel opens files itself (see
+        // `open`) and keeps their pages, control files' too: it drops them
+        // when an mtime moves.
+        if self.fs.skip_opens() {
+            let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
+        }
         // Attributes come with every directory listing, so `ls -l` costs no
         // lookup per file. (With READDIRPLUS_AUTO the kernel asks for them only
         // in a listing's first batch: `ls -l` of 100,000 entries took 5.5 s,
@@ -489,6 +495,11 @@ impl Filesystem for Fuse {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        // "Not implemented": the kernel opens this file and every later one
+        // itself, with no OPEN or RELEASE (`crate::fs::unopened`).
+        if self.fs.opens_skipped() {
+            return reply.error(Errno::ENOSYS);
+        }
         let c = caller(req);
         let op = move |fs: &MountFs| match fs.open(ino.0, flags.0, &c) {
             Ok(o) => reply.opened(FileHandle(o.fh), open_flags(&o)),
@@ -502,7 +513,7 @@ impl Filesystem for Fuse {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -510,6 +521,16 @@ impl Filesystem for Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        // Handle 0: a file the kernel opened without asking.
+        if fh.0 == 0 {
+            return self.spawn(move |fs| match fs.read_unopened(ino.0, offset, size) {
+                Ok(data) => reply.data(&data),
+                Err(e) => reply.error(fail(
+                    &format!("read of {}", fs.describe_unopened(ino.0)),
+                    &e,
+                )),
+            });
+        }
         self.spawn(move |fs| match fs.read(fh.0, offset, size) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(fail(&format!("read of {}", fs.describe(fh.0)), &e)),
@@ -817,6 +838,11 @@ pub fn serve(
     ];
     if opts.allow_other {
         config.acl = SessionACL::All;
+    }
+    // Nothing of a read-only mount is written: the kernel refuses a write
+    // open itself (as it must where it opens files without asking).
+    if fs.read_only() {
+        config.mount_options.push(MountOption::RO);
     }
     // Taken over before the mount is live: a signal that comes as soon as
     // it can be seen unmounts it, rather than killing the process.

@@ -1,0 +1,87 @@
+//! Files the kernel opens without asking. On a read-only mount without an
+//! access policy an open decides nothing, so the adapter answers the
+//! kernel's first OPEN with "not implemented" and the kernel then opens
+//! every file itself, keeping its page cache, and sends no RELEASE: a warm
+//! read of a small file costs no round trip to the daemon, where an OPEN and
+//! a RELEASE each cost a wake-up on both sides (docs/benchmarks.md).
+//!
+//! Reads then come without a handle: a version file's is made at its first
+//! read and kept while it is among the last `UNOPENED` read; a control file
+//! serves its content of the moment (its mtime moves with it, and the kernel
+//! drops the pages it kept when an mtime moves: `FUSE_AUTO_INVAL_DATA`).
+//!
+//! The kernel's choice lasts as long as the mount. A policy set later
+//! could not be applied at open (nor the reads it lets through written to
+//! the audit trail), so such a mount then refuses everything of the dataset
+//! until it is mounted again (`gate::refresh_policy`).
+
+use super::stored::StoredFile;
+use super::{MountFs, control, lock};
+use crate::error::{Error, FsError, Result};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Version files read without an open whose handles are kept: the read-ahead
+/// of a file read in many requests lives in its handle.
+pub(super) const UNOPENED: usize = 64;
+
+impl MountFs {
+    /// Lets the kernel open files itself if no open here decides anything
+    /// (read-only, no policy); returns whether it may. Asked once, when the
+    /// kernel connects: from then on a policy is not let in (see above).
+    pub fn skip_opens(&self) -> bool {
+        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let skip = self.read_only() && gate.is_none();
+        self.opens_skipped.store(skip, Ordering::Relaxed);
+        skip
+    }
+
+    /// A mount without staging: nothing of it is written.
+    pub fn read_only(&self) -> bool {
+        self.staging.is_none()
+    }
+
+    /// Whether the kernel opens files without asking (`skip_opens`).
+    pub fn opens_skipped(&self) -> bool {
+        self.opens_skipped.load(Ordering::Relaxed)
+    }
+
+    /// Reads a file the kernel opened without asking.
+    pub fn read_unopened(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        if !self.opens_skipped() {
+            return Err(Error::fs(FsError::Invalid, "bad file handle"));
+        }
+        if control::is_control(ino) {
+            let text = control::text_now(self, ino)?;
+            let start = (offset as usize).min(text.len());
+            let end = (start + size as usize).min(text.len());
+            return Ok(text[start..end].to_vec());
+        }
+        if self.gated() {
+            return Err(Error::fs(
+                FsError::Denied,
+                "an access policy was set after this mount started: mount it again to read under it",
+            ));
+        }
+        let file = self.unopened_file(ino)?;
+        self.read_stored(&file, offset, u64::from(size))
+    }
+
+    /// What an inode read without an open is, for error messages.
+    pub fn describe_unopened(&self, ino: u64) -> String {
+        match control::is_control(ino) {
+            true => format!(".detafs/ file (inode {ino})"),
+            false => format!("versions/{}", self.version_path(ino)),
+        }
+    }
+
+    fn unopened_file(&self, ino: u64) -> Result<Arc<StoredFile>> {
+        if let Some(f) = lock(&self.unopened).get(&ino) {
+            return Ok(f.clone());
+        }
+        // Made outside the lock: finding the file may read trees.
+        let file = Arc::new(self.version_file(ino)?);
+        lock(&self.unopened).put(ino, file.clone());
+        Ok(file)
+    }
+}
