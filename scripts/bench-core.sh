@@ -96,30 +96,40 @@ for d in range(1000):
         with open(os.path.join(p, f'f{i:03d}'), 'w') as f: f.write('x' * 100)
 " "$src.tmp" && mv "$src.tmp" "$src"
   fi
-  rm -rf "$ROOT/mlstore" "$ROOT/mlcache" "$ROOT/mlstaging"
-  export DETAFS_STORE=$ROOT/mlstore DETAFS_CACHE=$ROOT/mlcache DETAFS_STAGING=$ROOT/mlstaging
-  "$BIN" init >/dev/null; "$BIN" dataset create million >/dev/null
-  local t; t=$(now)
-  /usr/bin/time -f "%M" -o "$ROOT/mlrss" "$BIN" commit million --from "$src" -m v1 >/dev/null
-  local commit_s; commit_s=$(since "$t"); local commit_rss; commit_rss=$(cat "$ROOT/mlrss")
-  # One file of the million changed (files changed in the last 2 s are not
-  # stat-cached, so the change is made, then the cache given time to trust v1's).
-  sleep 3; echo "changed $(date +%s%N)" > "$src/d500/f500"
-  t=$(now)
-  /usr/bin/time -f "%M" -o "$ROOT/mlrss" "$BIN" commit million --from "$src" -m v2 >/dev/null
-  local one_s; one_s=$(since "$t"); local one_rss; one_rss=$(cat "$ROOT/mlrss")
-  local pid; pid=$("$BIN" mount million "$mnt" --daemon --read-only)
-  drop_caches; local find_n find_m ls_n ls_m
-  find_n=$(timed find "$src"); find_m=$(timed find "$mnt/versions/v1")
-  local rss_find; rss_find=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-  ls_n=$(timed ls -lR "$src"); ls_m=$(timed ls -lR "$mnt/versions/v1")
-  local rss; rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-  local inodes; inodes=$(grep -o '"version_inodes": *[0-9]*' "$mnt/.detafs/health" || true)
-  "$BIN" umount "$mnt"
-  echo "| 1,000,000 files (1,000 folders) | native | detafs \`versions/v1\` |"
-  echo "|---|---|---|"
-  echo "| commit --from | | $commit_s s, peak RSS $((commit_rss / 1024)) MiB |"
-  echo "| commit --from after 1 file changed | | $one_s s, peak RSS $((one_rss / 1024)) MiB |"
-  echo "| \`find\` (cold) | $find_n s | $find_m s, daemon peak RSS $((rss_find / 1024)) MiB |"
-  echo "| \`ls -lR\` (after find) | $ls_n s | $ls_m s, daemon peak RSS $((rss / 1024)) MiB ($inodes after) |"
+  local res=$ROOT/million-results.txt; : > "$res"
+  for run in $(seq "$RUNS"); do
+    rm -rf "$ROOT/mlstore" "$ROOT/mlcache" "$ROOT/mlstaging"
+    export DETAFS_STORE=$ROOT/mlstore DETAFS_CACHE=$ROOT/mlcache DETAFS_STAGING=$ROOT/mlstaging
+    "$BIN" init >/dev/null; "$BIN" dataset create million >/dev/null
+    local t; t=$(now)
+    /usr/bin/time -f "%M" -o "$ROOT/mlrss" "$BIN" commit million --from "$src" -m v1 >/dev/null
+    local commit_s; commit_s=$(since "$t"); local commit_rss; commit_rss=$(cat "$ROOT/mlrss")
+    # One file of the million changed (files changed in the last 2 s are not
+    # stat-cached, so the change is made, then the cache given time to trust v1's).
+    sleep 3; echo "changed $(date +%s%N)" > "$src/d500/f500"
+    t=$(now)
+    /usr/bin/time -f "%M" -o "$ROOT/mlrss" "$BIN" commit million --from "$src" -m v2 >/dev/null
+    local one_s; one_s=$(since "$t"); local one_rss; one_rss=$(cat "$ROOT/mlrss")
+    local pid; pid=$("$BIN" mount million "$mnt" --daemon --read-only)
+    drop_caches; local find_n find_m ls_n ls_m
+    find_n=$(timed find "$src"); find_m=$(timed find "$mnt/versions/v1")
+    local rss_find; rss_find=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+    ls_n=$(timed ls -lR "$src"); ls_m=$(timed ls -lR "$mnt/versions/v1")
+    local rss; rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+    "$BIN" umount "$mnt"
+    echo "$run $commit_s $commit_rss $one_s $one_rss $find_n $find_m $rss_find $ls_n $ls_m $rss" | tee -a "$res" >&2
+  done
+  python3 - "$res" <<'PY'
+import statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
+med = lambda i: statistics.median(r[i] for r in rows)
+sp = lambda i: f"{min(r[i] for r in rows):.2f}–{max(r[i] for r in rows):.2f}"
+mib = lambda i: f"{med(i) / 1024:.0f} MiB ({min(r[i] for r in rows) / 1024:.0f}–{max(r[i] for r in rows) / 1024:.0f})"
+print(f"| 1,000,000 files (1,000 folders; runs: {len(rows)}, medians, spread) | native | detafs `versions/v1` |")
+print("|---|---|---|")
+print(f"| commit --from | | {med(1):.1f} s ({sp(1)}), peak RSS {mib(2)} |")
+print(f"| commit --from after 1 file changed | | {med(3):.2f} s ({sp(3)}), peak RSS {mib(4)} |")
+print(f"| `find` (cold) | {med(5):.2f} s ({sp(5)}) | {med(6):.2f} s ({sp(6)}) = {med(6) / med(5):.2f}x, daemon peak RSS {mib(7)} |")
+print(f"| `ls -lR` (after find) | {med(8):.2f} s ({sp(8)}) | {med(9):.2f} s ({sp(9)}), daemon peak RSS {mib(10)} |")
+PY
 }
