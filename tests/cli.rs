@@ -475,40 +475,54 @@ fn several_datasets_share_a_store() {
     env.ok(&["verify"]);
 }
 
-#[test]
-fn a_file_rewritten_during_commit_is_never_stored_as_a_mix() {
+/// `commit --from src` while `path` is rewritten in place, `blocks` blocks
+/// of `block` bytes a round, without a pause; its exit code and stderr.
+fn commit_while_rewriting(
+    env: &Env,
+    src: &std::path::Path,
+    path: &std::path::Path,
+    blocks: usize,
+    block: usize,
+) -> (Option<i32>, String) {
     use std::io::{Seek, Write};
     use std::sync::atomic::{AtomicBool, Ordering};
-    let env = Env::new();
-    let src = env.path("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let path = src.join("table.bin");
-    std::fs::write(&path, vec![0u8; 8 << 20]).unwrap();
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        // Rewrites the file in place, block by block, without a pause.
         s.spawn(|| {
-            let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
             let mut round = 0u8;
             while !stop.load(Ordering::Relaxed) {
                 round = round.wrapping_add(1);
                 f.rewind().unwrap();
-                for _ in 0..128 {
-                    f.write_all(&[round; 64 << 10]).unwrap();
+                for _ in 0..blocks {
+                    f.write_all(&vec![round; block]).unwrap();
                 }
             }
         });
         // Each read is followed by a pause, so the writer surely writes
         // between a read and the check after it, however busy the machine.
         let out = env
-            .commit_command(&src, "racing", "file-read=sleep(100)")
+            .commit_command(src, "racing", "file-read=sleep(100)")
             .output()
             .unwrap();
         stop.store(true, Ordering::Relaxed);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{err}");
-        assert!(err.contains("table.bin changed while it was read"), "{err}");
-    });
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+}
+
+#[test]
+fn a_file_rewritten_during_commit_is_never_stored_as_a_mix() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let path = src.join("table.bin");
+    std::fs::write(&path, vec![0u8; 8 << 20]).unwrap();
+    let (code, err) = commit_while_rewriting(&env, &src, &path, 128, 64 << 10);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("table.bin changed while it was read"), "{err}");
     assert!(env.log().is_empty(), "nothing was committed");
     env.commit(&src, "settled");
     assert_eq!(
@@ -521,8 +535,6 @@ fn a_file_rewritten_during_commit_is_never_stored_as_a_mix() {
 fn a_small_file_rewritten_during_commit_is_never_stored_as_a_mix() {
     // Small files are read ahead on threads of their own: a change there
     // is caught as on the scan's thread.
-    use std::io::{Seek, Write};
-    use std::sync::atomic::{AtomicBool, Ordering};
     let env = Env::new();
     let src = env.path("src");
     std::fs::create_dir_all(&src).unwrap();
@@ -531,28 +543,9 @@ fn a_small_file_rewritten_during_commit_is_never_stored_as_a_mix() {
     }
     let path = src.join("b.csv");
     std::fs::write(&path, vec![0u8; 8 << 10]).unwrap();
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-            let mut round = 0u8;
-            while !stop.load(Ordering::Relaxed) {
-                round = round.wrapping_add(1);
-                f.rewind().unwrap();
-                for _ in 0..8 {
-                    f.write_all(&[round; 1 << 10]).unwrap();
-                }
-            }
-        });
-        let out = env
-            .commit_command(&src, "racing", "file-read=sleep(100)")
-            .output()
-            .unwrap();
-        stop.store(true, Ordering::Relaxed);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{err}");
-        assert!(err.contains("b.csv changed while it was read"), "{err}");
-    });
+    let (code, err) = commit_while_rewriting(&env, &src, &path, 8, 1 << 10);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("b.csv changed while it was read"), "{err}");
     assert!(env.log().is_empty(), "nothing was committed");
     env.commit(&src, "settled");
     for name in ["a00", "a39", "b.csv"] {

@@ -3,7 +3,7 @@
 
 use super::encoder::{Encoded, Encoder};
 use super::ordered::Ordered;
-use super::small::{self, SmallFiles};
+use super::small::{self, SmallFiles, reads_ahead};
 use crate::cache::index::{FolderRow, Index, StatKey};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
@@ -539,11 +539,6 @@ impl<'r> Scanner<'r> {
 /// knows them.
 type LookedUp = (Vec<u8>, StatKey, Option<Vec<BlobRef>>);
 
-/// Whether a file of this stat is read ahead (`SmallFiles`): one chunk.
-fn reads_ahead(key: &StatKey) -> bool {
-    key.size > 0 && key.size < chunker::MIN_SIZE as u64
-}
-
 /// A folder's entries with their stats, in name order.
 type Entries = Vec<(std::path::PathBuf, Metadata)>;
 
@@ -715,6 +710,27 @@ fn count_names(dir: &Path) -> Result<NameCounts> {
     Ok(names)
 }
 
+/// Opens a file the scan listed as a regular file, for reading. Not
+/// following a symlink, and without waiting for a writer: a file swapped
+/// meanwhile for a symlink or a FIFO is an error, not a read of something
+/// else or a commit that hangs.
+pub(super) fn open_listed(path: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| Error::io(path.display(), e))?;
+    match file.metadata() {
+        Ok(m) if m.is_file() => Ok(file),
+        Ok(_) => Err(Error::InvalidInput(format!(
+            "{} is no longer a regular file; nothing was committed (commit again)",
+            path.display()
+        ))),
+        Err(e) => Err(Error::io(path.display(), e)),
+    }
+}
+
 /// Reads of a file that keeps changing before `commit --from` gives up.
 const STABLE_READS: usize = 3;
 
@@ -725,7 +741,7 @@ impl Scanner<'_> {
     /// never a mix of bytes from before and after a write.
     fn chunk_stable(&mut self, path: &Path, mut before: StatKey) -> Result<(Vec<Slot>, u64)> {
         for _ in 0..STABLE_READS {
-            let (chunks, size) = self.chunk_slots(path, u64::MAX)?;
+            let (chunks, size) = self.chunk_slots(open_listed(path)?, path, u64::MAX)?;
             fail::fail_point!("file-read");
             let after = std::fs::symlink_metadata(path)
                 .map(|m| stat_key(&m))
@@ -744,7 +760,8 @@ impl Scanner<'_> {
     /// Chunks a file's first `len` bytes (fewer if it is shorter) into
     /// the data packs.
     pub fn chunk_prefix(&mut self, path: &Path, len: u64) -> Result<(Vec<BlobRef>, u64)> {
-        let (slots, size) = self.chunk_slots(path, len)?;
+        let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
+        let (slots, size) = self.chunk_slots(file, path, len)?;
         self.flush()?;
         let refs = self.refs(slots);
         self.placed.clear();
@@ -752,8 +769,7 @@ impl Scanner<'_> {
     }
 
     /// Like `chunk_prefix`, leaving chunks being encoded as they are.
-    fn chunk_slots(&mut self, path: &Path, len: u64) -> Result<(Vec<Slot>, u64)> {
-        let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
+    fn chunk_slots(&mut self, file: File, path: &Path, len: u64) -> Result<(Vec<Slot>, u64)> {
         let (mut slots, mut size) = (Vec::new(), 0);
         // Taken out while this file is read; put back only once drained, so
         // no result of this file can reach another.
@@ -849,5 +865,29 @@ impl TreeSink for Scanner<'_> {
         self.written.put(id, r);
         self.repo.remember_tree(&r, tree.clone(), &encoded);
         Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listed_file_swapped_for_a_fifo_or_a_symlink_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, fifo, link) = (
+            dir.path().join("file"),
+            dir.path().join("fifo"),
+            dir.path().join("link"),
+        );
+        std::fs::write(&file, b"data").unwrap();
+        let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert!(open_listed(&file).is_ok());
+        // No writer on the FIFO: a plain open would wait for one forever.
+        let err = open_listed(&fifo).unwrap_err().to_string();
+        assert!(err.contains("no longer a regular file"), "{err}");
+        assert!(open_listed(&link).is_err());
     }
 }

@@ -30,6 +30,11 @@ const READERS: usize = 8;
 /// 4 MiB (`BATCH` files of under `chunker::MIN_SIZE` bytes each).
 const AHEAD: usize = 16;
 
+/// Whether a file of this stat is read ahead: one chunk.
+pub fn reads_ahead(key: &StatKey) -> bool {
+    key.size > 0 && key.size < chunker::MIN_SIZE as u64
+}
+
 /// A file to read: its path and its stat when listed.
 pub struct Job {
     pub path: PathBuf,
@@ -94,10 +99,10 @@ impl SmallFiles {
 /// its end (at most one chunk's worth), then stat'ed again.
 fn read_whole(job: &Job) -> Option<Vec<u8>> {
     let size = job.before.size;
-    if size == 0 || size >= chunker::MIN_SIZE as u64 {
+    if !reads_ahead(&job.before) {
         return None;
     }
-    let file = std::fs::File::open(&job.path).ok()?;
+    let file = super::scan::open_listed(&job.path).ok()?;
     let mut data = Vec::with_capacity(size as usize + 1);
     // One byte more than listed tells a file that grew.
     file.take(size + 1).read_to_end(&mut data).ok()?;

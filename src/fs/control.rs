@@ -137,10 +137,7 @@ fn fresh_text(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
 pub(super) fn text_now(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
     match ino {
         HEALTH => fresh_text(fs, ino),
-        _ if fs.gated() => Err(Error::fs(
-            FsError::Denied,
-            "an access policy was set after this mount started: mount it again to read under it",
-        )),
+        _ if fs.gated() => Err(super::unopened::shut_out()),
         COMMIT | RESTORE | CHECKOUT => Ok(Arc::default()),
         _ => fresh_text(fs, ino),
     }

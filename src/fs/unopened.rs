@@ -21,6 +21,14 @@ use crate::error::{Error, FsError, Result};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+/// The refusal of a read where a policy came after the kernel's choice.
+pub(super) fn shut_out() -> Error {
+    Error::fs(
+        FsError::Denied,
+        "an access policy was set after this mount started: mount it again to read under it",
+    )
+}
+
 /// Version files read without an open whose handles are kept: the read-ahead
 /// of a file read in many requests lives in its handle.
 pub(super) const UNOPENED: usize = 64;
@@ -58,10 +66,7 @@ impl MountFs {
             return Ok(text[start..end].to_vec());
         }
         if self.gated() {
-            return Err(Error::fs(
-                FsError::Denied,
-                "an access policy was set after this mount started: mount it again to read under it",
-            ));
+            return Err(shut_out());
         }
         let file = self.unopened_file(ino)?;
         self.read_stored(&file, offset, u64::from(size))
