@@ -408,28 +408,27 @@ impl Repo {
 
     /// Like `read_chunks`, each chunk verified on its own (see
     /// `pack::read_run_each`): the mount reads a folder's small files as one
-    /// run, and a bad one must not fail its neighbours.
+    /// run, and a bad one must not fail its neighbours. The chunks of a run
+    /// share one buffer (`Codec::decode_run`).
     pub fn read_chunks_each(&self, run: &[BlobRef]) -> Result<Vec<Result<Bytes>>> {
         if !self.store.is_remote() {
             return pack::read_run_each(&self.store, run, BlobKind::Chunk);
         }
-        let cached: Option<Vec<Result<Bytes>>> = run
+        let cached: Option<Vec<Bytes>> = run
             .iter()
-            .map(|r| self.disk.decoded(r, BlobKind::Chunk, &self.codec).map(Ok))
+            .map(|r| self.disk.decoded(r, BlobKind::Chunk, &self.codec))
             .collect();
         if let Some(chunks) = cached {
-            return Ok(chunks);
+            return Ok(one_buffer(chunks));
         }
-        let stored = pack::read_run_stored(&self.store, run, BlobKind::Chunk)?;
-        Ok(run
-            .iter()
-            .zip(stored)
-            .map(|(r, stored)| {
-                let data = self.codec.decode_blob(r, BlobKind::Chunk, stored.clone())?;
-                self.disk.put(&r.id, &stored);
-                Ok(data)
-            })
-            .collect())
+        let stored = pack::read_run_bytes(&self.store, run, BlobKind::Chunk)?;
+        let decoded = self.codec.decode_run(run, BlobKind::Chunk, stored.clone());
+        for (r, d) in run.iter().zip(&decoded) {
+            if d.is_ok() {
+                self.disk.put(&r.id, &stored[pack::span(&run[0], r)]);
+            }
+        }
+        Ok(decoded)
     }
 
     /// Records where every blob under `root` lives, for dedup by later commits.
@@ -495,4 +494,17 @@ fn corrupt_tree(r: &BlobRef, e: Error) -> Error {
         },
         other => other,
     }
+}
+
+/// Chunks copied into one buffer, as a run read from the store comes.
+fn one_buffer(chunks: Vec<Bytes>) -> Vec<Result<Bytes>> {
+    let all = Bytes::from(chunks.concat());
+    let mut at = 0;
+    chunks
+        .iter()
+        .map(|c| {
+            at += c.len();
+            Ok(all.slice(at - c.len()..at))
+        })
+        .collect()
 }

@@ -9,13 +9,59 @@ use crate::repo::Repo;
 use crate::store::pack::BlobRef;
 use bytes::Bytes;
 use lru::LruCache;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+/// The chunks one read brought, kept and dropped together: their bytes are
+/// one allocation, which eviction gives back whole. (Chunks in buffers of
+/// their own left the allocator's heaps full of holes: the daemon's memory
+/// rose to several times the cache's bound; docs/benchmarks.md.)
+type Run = Vec<(ObjectId, Bytes)>;
+
 struct State {
-    lru: LruCache<ObjectId, Bytes>,
+    /// Runs by a serial, least recently used first.
+    runs: LruCache<u64, Run>,
+    /// Where each cached chunk is: its run and its place there.
+    at: HashMap<ObjectId, (u64, usize)>,
+    next_run: u64,
     bytes: usize,
     inflight: HashSet<ObjectId>,
+}
+
+impl State {
+    fn chunk(&mut self, id: &ObjectId) -> Option<Bytes> {
+        let (run, i) = *self.at.get(id)?;
+        self.runs.get(&run).map(|r| r[i].1.clone())
+    }
+
+    fn has(&self, id: &ObjectId) -> bool {
+        self.at.contains_key(id)
+    }
+
+    fn insert(&mut self, run: Run) {
+        let serial = self.next_run;
+        self.next_run += 1;
+        for (i, (id, data)) in run.iter().enumerate() {
+            self.at.insert(*id, (serial, i));
+            self.bytes += data.len();
+        }
+        self.runs.put(serial, run);
+    }
+
+    fn evict_to(&mut self, max_bytes: usize) {
+        while self.bytes > max_bytes {
+            let Some((serial, run)) = self.runs.pop_lru() else {
+                break;
+            };
+            for (id, data) in run {
+                self.bytes -= data.len();
+                // A chunk read again since lives in a newer run.
+                if self.at.get(&id).is_some_and(|&(r, _)| r == serial) {
+                    self.at.remove(&id);
+                }
+            }
+        }
+    }
 }
 
 pub struct ChunkCache {
@@ -31,7 +77,9 @@ impl ChunkCache {
             repo,
             max_bytes,
             state: Mutex::new(State {
-                lru: LruCache::unbounded(),
+                runs: LruCache::unbounded(),
+                at: HashMap::new(),
+                next_run: 0,
                 bytes: 0,
                 inflight: HashSet::new(),
             }),
@@ -48,8 +96,8 @@ impl ChunkCache {
         let id = run[at].id;
         let mut st = self.state();
         loop {
-            if let Some(d) = st.lru.get(&id) {
-                return Ok(d.clone());
+            if let Some(d) = st.chunk(&id) {
+                return Ok(d);
             }
             if st.inflight.contains(&id) {
                 st = self.fetched.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -63,14 +111,14 @@ impl ChunkCache {
 
     /// Chunk `id` if it is in memory (no I/O).
     pub fn cached(&self, id: &ObjectId) -> Option<Bytes> {
-        self.state().lru.get(id).cloned()
+        self.state().chunk(id)
     }
 
     /// Starts fetching `run` in the background unless it is cached or under way.
     pub fn prefetch(self: &Arc<Self>, run: Vec<BlobRef>) {
         {
             let st = self.state();
-            if run.is_empty() || st.lru.contains(&run[0].id) || st.inflight.contains(&run[0].id) {
+            if run.is_empty() || st.has(&run[0].id) || st.inflight.contains(&run[0].id) {
                 return;
             }
         }
@@ -91,7 +139,7 @@ impl ChunkCache {
             let mut st = self.state();
             if run
                 .iter()
-                .all(|r| st.inflight.contains(&r.id) || st.lru.contains(&r.id))
+                .all(|r| st.inflight.contains(&r.id) || st.has(&r.id))
             {
                 return Ok(());
             }
@@ -99,45 +147,36 @@ impl ChunkCache {
                 st.inflight.insert(r.id);
             }
         }
-        let res = self.repo.read_chunks_each(run);
+        let read = self
+            .repo
+            .read_chunks_each(run)
+            .map(|blobs| verified(run, blobs, want));
         let mut st = self.state();
         for r in run {
             st.inflight.remove(&r.id);
         }
-        let res = res.and_then(|blobs| {
-            let mut wanted = Ok(());
-            for (i, (r, data)) in run.iter().zip(blobs).enumerate() {
-                let data = match data {
-                    Ok(d) => d,
-                    Err(e) => {
-                        if want == Some(i) {
-                            wanted = Err(e);
-                        }
-                        continue;
-                    }
-                };
-                // Own copy: a slice would keep the whole run's buffer alive
-                // and the byte bound would not bound memory.
-                let data = if self.repo.codec.decodes_into_own_buffers() {
-                    data
-                } else {
-                    Bytes::copy_from_slice(&data)
-                };
-                st.bytes += data.len();
-                if let Some(old) = st.lru.put(r.id, data) {
-                    st.bytes -= old.len();
-                }
-            }
-            while st.bytes > self.max_bytes {
-                match st.lru.pop_lru() {
-                    Some((_, d)) => st.bytes -= d.len(),
-                    None => break,
-                }
-            }
+        let res = read.and_then(|(kept, wanted)| {
+            st.insert(kept);
+            st.evict_to(self.max_bytes);
             wanted
         });
         drop(st);
         self.fetched.notify_all();
         res
     }
+}
+
+/// The chunks of a read that verified (sharing its one buffer), and the
+/// error of chunk `want` if it did not.
+fn verified(run: &[BlobRef], blobs: Vec<Result<Bytes>>, want: Option<usize>) -> (Run, Result<()>) {
+    let mut kept = Vec::with_capacity(run.len());
+    let mut wanted = Ok(());
+    for (i, (r, data)) in run.iter().zip(blobs).enumerate() {
+        match data {
+            Ok(d) => kept.push((r.id, d)),
+            Err(e) if want == Some(i) => wanted = Err(e),
+            Err(_) => {}
+        }
+    }
+    (kept, wanted)
 }

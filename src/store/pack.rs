@@ -121,50 +121,62 @@ pub fn read_run(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Vec<By
 }
 
 /// Like `read_run`, with each blob verified on its own: a corrupt blob
-/// fails only itself, not its neighbours in the run.
+/// fails only itself, not its neighbours in the run. The blobs share one
+/// buffer (`Codec::decode_run`).
 pub fn read_run_each(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Vec<Result<Bytes>>> {
     let codec = store.codec()?;
-    Ok(read_run_stored(store, run, kind)?
-        .into_iter()
-        .zip(run)
-        .map(|(stored, r)| codec.decode_blob(r, kind, stored))
-        .collect())
+    Ok(codec.decode_run(run, kind, read_run_bytes(store, run, kind)?))
 }
 
 /// The blobs of a run as their pack holds them, not yet decoded.
 pub fn read_run_stored(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Vec<Bytes>> {
+    let bytes = read_run_bytes(store, run, kind)?;
+    Ok(run.iter().map(|r| bytes.slice(span(&run[0], r))).collect())
+}
+
+/// A run's bytes as its pack holds them: one read from its first blob to
+/// the end of its last.
+pub fn read_run_bytes(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<Bytes> {
     let (first, last) = (run[0], run[run.len() - 1]);
-    let bytes = store
+    store
         .get_range(&keys::pack(&first.pack), first.offset..last.end())?
         .ok_or(Error::Missing {
             kind: kind.name(),
             id: first.id,
             pack: first.pack,
-        })?;
-    Ok(run
-        .iter()
-        .map(|r| {
-            let start = (r.offset - first.offset) as usize;
-            bytes.slice(start..start + r.len as usize)
         })
-        .collect())
+}
+
+/// Where blob `r` lies in the bytes of a run that starts with `first`.
+pub fn span(first: &BlobRef, r: &BlobRef) -> std::ops::Range<usize> {
+    let start = (r.offset - first.offset) as usize;
+    start..start + r.len as usize
 }
 
 /// Splits refs into runs that `read_run` can fetch at once, each at most `max_bytes`.
 pub fn runs(refs: &[BlobRef], max_bytes: u64) -> Vec<&[BlobRef]> {
     let mut out = Vec::new();
     let mut start = 0;
-    for i in 1..=refs.len() {
-        let split = i == refs.len() || {
-            let (prev, next) = (refs[i - 1], refs[i]);
+    // What the run decodes to is bounded too: well-compressed chunks would
+    // otherwise decode to many times `max_bytes`.
+    let mut size = 0;
+    for (i, next) in refs.iter().enumerate() {
+        let split = i > start && {
+            let prev = refs[i - 1];
             next.pack != prev.pack
                 || next.offset != prev.end()
                 || next.end() - refs[start].offset > max_bytes
+                || size + next.data_size() > max_bytes
         };
         if split {
             out.push(&refs[start..i]);
             start = i;
+            size = 0;
         }
+        size += next.data_size();
+    }
+    if start < refs.len() {
+        out.push(&refs[start..]);
     }
     out
 }
@@ -284,5 +296,21 @@ mod tests {
         assert_eq!(lens, vec![2, 1, 2]);
         let lens: Vec<usize> = runs(&refs, 15).iter().map(|x| x.len()).collect();
         assert_eq!(lens, vec![1, 1, 1, 2]);
+    }
+
+    #[test]
+    fn runs_bound_what_they_decode_to() {
+        // Back to back, 10 stored bytes each, each decoding to 400.
+        let refs: Vec<BlobRef> = (0..6)
+            .map(|i| BlobRef {
+                size: 400,
+                ..r(1, 10 * i, 10)
+            })
+            .collect();
+        let lens: Vec<usize> = runs(&refs, 1000).iter().map(|x| x.len()).collect();
+        assert_eq!(lens, vec![2, 2, 2]);
+        // A blob larger than the bound is a run of its own.
+        let lens: Vec<usize> = runs(&refs, 100).iter().map(|x| x.len()).collect();
+        assert_eq!(lens, vec![1; 6]);
     }
 }

@@ -13,6 +13,7 @@ use crate::id::ObjectId;
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
+use std::ops::Range;
 use zeroize::Zeroizing;
 
 /// Bytes of a nonce and of a tag: what sealing adds to a message.
@@ -87,18 +88,25 @@ fn seal_tail(key: &LessSafeKey, aad: &[u8], buf: &mut Vec<u8>, at: usize) {
 
 /// Opens `nonce ‖ ciphertext ‖ tag` into a new buffer.
 fn open_with(key: &LessSafeKey, aad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, Forged> {
+    let mut buf = sealed.to_vec();
+    let plain = open_in_place(key, aad, &mut buf)?;
+    buf.truncate(plain.end);
+    buf.drain(..plain.start);
+    Ok(buf)
+}
+
+/// Opens `nonce ‖ ciphertext ‖ tag` where it lies; returns where in
+/// `sealed` the plaintext now is.
+fn open_in_place(key: &LessSafeKey, aad: &[u8], sealed: &mut [u8]) -> Result<Range<usize>, Forged> {
     if sealed.len() < OVERHEAD {
         return Err(Forged);
     }
-    let (nonce, body) = sealed.split_at(NONCE);
+    let (nonce, body) = sealed.split_at_mut(NONCE);
     let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| Forged)?;
-    let mut buf = body.to_vec();
     let plain = key
-        .open_in_place(nonce, Aad::from(aad), &mut buf)
-        .map_err(|_| Forged)?
-        .len();
-    buf.truncate(plain);
-    Ok(buf)
+        .open_in_place(nonce, Aad::from(aad), body)
+        .map_err(|_| Forged)?;
+    Ok(NONCE..NONCE + plain.len())
 }
 
 impl Keys {
@@ -147,6 +155,17 @@ impl Keys {
     /// Opens what `seal` made with the same `aad`.
     pub fn open(&self, what: Use, aad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, Forged> {
         open_with(self.cipher(what), aad, sealed)
+    }
+
+    /// Like `open`, where `sealed` lies (no copy of a chunk); returns where
+    /// in `sealed` the plaintext is.
+    pub fn open_in_place(
+        &self,
+        what: Use,
+        aad: &[u8],
+        sealed: &mut [u8],
+    ) -> Result<Range<usize>, Forged> {
+        open_in_place(self.cipher(what), aad, sealed)
     }
 
     fn cipher(&self, what: Use) -> &LessSafeKey {
