@@ -28,6 +28,18 @@ struct State {
     inflight: HashSet<ObjectId>,
 }
 
+impl Default for State {
+    fn default() -> State {
+        State {
+            runs: LruCache::unbounded(),
+            at: HashMap::new(),
+            next_run: 0,
+            bytes: 0,
+            inflight: HashSet::new(),
+        }
+    }
+}
+
 impl State {
     fn chunk(&mut self, id: &ObjectId) -> Option<Bytes> {
         let (run, i) = *self.at.get(id)?;
@@ -39,6 +51,11 @@ impl State {
     }
 
     fn insert(&mut self, run: Run) {
+        // A read none of whose chunks verified keeps nothing (an empty run
+        // weighs nothing, so eviction would never reach it).
+        if run.is_empty() {
+            return;
+        }
         let serial = self.next_run;
         self.next_run += 1;
         for (i, (id, data)) in run.iter().enumerate() {
@@ -76,13 +93,7 @@ impl ChunkCache {
         Arc::new(ChunkCache {
             repo,
             max_bytes,
-            state: Mutex::new(State {
-                runs: LruCache::unbounded(),
-                at: HashMap::new(),
-                next_run: 0,
-                bytes: 0,
-                inflight: HashSet::new(),
-            }),
+            state: Mutex::new(State::default()),
             fetched: Condvar::new(),
         })
     }
@@ -179,4 +190,43 @@ fn verified(run: &[BlobRef], blobs: Vec<Result<Bytes>>, want: Option<usize>) -> 
         }
     }
     (kept, wanted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ids: &[u8], each: usize) -> Run {
+        let buf = Bytes::from(vec![7u8; ids.len() * each]);
+        ids.iter()
+            .enumerate()
+            .map(|(i, &id)| (ObjectId::of(&[id]), buf.slice(i * each..(i + 1) * each)))
+            .collect()
+    }
+
+    #[test]
+    fn whole_runs_are_kept_and_evicted_within_the_bound() {
+        let mut st = State::default();
+        st.insert(run(&[1, 2], 10));
+        st.insert(run(&[3, 4], 10));
+        // A read where nothing verified keeps nothing.
+        st.insert(Vec::new());
+        assert_eq!((st.runs.len(), st.bytes), (2, 40));
+        // Chunk 1 used: its run is the last to go.
+        assert!(st.chunk(&ObjectId::of(&[1])).is_some());
+        // Chunk 2 read again in another run: it lives there now.
+        st.insert(run(&[2, 5], 10));
+        st.evict_to(40);
+        assert_eq!((st.runs.len(), st.bytes), (2, 40));
+        assert!(!st.has(&ObjectId::of(&[3])) && !st.has(&ObjectId::of(&[4])));
+        for id in [1, 2, 5] {
+            assert_eq!(st.chunk(&ObjectId::of(&[id])).unwrap().len(), 10, "{id}");
+        }
+        // The first run goes; chunk 2 stays with the run it lives in.
+        st.evict_to(20);
+        assert!(!st.has(&ObjectId::of(&[1])));
+        assert!(st.chunk(&ObjectId::of(&[2])).is_some());
+        st.evict_to(10);
+        assert_eq!((st.runs.len(), st.bytes, st.at.len()), (0, 0, 0));
+    }
 }
