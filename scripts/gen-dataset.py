@@ -7,9 +7,9 @@
                               to 10 CSVs, 100 small files added and 100 deleted;
                               prints the bytes changed
 """
+import argparse
 import os
 import random
-import sys
 
 
 def csv_rows(rng, n, start):
@@ -60,7 +60,17 @@ def edit(root):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--edit":
-        edit(sys.argv[2])
+    # argparse, so that `--help` or a mistyped option is refused rather than
+    # taken for the folder to fill with a gigabyte.
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--edit", action="store_true", help="apply the small edit to DIR")
+    parser.add_argument("dir", metavar="DIR")
+    args = parser.parse_args()
+    if args.edit:
+        edit(args.dir)
+    elif os.path.exists(args.dir) and os.listdir(args.dir):
+        parser.error(f"{args.dir} exists and is not empty")
     else:
-        generate(sys.argv[1])
+        generate(args.dir)
