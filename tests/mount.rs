@@ -921,6 +921,86 @@ fn a_read_only_mount_lets_the_kernel_open_files_and_keeps_control_files_fresh() 
     assert_eq!(errno_of(commit_via_control(&m, "x")), libc::EROFS);
 }
 
+#[test]
+fn a_read_only_mount_lists_directories_it_did_not_open_as_versions_and_tags_come() {
+    // There the kernel opens directories itself and keeps their listings:
+    // `versions/`' must still show each version and tag once, also while
+    // they come, in listings read in several requests.
+    let env = Env::new();
+    let (a, b) = two_versions(&env);
+    const TAGS: usize = 250;
+    for i in 0..TAGS {
+        env.ok(&["tag", "ds", "v1", &format!("t{i:03}")]);
+    }
+    let m = env.mount(&["--read-only"]);
+    let list = |m: &Mount| -> Vec<String> {
+        std::fs::read_dir(m.path("versions"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect()
+    };
+    let all = |tags: usize, versions: u64| {
+        let mut names: Vec<String> = (0..tags).map(|i| format!("t{i:03}")).collect();
+        names.extend((1..=versions).map(|v| format!("v{v}")));
+        names.push("latest".into());
+        names.sort();
+        names
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    assert_eq!(sorted(list(&m)), all(TAGS, 2));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let more = 60;
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let (m, stop, list) = (&m, &stop, &list);
+            s.spawn(move || {
+                let mut seen = std::collections::HashSet::new();
+                let mut rounds = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) || rounds == 0 {
+                    let names = list(m);
+                    let here: std::collections::HashSet<_> = names.iter().cloned().collect();
+                    assert_eq!(here.len(), names.len(), "{t}: an entry twice: {names:?}");
+                    let lost: Vec<_> = seen.difference(&here).collect();
+                    assert!(lost.is_empty(), "{t}: {lost:?} listed before, not now");
+                    seen = here;
+                    rounds += 1;
+                }
+            });
+        }
+        let c = env.path("src-v3");
+        run_ok(Command::new("cp").arg("-a").arg(&b).arg(&c));
+        std::fs::write(c.join("new.txt"), "three\n").unwrap();
+        for i in TAGS..TAGS + more {
+            env.ok(&["tag", "ds", "v2", &format!("t{i:03}")]);
+            if i == TAGS + more / 2 {
+                env.commit(&c, "three");
+            }
+        }
+        // Within a poll and the attributes' lifetime, every name is there;
+        // a tag moves neither `versions/`' time nor any other. (The readers
+        // are stopped before any assertion: a failure must not hang.)
+        let t = std::time::Instant::now();
+        while sorted(list(&m)) != all(TAGS + more, 3) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert_eq!(sorted(list(&m)), all(TAGS + more, 3));
+    for (src, v) in [(&a, "v1"), (&b, "v2")] {
+        assert_eq!(
+            fingerprint(&m.path(&format!("versions/{v}"))),
+            fingerprint(src)
+        );
+    }
+    assert_eq!(
+        std::fs::read_link(m.path(&format!("versions/t{:03}", TAGS + 1))).unwrap(),
+        Path::new("v2")
+    );
+}
+
 fn python(args: &[&str]) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/analytics.py");
     run_ok(Command::new("python3").arg(script).args(args))

@@ -52,8 +52,8 @@ pub(super) struct Gate {
 pub trait KernelCache: Send + Sync {
     /// The entry for (folder, name), and what is below it.
     fn forget_name(&self, parent: u64, name: &[u8]);
-    /// An inode's attributes.
-    fn forget_attrs(&self, ino: u64);
+    /// A directory's attributes and the listing the kernel keeps of it.
+    fn forget_listing(&self, ino: u64);
 }
 
 /// Principals by (pid, uid, gid), with when they were read.
@@ -270,11 +270,12 @@ impl MountFs {
         if let Some(gate) = self.gate.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
             lock(&gate.judged).clear();
         }
+        // Its owner and mode first: who may search it may have changed, and
+        // `latest`'s time shows differently.
+        self.versions_changed();
         let Some(kernel) = self.kernel.get() else {
             return;
         };
-        // Its owner and mode first: who may search it may have changed.
-        kernel.forget_attrs(VERSIONS);
         let mut names: Vec<Vec<u8>> = match only {
             Some(vs) => vs.iter().map(|v| format!("v{v}").into_bytes()).collect(),
             None => {

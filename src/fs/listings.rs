@@ -1,9 +1,12 @@
-//! Directory listings handed to the kernel: taken once per open directory,
-//! and kept for version directories (they never change), least recently
-//! used dropped first, bounded by their total number of entries.
+//! Directory listings handed to the kernel: taken once per open directory
+//! (or per request where the kernel lists directories it did not open:
+//! `unopened.rs`), and kept for version directories (they never change) and
+//! `versions/` (until a version or tag comes), least recently used dropped
+//! first, bounded by their total number of entries.
 
 use super::{
-    DirEntry, FIRST_VERSION_INO, FileKind, Handle, Listing, MountFs, Opened, is_staging, lock,
+    DirEntry, FIRST_VERSION_INO, FileKind, Handle, Listing, MountFs, Opened, VERSIONS, is_staging,
+    lock,
 };
 use crate::error::{Error, FsError, Result};
 use std::sync::Arc;
@@ -17,10 +20,11 @@ pub(super) type Listings = crate::cache::weighed::WeighedLru<u64, Listing>;
 
 impl MountFs {
     /// A directory's listing with attributes, `.` and `..` first. Listings of
-    /// version directories never change and are kept.
+    /// version directories never change and are kept; so is `versions/`'s
+    /// until it changes (`versions_changed`).
     pub(super) fn dir_listing(&self, ino: u64) -> Result<Listing> {
-        let immutable = self.dir_is_immutable(ino);
-        if immutable && let Some(l) = lock(&self.listings).get(&ino) {
+        let kept = self.dir_is_immutable(ino) || ino == VERSIONS;
+        if kept && let Some(l) = lock(&self.listings).get(&ino) {
             return Ok(l.clone());
         }
         let me = self.getattr(ino)?;
@@ -32,7 +36,7 @@ impl MountFs {
         let mut listing = vec![(dot(b"."), me.clone()), (dot(b".."), me)];
         listing.extend(self.readdir_plus(ino)?);
         let listing = Arc::new(listing);
-        if immutable {
+        if kept {
             let weight = listing.len();
             lock(&self.listings).put(ino, listing.clone(), weight);
         }
@@ -62,6 +66,25 @@ impl MountFs {
         match lock(&self.handles).get(&fh) {
             Some(Handle::Dir(l)) => Ok(l.clone()),
             _ => Err(Error::fs(FsError::NotDir, "not an open directory")),
+        }
+    }
+
+    /// Drops what is kept of `versions/`' listing, here and in the kernel:
+    /// a version or tag came, or what its entries show changed.
+    pub(super) fn versions_changed(&self) {
+        lock(&self.listings).remove(&VERSIONS);
+        if let Some(kernel) = self.kernel.get() {
+            kernel.forget_listing(VERSIONS);
+        }
+    }
+
+    /// Where a listing of `dir` resumes after its `index`th entry `e`: the
+    /// offset the kernel hands back with its next request. Increases along
+    /// a listing.
+    pub fn resume_after(&self, dir: u64, index: usize, e: &DirEntry) -> u64 {
+        match dir {
+            VERSIONS => super::tags::versions_offset(e),
+            _ => index as u64 + 1,
         }
     }
 

@@ -326,11 +326,15 @@ impl MountFs {
     /// Reads records committed elsewhere; moves a clean staging area along.
     pub fn poll(&self) -> Result<()> {
         // Most polls find nothing new: only then re-read the index's records.
-        if self.repo.fetch_new_records(&self.dataset)? > self.latest().unwrap_or(0) {
+        let new_records = self.repo.fetch_new_records(&self.dataset)? > self.latest().unwrap_or(0);
+        if new_records {
             let records = self.repo.index.records(&self.dataset)?;
             *self.versions.write().unwrap_or_else(|p| p.into_inner()) = records;
         }
         let tagged = self.refresh_tags()?;
+        if new_records || !tagged.is_empty() {
+            self.versions_changed();
+        }
         let changed = self.refresh_policy()? | self.refresh_reach();
         // What the kernel keeps of versions/ may now answer wrongly for
         // some user: a new policy, or a new tag a pattern can name.

@@ -30,6 +30,21 @@ pub(super) fn is_tag(ino: u64) -> bool {
     (FIRST_TAG_INO..FIRST_VERSION_INO).contains(&ino)
 }
 
+/// Where a listing of `versions/` resumes after entry `e` (the offset the
+/// kernel hands back): a place of its own that entries added later, tags
+/// or versions, do not move, so a listing read in several requests while
+/// they come neither repeats nor skips an entry. `.` and `..` are 1 and 2,
+/// `latest` 3, tags follow in the order seen, versions by number.
+pub(super) fn versions_offset(e: &DirEntry) -> u64 {
+    match e.name.as_slice() {
+        b"." => 1,
+        b".." => 2,
+        _ if e.ino == LATEST => 3,
+        _ if is_tag(e.ino) => 4 + (e.ino - FIRST_TAG_INO),
+        name => 4 + MAX_TAGS as u64 + version_name(name).unwrap_or(0),
+    }
+}
+
 impl MountFs {
     /// Reads tags made elsewhere (one listing of the store; bodies once).
     /// Returns the versions that gained a tag.
@@ -99,10 +114,10 @@ impl MountFs {
         Ok(format!("v{version}").into_bytes())
     }
 
-    /// `versions/`' entries for tags, by name.
+    /// `versions/`' entries for tags, in the order seen.
     pub(super) fn list_tags(&self) -> Vec<DirEntry> {
         let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
-        let mut out: Vec<DirEntry> = table
+        table
             .tags
             .iter()
             .enumerate()
@@ -111,8 +126,6 @@ impl MountFs {
                 kind: FileKind::Symlink,
                 name: name.clone().into_bytes(),
             })
-            .collect();
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        out
+            .collect()
     }
 }

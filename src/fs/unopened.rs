@@ -1,9 +1,17 @@
-//! Files the kernel opens without asking. On a read-only mount without an
-//! access policy an open decides nothing, so the adapter answers the
-//! kernel's first OPEN with "not implemented" and the kernel then opens
-//! every file itself, keeping its page cache, and sends no RELEASE: a warm
-//! read of a small file costs no round trip to the daemon, where an OPEN and
-//! a RELEASE each cost a wake-up on both sides (docs/benchmarks.md).
+//! Files and directories the kernel opens without asking. On a read-only
+//! mount without an access policy an open decides nothing, so the adapter
+//! answers the kernel's first OPEN and OPENDIR with "not implemented" and
+//! the kernel then opens every file and directory itself, keeping file
+//! pages and listings, and sends no RELEASE: a warm read of a small file
+//! costs no round trip to the daemon, where an OPEN and a RELEASE each cost
+//! a wake-up on both sides (docs/benchmarks.md), and `find` costs one
+//! round trip per directory fewer.
+//!
+//! Listings then come without a handle: each request lists the directory
+//! anew (kept ones: `listings.rs`), resuming at offsets entries added
+//! later do not move (`tags::versions_offset`). The kernel keeps a
+//! listing until the directory's mtime moves or the daemon drops it
+//! (`versions_changed`, when a version or tag comes).
 //!
 //! Reads then come without a handle: a version file's is made at its first
 //! read and kept while it is among the last `UNOPENED` read; a control file
@@ -16,7 +24,7 @@
 //! until it is mounted again (`gate::refresh_policy`).
 
 use super::stored::StoredFile;
-use super::{MountFs, control, lock};
+use super::{FIRST_VERSION_INO, Listing, MountFs, VERSIONS, control, lock};
 use crate::error::{Error, FsError, Result};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -70,6 +78,17 @@ impl MountFs {
         }
         let file = self.unopened_file(ino)?;
         self.read_stored(&file, offset, u64::from(size))
+    }
+
+    /// The listing of a directory the kernel reads without opening it.
+    pub fn listing_unopened(&self, ino: u64) -> Result<Listing> {
+        if !self.opens_skipped() {
+            return Err(Error::fs(FsError::Invalid, "bad file handle"));
+        }
+        if self.gated() && (ino == VERSIONS || ino >= FIRST_VERSION_INO) {
+            return Err(shut_out());
+        }
+        self.dir_listing(ino)
     }
 
     /// What an inode read without an open is, for error messages.

@@ -19,6 +19,11 @@ impl MountFs {
         let record = version_name(name)
             .and_then(|v| self.record(v))
             .ok_or_else(|| not_found(name))?;
+        Ok((self.record_root(&record, looked_up)?, record.tree))
+    }
+
+    /// The attributes of the folder of `record`'s version.
+    fn record_root(&self, record: &Record, looked_up: bool) -> Result<Attr> {
         let node = Node::Dir {
             mode: 0o555,
             mtime: record.mtime(),
@@ -28,7 +33,7 @@ impl MountFs {
         };
         let place = (VERSIONS, record.version);
         let ino = self.version_child(place, record.version, &node, looked_up);
-        Ok((self.version_attr(ino)?, record.tree))
+        self.version_attr(ino)
     }
 
     /// `versions/NAME`: `latest`, `vN` or a tag.
@@ -66,26 +71,17 @@ impl MountFs {
         self.version_attr(ino)
     }
 
-    /// `versions/`: `vN` for each version, then `latest`, then the tags.
+    /// `versions/`: `latest`, the tags in the order seen, then `vN` for
+    /// each version: the order of `versions_offset`, which entries added
+    /// later do not disturb.
     pub(super) fn list_versions(&self) -> Result<Vec<DirEntry>> {
-        let mut out = vec![];
-        let versions: Vec<u64> = self
+        let records = self
             .versions
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|r| r.version)
-            .collect();
-        for v in &versions {
-            let name = format!("v{v}").into_bytes();
-            let (attr, _) = self.version_root(&name, false)?;
-            out.push(DirEntry {
-                ino: attr.ino,
-                kind: FileKind::Dir,
-                name,
-            });
-        }
-        if !versions.is_empty() {
+            .clone();
+        let mut out = vec![];
+        if !records.is_empty() {
             out.push(DirEntry {
                 ino: LATEST,
                 kind: FileKind::Symlink,
@@ -93,6 +89,13 @@ impl MountFs {
             });
         }
         out.extend(self.list_tags());
+        for r in &records {
+            out.push(DirEntry {
+                ino: self.record_root(r, false)?.ino,
+                kind: FileKind::Dir,
+                name: format!("v{}", r.version).into_bytes(),
+            });
+        }
         Ok(out)
     }
 

@@ -3,7 +3,7 @@
 //! requests), and errors into errno values. Nothing else imports fuser.
 
 use crate::error::{Error, FsError};
-use crate::fs::{Attr, Caller, FileKind, MountFs};
+use crate::fs::{Attr, Caller, DirEntry, FileKind, Listing, MountFs};
 use crate::snapshot::{Mtime, Special};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
@@ -257,14 +257,67 @@ fn empty(reply: ReplyEmpty, res: Result<(), Error>, op: &str) {
     }
 }
 
-/// Feeds a listing to a reply from `offset` on until the reply is full
-/// (`add` returns true); each entry carries the offset of the next one.
-fn page<T>(listing: &[T], offset: u64, mut add: impl FnMut(u64, &T) -> bool) {
-    for (i, item) in listing.iter().enumerate().skip(offset as usize) {
-        if add(i as u64 + 1, item) {
+/// Feeds `dir`'s listing to a reply from `offset` on until the reply is
+/// full (`add` returns true); each entry carries the offset to resume after
+/// it (`MountFs::resume_after`).
+fn page(
+    fs: &MountFs,
+    dir: u64,
+    listing: &Listing,
+    offset: u64,
+    mut add: impl FnMut(u64, &(DirEntry, Attr)) -> bool,
+) {
+    for (i, item) in listing.iter().enumerate() {
+        let next = fs.resume_after(dir, i, &item.0);
+        if next > offset && add(next, item) {
             break;
         }
     }
+}
+
+fn fill_dir(fs: &MountFs, dir: u64, listing: &Listing, offset: u64, mut reply: ReplyDirectory) {
+    page(fs, dir, listing, offset, |next, (e, _)| {
+        reply.add(
+            INodeNo(e.ino),
+            next,
+            kind(e.kind),
+            OsStr::from_bytes(&e.name),
+        )
+    });
+    reply.ok();
+}
+
+fn fill_dir_plus(
+    fs: &MountFs,
+    dir: u64,
+    listing: &Listing,
+    offset: u64,
+    mut reply: fuser::ReplyDirectoryPlus,
+) {
+    page(fs, dir, listing, offset, |next, (e, a)| {
+        let name = OsStr::from_bytes(&e.name);
+        let dots = e.name == b"." || e.name == b"..";
+        // A listing taken before the kernel forgot one of its
+        // inodes (a handle opened earlier: `forget` drops kept
+        // listings) gets a live one by a lookup, counted there.
+        let fresh = match dots || fs.is_live(a.ino) {
+            true => None,
+            false => fs.lookup(dir, &e.name).ok(),
+        };
+        // Under a policy, the listing's lifetimes are the names'
+        // (`Judge::filter`); a fresh lookup's are asked for.
+        let (a, ttl) = match &fresh {
+            Some(f) => (f, fs.name_ttl(dir, &e.name, f)),
+            None => (a, a.ttl),
+        };
+        let full = reply.add(INodeNo(a.ino), next, name, &ttl, &attr(a), Generation(0));
+        // Every entry but . and .. counts as a lookup for the kernel.
+        if !full && !dots && fresh.is_none() {
+            fs.remember(a.ino);
+        }
+        full
+    });
+    reply.ok();
 }
 
 fn open_flags(o: &crate::fs::Opened) -> FopenFlags {
@@ -596,6 +649,11 @@ impl Filesystem for Fuse {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Like `open`: the kernel then opens every directory itself and
+        // keeps its listing (`crate::fs::unopened`).
+        if self.fs.opens_skipped() {
+            return reply.error(Errno::ENOSYS);
+        }
         let c = caller(req);
         self.dispatch(ino, move |fs| match fs.open_dir(&c, ino.0) {
             // A version's directories never change: the kernel may keep
@@ -612,23 +670,20 @@ impl Filesystem for Fuse {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
+        // Handle 0: a directory the kernel opened without asking.
+        if fh.0 == 0 {
+            return self.dispatch(ino, move |fs| match fs.listing_unopened(ino.0) {
+                Ok(listing) => fill_dir(fs, ino.0, &listing, offset, reply),
+                Err(e) => reply.error(fail("readdir", &e)),
+            });
+        }
         match self.fs.listing(fh.0) {
-            Ok(listing) => {
-                page(&listing, offset, |next, (e, _)| {
-                    reply.add(
-                        INodeNo(e.ino),
-                        next,
-                        kind(e.kind),
-                        OsStr::from_bytes(&e.name),
-                    )
-                });
-                reply.ok();
-            }
+            Ok(listing) => fill_dir(&self.fs, ino.0, &listing, offset, reply),
             Err(e) => reply.error(fail("readdir", &e)),
         }
     }
@@ -639,35 +694,16 @@ impl Filesystem for Fuse {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: fuser::ReplyDirectoryPlus,
+        reply: fuser::ReplyDirectoryPlus,
     ) {
+        if fh.0 == 0 {
+            return self.dispatch(ino, move |fs| match fs.listing_unopened(ino.0) {
+                Ok(listing) => fill_dir_plus(fs, ino.0, &listing, offset, reply),
+                Err(e) => reply.error(fail("readdirplus", &e)),
+            });
+        }
         match self.fs.listing(fh.0) {
-            Ok(listing) => {
-                page(&listing, offset, |next, (e, a)| {
-                    let name = OsStr::from_bytes(&e.name);
-                    let dots = e.name == b"." || e.name == b"..";
-                    // A listing taken before the kernel forgot one of its
-                    // inodes (a handle opened earlier: `forget` drops kept
-                    // listings) gets a live one by a lookup, counted there.
-                    let fresh = match dots || self.fs.is_live(a.ino) {
-                        true => None,
-                        false => self.fs.lookup(ino.0, &e.name).ok(),
-                    };
-                    // Under a policy, the listing's lifetimes are the names'
-                    // (`Judge::filter`); a fresh lookup's are asked for.
-                    let (a, ttl) = match &fresh {
-                        Some(f) => (f, self.fs.name_ttl(ino.0, &e.name, f)),
-                        None => (a, a.ttl),
-                    };
-                    let full = reply.add(INodeNo(a.ino), next, name, &ttl, &attr(a), Generation(0));
-                    // Every entry but . and .. counts as a lookup for the kernel.
-                    if !full && !dots && fresh.is_none() {
-                        self.fs.remember(a.ino);
-                    }
-                    full
-                });
-                reply.ok();
-            }
+            Ok(listing) => fill_dir_plus(&self.fs, ino.0, &listing, offset, reply),
             Err(e) => reply.error(fail("readdirplus", &e)),
         }
     }
@@ -804,9 +840,9 @@ impl crate::fs::KernelCache for Kernel {
         let _ = self.0.inval_entry(INodeNo(parent), OsStr::from_bytes(name));
     }
 
-    fn forget_attrs(&self, ino: u64) {
-        // An offset below zero: attributes only, no pages.
-        let _ = self.0.inval_inode(INodeNo(ino), -1, 0);
+    fn forget_listing(&self, ino: u64) {
+        // A directory's listing is kept in its pages: drop them all.
+        let _ = self.0.inval_inode(INodeNo(ino), 0, 0);
     }
 }
 
