@@ -119,6 +119,11 @@ bench_mount() {
     "$BIN" mount bench "$ro" --daemon --read-only >/dev/null
     tar cf - -C "$ro/versions/v1" small | cat >/dev/null
     tar_ro=$(timed sh -c "tar cf - -C '$ro/versions/v1' small | cat")
+    # `find` there, where directories are not opened either: cold, then
+    # warm (listings kept) beside a warm native one.
+    local find_ro find_wn find_wro
+    drop_caches; find_ro=$(timed find "$ro/versions/v1/small")
+    find_wn=$(timed find "$src/small"); find_wro=$(timed find "$ro/versions/v1/small")
     "$BIN" umount "$ro"
     local cp_n cp_m commit_m
     cp_n=$(timed cp -a "$src/small" "$ROOT/mcopy")
@@ -128,7 +133,7 @@ bench_mount() {
     "$BIN" umount "$mnt"
     # Put staging back to v1 for the next run.
     "$BIN" commit bench --from "$src" -m "reset $run" >/dev/null 2>&1 || true
-    echo "$run $cold_n $cold_m $warm_n $warm_m $find_n $find_m $ls_n $ls_m $small_n $small_m $cp_n $cp_m $commit_m $rss $ready $folio_n $folio_m $tar_n $tar_m $tar_ro" | tee -a "$mres" >&2
+    echo "$run $cold_n $cold_m $warm_n $warm_m $find_n $find_m $ls_n $ls_m $small_n $small_m $cp_n $cp_m $commit_m $rss $ready $folio_n $folio_m $tar_n $tar_m $tar_ro $find_ro $find_wn $find_wro" | tee -a "$mres" >&2
   done
   python3 - "$mres" <<'PY'
 import statistics, sys
@@ -151,6 +156,9 @@ row("read all 20,000 small files (cold)", 9)
 row("`tar` of the 20,000 files, warm", 18)
 t = med(20)
 print(f"| `tar` of the 20,000 files, warm, read-only mount (no OPEN round trips) | | {t:.2f} s ({sp(20)}) | {med(18) / t * 100:.0f}% of native ({t / med(18):.2f}x) |")
+t = med(21)
+print(f"| `find` over 20,000 files (cold), read-only mount (no OPENDIR round trips) | | {t:.2f} s ({sp(21)}) | {med(5) / t * 100:.0f}% of native ({t / med(5):.2f}x) |")
+print(f"| `find` over 20,000 files, warm, read-only mount (listings kept by the kernel) | {med(22):.3f} s ({sp(22)}) | {med(23):.3f} s ({sp(23)}) | {med(22) / med(23) * 100:.0f}% of native |")
 n, m = med(11), med(12)
 print(f"| `cp -a` of the 20,000 files into a directory | {n:.2f} s | {m:.2f} s (into `staging/`) | {n / m * 100:.0f}% of native |")
 print(f"| commit of those files from `staging/` | | {med(13):.2f} s | |")
