@@ -123,6 +123,7 @@ bench_mount() {
     # warm (listings kept) beside a warm native one.
     local find_ro find_wn find_wro
     drop_caches; find_ro=$(timed find "$ro/versions/v1/small")
+    find "$src/small" >/dev/null
     find_wn=$(timed find "$src/small"); find_wro=$(timed find "$ro/versions/v1/small")
     "$BIN" umount "$ro"
     local cp_n cp_m commit_m
