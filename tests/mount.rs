@@ -1001,6 +1001,40 @@ fn a_read_only_mount_lists_directories_it_did_not_open_as_versions_and_tags_come
     );
 }
 
+#[test]
+fn a_read_only_mount_lists_a_large_folder_in_parts_exactly() {
+    // A version folder of more entries than a request's part is listed
+    // per request from where the kernel is (`fs::unopened`): every name
+    // once, with its attributes, however the readers interleave.
+    let env = Env::new();
+    let src = env.path("src");
+    let big = src.join("big");
+    std::fs::create_dir_all(&big).unwrap();
+    for i in 0..1500 {
+        std::fs::write(big.join(format!("f{i:04}")), vec![b'x'; i % 7]).unwrap();
+    }
+    std::fs::write(src.join("top.txt"), "top").unwrap();
+    env.commit(&src, "one");
+    let m = env.mount(&["--read-only"]);
+    let want = fingerprint(&src);
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let (m, want) = (&m, &want);
+            s.spawn(move || {
+                for round in 0..3 {
+                    let names: Vec<_> = std::fs::read_dir(m.path("versions/v1/big"))
+                        .unwrap()
+                        .map(|e| e.unwrap().file_name())
+                        .collect();
+                    let distinct: std::collections::HashSet<_> = names.iter().collect();
+                    assert_eq!((names.len(), distinct.len()), (1500, 1500), "{t} {round}");
+                    assert_eq!(&fingerprint(&m.path("versions/v1")), want, "{t} {round}");
+                }
+            });
+        }
+    });
+}
+
 fn python(args: &[&str]) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/analytics.py");
     run_ok(Command::new("python3").arg(script).args(args))

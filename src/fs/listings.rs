@@ -69,6 +69,11 @@ impl MountFs {
         }
     }
 
+    /// Whether `ino`'s whole listing is kept.
+    pub(super) fn listing_kept(&self, ino: u64) -> bool {
+        lock(&self.listings).contains(&ino)
+    }
+
     /// Drops what is kept of `versions/`' listing, here and in the kernel:
     /// a version or tag came, or what its entries show changed.
     pub(super) fn versions_changed(&self) {

@@ -24,7 +24,7 @@
 //! until it is mounted again (`gate::refresh_policy`).
 
 use super::stored::StoredFile;
-use super::{FIRST_VERSION_INO, Listing, MountFs, VERSIONS, control, lock};
+use super::{DirEntry, FIRST_VERSION_INO, FileKind, Listing, MountFs, VERSIONS, control, lock};
 use crate::error::{Error, FsError, Result};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -36,6 +36,9 @@ pub(super) fn shut_out() -> Error {
         "an access policy was set after this mount started: mount it again to read under it",
     )
 }
+
+/// Entries of a version folder listed per request where it has more.
+const PART: usize = 256;
 
 /// Version files read without an open whose handles are kept: the read-ahead
 /// of a file read in many requests lives in its handle.
@@ -80,15 +83,44 @@ impl MountFs {
         self.read_stored(&file, offset, u64::from(size))
     }
 
-    /// The listing of a directory the kernel reads without opening it.
-    pub fn listing_unopened(&self, ino: u64) -> Result<Listing> {
+    /// The listing of a directory the kernel reads without opening it, for
+    /// a request from position `offset` on, and the position of its first
+    /// entry: the whole listing (kept, see `listings.rs`), or for a version
+    /// folder of more than `PART` entries the `PART` from `offset` on, so
+    /// that listing a huge folder costs a part per request, not its whole
+    /// listing (nothing tells when the kernel is done with it).
+    pub fn listing_unopened(&self, ino: u64, offset: u64) -> Result<(Listing, u64)> {
         if !self.opens_skipped() {
             return Err(Error::fs(FsError::Invalid, "bad file handle"));
         }
         if self.gated() && (ino == VERSIONS || ino >= FIRST_VERSION_INO) {
             return Err(shut_out());
         }
-        self.dir_listing(ino)
+        if ino >= FIRST_VERSION_INO
+            && !self.listing_kept(ino)
+            && self.version_dir_entries(ino)?.entries.len() > PART
+        {
+            // Positions 0 and 1 are `.` and `..`, then the folder's entries.
+            let from = offset.saturating_sub(2) as usize;
+            let mut part = Vec::with_capacity(PART + 2);
+            if offset < 2 {
+                let me = self.getattr(ino)?;
+                for dots in [&b"."[..], b".."].into_iter().skip(offset as usize) {
+                    let e = DirEntry {
+                        ino,
+                        kind: FileKind::Dir,
+                        name: dots.to_vec(),
+                    };
+                    part.push((e, me.clone()));
+                }
+            }
+            for e in self.list_version_dir_part(ino, from..from + PART)? {
+                let a = self.getattr(e.ino)?;
+                part.push((e, a));
+            }
+            return Ok((Arc::new(part), offset));
+        }
+        Ok((self.dir_listing(ino)?, 0))
     }
 
     /// What an inode read without an open is, for error messages.

@@ -100,19 +100,39 @@ impl MountFs {
     }
 
     pub(super) fn list_version_dir(&self, ino: u64) -> Result<Vec<DirEntry>> {
-        let tree = self.version_dir_tree(ino)?;
-        let version = self.version_entry_version(ino)?;
-        let entries = self.version_tree(version, ino, &tree)?;
+        self.list_version_dir_part(ino, 0..usize::MAX)
+    }
+
+    /// Entries `part` of a version folder (as many as it has).
+    pub(super) fn list_version_dir_part(
+        &self,
+        ino: u64,
+        part: std::ops::Range<usize>,
+    ) -> Result<Vec<DirEntry>> {
+        let entries = self.version_dir_entries(ino)?;
+        let (version, end) = (
+            self.version_entry_version(ino)?,
+            part.end.min(entries.entries.len()),
+        );
         Ok(entries
             .entries
+            .get(part.start..end)
+            .unwrap_or_default()
             .iter()
-            .enumerate()
-            .map(|(index, child)| DirEntry {
+            .zip(part.start..)
+            .map(|(child, index)| DirEntry {
                 ino: self.version_child((ino, index as u64), version, &child.node, false),
                 kind: node_kind(&child.node),
                 name: child.name.clone(),
             })
             .collect())
+    }
+
+    /// A version folder's tree.
+    pub(super) fn version_dir_entries(&self, ino: u64) -> Result<Arc<Tree>> {
+        let tree = self.version_dir_tree(ino)?;
+        let version = self.version_entry_version(ino)?;
+        self.version_tree(version, ino, &tree)
     }
 
     pub(super) fn open_version_file(&self, ino: u64) -> Result<Opened> {

@@ -257,17 +257,18 @@ fn empty(reply: ReplyEmpty, res: Result<(), Error>, op: &str) {
     }
 }
 
-/// Feeds `dir`'s listing to a reply from `offset` on until the reply is
-/// full (`add` returns true); each entry carries the offset to resume after
-/// it (`MountFs::resume_after`).
+/// Feeds `dir`'s listing (or the part of it from position `first` on) to
+/// a reply from `offset` on until the reply is full (`add` returns true);
+/// each entry carries the offset to resume after it
+/// (`MountFs::resume_after`).
 fn page(
     fs: &MountFs,
     dir: u64,
-    listing: &Listing,
+    (listing, first): (&Listing, u64),
     offset: u64,
     mut add: impl FnMut(u64, &(DirEntry, Attr)) -> bool,
 ) {
-    for (i, item) in listing.iter().enumerate() {
+    for (i, item) in (first as usize..).zip(listing.iter()) {
         let next = fs.resume_after(dir, i, &item.0);
         if next > offset && add(next, item) {
             break;
@@ -275,7 +276,13 @@ fn page(
     }
 }
 
-fn fill_dir(fs: &MountFs, dir: u64, listing: &Listing, offset: u64, mut reply: ReplyDirectory) {
+fn fill_dir(
+    fs: &MountFs,
+    dir: u64,
+    listing: (&Listing, u64),
+    offset: u64,
+    mut reply: ReplyDirectory,
+) {
     page(fs, dir, listing, offset, |next, (e, _)| {
         reply.add(
             INodeNo(e.ino),
@@ -290,7 +297,7 @@ fn fill_dir(fs: &MountFs, dir: u64, listing: &Listing, offset: u64, mut reply: R
 fn fill_dir_plus(
     fs: &MountFs,
     dir: u64,
-    listing: &Listing,
+    listing: (&Listing, u64),
     offset: u64,
     mut reply: fuser::ReplyDirectoryPlus,
 ) {
@@ -677,13 +684,13 @@ impl Filesystem for Fuse {
     ) {
         // Handle 0: a directory the kernel opened without asking.
         if fh.0 == 0 {
-            return self.dispatch(ino, move |fs| match fs.listing_unopened(ino.0) {
-                Ok(listing) => fill_dir(fs, ino.0, &listing, offset, reply),
+            return self.dispatch(ino, move |fs| match fs.listing_unopened(ino.0, offset) {
+                Ok((listing, first)) => fill_dir(fs, ino.0, (&listing, first), offset, reply),
                 Err(e) => reply.error(fail("readdir", &e)),
             });
         }
         match self.fs.listing(fh.0) {
-            Ok(listing) => fill_dir(&self.fs, ino.0, &listing, offset, reply),
+            Ok(listing) => fill_dir(&self.fs, ino.0, (&listing, 0), offset, reply),
             Err(e) => reply.error(fail("readdir", &e)),
         }
     }
@@ -697,13 +704,13 @@ impl Filesystem for Fuse {
         reply: fuser::ReplyDirectoryPlus,
     ) {
         if fh.0 == 0 {
-            return self.dispatch(ino, move |fs| match fs.listing_unopened(ino.0) {
-                Ok(listing) => fill_dir_plus(fs, ino.0, &listing, offset, reply),
+            return self.dispatch(ino, move |fs| match fs.listing_unopened(ino.0, offset) {
+                Ok((listing, first)) => fill_dir_plus(fs, ino.0, (&listing, first), offset, reply),
                 Err(e) => reply.error(fail("readdirplus", &e)),
             });
         }
         match self.fs.listing(fh.0) {
-            Ok(listing) => fill_dir_plus(&self.fs, ino.0, &listing, offset, reply),
+            Ok(listing) => fill_dir_plus(&self.fs, ino.0, (&listing, 0), offset, reply),
             Err(e) => reply.error(fail("readdirplus", &e)),
         }
     }
