@@ -160,6 +160,72 @@ fn content_repeated_within_a_file_is_stored_once() {
 }
 
 #[test]
+fn a_changed_large_file_is_cut_where_a_first_commit_of_its_bytes_would_cut() {
+    // A large file committed from here before is cut again along its
+    // previous chunks (`snapshot::rechunk`). Whatever the edit, its chunks
+    // must be those a first commit of the same bytes finds: committed
+    // again from another folder (no previous chunks there) to another
+    // dataset, the same bytes add no chunk.
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut data = noise(6 << 20, 1);
+    type Edit = fn(&mut Vec<u8>);
+    let edits: [(&str, Edit); 5] = [
+        ("overwrite", |d| {
+            d[3 << 20..(3 << 20) + 100_000].copy_from_slice(&noise(100_000, 2))
+        }),
+        ("insert", |d| {
+            drop(d.splice(100_000..100_000, noise(5_000, 3)))
+        }),
+        ("delete", |d| drop(d.drain(2 << 20..(2 << 20) + 70_000))),
+        ("append", |d| d.extend_from_slice(b"one more row\n")),
+        ("truncate", |d| d.truncate(5 << 20)),
+    ];
+    let write = |dir: &std::path::Path, data: &[u8]| {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("big.bin"), data).unwrap();
+        // The stat cache keeps no file changed in the last 2 s: wait, so
+        // that the next commit has this one's chunks to cut along.
+        std::thread::sleep(std::time::Duration::from_millis(2100));
+    };
+    write(&src, &data);
+    env.commit(&src, "first");
+    for (i, (name, edit)) in edits.iter().enumerate() {
+        edit(&mut data);
+        write(&src, &data);
+        let out = env
+            .command()
+            .env("DETAFS_LOG", "detafs=debug")
+            .args(["commit", "ds", "--from", src.to_str().unwrap(), "-m", name])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {out:?}");
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(log.contains("cut again along"), "{name}: {log}");
+        let other = env.path(&format!("other{i}"));
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join("big.bin"), &data).unwrap();
+        let o = format!("o{i}");
+        env.ok(&["dataset", "create", &o]);
+        env.ok(&["commit", &o, "--from", other.to_str().unwrap(), "-m", name]);
+        let added = env.log_of(&o)[0]["delta_size"].as_u64().unwrap();
+        // A tree listing about a hundred chunks: a few KiB; one chunk more
+        // than the first commit found is at least 16 KiB.
+        assert!(
+            added < 12 << 10,
+            "{name}: {added} bytes added by the same bytes"
+        );
+        let v = (i + 2).to_string();
+        assert!(
+            env.run(&["cat", "ds", &v, "big.bin"]).stdout == data,
+            "{name}"
+        );
+    }
+    env.ok(&["verify"]);
+}
+
+#[test]
 fn twenty_thousand_small_files_make_few_objects() {
     let env = Env::new();
     let src = env.path("src");

@@ -198,6 +198,15 @@ impl Index {
         Ok(())
     }
 
+    /// The chunks `path` had when last committed from here, whatever its
+    /// stat is now (a changed file is cut again along them).
+    pub fn stat_previous(&self, path: &[u8]) -> Result<Option<Vec<BlobRef>>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT chunks FROM stat_cache WHERE path = ?1")?;
+        let chunks: Option<Vec<u8>> = stmt.query_row([path], |r| r.get(0)).optional()?;
+        Ok(chunks.and_then(|c| serde_json::from_slice(&c).ok()))
+    }
+
     pub fn stat_lookup(&self, path: &[u8], key: StatKey) -> Result<Option<Vec<BlobRef>>> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(

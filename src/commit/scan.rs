@@ -12,11 +12,12 @@ use crate::progress::Progress;
 use crate::repo::Repo;
 use crate::snapshot::chunker;
 use crate::snapshot::diff::TreeSink;
+use crate::snapshot::rechunk::Rechunker;
 use crate::snapshot::tree::{check_name, check_node};
 use crate::snapshot::{Entry, Link, Mtime, Node, Tree};
 use crate::store::codec::Codec;
 use crate::store::pack::{BlobKind, BlobRef, PackWriter};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::{File, Metadata};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -519,7 +520,15 @@ impl<'r> Scanner<'r> {
                 self.progress.advance(key.size);
                 (vec![self.put_chunk(id, data, false)?], key.size)
             }
-            (None, None) => self.chunk_stable(path, key)?,
+            (None, None) => {
+                // A large file committed from here before is cut again
+                // along its previous chunks (`snapshot::rechunk`).
+                let previous = match key.size >= RECHUNK_FROM {
+                    true => self.repo.index.stat_previous(&path_bytes)?,
+                    false => None,
+                };
+                self.chunk_stable(path, key, previous.as_deref())?
+            }
         };
         let stable = key.mtime_ns < self.racy_after_ns
             && key.ctime_ns < self.racy_after_ns
@@ -739,9 +748,18 @@ impl Scanner<'_> {
     /// times and inode are compared after the read, and a file written
     /// meanwhile is read again, then named in an error. What is stored is
     /// never a mix of bytes from before and after a write.
-    fn chunk_stable(&mut self, path: &Path, mut before: StatKey) -> Result<(Vec<Slot>, u64)> {
+    fn chunk_stable(
+        &mut self,
+        path: &Path,
+        mut before: StatKey,
+        previous: Option<&[BlobRef]>,
+    ) -> Result<(Vec<Slot>, u64)> {
         for _ in 0..STABLE_READS {
-            let (chunks, size) = self.chunk_slots(open_listed(path)?, path, u64::MAX)?;
+            let file = open_listed(path)?;
+            let (chunks, size) = match previous {
+                Some(previous) => self.chunk_along(file, path, previous)?,
+                None => self.chunk_slots(file, path, u64::MAX)?,
+            };
             fail::fail_point!("file-read");
             let after = std::fs::symlink_metadata(path)
                 .map(|m| stat_key(&m))
@@ -803,6 +821,69 @@ impl Scanner<'_> {
         Ok((slots, size))
     }
 }
+
+impl Scanner<'_> {
+    /// Like `chunk_slots` for a whole file, cut again along its `previous`
+    /// chunks: each guessed chunk is checked by its id on the hashing
+    /// threads, guesses made after a wrong one are dropped, and the
+    /// chunker cuts from the wrong one on (`snapshot::rechunk`). The chunks
+    /// are those `chunk_slots` finds, without its boundary search where
+    /// the bytes did not change.
+    fn chunk_along(
+        &mut self,
+        file: File,
+        path: &Path,
+        previous: &[BlobRef],
+    ) -> Result<(Vec<Slot>, u64)> {
+        let io = |e| Error::io(path.display(), e);
+        let len = file.metadata().map_err(io)?.len();
+        let old = previous.iter().map(|r| (r.data_size(), r.id));
+        let mut pieces = Rechunker::new(&file, len, old, self.codec.chunker_seed());
+        let mut hasher = match self.hasher.take() {
+            Some(h) => h,
+            None => start_hasher(&self.codec)?,
+        };
+        // What each piece in the hashing threads must hash to, if a guess.
+        let mut checks = VecDeque::new();
+        let (mut slots, mut size, mut kept) = (Vec::new(), 0, 0);
+        loop {
+            let done = match pieces.next() {
+                Some(piece) => {
+                    let (start, data, want) = piece.map_err(io)?.into_parts();
+                    checks.push_back((start, want));
+                    hasher.submit(data)
+                }
+                None if checks.is_empty() => break,
+                None => hasher.drain(),
+            };
+            for (id, data) in done {
+                let (start, want) = checks.pop_front().expect("one check per piece");
+                if want.is_some_and(|w| w != id) {
+                    hasher.drain();
+                    checks.clear();
+                    pieces.wrong_guess(start);
+                    break;
+                }
+                kept += usize::from(want.is_some());
+                size += data.len() as u64;
+                self.progress.advance(data.len() as u64);
+                slots.push(self.put_chunk(id, data, true)?);
+            }
+        }
+        self.hasher = Some(hasher);
+        tracing::debug!(
+            "{}: cut again along {} previous chunks; {kept} of {} chunks found in place",
+            path.display(),
+            previous.len(),
+            slots.len()
+        );
+        Ok((slots, size))
+    }
+}
+
+/// Files from this size on are cut again along their previous chunks when
+/// they change: below it a file is a few chunks, found as fast.
+const RECHUNK_FROM: u64 = 1 << 20;
 
 /// Hashes chunks on all the cores while the commit's thread reads and
 /// chunks (SHA-256 or the keyed hash costs more than finding boundaries).

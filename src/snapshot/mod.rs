@@ -2,6 +2,7 @@
 
 pub mod chunker;
 pub mod diff;
+pub mod rechunk;
 pub mod record;
 pub mod tree;
 pub mod walk;
