@@ -157,6 +157,8 @@ enum Scanned {
         slots: Vec<Slot>,
         /// Its stat-cache row, if it may have one.
         stat_row: Option<(Vec<u8>, StatKey)>,
+        /// Whether the stat cache holds that row already (it answered).
+        row_kept: bool,
         link: Option<Link>,
     },
 }
@@ -431,10 +433,13 @@ impl<'r> Scanner<'r> {
                     size,
                     slots,
                     stat_row,
+                    row_kept,
                     link,
                 } => {
                     let chunks = self.refs(slots);
-                    if let Some((path, key)) = stat_row {
+                    if let Some((path, key)) = stat_row
+                        && !row_kept
+                    {
                         self.stat_rows.push((path, key, chunks.clone()))?;
                     }
                     Node::File {
@@ -507,6 +512,7 @@ impl<'r> Scanner<'r> {
 
     fn scan_file(&mut self, path: &Path, meta: &Metadata, looked: LookedUp) -> Result<Scanned> {
         let (path_bytes, key, cached) = looked;
+        let row_kept = cached.is_some();
         let ahead = match (&cached, &mut self.small) {
             (None, Some(small)) if reads_ahead(&key) => small.next(),
             _ => None,
@@ -539,6 +545,7 @@ impl<'r> Scanner<'r> {
             size,
             slots,
             stat_row: stable.then_some((path_bytes, key)),
+            row_kept,
             link: self.link_of(meta)?,
         })
     }
