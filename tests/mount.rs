@@ -1033,6 +1033,52 @@ fn a_read_only_mount_lists_a_large_folder_in_parts_exactly() {
             });
         }
     });
+    // `seekdir` to any offset, handed out or not, before the kernel keeps
+    // the listing (a mount of its own): the entries from there, or none,
+    // and the daemon carries on.
+    drop(m);
+    let m = env.mount(&["--read-only"]);
+    for (offset, want) in [(i64::MAX - 1, 0), (1 << 40, 0), (1502, 0), (700, 802)] {
+        let n = entries_from(&m.path("versions/v1/big"), offset);
+        assert_eq!(n, want, "from {offset}");
+    }
+    assert_eq!(
+        std::fs::read_dir(m.path("versions/v1/big"))
+            .unwrap()
+            .count(),
+        1500
+    );
+}
+
+/// How many entries `getdents64` gives from `offset` of directory `dir` on.
+fn entries_from(dir: &Path, offset: i64) -> usize {
+    use std::os::fd::AsRawFd;
+    let d = std::fs::File::open(dir).unwrap();
+    assert_eq!(
+        unsafe { libc::lseek(d.as_raw_fd(), offset, libc::SEEK_SET) },
+        offset
+    );
+    let (mut buf, mut n) = (vec![0u8; 32 << 10], 0);
+    loop {
+        let got = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                d.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        assert!(got >= 0, "getdents64: {}", std::io::Error::last_os_error());
+        if got == 0 {
+            return n;
+        }
+        let mut at = 0;
+        while at < got as usize {
+            // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), ...
+            at += u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+            n += 1;
+        }
+    }
 }
 
 fn python(args: &[&str]) -> String {

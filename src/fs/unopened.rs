@@ -114,7 +114,8 @@ impl MountFs {
                     part.push((e, me.clone()));
                 }
             }
-            for e in self.list_version_dir_part(ino, from..from + PART)? {
+            // Any offset may come: `seekdir` to one never handed out.
+            for e in self.list_version_dir_part(ino, from..from.saturating_add(PART))? {
                 let a = self.getattr(e.ino)?;
                 part.push((e, a));
             }

@@ -268,8 +268,8 @@ fn page(
     offset: u64,
     mut add: impl FnMut(u64, &(DirEntry, Attr)) -> bool,
 ) {
-    for (i, item) in (first as usize..).zip(listing.iter()) {
-        let next = fs.resume_after(dir, i, &item.0);
+    for (k, item) in listing.iter().enumerate() {
+        let next = fs.resume_after(dir, first as usize + k, &item.0);
         if next > offset && add(next, item) {
             break;
         }
