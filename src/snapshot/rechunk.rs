@@ -107,6 +107,10 @@ impl<'a> Rechunker<'a> {
         let Some(&(start, size, _)) = self.old.get(k) else {
             return false;
         };
+        // Sizes come from the local index: only what the chunker can cut.
+        if size == 0 || size > chunker::MAX_SIZE as u64 {
+            return false;
+        }
         let end = self.pos + size;
         end <= self.len && (start + size < self.old_len || end == self.len)
     }
@@ -276,6 +280,17 @@ mod tests {
         let (kept, right) = rechunk(&old, &new, 7, 8);
         assert_eq!(kept, cut_whole(&new, 7));
         assert!(right + 4 >= kept.len(), "{right} of {}", kept.len());
+    }
+
+    #[test]
+    fn sizes_no_chunker_cuts_are_not_guessed() {
+        let data = noise(1 << 20, 8);
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, &data).unwrap();
+        let previous = [(0, id(b"")), (1 << 40, id(b"")), (1 << 20, id(&data))];
+        let r = Rechunker::new(&f, data.len() as u64, previous, 0);
+        let kept: Vec<Vec<u8>> = r.map(|p| p.unwrap().into_parts().1).collect();
+        assert_eq!(kept, cut_whole(&data, 0));
     }
 
     #[test]
