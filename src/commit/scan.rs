@@ -12,12 +12,12 @@ use crate::progress::Progress;
 use crate::repo::Repo;
 use crate::snapshot::chunker;
 use crate::snapshot::diff::TreeSink;
-use crate::snapshot::rechunk::Rechunker;
+use crate::snapshot::rechunk::{Checks, Chunk, Rechunker};
 use crate::snapshot::tree::{check_name, check_node};
 use crate::snapshot::{Entry, Link, Mtime, Node, Tree};
 use crate::store::codec::Codec;
 use crate::store::pack::{BlobKind, BlobRef, PackWriter};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fs::{File, Metadata};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -831,11 +831,11 @@ impl Scanner<'_> {
 
 impl Scanner<'_> {
     /// Like `chunk_slots` for a whole file, cut again along its `previous`
-    /// chunks: each guessed chunk is checked by its id on the hashing
-    /// threads, guesses made after a wrong one are dropped, and the
-    /// chunker cuts from the wrong one on (`snapshot::rechunk`). The chunks
-    /// are those `chunk_slots` finds, without its boundary search where
-    /// the bytes did not change.
+    /// chunks: the guesses are hashed on the hashing threads and checked in
+    /// order (`rechunk::Checks`); after a wrong one, guesses already given
+    /// out are dropped and the chunker cuts from where the checks say
+    /// (`snapshot::rechunk`). The chunks are those `chunk_slots` finds,
+    /// without its boundary search where the bytes did not change.
     fn chunk_along(
         &mut self,
         file: File,
@@ -850,36 +850,42 @@ impl Scanner<'_> {
             Some(h) => h,
             None => start_hasher(&self.codec)?,
         };
-        // What each piece in the hashing threads must hash to, if a guess.
-        let mut checks = VecDeque::new();
-        let (mut slots, mut size, mut kept) = (Vec::new(), 0, 0);
+        let mut checks = Checks::default();
+        let (mut slots, mut size, mut guessed) = (Vec::new(), 0, 0);
+        let mut keep = |this: &mut Self, (id, data, guess): Chunk| -> Result<()> {
+            guessed += usize::from(guess);
+            size += data.len() as u64;
+            this.progress.advance(data.len() as u64);
+            slots.push(this.put_chunk(id, data, true)?);
+            Ok(())
+        };
         loop {
             let done = match pieces.next() {
                 Some(piece) => {
                     let (start, data, want) = piece.map_err(io)?.into_parts();
-                    checks.push_back((start, want));
+                    checks.given(start, want);
                     hasher.submit(data)
                 }
-                None if checks.is_empty() => break,
+                None if checks.all_hashed() => break,
                 None => hasher.drain(),
             };
             for (id, data) in done {
-                let (start, want) = checks.pop_front().expect("one check per piece");
-                if want.is_some_and(|w| w != id) {
-                    hasher.drain();
-                    checks.clear();
-                    pieces.wrong_guess(start);
-                    break;
+                match checks.hashed(id, data, len) {
+                    Ok(right) => right.into_iter().try_for_each(|c| keep(self, c))?,
+                    Err(at) => {
+                        hasher.drain();
+                        pieces.wrong_guess(at);
+                        break;
+                    }
                 }
-                kept += usize::from(want.is_some());
-                size += data.len() as u64;
-                self.progress.advance(data.len() as u64);
-                slots.push(self.put_chunk(id, data, true)?);
             }
         }
         self.hasher = Some(hasher);
+        if let Some(c) = checks.finish() {
+            keep(self, c)?;
+        }
         tracing::debug!(
-            "{}: cut again along {} previous chunks; {kept} of {} chunks found in place",
+            "{}: cut again along {} previous chunks; {guessed} of {} chunks found in place",
             path.display(),
             previous.len(),
             slots.len()

@@ -1,11 +1,14 @@
 //! Cutting a changed file again where its previous version was cut.
 //!
-//! FastCDC decides a chunk's end from the chunk's own bytes alone (it looks
-//! no further than the cut), unless the file ended there. So where the
-//! bytes of a previous chunk start where the chunker starts a chunk, it
-//! would cut them as before. A [`Rechunker`] guesses the previous chunks in
-//! turn (one read each, no boundary search); the caller checks each guess
-//! by its id, which it computes anyway, and reports a wrong one
+//! FastCDC decides a chunk's end from the chunk's own bytes and the one
+//! byte after it (it looks no further), unless the file ended there or the
+//! chunk is as long as a chunk can be. So where the bytes of a previous
+//! chunk, and the byte after them, are found again where the chunker
+//! starts a chunk, it would cut them as before. A [`Rechunker`] guesses
+//! the previous chunks in turn (one read each, no boundary search); the
+//! caller checks each guess by its id, which it computes anyway, with
+//! [`Checks`]: a right guess is kept once the next guess is right too (its
+//! first byte is the byte after), and a wrong one is reported
 //! ([`Rechunker::wrong_guess`]): from there the chunker cuts, and guessing
 //! resumes where one of its cuts meets a previous chunk's start (at the same
 //! offset, or moved by the change of the file's size: an insertion or a
@@ -39,6 +42,65 @@ impl Piece {
             Piece::Guess { start, data, id } => (start, data, Some(id)),
             Piece::Cut { start, data } => (start, data, None),
         }
+    }
+}
+
+/// The caller's side: pieces hashed in the order they were given out. A
+/// right guess is kept once the byte after it is known unchanged: the next
+/// piece is a right guess too, or the file ends after it, or it is as long
+/// as a chunk can be (cut by size alone). Otherwise the chunker cuts again
+/// from it.
+#[derive(Default)]
+pub struct Checks {
+    /// Pieces given out and not yet hashed: where they start, and the id a
+    /// guess must have.
+    due: std::collections::VecDeque<(u64, Option<ObjectId>)>,
+    /// A right guess waiting for the piece after it.
+    held: Option<(u64, Chunk)>,
+}
+
+/// A chunk known right: its id, its bytes, and whether it was a guess.
+pub type Chunk = (ObjectId, Vec<u8>, bool);
+
+impl Checks {
+    /// A piece given out to be hashed.
+    pub fn given(&mut self, start: u64, want: Option<ObjectId>) {
+        self.due.push_back((start, want));
+    }
+
+    /// Whether every piece given out was hashed.
+    pub fn all_hashed(&self) -> bool {
+        self.due.is_empty()
+    }
+
+    /// The next piece given out, hashed to `id`, of a file of `len` bytes:
+    /// the chunks now known right, in order; or where the chunker must cut
+    /// again from (`Rechunker::wrong_guess`; pieces given out since are
+    /// void and forgotten here).
+    pub fn hashed(&mut self, id: ObjectId, data: Vec<u8>, len: u64) -> Result<Vec<Chunk>, u64> {
+        let (start, want) = self.due.pop_front().expect("one check per piece");
+        let wrong = want.is_some_and(|w| w != id);
+        // A cut after a held guess: whether the byte after it changed is
+        // not known.
+        if wrong || (want.is_none() && self.held.is_some()) {
+            self.due.clear();
+            return Err(self.held.take().map_or(start, |(at, _)| at));
+        }
+        let mut keep: Vec<Chunk> = self.held.take().map(|(_, c)| c).into_iter().collect();
+        let end = start + data.len() as u64;
+        let guess = want.is_some();
+        if guess && data.len() < chunker::MAX_SIZE && end < len {
+            self.held = Some((start, (id, data, guess)));
+        } else {
+            keep.push((id, data, guess));
+        }
+        Ok(keep)
+    }
+
+    /// The pieces ended: a guess still held (only where the file changed
+    /// while it was read, which the caller finds and reads it again for).
+    pub fn finish(&mut self) -> Option<Chunk> {
+        self.held.take().map(|(_, c)| c)
     }
 }
 
@@ -208,43 +270,55 @@ mod tests {
     }
 
     /// What a commit does with the pieces: hashes them (here at once, or
-    /// `lag` pieces late, as its hashing threads do) and reports a wrong
-    /// guess; returns the chunks kept and how many guesses were right.
+    /// `lag` pieces late, as its hashing threads do) and checks them;
+    /// returns the chunks kept and how many were guesses.
     fn rechunk(old: &[u8], new: &[u8], seed: u64, lag: usize) -> (Vec<Vec<u8>>, usize) {
         let mut f = tempfile::tempfile().unwrap();
         std::io::Write::write_all(&mut f, new).unwrap();
         let previous = cut_whole(old, seed)
             .into_iter()
             .map(|c| (c.len() as u64, id(&c)));
-        let mut r = Rechunker::new(&f, new.len() as u64, previous, seed);
-        let (mut kept, mut right) = (Vec::new(), 0);
-        let mut pending = std::collections::VecDeque::new();
+        let len = new.len() as u64;
+        let mut r = Rechunker::new(&f, len, previous, seed);
+        let mut checks = Checks::default();
+        let (mut kept, mut guessed) = (Vec::new(), 0);
+        let mut hashing = std::collections::VecDeque::new();
         loop {
             let exhausted = match r.next() {
                 Some(p) => {
-                    pending.push_back(p.unwrap().into_parts());
+                    let (start, data, want) = p.unwrap().into_parts();
+                    checks.given(start, want);
+                    hashing.push_back(data);
                     false
                 }
                 None => true,
             };
-            if exhausted && pending.is_empty() {
+            if exhausted && checks.all_hashed() {
                 break;
             }
-            while pending.len() > lag || (exhausted && !pending.is_empty()) {
-                let (start, data, want) = pending.pop_front().unwrap();
-                match want {
-                    Some(w) if w != id(&data) => {
-                        pending.clear();
-                        r.wrong_guess(start);
+            while hashing.len() > lag || (exhausted && !hashing.is_empty()) {
+                let data = hashing.pop_front().unwrap();
+                match checks.hashed(id(&data), data, len) {
+                    Ok(keep) => {
+                        for (_, data, guess) in keep {
+                            guessed += usize::from(guess);
+                            kept.push(data);
+                        }
+                    }
+                    Err(at) => {
+                        hashing.clear();
+                        r.wrong_guess(at);
                         break;
                     }
-                    Some(_) => right += 1,
-                    None => {}
                 }
-                kept.push(data);
             }
         }
-        (kept, right)
+        kept.extend(checks.finish().map(|c| c.1));
+        (kept, guessed)
+    }
+
+    fn sizes(chunks: &[Vec<u8>]) -> Vec<usize> {
+        chunks.iter().map(Vec::len).collect()
     }
 
     fn noise(len: usize, seed: u64) -> Vec<u8> {
@@ -280,6 +354,44 @@ mod tests {
         let (kept, right) = rechunk(&old, &new, 7, 8);
         assert_eq!(kept, cut_whole(&new, 7));
         assert!(right + 4 >= kept.len(), "{right} of {}", kept.len());
+    }
+
+    #[test]
+    fn an_edit_starting_right_after_a_chunk_moves_its_cut_if_the_chunker_would() {
+        // FastCDC's cut after a chunk also weighs the next byte: a changed
+        // first byte of a chunk may undo the cut before it.
+        let old = noise(2 << 20, 11);
+        let cuts: Vec<usize> = cut_whole(&old, 0)
+            .iter()
+            .scan(0, |at, c| {
+                *at += c.len();
+                Some(*at)
+            })
+            .collect();
+        let mut found = 0;
+        for &b in &cuts[..cuts.len() - 1] {
+            for v in 0..=255u8 {
+                let mut new = old.clone();
+                new[b] = v;
+                let whole = cut_whole(&new, 0);
+                let mut at = 0;
+                let cut_at_b = whole.iter().any(|c| {
+                    at += c.len();
+                    at == b
+                });
+                if cut_at_b {
+                    continue;
+                }
+                found += 1;
+                for lag in [0, 3] {
+                    let (kept, _) = rechunk(&old, &new, 0, lag);
+                    assert_eq!(sizes(&kept), sizes(&whole), "byte {b} = {v}");
+                    assert!(kept == whole, "byte {b} = {v}");
+                }
+                break;
+            }
+        }
+        assert!(found > 5, "edits that undo a cut: {found}");
     }
 
     #[test]
