@@ -615,6 +615,31 @@ fn a_file_rewritten_during_commit_is_never_stored_as_a_mix() {
 }
 
 #[test]
+fn a_file_rewritten_while_cut_again_along_its_chunks_is_never_stored_as_a_mix() {
+    // The same race where the file has chunks of a previous commit to be
+    // cut again along (`snapshot::rechunk`): guesses read while it is
+    // rewritten must not land either.
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let path = src.join("table.bin");
+    std::fs::write(&path, noise(8 << 20, 4)).unwrap();
+    // Older than the stat cache's 2 s window, so the commit keeps its row.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    env.commit(&src, "first");
+    let (code, err) = commit_while_rewriting(&env, &src, &path, 128, 64 << 10);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("table.bin changed while it was read"), "{err}");
+    assert_eq!(env.log().len(), 1, "nothing more was committed");
+    env.commit(&src, "settled");
+    assert_eq!(
+        env.run(&["cat", "ds", "v2", "table.bin"]).stdout,
+        std::fs::read(&path).unwrap()
+    );
+    env.ok(&["verify"]);
+}
+
+#[test]
 fn a_small_file_rewritten_during_commit_is_never_stored_as_a_mix() {
     // Small files are read ahead on threads of their own: a change there
     // is caught as on the scan's thread.

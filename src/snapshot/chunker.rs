@@ -10,7 +10,8 @@ pub const MIN_SIZE: usize = 16 * 1024;
 pub const AVG_SIZE: usize = 64 * 1024;
 pub const MAX_SIZE: usize = 256 * 1024;
 
-type Chunks<'a> = Box<dyn Iterator<Item = std::io::Result<Vec<u8>>> + 'a>;
+/// A file's chunks, in order.
+pub type Chunks<'a> = Box<dyn Iterator<Item = std::io::Result<Vec<u8>>> + 'a>;
 
 /// Splits the first `len` bytes of a stream (fewer if it ends first) into
 /// chunks; memory use is bounded by `MAX_SIZE`. `seed` keys the gear table
@@ -43,13 +44,14 @@ pub fn chunks<'a, R: Read + 'a>(source: R, len: u64, seed: u64) -> Chunks<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::id::ObjectId;
     use proptest::prelude::*;
     use std::collections::HashSet;
 
-    fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    /// Bytes that look random (xorshift), the same for the same seed.
+    pub(in crate::snapshot) fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
         let mut x = seed | 1;
         (0..len)
             .map(|_| {

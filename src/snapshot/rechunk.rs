@@ -15,7 +15,7 @@
 //! deletion before it). The chunks are those `chunker::chunks` gives for the
 //! whole file, byte for byte (tests below).
 
-use super::chunker;
+use super::chunker::{self, Chunks};
 use crate::id::ObjectId;
 use std::collections::HashMap;
 use std::fs::File;
@@ -110,8 +110,6 @@ enum Next<'a> {
     /// The chunker, from `pos` on (made at the first piece it gives).
     Cut(Option<Chunks<'a>>),
 }
-
-type Chunks<'a> = Box<dyn Iterator<Item = io::Result<Vec<u8>>> + 'a>;
 
 pub struct Rechunker<'a> {
     file: &'a File,
@@ -257,6 +255,7 @@ impl Read for FromOffset<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::chunker::tests::pseudo_random as noise;
     use proptest::prelude::*;
 
     fn id(data: &[u8]) -> ObjectId {
@@ -319,18 +318,6 @@ mod tests {
 
     fn sizes(chunks: &[Vec<u8>]) -> Vec<usize> {
         chunks.iter().map(Vec::len).collect()
-    }
-
-    fn noise(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
     }
 
     #[test]
