@@ -665,6 +665,8 @@ fn a_policy_set_after_a_read_only_mount_started_shuts_it_until_it_is_mounted_aga
     let m = env.mount(&["--read-only", "--allow-other"]);
     let d = m.dir.clone();
     assert_eq!(seen(ANALYST, &d, "cat versions/v2/top.txt"), "top 2\n");
+    // Listings the kernel keeps (it opens directories itself too).
+    assert!(seen(ANALYST, &d, "ls versions/v1/private").contains("secret.csv"));
     let health = std::fs::read(m.path(".detafs/health")).unwrap();
     assert!(
         String::from_utf8_lossy(&health).contains("\"opens_skipped\": true"),
@@ -680,6 +682,8 @@ fn a_policy_set_after_a_read_only_mount_started_shuts_it_until_it_is_mounted_aga
         let (ok, _) = tried(who, &d, "cat versions/v3/pub/a.csv");
         assert!(!ok, "{who:?} read a file under a policy no open applied");
         assert_eq!(seen(who, &d, "ls versions 2>/dev/null"), "", "{who:?}");
+        let kept = seen(who, &d, "ls versions/v1/private 2>/dev/null");
+        assert_eq!(kept, "", "{who:?} listed a folder under a policy");
     }
     // (Its content lives a second: what it said may be that old.)
     within(Duration::from_secs(5), "health says shut", || {
