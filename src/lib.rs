@@ -20,6 +20,7 @@ pub mod limits;
 pub mod private;
 pub mod progress;
 pub mod read;
+pub mod relpath;
 pub mod repo;
 pub mod snapshot;
 pub mod staging;

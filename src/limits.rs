@@ -13,8 +13,11 @@ pub const MAX_TREE_BYTES: u64 = 256 << 20;
 /// What encoding adds to a blob's data at most: its encoding byte, and in
 /// a sealed store an inner encoding byte, a nonce and a tag.
 pub const BLOB_OVERHEAD: u64 = 2 + crate::store::seal::OVERHEAD as u64;
-/// A tree inflates at most this many times its stored size; detafs' own
-/// trees compress 2-10x, a decompression bomb thousands of times.
+/// Largest tree as stored: the largest decoded one, raw, with its encoding.
+pub const MAX_TREE_LEN: u64 = MAX_TREE_BYTES + BLOB_OVERHEAD;
+/// A plaintext store's tree inflates at most this many times its stored
+/// size (a decompression bomb inflates thousands of times). Its writers
+/// store a tree that compresses better raw (`Codec::tree_bound`).
 pub const MAX_TREE_RATIO: u64 = 64;
 /// Largest record, marker or dataset object.
 pub const MAX_SMALL_OBJECT: u64 = 1 << 20;
@@ -42,8 +45,9 @@ pub fn time_ok(t: Mtime) -> bool {
     (MIN_TIME..=MAX_TIME).contains(&t.0) && t.1 < 1_000_000_000
 }
 
-/// Largest decoded size of a tree stored in `encoded_len` bytes.
-pub fn tree_bound(encoded_len: u32) -> u64 {
+/// Largest decoded size of a tree stored in `encoded_len` bytes when
+/// nothing authenticated says its size.
+pub fn tree_ratio_bound(encoded_len: u32) -> u64 {
     (encoded_len as u64)
         .saturating_mul(MAX_TREE_RATIO)
         .clamp(1 << 20, MAX_TREE_BYTES)

@@ -6,6 +6,7 @@ use crate::cache::index::Index;
 use crate::cache::weighed::WeighedLru;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
+use crate::relpath::RelPath;
 use crate::snapshot::diff::TreeSource;
 use crate::snapshot::{Node, Record, Tree};
 use crate::store::codec::Codec;
@@ -292,13 +293,13 @@ impl Repo {
         self.index.latest_version(name)
     }
 
-    /// The node at `path` (slash-separated, relative) in a version's tree.
-    pub fn lookup(&self, root: &BlobRef, path: &[u8]) -> Result<Option<Node>> {
+    /// The node at `path` in a version's tree.
+    pub fn lookup(&self, root: &BlobRef, path: &RelPath) -> Result<Option<Node>> {
         Ok(self.walk(root, path, |r| self.tree(r).map(Some))?.flatten())
     }
 
     /// `lookup` without I/O: `None` when a tree on the way is not in memory.
-    pub fn lookup_cached(&self, root: &BlobRef, path: &[u8]) -> Option<Option<Node>> {
+    pub fn lookup_cached(&self, root: &BlobRef, path: &RelPath) -> Option<Option<Node>> {
         self.walk(root, path, |r| Ok(self.cached_tree(r))).ok()?
     }
 
@@ -307,7 +308,7 @@ impl Repo {
     fn walk(
         &self,
         root: &BlobRef,
-        path: &[u8],
+        path: &RelPath,
         tree: impl Fn(&BlobRef) -> Result<Option<Arc<Tree>>>,
     ) -> Result<Option<Option<Node>>> {
         let mut node = Node::Dir {
@@ -317,10 +318,7 @@ impl Repo {
             atime: None,
             links: false,
         };
-        for part in path
-            .split(|&b| b == b'/')
-            .filter(|p| !p.is_empty() && *p != b".")
-        {
+        for part in path.names() {
             let Node::Dir { tree: t, .. } = &node else {
                 return Ok(Some(None));
             };

@@ -12,6 +12,8 @@ pub mod trail;
 
 pub use policy::{Action, Decision, Policy, Who};
 
+use crate::relpath::RelPath;
+
 /// The resource names of a dataset, a version (under its number and each
 /// tag), and a path in it (folders end in `/`, so `…/files/private/*`
 /// covers the folder `private` itself). A statement about a resource covers
@@ -29,10 +31,11 @@ pub fn version_resources(dataset: &str, version: u64, tags: &[String]) -> Vec<St
         .collect()
 }
 
-/// The names of `path` (`a/b`) in each of `versions` (as made by
-/// `version_resources`), with those of the folders above it.
-pub fn path_resources(versions: &[String], path: &str, dir: bool) -> Vec<String> {
-    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+/// The names of `path` in each of `versions` (as made by
+/// `version_resources`), with those of the folders above it. Only a parsed
+/// `RelPath` is judged, so the policy sees the path a lookup finds.
+pub fn path_resources(versions: &[String], path: &RelPath, dir: bool) -> Vec<String> {
+    let parts: Vec<std::borrow::Cow<str>> = path.names().map(String::from_utf8_lossy).collect();
     let mut out = Vec::new();
     for v in versions.iter().filter(|v| v.contains("/versions/")) {
         for i in 1..=parts.len() {

@@ -3,6 +3,7 @@
 //! position of every mistake, and evaluated with deny beating allow.
 
 use crate::error::{Error, Result};
+use crate::relpath::RelPath;
 use serde::Deserialize;
 
 /// What may be done. `dataset:*` names them all.
@@ -377,6 +378,19 @@ impl Policy {
             allowed: allow.is_some(),
             by: allow.map(|n| (n, Effect::Allow)),
         }
+    }
+
+    /// Whether `path` of a version (named `versions`, as
+    /// `super::version_resources` makes them) exists for `who`: the version
+    /// and the path may be seen, and no deny of reading names a path that
+    /// covers it. The one rule the mount and the gateway both apply: what
+    /// it hides is neither listed nor found, as if it were not there.
+    pub fn sees_path(&self, who: &Who, versions: &[String], path: &RelPath, dir: bool) -> bool {
+        let paths = super::path_resources(versions, path, dir);
+        let mut all = versions.to_vec();
+        all.extend(paths.iter().cloned());
+        self.decide(who, Action::Versions, &all).allowed
+            && !self.denies_path(who, Action::Read, &paths)
     }
 
     /// Whether a deny whose resource names a path (`…/files/…`) covers one

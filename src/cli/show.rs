@@ -1,6 +1,7 @@
 //! Read-only commands: log, ls, cat (diff is `diff.rs`).
 
 use detafs::escape::line;
+use detafs::relpath::RelPath;
 use detafs::repo::Repo;
 use detafs::snapshot::{Mtime, Node, Special};
 use detafs::{Error, read};
@@ -92,8 +93,7 @@ fn changed_at(
     records: Vec<detafs::snapshot::Record>,
     path: &str,
 ) -> anyhow::Result<Vec<detafs::snapshot::Record>> {
-    let names = detafs::staging::path_names(path)?;
-    let path = names.join(&b'/');
+    let path = RelPath::parse(path)?;
     let mut before: Option<Node> = None;
     let mut out = Vec::new();
     for r in records {
@@ -156,7 +156,7 @@ fn entry(out: &mut impl Write, node: &Node, name: &[u8]) -> std::io::Result<()> 
 pub fn ls(repo: &Repo, name: &str, version: &str, path: &str) -> anyhow::Result<()> {
     let record = repo.version(name, version)?;
     let node = repo
-        .lookup(&record.tree, path.as_bytes())?
+        .lookup(&record.tree, &RelPath::parse(path)?)?
         .ok_or_else(|| no_path(record.version, path))?;
     let mut out = std::io::stdout().lock();
     match &node {
@@ -173,7 +173,7 @@ pub fn ls(repo: &Repo, name: &str, version: &str, path: &str) -> anyhow::Result<
 
 pub fn cat(repo: &Repo, name: &str, version: &str, path: &str) -> anyhow::Result<()> {
     let record = repo.version(name, version)?;
-    match repo.lookup(&record.tree, path.as_bytes())? {
+    match repo.lookup(&record.tree, &RelPath::parse(path)?)? {
         Some(Node::File { chunks, .. }) => {
             let mut out = std::io::stdout().lock();
             match read::read_file(repo, &chunks, &mut out) {

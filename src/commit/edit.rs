@@ -5,8 +5,8 @@
 
 use super::{CommitMeta, publish, scan::Scanner};
 use crate::error::{Error, Result};
-use crate::limits;
 use crate::progress::Quiet;
+use crate::relpath::RelPath;
 use crate::repo::Repo;
 use crate::snapshot::diff::{TreeSink, TreeSource};
 use crate::snapshot::{Entry, Node, Record, Tree};
@@ -14,10 +14,9 @@ use crate::store::pack::BlobRef;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// One change: the file at `path` (slash-separated) takes new content,
-/// or is deleted (None).
+/// One change: the file at `path` takes new content, or is deleted (None).
 pub struct Edit {
-    pub path: String,
+    pub path: RelPath,
     pub content: Option<Content>,
 }
 
@@ -28,21 +27,15 @@ pub enum Content {
     Stored(Vec<BlobRef>, u64),
 }
 
-/// The parts of a path a version may hold: not empty, no `.` or `..`.
-pub fn split_path(path: &str) -> Result<Vec<&str>> {
-    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-    if parts.is_empty()
-        || parts.len() > limits::MAX_DEPTH
-        || parts
-            .iter()
-            .any(|p| *p == "." || *p == ".." || p.len() > limits::MAX_NAME || p.contains('\0'))
-    {
-        return Err(Error::InvalidInput(format!(
-            "bad path {path:?}: names separated by '/', none empty, '.' or '..', at most {} bytes each",
-            limits::MAX_NAME
-        )));
+/// A path a commit may write: any parsed path but the root.
+pub fn edit_path(path: &str) -> Result<RelPath> {
+    let p = RelPath::parse(path)?;
+    match p.is_root() {
+        true => Err(Error::InvalidInput(format!(
+            "bad path {path:?}: a file's path is needed"
+        ))),
+        false => Ok(p),
     }
-    Ok(parts)
 }
 
 /// Edits grouped by the folder they change.
@@ -69,19 +62,21 @@ pub fn commit_edits(
     };
     let mut root = Folder::default();
     for e in edits {
-        let parts = split_path(&e.path)?;
-        let (name, dirs) = parts.split_last().expect("not empty");
+        let (dirs, name) = e
+            .path
+            .split_last()
+            .ok_or_else(|| Error::InvalidInput("bad path \"\": a file's path is needed".into()))?;
         let mut at = &mut root;
-        for d in dirs {
-            at = at.dirs.entry(d.as_bytes().to_vec()).or_default();
+        for d in dirs.names() {
+            at = at.dirs.entry(d.to_vec()).or_default();
         }
-        if at.dirs.contains_key(name.as_bytes()) {
+        if at.dirs.contains_key(name) {
             return Err(Error::InvalidInput(format!(
                 "{}: both a file and a folder in one commit",
                 e.path
             )));
         }
-        at.files.insert(name.as_bytes().to_vec(), e.content);
+        at.files.insert(name.to_vec(), e.content);
     }
     let mut scanner = Scanner::new(repo, &Quiet)?;
     let tree = base.as_ref().map(|b| b.tree);

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::gc;
 use crate::limits;
 use crate::progress::Quiet;
+use crate::relpath::RelPath;
 use crate::repo::Repo;
 use crate::snapshot::diff::{TreeSink, TreeSource};
 use crate::snapshot::tree::{Entry, Node, Tree};
@@ -52,8 +53,8 @@ fn key(id: &str) -> String {
 }
 
 /// Stores the bytes of local file `file` as an upload for `path` of `dataset`.
-pub fn store_upload(repo: &Repo, dataset: &str, path: &str, file: &Path) -> Result<Upload> {
-    super::edit::split_path(path)?;
+pub fn store_upload(repo: &Repo, dataset: &str, path: &RelPath, file: &Path) -> Result<Upload> {
+    let path = path.to_string();
     repo.check_dataset(dataset)?;
     let mut scanner = Scanner::new(repo, &Quiet)?;
     let (chunks, size) = scanner.chunk_prefix(file, u64::MAX)?;

@@ -9,6 +9,7 @@ use super::*;
 use crate::access::caller::{self, UnixId};
 use crate::access::policy::{Glob, GlobSet};
 use crate::access::{self, Action, Policy, Who};
+use crate::relpath::RelPath;
 use std::time::Instant;
 
 /// Who a request comes from, as the kernel tells it.
@@ -140,18 +141,16 @@ impl Gate {
 /// A folder of a version.
 struct Folder {
     version: u64,
-    /// Its path inside the version ("" for the version's own folder).
-    path: String,
+    /// Its path inside the version (the root for the version's own folder).
+    path: RelPath,
     /// The version's resource names (`access::version_resources`).
     versions: Vec<String>,
 }
 
 impl Folder {
-    fn child(&self, name: &[u8]) -> String {
-        match self.path.is_empty() {
-            true => name_str(name),
-            false => format!("{}/{}", self.path, name_str(name)),
-        }
+    /// The path of entry `name` (a tree's entry: a valid name).
+    fn child(&self, name: &[u8]) -> Option<RelPath> {
+        self.path.join(name).ok()
     }
 }
 
@@ -334,9 +333,7 @@ impl MountFs {
     fn folder(&self, ino: u64) -> Option<Folder> {
         let version = self.version_entry_version(ino).ok()?;
         let full = self.version_path(ino);
-        let path = full
-            .split_once('/')
-            .map_or(String::new(), |(_, p)| p.to_string());
+        let path = RelPath::parse(full.split_once('/').map_or("", |(_, p)| p)).ok()?;
         let versions = access::version_resources(&self.dataset, version, &self.tags_of(version));
         Some(Folder {
             version,
@@ -373,7 +370,9 @@ impl MountFs {
         }
         // Its own names only: a folder above it told apart is asked for
         // each caller, and it is reached only through that folder.
-        let child = f.child(name);
+        let Some(child) = f.child(name) else {
+            return true;
+        };
         let slash = if dir { "/" } else { "" };
         f.versions
             .iter()
@@ -515,14 +514,8 @@ impl Judge<'_> {
 
     /// Whether a path of a version (`a/b`) shows: its version may be seen,
     /// and no deny of reading names a path that covers it.
-    fn sees_path(&self, f: &Folder, path: &str, dir: bool) -> bool {
-        let paths = access::path_resources(&f.versions, path, dir);
-        let mut all = f.versions.clone();
-        all.extend(paths.iter().cloned());
-        self.policy
-            .decide(&self.who, Action::Versions, &all)
-            .allowed
-            && !self.policy.denies_path(&self.who, Action::Read, &paths)
+    fn sees_path(&self, f: &Folder, path: &RelPath, dir: bool) -> bool {
+        self.policy.sees_path(&self.who, &f.versions, path, dir)
     }
 
     fn commit_decision(&self) -> (access::Decision, String) {
@@ -602,7 +595,9 @@ impl Judge<'_> {
 
     /// Whether entry `name` of version folder `f` shows.
     fn sees_in(&self, f: &Folder, name: &[u8], kind: FileKind, noted: bool) -> bool {
-        let path = f.child(name);
+        let Some(path) = f.child(name) else {
+            return false;
+        };
         let shown = self.sees_path(f, &path, kind == FileKind::Dir);
         if noted && !shown {
             let r = format!(
@@ -621,7 +616,7 @@ impl Judge<'_> {
     /// Whether a version's file may be opened (`dataset:read`).
     pub fn may_read(&self, ino: u64) -> bool {
         // A file's place is found as a folder's is (its path, its version).
-        let Some(f) = self.fs.folder(ino).filter(|f| !f.path.is_empty()) else {
+        let Some(f) = self.fs.folder(ino).filter(|f| !f.path.is_root()) else {
             return false;
         };
         let mut all = access::path_resources(&f.versions, &f.path, false);

@@ -9,9 +9,10 @@ use crate::access::trail::Trail;
 use crate::access::{self, Action, Policy, Who};
 use crate::cache::chunks::ChunkCache;
 use crate::commit::CommitMeta;
-use crate::commit::edit::{Content, Edit, commit_edits, split_path};
+use crate::commit::edit::{Content, Edit, commit_edits, edit_path};
 use crate::commit::upload;
 use crate::error::Error;
+use crate::relpath::RelPath;
 use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
 use crate::snapshot::{Node, Record};
@@ -205,6 +206,23 @@ impl Caller {
 
     fn sees(&self, action: Action, resources: &[String]) -> bool {
         self.may(action, resources).is_ok()
+    }
+
+    /// Whether `path` of a version named `versions` exists for the caller:
+    /// its scopes let it see versions and every policy in force shows the
+    /// path (`Policy::sees_path`, the mount's rule). What it hides is
+    /// neither listed nor found.
+    fn sees_path(&self, versions: &[String], path: &RelPath, dir: bool) -> bool {
+        apikeys::scopes_allow(&self.scopes, Action::Versions)
+            && self.policies_show(versions, path, dir)
+    }
+
+    /// Whether no policy in force hides `path` from the caller.
+    fn policies_show(&self, versions: &[String], path: &RelPath, dir: bool) -> bool {
+        [self.known.policy.as_ref(), self.known.narrowing.as_deref()]
+            .into_iter()
+            .flatten()
+            .all(|p| p.sees_path(&self.who, versions, path, dir))
     }
 }
 
@@ -815,8 +833,7 @@ struct Asked {
     record: Record,
     /// The version's names for the policy.
     versions: Vec<String>,
-    /// Without leading or trailing '/'.
-    path: String,
+    path: RelPath,
     headers: HeaderMap,
 }
 
@@ -831,22 +848,23 @@ impl Asked {
     ) -> Result<Option<Served>, ApiError> {
         let (clean, versions, caller) = (&self.path, &self.versions, &self.caller);
         let node = match memory_only {
-            true => match repo.lookup_cached(&self.record.tree, clean.as_bytes()) {
+            true => match repo.lookup_cached(&self.record.tree, clean) {
                 Some(node) => node,
                 None => return Ok(None),
             },
-            false => repo.lookup(&self.record.tree, clean.as_bytes())?,
+            false => repo.lookup(&self.record.tree, clean)?,
         };
+        // A path the caller may not see answers as a missing one does.
         let hidden = || Error::NoPath {
             version: format!("v{}", self.record.version),
-            path: clean.clone(),
+            path: clean.to_string(),
         };
         let node = node.ok_or_else(hidden)?;
-        let mut names = access::path_resources(versions, clean, node.is_dir());
-        names.extend(versions.iter().cloned());
-        if !clean.is_empty() && !caller.sees(Action::Versions, &names) {
+        if !clean.is_root() && !caller.sees_path(versions, clean, node.is_dir()) {
             return Err(hidden().into());
         }
+        let mut names = access::path_resources(versions, clean, node.is_dir());
+        names.extend(versions.iter().cloned());
         caller.may(Action::Read, &names)?;
         match node {
             Node::Dir { .. } if memory_only => Ok(None),
@@ -893,7 +911,7 @@ async fn serve_path(
         caller,
         record,
         versions,
-        path: path.trim_matches('/').to_string(),
+        path: RelPath::parse(&path)?,
         headers,
     });
     // Answered where the request is when all it needs is in memory (a hop
@@ -996,7 +1014,7 @@ fn listing(
     repo: &Repo,
     caller: &Caller,
     versions: &[String],
-    clean: &str,
+    clean: &RelPath,
     tree: &BlobRef,
 ) -> Result<Vec<Value>, ApiError> {
     Ok(repo
@@ -1004,13 +1022,9 @@ fn listing(
         .entries
         .iter()
         .filter(|e| {
-            let child = match clean.is_empty() {
-                true => String::from_utf8_lossy(&e.name).into_owned(),
-                false => format!("{clean}/{}", String::from_utf8_lossy(&e.name)),
-            };
-            let mut n = access::path_resources(versions, &child, e.node.is_dir());
-            n.extend(versions.iter().cloned());
-            caller.sees(Action::Versions, &n)
+            clean
+                .join(&e.name)
+                .is_ok_and(|child| caller.sees_path(versions, &child, e.node.is_dir()))
         })
         .map(|e| {
             json!({
@@ -1156,15 +1170,30 @@ async fn commit(
             let m = headers.get(header::IF_MATCH)?.to_str().ok()?;
             Some(m.trim_matches('"').to_string())
         });
+    // The base is a version the caller may see (a hidden one answers as a
+    // missing one), named by its number from here on.
+    let base = match parent {
+        Some(p) => Some(api.visible_version(&caller, &id, &p).await?),
+        None => {
+            let view = api.view(&id, Instant::now()).await?;
+            let newest = view.records.last().cloned();
+            newest.map(|r| {
+                let names = resources(&id, &r, &view.tags);
+                (view, r, names)
+            })
+        }
+    };
+    let base = base.map(|(_, record, names)| Base { record, names });
     let record = api
         .run(move |repo| {
             let tmp = tempdir_in(repo)?;
-            let edits = edits_of(repo, &id, parent.as_deref(), &body, tmp.path())?;
+            let edits = edits_of(repo, &id, &caller, base.as_ref(), &body, tmp.path())?;
             let meta = CommitMeta {
                 dataset: &id,
                 message: &message,
                 author: &author,
             };
+            let parent = base.map(|b| format!("v{}", b.record.version));
             Ok(commit_edits(repo, &meta, parent.as_deref(), edits)?)
         })
         .await?;
@@ -1183,7 +1212,7 @@ async fn put_upload(
     use tokio::io::AsyncWriteExt;
     let caller = api.caller(&headers).await?;
     caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
-    split_path(&path)?;
+    let path = edit_path(&path)?;
     let tmp = api.run(tempdir_in).await?;
     let file = tmp.path().join("upload");
     let io = |e: std::io::Error| ApiError::from(Error::io("upload", e));
@@ -1212,23 +1241,32 @@ fn tempdir_in(repo: &Repo) -> Result<tempfile::TempDir, ApiError> {
     tempfile::tempdir_in(&dir).map_err(|e| Error::io(dir.display(), e).into())
 }
 
+/// The version a commit's edits apply to, and its names for the policy.
+struct Base {
+    record: Record,
+    names: Vec<String>,
+}
+
 /// The edits a commit body asks for, their contents written under `tmp`:
 /// `files` (path → base64), `delete` (paths), `delta` (rows of a table).
+/// A commit may write any path; what it reads of `base` (a delta's file)
+/// takes `dataset:read` there, and a path hidden from the caller is not
+/// there to delete, so no answer tells what the caller may not see.
 fn edits_of(
     repo: &Repo,
-    id_of_dataset: &str,
-    parent: Option<&str>,
+    dataset: &str,
+    caller: &Caller,
+    base: Option<&Base>,
     body: &Value,
     tmp: &std::path::Path,
 ) -> Result<Vec<Edit>, ApiError> {
     let bad = |m: String| err(StatusCode::BAD_REQUEST, "invalid", m);
     let mut edits = Vec::new();
-    let mut put = |path: &str, bytes: &[u8]| -> Result<(), ApiError> {
-        split_path(path)?;
+    let mut put = |path: RelPath, bytes: &[u8]| -> Result<(), ApiError> {
         let file = tmp.join(edits.len().to_string());
         std::fs::write(&file, bytes).map_err(|e| Error::io(file.display(), e))?;
         edits.push(Edit {
-            path: path.to_string(),
+            path,
             content: Some(Content::File(file)),
         });
         Ok(())
@@ -1244,18 +1282,32 @@ fn edits_of(
                     base64::Engine::decode(&base64::engine::general_purpose::STANDARD, d).ok()
                 })
                 .ok_or_else(|| bad(format!("files.{path}: not base64")))?;
-            put(path, &data)?;
+            put(edit_path(path)?, &data)?;
         }
     }
     if let Some(delta) = body.get("delta") {
         let d = table::parse(delta)?;
-        let old = match parent {
-            Some(p) => Some(repo.version(id_of_dataset, p)?),
-            None => repo.sync(id_of_dataset)?.pop(),
+        let path = edit_path(&d.path)?;
+        // Decided on the path before it is looked up: whether the file is
+        // there shows only to who may read it.
+        if let Some(b) = base {
+            let mut names = access::path_resources(&b.names, &path, false);
+            names.extend(b.names.iter().cloned());
+            caller.may(Action::Read, &names).map_err(|e| {
+                err(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    format!(
+                        "a delta reads {path} of v{}: {}",
+                        b.record.version, e.message
+                    ),
+                )
+            })?;
         }
-        .map(|r| repo.lookup(&r.tree, d.path.as_bytes()))
-        .transpose()?
-        .flatten();
+        let old = match base {
+            Some(b) => repo.lookup(&b.record.tree, &path)?,
+            None => None,
+        };
         let old = match old {
             Some(Node::File { chunks, .. }) => {
                 let mut buf = Vec::new();
@@ -1265,7 +1317,7 @@ fn edits_of(
             Some(_) => return Err(bad(format!("{} is not a file", d.path))),
             None => None,
         };
-        put(&d.path, &table::apply(old.as_deref(), &d)?)?;
+        put(path, &table::apply(old.as_deref(), &d)?)?;
     }
     if let Some(ups) = body.get("uploads") {
         let ups = ups
@@ -1276,9 +1328,9 @@ fn edits_of(
                 .as_str()
                 .or_else(|| u.get("upload").and_then(Value::as_str))
                 .ok_or_else(|| bad("uploads: ids, or {\"upload\": id}".into()))?;
-            let up = upload::load_upload(repo, id_of_dataset, id)?;
+            let up = upload::load_upload(repo, dataset, id)?;
             edits.push(Edit {
-                path: up.path,
+                path: edit_path(&up.path)?,
                 content: Some(Content::Stored(up.chunks, up.size)),
             });
         }
@@ -1291,9 +1343,18 @@ fn edits_of(
             let p = p
                 .as_str()
                 .ok_or_else(|| bad("delete: paths are strings".into()))?;
-            split_path(p)?;
+            let path = edit_path(p)?;
+            if !base.is_some_and(|b| caller.policies_show(&b.names, &path, false)) {
+                return Err(Error::NoPath {
+                    version: base.map_or("the parent version".into(), |b| {
+                        format!("v{}", b.record.version)
+                    }),
+                    path: path.to_string(),
+                }
+                .into());
+            }
             edits.push(Edit {
-                path: p.to_string(),
+                path,
                 content: None,
             });
         }

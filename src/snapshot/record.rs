@@ -90,7 +90,7 @@ impl Record {
         }
         let t = &r.tree;
         if t.offset < pack::MAGIC.len() as u64
-            || !(2..=limits::MAX_TREE_BYTES + 1).contains(&(t.len as u64))
+            || !(2..=limits::MAX_TREE_LEN).contains(&(t.len as u64))
         {
             return Err(bad("root tree reference out of bounds".into()));
         }

@@ -4,6 +4,7 @@
 
 use super::{Kind, ROOT, Staging};
 use crate::error::Result;
+use crate::relpath::RelPath;
 use crate::repo::Repo;
 use crate::snapshot::chunker;
 use crate::snapshot::diff::{self, ChangeKind};
@@ -103,7 +104,7 @@ pub fn against_staging(
     }
     for (tag, path) in changed {
         let old = repo
-            .lookup(version, &path)?
+            .lookup(version, &RelPath::parse(&path)?)?
             .filter(|n| !n.is_dir())
             .map(Side::Node);
         let new = match tag {
@@ -186,8 +187,8 @@ impl StagedView for (&Staging, &Repo) {
         let mut names = path.split(|b| *b == b'/');
         while let Some(name) = names.next() {
             if let Some(tree) = node.tree {
-                let rest: Vec<&[u8]> = std::iter::once(name).chain(names).collect();
-                let found = repo.lookup(&tree, &rest.join(&b'/'))?;
+                let rest = RelPath::from_names(std::iter::once(name).chain(names))?;
+                let found = repo.lookup(&tree, &rest)?;
                 return Ok(found.filter(|n| !n.is_dir()).map(Side::Node));
             }
             match st.child(node.id, name)? {

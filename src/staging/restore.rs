@@ -5,30 +5,17 @@
 
 use super::{Kind, ROOT, Staging};
 use crate::error::{Error, FsError, Result};
-use crate::limits;
+use crate::relpath::RelPath;
 use crate::repo::Repo;
 use crate::snapshot::Node;
 use crate::snapshot::diff::TreeSource;
 use crate::store::pack::BlobRef;
 use rusqlite::params;
 
-/// A path as the user gave it (`data/x.csv`, `./data/`, `/data`): its
-/// names; empty for the whole dataset (`.` or `/`).
+/// A path as the user gave it (`data/x.csv`, `/data/`), parsed as every
+/// path is (`RelPath`): its names; empty for the whole dataset (`/`).
 pub fn path_names(path: &str) -> Result<Vec<Vec<u8>>> {
-    let names: Vec<Vec<u8>> = path
-        .split('/')
-        .filter(|p| !p.is_empty() && *p != ".")
-        .map(|p| p.as_bytes().to_vec())
-        .collect();
-    if names.iter().any(|n| n == b"..") {
-        return Err(Error::InvalidInput(format!(
-            "bad path {path:?}: '..' is not allowed"
-        )));
-    }
-    if names.len() > limits::MAX_DEPTH {
-        return Err(Error::InvalidInput(format!("path {path:?} is too deep")));
-    }
-    Ok(names)
+    Ok(RelPath::parse(path)?.names().map(<[u8]>::to_vec).collect())
 }
 
 impl Staging {
@@ -41,14 +28,14 @@ impl Staging {
         // Every path is looked up first: a bad one changes nothing.
         let mut wanted = Vec::new();
         for names in paths {
-            let path = names.join(&b'/');
+            let path = RelPath::from_names(names)?;
             let node = repo.lookup(source, &path)?;
             if node.is_none() && !names.is_empty() && self.find(repo, names)?.is_none() {
                 return Err(Error::fs(
                     FsError::NotFound,
                     format!(
                         "{} is neither staged nor in that version",
-                        crate::escape::line(&path)
+                        crate::escape::line(path.as_bytes())
                     ),
                 ));
             }
@@ -200,7 +187,7 @@ impl Staging {
                     if let Some(n) = existing {
                         self.delete_subtree(&n)?;
                     }
-                    let at = dirs[..=i].join(&b'/');
+                    let at = RelPath::from_names(&dirs[..=i])?;
                     let (mode, mtime) = match repo.lookup(source, &at)? {
                         Some(Node::Dir { mode, mtime, .. }) => (mode, mtime),
                         _ => (0o755, super::now()),
