@@ -50,6 +50,10 @@ pub enum Error {
         "store {0} is encrypted: give its key file (--key-file, DETAFS_KEY_FILE) or a passphrase (DETAFS_PASSWORD, --password-file)"
     )]
     Locked(String),
+    #[error(
+        "store {url} says it is in the clear (format 1), but {why}: its marker detafs.json was changed; nothing was read or written (put back the marker with \"format\": 2 and its sealing, or ask whoever can write the store)"
+    )]
+    Downgraded { url: String, why: String },
     #[error("the key file or passphrase given does not open store {0}; nothing was changed")]
     WrongKey(String),
     #[error("no dataset named {0:?} (see `detafs dataset list`)")]

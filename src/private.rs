@@ -33,34 +33,35 @@ pub fn create_dir(path: &Path) -> Result<()> {
 }
 
 /// Creates a private folder if missing; an existing one that others can
-/// reach is tightened to 0700 if this user owns it, else reported.
+/// reach is tightened to 0700. One owned by another user is refused: its
+/// owner could plant a symlink where detafs writes.
 pub fn ensure_dir(path: &Path) -> Result<()> {
     create_dir(path)?;
     tighten(path)
 }
 
-/// Tightens an existing folder of this user's to 0700 (see `ensure_dir`).
+/// Tightens an existing folder of this user's to 0700 (see `ensure_dir`);
+/// refuses one another user owns.
 pub fn tighten(path: &Path) -> Result<()> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path.display(), e))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(Error::InvalidInput(format!(
+            "{} is owned by uid {}, not by this user (uid {me}): detafs keeps private data in it and will not use another user's folder; remove it or choose another (DETAFS_CACHE, DETAFS_STAGING)",
+            path.display(),
+            meta.uid()
+        )));
+    }
     if meta.mode() & 0o077 == 0 {
         return Ok(());
     }
-    // SAFETY: geteuid has no preconditions.
-    if meta.uid() == unsafe { libc::geteuid() } {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| Error::io(path.display(), e))
-    } else {
-        tracing::warn!(
-            "{} is readable by other users (mode {:o}, owned by uid {}); detafs keeps private data in it",
-            path.display(),
-            meta.mode() & 0o777,
-            meta.uid()
-        );
-        Ok(())
-    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| Error::io(path.display(), e))
 }
 
-/// Creates (or truncates) a private file, 0600.
+/// Creates (or truncates) a private file, 0600. A symlink planted in its
+/// place is refused, never followed.
 pub fn create_file(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
@@ -69,15 +70,18 @@ pub fn create_file(path: &Path) -> std::io::Result<std::fs::File> {
         .create(true)
         .truncate(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
 }
 
-/// Opens a private file (0600 when made) for appending.
+/// Opens a private file (0600 when made) for appending, as `create_file`
+/// without following a symlink.
 pub fn append_file(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
 }

@@ -88,6 +88,51 @@ pub fn open_master(store: &Store, opts: &Options) -> Result<crate::store::seal::
     }
 }
 
+/// Where this host notes that it opened a store sealed.
+const SEEN_SEALED: &str = "sealed";
+
+/// A store's format only goes up: a marker that says format 1 (in the
+/// clear) is believed only when nothing says the store was sealed: no key
+/// slot in the store, no key file for it given or on this host, and this
+/// host never opened it sealed. Anyone who can write the store can change
+/// its marker, and a key holder must never be led to write in the clear.
+fn check_format(store: &Store, codec: &Codec, opts: &Options, dir: &std::path::Path) -> Result<()> {
+    let seen = dir.join(SEEN_SEALED);
+    if codec.is_sealed() {
+        if !seen.exists() {
+            use std::io::Write;
+            crate::private::create_file(&seen)
+                .and_then(|mut f| f.write_all(b"format 2\n"))
+                .map_err(|e| Error::io(seen.display(), e))?;
+        }
+        return Ok(());
+    }
+    let store_id = store.info()?.store_id;
+    let key_file = opts
+        .key_file
+        .clone()
+        .unwrap_or_else(|| crate::store::slots::default_key_file(&store_id));
+    let why = if seen.exists() {
+        Some("this host opened it encrypted before".to_string())
+    } else if crate::store::slots::KeyFile::read(&key_file).is_ok_and(|k| k.store_id == store_id) {
+        Some(format!(
+            "key file {} is one of its keys",
+            key_file.display()
+        ))
+    } else if !store.slots()?.is_empty() {
+        Some("it holds key slots".to_string())
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(Error::Downgraded {
+            url: store.url().to_string(),
+            why,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Files of a store's local state that `reindex` rebuilds: nothing else in
 /// that folder is ever deleted.
 /// Entries of trees kept in memory (about 150 bytes each, with a file's
@@ -187,6 +232,11 @@ impl Repo {
 
     /// A repo over an already opened store (`opts.store` is not used).
     pub fn with_store(store: Store, opts: &Options) -> Result<Repo> {
+        let state_key = state_key(&store)?;
+        let root = opts.cache_dir.clone().unwrap_or_else(default_cache);
+        crate::private::ensure_dir(&root)?;
+        let dir = root.join(&state_key);
+        crate::private::ensure_dir(&dir)?;
         let codec = match store.codec() {
             Err(Error::Locked(_)) => {
                 store.unlock(&open_master(&store, opts)?)?;
@@ -194,11 +244,7 @@ impl Repo {
             }
             other => other?,
         };
-        let state_key = state_key(&store)?;
-        let root = opts.cache_dir.clone().unwrap_or_else(default_cache);
-        crate::private::ensure_dir(&root)?;
-        let dir = root.join(&state_key);
-        crate::private::ensure_dir(&dir)?;
+        check_format(&store, &codec, opts, &dir)?;
         let index = Arc::new(Index::open(&dir.join("index.sqlite"))?);
         let disk = DiskCache::open(dir.join("blobs"), opts.cache_size, index.clone())?;
         Ok(Repo {

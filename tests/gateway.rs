@@ -999,3 +999,129 @@ fn sixty_four_clients_at_once_are_all_answered() {
         }
     }
 }
+
+/// A store with `raw/pii/secret.csv` denied to reading by `key:analyst`
+/// (allowed the rest), served; (env, gateway, the analyst's key).
+fn pii_denied() -> (Env, Gateway, String) {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("raw/pii")).unwrap();
+    std::fs::write(src.join("raw/pii/secret.csv"), "ssn\n123\n").unwrap();
+    std::fs::write(src.join("raw/ok.csv"), "a\n1\n").unwrap();
+    env.commit(&src, "v1");
+    env.ok(&["tag", "ds", "v1", "pub"]);
+    let analyst = key(&env, "analyst", "read,commit");
+    set_policy_and_wait(
+        &env,
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: read, effect: allow, principals: [\"key:analyst\"], actions: [\"dataset:*\"], resources: [\"datasets/ds\"]}\n  - {name: no_pii, effect: deny, principals: [\"key:analyst\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/raw/pii/*\"]}\n",
+    );
+    let g = serve(&env);
+    (env, g, analyst)
+}
+
+/// `curl --path-as-is` (no client-side clean-up of `.` and `..`).
+fn get_as_is(g: &Gateway, k: &str, rest: &str) -> (u16, Vec<u8>) {
+    curl(&[
+        "--path-as-is",
+        &format!("{}/datasets/ds/versions/{rest}", g.url),
+        "-H",
+        &bearer(k),
+    ])
+}
+
+#[test]
+fn a_path_has_one_spelling_for_lookup_and_policy() {
+    let (_env, g, analyst) = pii_denied();
+    // The denied file answers as a missing one does, by either name of
+    // its version, and its folder is neither listed nor found.
+    let missing = get_as_is(&g, &analyst, "v1/files/raw/pii/none.csv");
+    assert_eq!(missing.0, 404);
+    for v in ["v1", "pub", "latest"] {
+        let (s, b) = get_as_is(&g, &analyst, &format!("{v}/files/raw/pii/secret.csv"));
+        assert_eq!(s, 404, "{}", String::from_utf8_lossy(&b));
+        assert_eq!(
+            json_of(&b)["error"]["code"],
+            json_of(&missing.1)["error"]["code"]
+        );
+        assert_eq!(
+            get_as_is(&g, &analyst, &format!("{v}/files/raw/pii")).0,
+            404
+        );
+    }
+    let (s, b) = get_as_is(&g, &analyst, "v1/files/raw");
+    assert_eq!(s, 200);
+    let names: Vec<Value> = json_of(&b)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("ok.csv")]);
+    // Spellings a lookup could reinterpret are refused, never served.
+    for rest in [
+        "v1/files/raw/./pii/secret.csv",
+        "v1/files/./raw/pii/secret.csv",
+        "v1/files/raw/%2e/pii/secret.csv",
+        "v1/files/raw/%2E/pii/secret.csv",
+        "v1/files/raw//pii/secret.csv",
+        "v1/files/raw/pii/../pii/secret.csv",
+        "v1/files/raw/x/%2e%2e/pii/secret.csv",
+        "pub/files/raw/./pii/secret.csv",
+        "v1/files/raw/./pii",
+        "v1/files/raw/./pii/",
+    ] {
+        let (s, b) = get_as_is(&g, &analyst, rest);
+        assert!(
+            s == 400 || s == 404,
+            "{rest}: {s} {}",
+            String::from_utf8_lossy(&b)
+        );
+        assert!(!String::from_utf8_lossy(&b).contains("123"), "{rest}");
+    }
+    // What the caller may see is served by its one spelling.
+    let (s, b) = get_as_is(&g, &analyst, "v1/files/raw/ok.csv");
+    assert_eq!((s, b), (200, b"a\n1\n".to_vec()));
+}
+
+/// For any spelling of a path, the answer is the one its canonical path
+/// gets: a denied file's bytes never come back under any spelling, and
+/// only a spelling that is its own canonical path is served.
+#[test]
+fn any_spelling_gets_what_its_canonical_path_gets() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let (_env, g, analyst) = pii_denied();
+    let part = prop_oneof![
+        Just("raw"),
+        Just("pii"),
+        Just("secret.csv"),
+        Just("ok.csv"),
+        Just("."),
+        Just(".."),
+        Just(""),
+        Just("%2e"),
+        Just("%2E%2e"),
+        Just("%2F"),
+    ];
+    let mut runner = TestRunner::new(Config::with_cases(64));
+    runner
+        .run(&prop::collection::vec(part, 1..7), |parts| {
+            let spelled = parts.join("/");
+            let (s, b) = get_as_is(&g, &analyst, &format!("v1/files/{spelled}"));
+            let body = String::from_utf8_lossy(&b);
+            prop_assert!(!body.contains("123"), "{spelled}: {s} {body}");
+            if s == 200 {
+                // A listing never names what is hidden.
+                prop_assert!(!body.contains("pii"), "{spelled}: {s} {body}");
+                let decoded = spelled.replace("%2F", "/").to_ascii_lowercase();
+                prop_assert!(
+                    !decoded
+                        .split('/')
+                        .any(|p| matches!(p, "." | ".." | "%2e" | "%2e%2e")),
+                    "{spelled}: {s} {body}"
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+}

@@ -108,6 +108,7 @@ pub fn errno(e: &Error) -> Errno {
         | Error::NotAStore(_)
         | Error::Locked(_)
         | Error::WrongKey(_)
+        | Error::Downgraded { .. }
         | Error::FormatTooNew { .. }
         | Error::DatasetExists(_)
         | Error::UnsafeStore { .. }

@@ -812,7 +812,15 @@ fn local(path: &str, create: bool) -> Result<(LocalFileSystem, String)> {
         }
         crate::private::create_dir(p)?;
     }
-    crate::private::tighten(p)?;
+    // A store folder may be shared with other users (the policy decides
+    // what they read through a daemon): only this user's own is tightened.
+    if std::fs::metadata(p).is_ok_and(|m| {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions.
+        m.uid() == unsafe { libc::geteuid() }
+    }) {
+        crate::private::tighten(p)?;
+    }
     let canonical = std::fs::canonicalize(p).map_err(|e| Error::io(path, e))?;
     let fs = LocalFileSystem::new_with_prefix(&canonical)
         .map(|fs| fs.with_fsync(true).with_automatic_cleanup(true))
