@@ -356,3 +356,49 @@ fn a_format_1_store_of_the_previous_release_reads_writes_and_verifies() {
     assert_eq!(code, 1);
     assert!(err.contains("not encrypted"), "{err}");
 }
+
+/// A store's format only goes up: a marker edited to say format 1 (which
+/// anyone who can write the store can do) never makes a key holder read
+/// or write in the clear, on this host or a fresh one.
+#[test]
+fn a_store_whose_marker_was_downgraded_is_refused_and_nothing_is_written() {
+    let env = Env::new_local();
+    let src = env.path("src");
+    common::sample_tree(&src, 3);
+    env.commit(&src, "v1");
+    let mut marker: serde_json::Value =
+        serde_json::from_slice(&env.objects.read("detafs.json")).unwrap();
+    assert_eq!(marker["format"], 2);
+    marker["format"] = 1.into();
+    marker.as_object_mut().unwrap().remove("sealing");
+    env.objects
+        .write("detafs.json", serde_json::to_vec(&marker).unwrap());
+    let before = env.objects.list("");
+    let refused = |e: &Env, what: &str| {
+        for args in [
+            &["dataset", "create", "x"][..],
+            &["commit", "ds", "--from", src.to_str().unwrap(), "-m", "m"],
+            &["log", "ds"],
+        ] {
+            let (code, err) = e.fails(args);
+            assert_eq!(code, 1, "{what}: {args:?}");
+            assert!(err.contains("format 1"), "{what}: {err}");
+        }
+    };
+    // This host opened it sealed before.
+    refused(&env, "same host");
+    // A fresh host with the key file: the key file names the store.
+    refused(&env.other_host(), "fresh host with the key");
+    // A fresh host without any key: the store still holds key slots.
+    let bare = env.other_host();
+    let out = bare
+        .command()
+        .env("DETAFS_KEY_FILE", bare.path("none.key"))
+        .args(["dataset", "create", "x"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("key slots"), "{err}");
+    assert_eq!(env.objects.list(""), before, "nothing was written");
+}

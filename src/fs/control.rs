@@ -4,7 +4,7 @@
 use super::{Attr, DirEntry, FileKind, Handle, MountFs, Opened, lock};
 use crate::error::{Error, FsError, Result};
 use crate::snapshot::Record;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const COMMIT: u64 = 5;
@@ -187,6 +187,7 @@ pub(super) fn open(
                 fh: fs.add_handle(Handle::Text(Arc::new(j.log()))),
                 keep_cache: false,
                 direct_io: true,
+                flush: false,
             });
         }
         Some(_) => {}
@@ -200,7 +201,14 @@ pub(super) fn open(
     }
     let handle = match (ino, writing) {
         (COMMIT, true) => Handle::Commit(Arc::default()),
-        (RESTORE | CHECKOUT, true) => Handle::Order(ino),
+        (RESTORE | CHECKOUT, true) => {
+            return Ok(Opened {
+                fh: fs.add_handle(Handle::Order(ino, Arc::default())),
+                keep_cache: false,
+                direct_io: true,
+                flush: true,
+            });
+        }
         (RESTORE | CHECKOUT, false) => Handle::Text(Arc::default()),
         (_, true) => {
             return Err(Error::fs(
@@ -214,6 +222,7 @@ pub(super) fn open(
         fh: fs.add_handle(handle),
         keep_cache: false,
         direct_io: true,
+        flush: false,
     })
 }
 
@@ -232,10 +241,36 @@ pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32) -> Result<Record> {
     }
 }
 
-/// A write to `.detafs/restore` (paths, one per line; `.` for all) or
+/// Most bytes a restore or checkout request may hold.
+const MAX_ORDER: usize = 1 << 20;
+
+/// A write to `.detafs/restore` or `.detafs/checkout`: kept with what was
+/// written before through the same handle; nothing acts until it closes.
+pub(super) fn write_order(text: &Mutex<Vec<u8>>, data: &[u8]) -> Result<usize> {
+    let mut text = lock(text);
+    if text.len() + data.len() > MAX_ORDER {
+        return Err(Error::InvalidInput(format!(
+            "a restore or checkout request holds at most {MAX_ORDER} bytes"
+        )));
+    }
+    text.extend_from_slice(data);
+    Ok(data.len())
+}
+
+/// The request written through a handle since it last acted, acted on
+/// once (at its close): an invalid one changes nothing.
+pub(super) fn take_order(fs: &MountFs, ino: u64, text: &Mutex<Vec<u8>>) -> Result<()> {
+    let data = std::mem::take(&mut *lock(text));
+    match data.is_empty() {
+        true => Ok(()),
+        false => order(fs, ino, &data),
+    }
+}
+
+/// A request to `.detafs/restore` (paths, one per line; `.` for all) or
 /// `.detafs/checkout` (a version, then paths; none for all): those paths of
 /// staging become as in the base version, or in that version.
-pub(super) fn order(fs: &MountFs, ino: u64, data: &[u8]) -> Result<()> {
+fn order(fs: &MountFs, ino: u64, data: &[u8]) -> Result<()> {
     let text =
         std::str::from_utf8(data).map_err(|_| Error::InvalidInput("paths must be UTF-8".into()))?;
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());

@@ -58,6 +58,7 @@ impl MountFs {
             fh: self.add_handle(Handle::Dir(listing)),
             keep_cache,
             direct_io: false,
+            flush: false,
         })
     }
 

@@ -129,6 +129,9 @@ pub struct Opened {
     pub keep_cache: bool,
     /// Generated on open (control files): bypass the page cache.
     pub direct_io: bool,
+    /// Acts on what was written at close (`flush`): the kernel must send
+    /// FLUSH for it.
+    pub flush: bool,
 }
 
 /// A directory listing with attributes, `.` and `..` first.
@@ -148,8 +151,9 @@ enum Handle {
     /// `.detafs/commit` open for writing: what the last write committed
     /// (its log entry), readable on the same handle; None until written.
     Commit(Arc<Mutex<Option<Vec<u8>>>>),
-    /// `.detafs/restore` or `.detafs/checkout` open for writing (its inode).
-    Order(u64),
+    /// `.detafs/restore` or `.detafs/checkout` open for writing (its
+    /// inode), and what was written through it since it last acted.
+    Order(u64, Arc<Mutex<Vec<u8>>>),
 }
 
 pub struct MountOptions {
@@ -639,16 +643,35 @@ impl MountFs {
     /// once before it writes, through the copy it made.)
     pub fn release(&self, fh: u64) {
         let handle = lock(&self.handles).remove(&fh);
-        if let Some(Handle::Commit(c)) = handle
-            && lock(&c).is_none()
-        {
-            let _: Result<()> = control::failed(
-                self,
-                Error::InvalidInput(
-                    "empty commit message: nothing was committed (echo MESSAGE > .detafs/commit)"
-                        .into(),
-                ),
-            );
+        match handle {
+            Some(Handle::Commit(c)) if lock(&c).is_none() => {
+                let _: Result<()> = control::failed(
+                    self,
+                    Error::InvalidInput(
+                        "empty commit message: nothing was committed (echo MESSAGE > .detafs/commit)"
+                            .into(),
+                    ),
+                );
+            }
+            // Written but never flushed (the kernel flushes at each close):
+            // acted on now, an error said in last-error.
+            Some(Handle::Order(ino, text)) => {
+                let _ = control::take_order(self, ino, &text);
+            }
+            _ => {}
+        }
+    }
+
+    /// A close of a handle: a restore or checkout acts on the whole text
+    /// written through it since it last acted, once.
+    pub fn flush(&self, fh: u64) -> Result<()> {
+        let order = match lock(&self.handles).get(&fh) {
+            Some(Handle::Order(ino, text)) => Some((*ino, text.clone())),
+            _ => None,
+        };
+        match order {
+            Some((ino, text)) => control::take_order(self, ino, &text),
+            None => Ok(()),
         }
     }
 
@@ -667,7 +690,7 @@ impl MountFs {
             },
             Some(Handle::Text(t)) => Handle::Text(t.clone()),
             Some(Handle::Commit(c)) => Handle::Text(Arc::new(lock(c).clone().unwrap_or_default())),
-            Some(Handle::Order(_)) => return Ok(vec![]),
+            Some(Handle::Order(..)) => return Ok(vec![]),
             None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
         };
         match h {
@@ -678,7 +701,7 @@ impl MountFs {
                 let end = (start + size as usize).min(t.len());
                 Ok(t[start..end].to_vec())
             }
-            Handle::Commit(_) | Handle::Order(_) | Handle::Dir(_) => Ok(vec![]),
+            Handle::Commit(_) | Handle::Order(..) | Handle::Dir(_) => Ok(vec![]),
         }
     }
 

@@ -377,6 +377,7 @@ impl MountFs {
                 fh,
                 keep_cache: false,
                 direct_io: false,
+                flush: false,
             });
         }
         let path = st.copy_up(&self.repo, id, !truncate)?;
@@ -396,6 +397,7 @@ impl MountFs {
             fh,
             keep_cache: false,
             direct_io: false,
+            flush: false,
         })
     }
 
@@ -439,7 +441,7 @@ impl MountFs {
         enum Target {
             Upper(Arc<File>, u64),
             Commit(Arc<Mutex<Option<Vec<u8>>>>),
-            Order(u64),
+            Order(Arc<Mutex<Vec<u8>>>),
         }
         // The handles' lock is let go before the write (or the commit) runs:
         // those take staging's lock, under which the handles' is taken.
@@ -450,7 +452,7 @@ impl MountFs {
                 writable: true,
             }) => Target::Upper(file.clone(), *node),
             Some(Handle::Commit(c)) => Target::Commit(c.clone()),
-            Some(Handle::Order(ino)) => Target::Order(*ino),
+            Some(Handle::Order(_, text)) => Target::Order(text.clone()),
             Some(_) => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
             // A file the kernel opened without asking: this mount is read-only.
             None if self.opens_skipped() => return Err(read_only()),
@@ -459,7 +461,7 @@ impl MountFs {
         let (file, node) = match target {
             Target::Upper(file, node) => (file, node),
             Target::Commit(c) => return self.commit_write(c, data, uid),
-            Target::Order(ino) => return control::order(self, ino, data).map(|_| data.len()),
+            Target::Order(text) => return control::write_order(&text, data),
         };
         let _writing = self.writes.begin(node, offset);
         file.write_all_at(data, offset)

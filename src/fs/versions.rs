@@ -142,6 +142,7 @@ impl MountFs {
             fh,
             keep_cache: true,
             direct_io: false,
+            flush: false,
         })
     }
 

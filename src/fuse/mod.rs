@@ -330,8 +330,12 @@ fn fill_dir_plus(
 
 fn open_flags(o: &crate::fs::Opened) -> FopenFlags {
     let (keep_cache, direct_io) = (o.keep_cache, o.direct_io);
-    // A close costs no FLUSH round trip: nothing is buffered here.
-    let mut f = FopenFlags::FOPEN_NOFLUSH;
+    // A close costs no FLUSH round trip, but where a handle acts at close
+    // (a restore or checkout request).
+    let mut f = match o.flush {
+        true => FopenFlags::empty(),
+        false => FopenFlags::FOPEN_NOFLUSH,
+    };
     if keep_cache {
         f |= FopenFlags::FOPEN_KEEP_CACHE;
     }
@@ -621,14 +625,17 @@ impl Filesystem for Fuse {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Writes are written through, so a close has nothing to flush (and
-        // opens say FOPEN_NOFLUSH): ENOSYS, should one come, and the kernel
-        // stops sending FLUSH.
-        reply.error(Errno::ENOSYS);
+        // Only handles that act at close are opened without FOPEN_NOFLUSH;
+        // where the kernel opens files itself (no handle, no flag), ENOSYS
+        // stops it sending FLUSH at all.
+        if self.fs.opens_skipped() {
+            return reply.error(Errno::ENOSYS);
+        }
+        self.spawn(move |fs| empty(reply, fs.flush(fh.0), "flush"));
     }
 
     fn release(
