@@ -1325,3 +1325,63 @@ fn a_checkout_killed_before_it_lands_changes_nothing() {
     env.ok(&["checkout", "ds", "v1"]);
     assert_eq!(status(&env), ["M a.csv", "D c.csv", "A d/b.csv"]);
 }
+
+/// A control file acts on its whole text, once: `printf 'v1\npath\n'` is
+/// two writes from bash's builtin, and the request is both, taken when the
+/// handle closes; staged work elsewhere stays. An invalid request changes
+/// nothing.
+#[test]
+fn a_checkout_written_in_pieces_acts_once_on_the_whole_request() {
+    use std::io::Write;
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    let st = |p: &str| m.path(&format!("staging/{p}"));
+    std::fs::write(st("never-committed.txt"), "work").unwrap();
+    std::fs::write(st("c.csv"), "staged").unwrap();
+    // Two writes through one handle, as bash's printf makes them.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.path(".detafs/checkout"))
+        .unwrap();
+    f.write_all(b"v1\n").unwrap();
+    f.write_all(b"d/b.csv\n").unwrap();
+    // Nothing acted before the close (no process is started meanwhile:
+    // the close of a copy of the descriptor, at its exec, is a close too).
+    assert!(!st("d/b.csv").exists());
+    drop(f);
+    assert_eq!(std::fs::read_to_string(st("d/b.csv")).unwrap(), "2");
+    assert_eq!(
+        std::fs::read_to_string(st("never-committed.txt")).unwrap(),
+        "work"
+    );
+    assert_eq!(std::fs::read_to_string(st("c.csv")).unwrap(), "staged");
+    // The shell's own form, through bash's builtin printf.
+    std::fs::remove_dir_all(st("d")).unwrap();
+    run_ok(Command::new("bash").arg("-c").arg(format!(
+        "printf 'v1\\nd/b.csv\\n' > {}",
+        m.path(".detafs/checkout").display()
+    )));
+    assert_eq!(std::fs::read_to_string(st("d/b.csv")).unwrap(), "2");
+    assert_eq!(
+        std::fs::read_to_string(st("never-committed.txt")).unwrap(),
+        "work"
+    );
+    // An invalid request (a path in neither) fails at close, changes nothing.
+    let before = status(&env);
+    Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "printf 'v1\\nno/such/path\\n' > {}",
+            m.path(".detafs/checkout").display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(status(&env), before);
+    let why = std::fs::read_to_string(m.path(".detafs/last-error")).unwrap();
+    assert!(why.contains("no/such/path"), "{why}");
+    assert_eq!(
+        std::fs::read_to_string(st("never-committed.txt")).unwrap(),
+        "work"
+    );
+}
