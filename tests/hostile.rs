@@ -712,3 +712,37 @@ fn a_crafted_link_group_never_serves_one_name_with_anothers_bytes_nor_nests_the_
     assert_eq!(std::fs::read(shallow.join("a")).unwrap(), b"AAAA");
     assert_eq!(std::fs::read(shallow.join("b")).unwrap(), b"BBBB");
 }
+
+/// gc never follows a symbolic link out of a local store: a `packs/xx`
+/// folder replaced by a link to another folder costs gc an error, and
+/// nothing outside the store is deleted.
+#[test]
+fn gc_never_deletes_through_a_symlink_planted_in_a_local_store() {
+    let env = Env::new_local();
+    let src = env.path("src");
+    sample_tree(&src, 4);
+    env.commit(&src, "v1");
+    let outside = env.path("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    // Named as an unreachable pack of that folder would be.
+    let victim = outside.join(format!("ee{}", "0".repeat(62)));
+    std::fs::write(&victim, "not the store's").unwrap();
+    let packs = Path::new(&env.store).join("packs");
+    let link = packs.join("ee");
+    let _ = std::fs::remove_dir_all(&link);
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let out = env.run(&["gc", "--grace", "0s"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        victim.exists(),
+        "gc deleted {victim:?} outside the store: {err}"
+    );
+    if !out.status.success() {
+        assert!(err.contains("symbolic link"), "{err}");
+    }
+    // The store itself is intact.
+    let other = env.other_host();
+    let out_dir = other.path("out");
+    other.ok(&["export", "ds", "v1", out_dir.to_str().unwrap()]);
+    assert!(fingerprint(&src) == fingerprint(&out_dir));
+}

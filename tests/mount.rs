@@ -1404,3 +1404,49 @@ fn a_file_unlinked_while_open_lives_until_its_last_close() {
         std::fs::read_dir(m.path("versions/v2")).unwrap().count()
     );
 }
+
+/// A rename flag staging does not implement is refused (EINVAL), never
+/// done as a plain rename; RENAME_NOREPLACE is honoured.
+#[test]
+fn a_rename_flag_staging_does_not_implement_is_refused() {
+    use std::ffi::CString;
+    let env = Env::new();
+    let m = env.mount(&[]);
+    let a = m.path("staging/a.txt");
+    let b = m.path("staging/b.txt");
+    std::fs::write(&a, "a").unwrap();
+    std::fs::write(&b, "b").unwrap();
+    let rename = |flags: libc::c_uint| {
+        let (from, to) = (
+            CString::new(a.to_str().unwrap()).unwrap(),
+            CString::new(b.to_str().unwrap()).unwrap(),
+        );
+        // SAFETY: two valid C strings.
+        let r = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                from.as_ptr(),
+                libc::AT_FDCWD,
+                to.as_ptr(),
+                flags,
+            )
+        };
+        (r == 0)
+            .then_some(())
+            .ok_or_else(std::io::Error::last_os_error)
+    };
+    for flags in [libc::RENAME_WHITEOUT, libc::RENAME_EXCHANGE, 1 << 7] {
+        let e = rename(flags).unwrap_err();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::EINVAL),
+            "flags {flags:#x}: {e}"
+        );
+        assert_eq!(std::fs::read_to_string(&a).unwrap(), "a");
+        assert_eq!(std::fs::read_to_string(&b).unwrap(), "b");
+    }
+    let e = rename(libc::RENAME_NOREPLACE).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+    rename(0).unwrap();
+    assert_eq!(std::fs::read_to_string(&b).unwrap(), "a");
+}

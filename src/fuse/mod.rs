@@ -532,7 +532,10 @@ impl Filesystem for Fuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+        // RENAME_NOREPLACE is the only flag staging implements; any other
+        // (EXCHANGE, WHITEOUT, one not known yet) is refused, never done as
+        // a plain rename.
+        if flags.bits() & !RenameFlags::RENAME_NOREPLACE.bits() != 0 {
             reply.error(Errno::from_i32(libc::EINVAL));
             return;
         }

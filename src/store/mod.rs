@@ -668,6 +668,7 @@ impl Store {
     }
 
     pub fn delete(&self, key: &str) -> Result<()> {
+        self.check_local_folders(key)?;
         let path = Path::from(key);
         match self
             .rt
@@ -680,6 +681,32 @@ impl Store {
 }
 
 impl Store {
+    /// In a local folder store, refuses a key whose folders include a
+    /// symbolic link: whoever can write the folder could plant one, and a
+    /// delete (gc's) would then act outside the store.
+    fn check_local_folders(&self, key: &str) -> Result<()> {
+        let Some(root) = self.location.strip_prefix("file://") else {
+            return Ok(());
+        };
+        let mut at = std::path::PathBuf::from(root);
+        let folders = key.rsplit_once('/').map_or("", |(dirs, _)| dirs);
+        for part in folders.split('/').filter(|p| !p.is_empty()) {
+            at.push(part);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Err(Error::InvalidInput(format!(
+                        "{} is a symbolic link inside the local store; detafs never deletes through one (remove the link)",
+                        at.display()
+                    )));
+                }
+                Ok(_) => {}
+                // Missing: there is nothing to delete.
+                Err(_) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
     /// Runs one store operation under this store's retry policy.
     async fn call<T, F>(&self, key: &str, op: impl FnMut() -> F) -> object_store::Result<T>
     where
