@@ -403,8 +403,15 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
     let (s, b) = post(&token(&k1, "k1", claims("ci-pipeline", "read commit")));
     assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
     assert_eq!(json_of(&b)["author"], "token:ci-pipeline");
-    // ES256 as well.
+    // ES256 as well. (A delta reads the file it changes: it takes the read
+    // scope too; a commit-only token is refused before anything is read.)
     let (s, b) = post(&es256_token(&e1, "e1", claims("ec-pipeline", "commit")));
+    assert_eq!(s, 403, "{}", String::from_utf8_lossy(&b));
+    let (s, b) = post(&es256_token(
+        &e1,
+        "e1",
+        claims("ec-pipeline", "read commit"),
+    ));
     assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
     assert_eq!(json_of(&b)["author"], "token:ec-pipeline");
     // Only read: 403.
@@ -472,7 +479,8 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
     );
     let mut team = claims("someone", "commit");
     team["team"] = json!("data");
-    let body2 = json!({"delta": {"added": ["t"]}, "commit_message": "team"}).to_string();
+    // (Files: a delta would read its table, which this policy does not allow.)
+    let body2 = json!({"files": {"t.txt": "dA=="}, "commit_message": "team"}).to_string();
     let (s, b) = curl(&[
         "-X",
         "POST",
@@ -1124,4 +1132,83 @@ fn any_spelling_gets_what_its_canonical_path_gets() {
             Ok(())
         })
         .unwrap();
+}
+
+/// A commit reaches nothing its caller may not see: a hidden version as
+/// `parent` (by number or tag), a hidden path to delete; a delta, which
+/// reads its table, takes `dataset:read` there, decided before the table
+/// is looked up (no answer tells whether a row is in it).
+#[test]
+fn a_commit_reaches_nothing_its_caller_may_not_see() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("raw/pii")).unwrap();
+    std::fs::write(src.join("raw/pii/secret.csv"), "ssn\n123\n").unwrap();
+    std::fs::write(src.join("data.jsonl"), "\"row1\"\n").unwrap();
+    env.commit(&src, "v1");
+    std::fs::write(src.join("data.jsonl"), "\"row1\"\n\"row2\"\n").unwrap();
+    env.commit(&src, "v2");
+    env.ok(&["tag", "ds", "v2", "hidden-tag"]);
+    std::fs::write(src.join("more.txt"), "m").unwrap();
+    env.commit(&src, "v3");
+    let analyst = key(&env, "analyst", "read,commit");
+    let committer = key(&env, "committer", "commit");
+    set_policy_and_wait(
+        &env,
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: use, effect: allow, principals: [\"key:analyst\", \"key:committer\"], actions: [\"dataset:*\"], resources: [\"datasets/ds\"]}\n  - {name: not_v2, effect: deny, principals: [\"key:analyst\"], actions: [\"dataset:versions\"], resources: [\"datasets/ds/versions/v2\"]}\n  - {name: no_pii, effect: deny, principals: [\"key:analyst\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/raw/pii/*\"]}\n",
+    );
+    let g = serve(&env);
+    let url = format!("{}/datasets/ds/commit", g.url);
+    let commit = |k: &str, body: Value| post_json(&url, k, &body.to_string());
+    // A hidden version as parent, by tag or number, is as a missing one.
+    let missing = commit(
+        &analyst,
+        json!({"commit_message": "m", "parent": "v99", "files": {"x": "eA=="}}),
+    );
+    assert_eq!(missing.0, 404);
+    for parent in ["hidden-tag", "v2", "2", "latest~1"] {
+        let (s, b) = commit(
+            &analyst,
+            json!({"commit_message": "m", "parent": parent, "delta": {"added": ["r"]}}),
+        );
+        assert_eq!(s, 404, "{parent}: {}", String::from_utf8_lossy(&b));
+        assert_eq!(
+            json_of(&b)["error"]["code"],
+            json_of(&missing.1)["error"]["code"]
+        );
+    }
+    // A commit-only key's delta is refused before the table is read:
+    // the same answer whether the row it removes is there or not.
+    let present = commit(
+        &committer,
+        json!({"commit_message": "m", "delta": {"removed": ["row1"]}}),
+    );
+    let absent = commit(
+        &committer,
+        json!({"commit_message": "m", "delta": {"removed": ["nope"]}}),
+    );
+    assert_eq!(present.0, 403, "{}", String::from_utf8_lossy(&present.1));
+    assert_eq!(present, absent);
+    // A hidden path is not there to delete; nothing was committed.
+    let none = commit(
+        &analyst,
+        json!({"commit_message": "m", "delete": ["raw/pii/none.csv"]}),
+    );
+    let hidden = commit(
+        &analyst,
+        json!({"commit_message": "m", "delete": ["raw/pii/secret.csv"]}),
+    );
+    assert_eq!(none.0, 404);
+    assert_eq!(hidden.0, 404, "{}", String::from_utf8_lossy(&hidden.1));
+    assert_eq!(
+        json_of(&hidden.1)["error"]["code"],
+        json_of(&none.1)["error"]["code"]
+    );
+    assert_eq!(env.log().len(), 3, "nothing was committed");
+    // What the caller may see still commits.
+    let (s, b) = commit(
+        &analyst,
+        json!({"commit_message": "m", "delta": {"removed": ["row1"]}}),
+    );
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
 }
