@@ -703,3 +703,73 @@ fn a_policy_set_after_a_read_only_mount_started_shuts_it_until_it_is_mounted_aga
     let health = std::fs::read(m.path(".detafs/health")).unwrap();
     assert!(String::from_utf8_lossy(&health).contains("\"opens_skipped\": false"));
 }
+
+/// What a caller may not see does not exist for it through the control
+/// files either: a user who may commit but not see v1 cannot put v1 (or a
+/// denied path of another version) into staging with `.detafs/checkout`,
+/// and `.detafs/health` counts only the versions the caller may see.
+#[test]
+fn checkout_and_health_reach_no_version_or_path_the_caller_may_not_see() {
+    let env = Env::new();
+    three_versions(&env);
+    run_ok(Command::new("chmod").arg("755").arg(env.dir.path()));
+    set_policy(
+        &env,
+        concat!(
+            admins!(),
+            r#"  - name: writers
+    effect: allow
+    principals: ["user:2002"]
+    actions: ["dataset:versions", "dataset:read", "dataset:commit"]
+    resources: ["datasets/ds", "datasets/ds/versions/*"]
+  - name: not_v1
+    effect: deny
+    principals: ["user:2002"]
+    actions: ["dataset:versions"]
+    resources: ["datasets/ds/versions/v1"]
+  - name: no_private
+    effect: deny
+    principals: ["user:2002"]
+    actions: ["dataset:read"]
+    resources: ["datasets/ds/versions/*/files/private/*"]
+"#
+        ),
+    );
+    let m = env.mount(&["--allow-other"]);
+    let d = m.dir.clone();
+    let staged_top = || std::fs::read_to_string(m.path("staging/top.txt")).unwrap();
+    assert_eq!(staged_top(), "top 3\n");
+    for request in ["v1", "1", "latest~2", "v1\\ntop.txt"] {
+        tried(
+            WRITER,
+            &d,
+            &format!("printf '{request}\\n' > .detafs/checkout"),
+        );
+        assert_eq!(staged_top(), "top 3\n", "{request} reached v1");
+    }
+    // A version it may see, but a path of it that is hidden.
+    tried(
+        WRITER,
+        &d,
+        "printf 'v2\\nprivate/secret.csv\\n' > .detafs/checkout",
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.path("staging/private/secret.csv")).unwrap(),
+        "secret 3\n"
+    );
+    // What it may see, it checks out.
+    let (ok, err) = tried(WRITER, &d, "printf 'v2\\ntop.txt\\n' > .detafs/checkout");
+    assert!(ok, "{err}");
+    assert_eq!(staged_top(), "top 2\n");
+    // Health counts the versions each caller may see.
+    let versions = |who| {
+        let text = seen(who, &d, "cat .detafs/health");
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()["versions"].clone()
+    };
+    assert_eq!(versions(WRITER), 2);
+    let root = std::fs::read_to_string(m.path(".detafs/health")).unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&root).unwrap()["versions"],
+        3
+    );
+}

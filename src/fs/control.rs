@@ -74,8 +74,9 @@ pub(super) fn lookup(fs: &MountFs, name: &[u8]) -> Result<Attr> {
 pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
     let size = match ino {
         COMMIT | RESTORE | CHECKOUT => 0,
-        // Its size would tell how many versions there are, seen or not.
-        LOG if fs.gated() => 0,
+        // Their size would tell how many versions there are, seen or not:
+        // each caller's content is made at its open.
+        LOG | HEALTH if fs.gated() => 0,
         _ => fresh_text(fs, ino)?.len() as u64,
     };
     // Where the kernel keeps control files' pages (`unopened.rs`), it drops
@@ -153,7 +154,7 @@ fn content(fs: &MountFs, ino: u64) -> Result<Vec<u8>> {
     Ok(match ino {
         STATUS => status(fs)?,
         LOG => log(fs),
-        HEALTH => health(fs),
+        HEALTH => health(fs, None),
         LAST_ERROR => lock(&fs.last_error).clone().into_bytes(),
         LAST_COMMIT => lock(&fs.last_commit).clone(),
         PROGRESS => progress(fs),
@@ -166,9 +167,10 @@ pub(super) fn open(
     fs: &MountFs,
     ino: u64,
     writing: bool,
-    uid: u32,
+    caller: &super::Caller,
     judge: Option<&super::Judge>,
 ) -> Result<Opened> {
+    let uid = caller.uid;
     // The kernel checks the modes above (default_permissions); checked here
     // too, so the core holds without it. Under a policy, it decides.
     let staged = matches!(
@@ -182,9 +184,13 @@ pub(super) fn open(
                 format!("the policy does not let you commit to {}", fs.dataset),
             ));
         }
-        Some(j) if ino == LOG && !writing => {
+        Some(j) if matches!(ino, LOG | HEALTH) && !writing => {
+            let text = match ino {
+                LOG => j.log(),
+                _ => health(fs, Some(j)),
+            };
             return Ok(Opened {
-                fh: fs.add_handle(Handle::Text(Arc::new(j.log()))),
+                fh: fs.add_handle(Handle::Text(Arc::new(text))),
                 keep_cache: false,
                 direct_io: true,
                 flush: false,
@@ -203,7 +209,12 @@ pub(super) fn open(
         (COMMIT, true) => Handle::Commit(Arc::default()),
         (RESTORE | CHECKOUT, true) => {
             return Ok(Opened {
-                fh: fs.add_handle(Handle::Order(ino, Arc::default())),
+                // Under a policy, the request is judged as its writer sees.
+                fh: fs.add_handle(Handle::Order(
+                    ino,
+                    Arc::default(),
+                    judge.is_some().then_some(*caller),
+                )),
                 keep_cache: false,
                 direct_io: true,
                 flush: true,
@@ -259,18 +270,23 @@ pub(super) fn write_order(text: &Mutex<Vec<u8>>, data: &[u8]) -> Result<usize> {
 
 /// The request written through a handle since it last acted, acted on
 /// once (at its close): an invalid one changes nothing.
-pub(super) fn take_order(fs: &MountFs, ino: u64, text: &Mutex<Vec<u8>>) -> Result<()> {
+pub(super) fn take_order(
+    fs: &MountFs,
+    ino: u64,
+    text: &Mutex<Vec<u8>>,
+    caller: Option<&super::Caller>,
+) -> Result<()> {
     let data = std::mem::take(&mut *lock(text));
     match data.is_empty() {
         true => Ok(()),
-        false => order(fs, ino, &data),
+        false => order(fs, ino, &data, caller),
     }
 }
 
 /// A request to `.detafs/restore` (paths, one per line; `.` for all) or
 /// `.detafs/checkout` (a version, then paths; none for all): those paths of
 /// staging become as in the base version, or in that version.
-fn order(fs: &MountFs, ino: u64, data: &[u8]) -> Result<()> {
+fn order(fs: &MountFs, ino: u64, data: &[u8], caller: Option<&super::Caller>) -> Result<()> {
     let text =
         std::str::from_utf8(data).map_err(|_| Error::InvalidInput("paths must be UTF-8".into()))?;
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
@@ -289,7 +305,8 @@ fn order(fs: &MountFs, ino: u64, data: &[u8]) -> Result<()> {
         }
         paths.push(".");
     }
-    fs.checkout(version, &paths).or_else(|e| failed(fs, e))
+    fs.checkout(version, &paths, caller)
+        .or_else(|e| failed(fs, e))
 }
 
 /// A commit (or restore) through the mount failed with `e`:
@@ -412,8 +429,19 @@ fn log(fs: &MountFs) -> Vec<u8> {
 
 /// From what the store answered lately (the poll asks it every few
 /// seconds), so reading health never waits on an unreachable store.
-fn health(fs: &MountFs) -> Vec<u8> {
+/// `.detafs/health`; under a policy, as `judge`'s caller sees the dataset
+/// (the versions it may see, counted).
+fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
     let store = fs.repo.store.health();
+    let versions = fs.versions.read().unwrap_or_else(|p| p.into_inner());
+    let seen = match judge {
+        Some(j) => versions
+            .iter()
+            .filter(|r| j.sees_version(r.version))
+            .count(),
+        None => versions.len(),
+    };
+    drop(versions);
     let body = serde_json::json!({
         "status": if store.reachable { "ok" } else { "degraded" },
         "store": fs.repo.store.url(),
@@ -423,7 +451,7 @@ fn health(fs: &MountFs) -> Vec<u8> {
         "store_last_ok_secs_ago": store.last_ok_secs_ago,
         "store_latency_ms": store.latency_ms,
         "dataset": fs.dataset,
-        "versions": fs.versions.read().unwrap_or_else(|p| p.into_inner()).len(),
+        "versions": seen,
         "version_inodes": fs.version_inodes(),
         "cache_bytes": fs.repo.disk.used_bytes(),
         "staging": fs.staging.is_some(),
@@ -431,7 +459,7 @@ fn health(fs: &MountFs) -> Vec<u8> {
         "opens_skipped": fs.opens_skipped(),
         "policy": fs.policy_in_force(),
         // The version staging is built on (what `.detafs/status` compares with).
-        "staging_version": fs.staging.as_ref().and_then(|s| lock(s).base_version().ok()),
+        "staging_version": fs.staging_version_now(),
     });
     let mut v = serde_json::to_vec_pretty(&body).expect("serializable");
     v.push(b'\n');

@@ -503,6 +503,15 @@ impl Judge<'_> {
         access::version_resources(&self.fs.dataset, version, &tags)
     }
 
+    /// Whether `path` of version `version` exists for this caller
+    /// (`Policy::sees_path`; a folder or a file alike).
+    pub fn sees_version_path(&self, version: u64, path: &RelPath) -> bool {
+        let versions = self.version_resources(version);
+        [false, true]
+            .into_iter()
+            .all(|dir| self.policy.sees_path(&self.who, &versions, path, dir))
+    }
+
     pub fn sees_version(&self, version: u64) -> bool {
         self.version_decision(version).allowed
     }

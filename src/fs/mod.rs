@@ -152,8 +152,9 @@ enum Handle {
     /// (its log entry), readable on the same handle; None until written.
     Commit(Arc<Mutex<Option<Vec<u8>>>>),
     /// `.detafs/restore` or `.detafs/checkout` open for writing (its
-    /// inode), and what was written through it since it last acted.
-    Order(u64, Arc<Mutex<Vec<u8>>>),
+    /// inode), what was written through it since it last acted, and under
+    /// a policy who opened it.
+    Order(u64, Arc<Mutex<Vec<u8>>>, Option<Caller>),
 }
 
 pub struct MountOptions {
@@ -168,6 +169,9 @@ pub struct MountFs {
     tags: RwLock<tags::TagTable>,
     inodes: Mutex<VersionInodes>,
     staging: Option<Mutex<Staging>>,
+    /// The version staging was last seen built on, for what must answer
+    /// without waiting on staging's lock (`staging_version_now`).
+    staging_base: AtomicU64,
     /// Writes to staged copies, told to a commit without staging's lock.
     writes: Arc<Writes>,
     /// One commit at a time; others wait their turn.
@@ -204,6 +208,15 @@ pub struct MountFs {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `m`'s guard if no one holds it, without waiting.
+fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
 }
 
 fn name_str(name: &[u8]) -> String {
@@ -271,6 +284,11 @@ impl MountFs {
             tags: RwLock::default(),
             inodes: Mutex::new(VersionInodes::default()),
             writes: staging.as_ref().map(|s| s.writes()).unwrap_or_default(),
+            staging_base: AtomicU64::new(
+                staging
+                    .as_ref()
+                    .map_or(0, |s| s.base_version().unwrap_or(0)),
+            ),
             staging: staging.map(Mutex::new),
             commit_turn: Mutex::new(()),
             handles: Mutex::new(HashMap::new()),
@@ -535,6 +553,17 @@ impl MountFs {
     /// Whether requests about `ino` can be answered from memory alone (no
     /// store, disk or staging lock): then the adapter answers them on the
     /// kernel's request thread, without a thread hop.
+    /// The version staging is built on, without waiting: read from staging
+    /// when its lock is free, else as last read (a commit or a copy-up may
+    /// hold the lock for seconds; what answers from memory must not wait).
+    fn staging_version_now(&self) -> Option<u64> {
+        let st = self.staging.as_ref()?;
+        if let Some(v) = try_lock(st).and_then(|s| s.base_version().ok()) {
+            self.staging_base.store(v, Ordering::Relaxed);
+        }
+        Some(self.staging_base.load(Ordering::Relaxed))
+    }
+
     pub fn answers_from_memory(&self, ino: u64) -> bool {
         // Staging waits on its lock, which a commit holds: never on the
         // kernel's request thread. The root too: its listing and its
@@ -618,7 +647,7 @@ impl MountFs {
         let writing = access != libc::O_RDONLY;
         let judge = self.judge(c);
         if control::is_control(ino) {
-            return control::open(self, ino, writing, c.uid, judge.as_ref());
+            return control::open(self, ino, writing, c, judge.as_ref());
         }
         if is_staging(ino) {
             return self.open_staged(ino & !STAGING_BIT, flags, writing);
@@ -655,8 +684,8 @@ impl MountFs {
             }
             // Written but never flushed (the kernel flushes at each close):
             // acted on now, an error said in last-error.
-            Some(Handle::Order(ino, text)) => {
-                let _ = control::take_order(self, ino, &text);
+            Some(Handle::Order(ino, text, caller)) => {
+                let _ = control::take_order(self, ino, &text, caller.as_ref());
             }
             _ => {}
         }
@@ -666,11 +695,11 @@ impl MountFs {
     /// written through it since it last acted, once.
     pub fn flush(&self, fh: u64) -> Result<()> {
         let order = match lock(&self.handles).get(&fh) {
-            Some(Handle::Order(ino, text)) => Some((*ino, text.clone())),
+            Some(Handle::Order(ino, text, caller)) => Some((*ino, text.clone(), *caller)),
             _ => None,
         };
         match order {
-            Some((ino, text)) => control::take_order(self, ino, &text),
+            Some((ino, text, caller)) => control::take_order(self, ino, &text, caller.as_ref()),
             None => Ok(()),
         }
     }

@@ -403,22 +403,49 @@ impl MountFs {
 
     /// Puts staged `paths` back as the base version (`version` None) or
     /// version `version` has them (`detafs restore`, `detafs checkout`).
-    pub(super) fn checkout(&self, version: Option<&str>, paths: &[&str]) -> Result<()> {
-        let names = paths
+    /// Under a policy, `caller` reaches only versions and paths it may
+    /// see: another is as one that does not exist.
+    pub(super) fn checkout(
+        &self,
+        version: Option<&str>,
+        paths: &[&str],
+        caller: Option<&Caller>,
+    ) -> Result<()> {
+        let parsed = paths
             .iter()
-            .map(|p| staging::path_names(p))
+            .map(|p| staging::asked_path(p))
             .collect::<Result<Vec<_>>>()?;
-        let st = self.staging()?;
+        let names: Vec<Vec<Vec<u8>>> = parsed
+            .iter()
+            .map(|p| p.names().map(<[u8]>::to_vec).collect())
+            .collect();
         let record = match version {
             Some(spec) => self.repo.version(&self.dataset, spec)?,
             None => {
-                let base = st.base_version()?;
+                let base = self.staging()?.base_version()?;
                 self.record(base).ok_or_else(|| {
                     Error::InvalidInput("staging has no version to restore from".into())
                 })?
             }
         };
-        st.checkout(&self.repo, &record.tree, &names)
+        if let Some(j) = caller.and_then(|c| self.judge(c)) {
+            if !j.sees_version(record.version) {
+                return Err(Error::NoVersion {
+                    dataset: self.dataset.clone(),
+                    version: version.unwrap_or("base").to_string(),
+                });
+            }
+            if let Some(hidden) = parsed
+                .iter()
+                .find(|p| !p.is_root() && !j.sees_version_path(record.version, p))
+            {
+                return Err(Error::fs(
+                    FsError::NotFound,
+                    format!("{hidden} is neither staged nor in that version"),
+                ));
+            }
+        }
+        self.staging()?.checkout(&self.repo, &record.tree, &names)
     }
 
     /// A write to `.detafs/commit`: its message committed; the handle then
@@ -452,7 +479,7 @@ impl MountFs {
                 writable: true,
             }) => Target::Upper(file.clone(), *node),
             Some(Handle::Commit(c)) => Target::Commit(c.clone()),
-            Some(Handle::Order(_, text)) => Target::Order(text.clone()),
+            Some(Handle::Order(_, text, _)) => Target::Order(text.clone()),
             Some(_) => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
             // A file the kernel opened without asking: this mount is read-only.
             None if self.opens_skipped() => return Err(read_only()),

@@ -25,7 +25,7 @@ mod sweep;
 mod writes;
 
 pub use freeze::{Frozen, Read};
-pub use restore::path_names;
+pub use restore::{asked_path, path_names};
 pub use row::{COLUMNS, Kind, SCHEMA, SNode, row};
 pub use writes::Writes;
 

@@ -12,10 +12,19 @@ use crate::snapshot::diff::TreeSource;
 use crate::store::pack::BlobRef;
 use rusqlite::params;
 
-/// A path as the user gave it (`data/x.csv`, `/data/`), parsed as every
-/// path is (`RelPath`): its names; empty for the whole dataset (`/`).
+/// A path to restore or check out as the user gave it (`data/x.csv`,
+/// `/data/`), parsed as every path is (`RelPath`); `.` alone, the
+/// documented word for everything, is the root.
+pub fn asked_path(path: &str) -> Result<RelPath> {
+    match path {
+        "." => Ok(RelPath::root()),
+        _ => RelPath::parse(path),
+    }
+}
+
+/// `asked_path`'s names; empty for the whole dataset.
 pub fn path_names(path: &str) -> Result<Vec<Vec<u8>>> {
-    Ok(RelPath::parse(path)?.names().map(<[u8]>::to_vec).collect())
+    Ok(asked_path(path)?.names().map(<[u8]>::to_vec).collect())
 }
 
 impl Staging {
