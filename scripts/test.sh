@@ -10,6 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
+source scripts/test-setup.sh
 # tests/posix.rs runs pjdfstest (the Rust one) against staging.
 if ! command -v pjdfstest >/dev/null; then
   dpkg -s libacl1-dev >/dev/null 2>&1 || {

@@ -1385,3 +1385,40 @@ fn a_checkout_written_in_pieces_acts_once_on_the_whole_request() {
         "work"
     );
 }
+
+/// The CLI and a running mount see one staging: `detafs restore` and
+/// `detafs checkout` act through the mount, and when they return a folder
+/// that stays is there, with the inode it had (a shell or a notebook inside
+/// it goes on working), and a file in it reads its new content at once.
+#[test]
+fn a_folder_that_stays_keeps_its_inode_through_restore_and_checkout() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    let st = |p: &str| m.path(&format!("staging/{p}"));
+    let ino = |p: &str| std::fs::metadata(st(p)).unwrap().ino();
+    std::fs::create_dir_all(st("d/sub")).unwrap();
+    std::fs::write(st("d/sub/x.csv"), "x").unwrap();
+    std::fs::write(st("a.csv"), "changed").unwrap();
+    let (root_d, a) = (ino("d"), ino("a.csv"));
+    env.ok(&["restore", "ds"]);
+    // At once, no wait: the folder that stays is there, the same inode.
+    assert_eq!(ino("d"), root_d);
+    assert_eq!(ino("a.csv"), a);
+    assert_eq!(std::fs::read_to_string(st("a.csv")).unwrap(), "11");
+    assert!(!st("d/sub").exists());
+    assert_eq!(status(&env), Vec::<String>::new());
+    // Checkout of v1: d stays (it holds b.csv again), a.csv stays.
+    env.ok(&["checkout", "ds", "v1"]);
+    assert_eq!(ino("d"), root_d);
+    assert_eq!(ino("a.csv"), a);
+    assert_eq!(std::fs::read_to_string(st("d/b.csv")).unwrap(), "2");
+    assert_eq!(std::fs::read_to_string(st("a.csv")).unwrap(), "1");
+    assert_eq!(status(&env), ["M a.csv", "D c.csv", "A d/b.csv"]);
+    // And back: what status says is what a commit would record.
+    env.ok(&["restore", "ds"]);
+    assert_eq!(ino("d"), root_d);
+    assert_eq!(status(&env), Vec::<String>::new());
+    let (_, err) = env.fails(&["commit", "ds", "-m", "nothing"]);
+    assert!(err.contains("nothing to commit"), "{err}");
+}

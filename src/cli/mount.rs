@@ -440,19 +440,34 @@ pub fn checkout(
                 .write(true)
                 .open(mp.join(".detafs").join(file))
                 .with_context(|| format!("cannot reach the mount at {}", mp.display()))?;
-            f.write_all(order.as_bytes()).map_err(|e| {
-                let reason =
-                    std::fs::read_to_string(mp.join(".detafs/last-error")).unwrap_or_default();
-                anyhow::anyhow!(
-                    "{file} through the mount at {} failed: {}",
-                    mp.display(),
-                    match reason.trim() {
-                        "" => e.to_string(),
-                        r => r.to_string(),
-                    }
-                )
-            })
+            // The request acts when its handle is closed: the close says
+            // how it went.
+            f.write_all(order.as_bytes())
+                .and_then(|()| close(f))
+                .map_err(|e| {
+                    let reason =
+                        std::fs::read_to_string(mp.join(".detafs/last-error")).unwrap_or_default();
+                    anyhow::anyhow!(
+                        "{file} through the mount at {} failed: {}",
+                        mp.display(),
+                        match reason.trim() {
+                            "" => e.to_string(),
+                            r => r.to_string(),
+                        }
+                    )
+                })
         }
+    }
+}
+
+/// Closes `f`, with the error the close gave (std's drop ignores it).
+fn close(f: std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::IntoRawFd;
+    let fd = f.into_raw_fd();
+    // SAFETY: `fd` was `f`'s, now owned here and closed once.
+    match unsafe { libc::close(fd) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
     }
 }
 

@@ -155,10 +155,14 @@ impl Staging {
         mode: u32,
         mtime: crate::snapshot::Mtime,
     ) -> Result<()> {
+        let new = repo.tree(tree)?;
+        let links = new.has_links();
+        if dir.tree.is_none() && !links {
+            return self.reconcile_dir(repo, dir, &new, tree, mode, mtime);
+        }
         for child in self.rows_under(dir.id)? {
             self.delete_subtree(&child)?;
         }
-        let links = repo.tree(tree)?.has_links();
         self.db.execute(
             "UPDATE nodes SET tree = ?2, was = NULL, mode = ?3, mtime_s = ?4, mtime_ns = ?5, links_below = ?6 WHERE id = ?1",
             params![dir.id, serde_json::to_vec(tree).expect("serializable"), mode, mtime.0, mtime.1, links],
@@ -167,6 +171,52 @@ impl Staging {
         if links {
             self.expand(repo, &self.node(dir.id)?)?;
         }
+        Ok(())
+    }
+
+    /// An expanded folder made as `new` (the tree `tree`) holds it, in
+    /// place: an entry that stays of the same kind keeps its row, so its
+    /// inode, as a version's folder would (a shell or a notebook inside it
+    /// goes on working); the rest go or come. The folder stays expanded.
+    fn reconcile_dir(
+        &self,
+        repo: &Repo,
+        dir: &super::SNode,
+        new: &crate::snapshot::Tree,
+        tree: &BlobRef,
+        mode: u32,
+        mtime: crate::snapshot::Mtime,
+    ) -> Result<()> {
+        let mut rows: std::collections::HashMap<Vec<u8>, super::SNode> = self
+            .rows_under(dir.id)?
+            .into_iter()
+            .map(|r| (r.name.clone(), r))
+            .collect();
+        for e in &new.entries {
+            match rows.remove(&e.name) {
+                Some(old)
+                    if old.kind == Kind::of(&e.node)
+                        && self.names(&old)? == 1
+                        && e.node.link().is_none() =>
+                {
+                    self.replace(repo, &old, &e.node)?;
+                }
+                old => {
+                    if let Some(old) = old {
+                        self.delete_subtree(&old)?;
+                    }
+                    self.insert_version_node(repo, dir.id, &e.name, &e.node, (dir.uid, dir.gid))?;
+                }
+            }
+        }
+        for old in rows.into_values() {
+            self.delete_subtree(&old)?;
+        }
+        // Equal to `tree` now, as a folder expanded and not changed since.
+        self.db.execute(
+            "UPDATE nodes SET was = ?2, mode = ?3, mtime_s = ?4, mtime_ns = ?5, links_below = 0 WHERE id = ?1",
+            params![dir.id, serde_json::to_vec(tree).expect("serializable"), mode, mtime.0, mtime.1],
+        )?;
         Ok(())
     }
 
