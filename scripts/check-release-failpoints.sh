@@ -11,6 +11,8 @@ cargo build --quiet --bin detafs
 bin="$tmp/detafs"
 cp "${CARGO_TARGET_DIR:-target}/debug/detafs" "$bin"
 export DETAFS_STORE="$tmp/store" DETAFS_CACHE="$tmp/cache" DETAFS_STAGING="$tmp/staging"
+# `init` writes a key file under the user's config folder: a scratch one.
+export HOME="$tmp/home" XDG_CONFIG_HOME="$tmp/home/.config"
 mkdir "$tmp/src"; echo data > "$tmp/src/f"
 "$bin" init >/dev/null
 "$bin" dataset create ds >/dev/null

@@ -99,6 +99,10 @@ pub enum Error {
         shown(paths)
     )]
     Unresolved { winner: u64, paths: Vec<Vec<u8>> },
+    #[error(
+        "the commit was cancelled before it was recorded: nothing was committed, staging is as it was"
+    )]
+    Cancelled,
     #[error("nothing to commit: the content equals v{0}")]
     NothingToCommit(u64),
     #[error(

@@ -7,6 +7,11 @@ pub trait Progress: Sync {
     fn set_total(&self, _total: u64) {}
     /// `done` more bytes were handled.
     fn advance(&self, _done: u64) {}
+    /// Whoever watches asked to stop: an operation that can still stop
+    /// without a trace (a commit before its record) does.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// Progress nobody watches.
@@ -20,9 +25,16 @@ impl Progress for Quiet {}
 pub struct Counters {
     total: std::sync::atomic::AtomicU64,
     done: std::sync::atomic::AtomicU64,
+    cancelled: std::sync::atomic::AtomicBool,
 }
 
 impl Counters {
+    /// Asks the operation to stop (`Progress::cancelled`).
+    pub fn cancel(&self) {
+        self.cancelled
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// (done, total) bytes so far.
     pub fn read(&self) -> (u64, u64) {
         use std::sync::atomic::Ordering::Relaxed;
@@ -39,5 +51,9 @@ impl Progress for Counters {
     fn advance(&self, done: u64) {
         self.done
             .fetch_add(done, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancelled.load(std::sync::atomic::Ordering::Relaxed)
     }
 }

@@ -509,7 +509,11 @@ fn log_of_a_path_lists_the_versions_that_changed_it() {
     assert_eq!(versions("a.csv"), ["v2", "v1"]);
     assert_eq!(versions("c.csv"), ["v3", "v2"]);
     assert_eq!(versions("d"), ["v2", "v1"]);
-    assert_eq!(versions("./d/b.csv"), ["v2", "v1"]);
+    assert_eq!(versions("/d/b.csv"), ["v2", "v1"]);
+    // A path has one spelling: `.` is refused, not skipped.
+    let (code, err) = env.fails(&["log", "ds", "--", "./d/b.csv"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("bad path"), "{err}");
     assert_eq!(versions("never.csv"), Vec::<String>::new());
     let json: Vec<serde_json::Value> =
         serde_json::from_str(&env.ok(&["log", "ds", "--json", "--", "c.csv"])).unwrap();
@@ -1421,4 +1425,72 @@ fn a_folder_that_stays_keeps_its_inode_through_restore_and_checkout() {
     assert_eq!(status(&env), Vec::<String>::new());
     let (_, err) = env.fails(&["commit", "ds", "-m", "nothing"]);
     assert!(err.contains("nothing to commit"), "{err}");
+}
+
+/// `detafs commit` through a mount, interrupted (Ctrl-C): before the
+/// commit's record the daemon cancels it (nothing committed, staging as
+/// before, exit 130 saying so); past it, the CLI says which version landed.
+#[test]
+fn ctrl_c_of_a_commit_through_a_mount_cancels_it_or_says_what_landed() {
+    let env = Env::new();
+    two_versions(&env);
+    let committing = |m: &Mount| {
+        serde_json::from_slice::<serde_json::Value>(
+            &std::fs::read(m.path(".detafs/progress")).unwrap(),
+        )
+        .unwrap()["committing"]
+            == true
+    };
+    let interrupt = |child: &std::process::Child| {
+        // SAFETY: a signal to our own child.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    };
+    {
+        // Held once staging is frozen, before anything is read.
+        let m = env.mount_failing(&[], "staging-frozen=sleep(4000)");
+        std::fs::write(m.path("staging/new.csv"), "n").unwrap();
+        let before = status(&env);
+        let child = env
+            .command()
+            .args(["commit", "ds", "-m", "to cancel"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        common::within(
+            std::time::Duration::from_secs(10),
+            "the commit to start",
+            || committing(&m),
+        );
+        interrupt(&child);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{err}");
+        assert!(err.contains("nothing was committed"), "{err}");
+        assert_eq!(env.log().len(), 2);
+        assert_eq!(status(&env), before);
+        assert_eq!(
+            std::fs::read_to_string(m.path("staging/new.csv")).unwrap(),
+            "n"
+        );
+    }
+    {
+        // Held just after its record landed: too late to cancel.
+        let m = env.mount_failing(&[], "after-record=sleep(4000)");
+        let child = env
+            .command()
+            .args(["commit", "ds", "-m", "lands"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        common::within(std::time::Duration::from_secs(10), "the record", || {
+            env.log().len() == 3
+        });
+        interrupt(&child);
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("v3 was committed"), "{err}");
+        assert_eq!(status(&env), Vec::<String>::new());
+        drop(m);
+    }
 }

@@ -510,6 +510,7 @@ pub fn run() -> ExitCode {
         Err(err) => {
             let through_mount = err.downcast_ref::<mount::ThroughMount>().map(|t| t.errno);
             let code = match (err.downcast_ref::<Error>(), through_mount) {
+                _ if err.downcast_ref::<mount::Interrupted>().is_some() => 130,
                 (Some(Error::Conflict { .. } | Error::Unresolved { .. }), _) => EXIT_CONFLICT,
                 (_, Some(libc::EBUSY)) => EXIT_CONFLICT,
                 (Some(Error::NothingToCommit(_)), _) | (_, Some(libc::ENODATA)) => EXIT_NOTHING,

@@ -329,13 +329,41 @@ pub fn commit_staging(
                 .open(mp.join(".detafs/commit"))
                 .with_context(|| format!("cannot reach the mount at {}", mp.display()))?;
             let done = std::sync::atomic::AtomicBool::new(false);
+            // Ctrl-C asks the daemon to cancel (the write waits on it); a
+            // second one ends this process at once.
+            let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            use signal_hook::{consts::SIGINT, flag};
+            let hooks = [
+                flag::register_conditional_shutdown(SIGINT, 130, interrupted.clone())?,
+                flag::register(SIGINT, interrupted.clone())?,
+            ];
             let written = std::thread::scope(|s| {
                 s.spawn(|| watch_progress(&mp, &done, progress));
-                let written = f.write_all(meta.message.as_bytes());
-                done.store(true, std::sync::atomic::Ordering::Relaxed);
-                written
+                // The write waits in the kernel until the daemon answers; a
+                // thread there would run the handler only after it. So it
+                // is written on a thread that blocks SIGINT, and the signal
+                // comes to one that can act on it.
+                let writer = s.spawn(|| {
+                    block_sigint();
+                    let written = f.write_all(meta.message.as_bytes());
+                    done.store(true, std::sync::atomic::Ordering::Relaxed);
+                    written
+                });
+                cancel_on(&mp, &done, &interrupted);
+                writer.join().expect("the commit's writer does not panic")
             });
+            for id in hooks {
+                signal_hook::low_level::unregister(id);
+            }
+            let interrupted = interrupted.load(std::sync::atomic::Ordering::Relaxed);
             if let Err(e) = written {
+                if interrupted && e.raw_os_error() == Some(libc::ECANCELED) {
+                    return Err(Interrupted(format!(
+                        "interrupted: the commit through the mount at {} was cancelled before it was recorded; nothing was committed, staging is as it was",
+                        mp.display()
+                    ))
+                    .into());
+                }
                 let reason =
                     std::fs::read_to_string(mp.join(".detafs/last-error")).unwrap_or_default();
                 let reason = reason.trim();
@@ -363,11 +391,65 @@ pub fn commit_staging(
                         mp.display()
                     )
                 })?;
+            if interrupted {
+                // Ctrl-C came past the point of no return: say what landed.
+                eprintln!(
+                    "detafs: interrupted too late to cancel: v{version} was committed (detafs log {name})"
+                );
+            }
             repo.sync(name)?
                 .into_iter()
                 .find(|r| r.version == version)
                 .with_context(|| format!("v{version} is not in the store"))
         }
+    }
+}
+
+/// A commit the user interrupted (Ctrl-C), cancelled: exit 130, as a shell
+/// gives a command ended by SIGINT.
+#[derive(Debug)]
+pub struct Interrupted(String);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// Blocks SIGINT for the calling thread (others of the process take it).
+fn block_sigint() {
+    // SAFETY: an empty set made by sigemptyset, then SIGINT added; the
+    // mask is the calling thread's own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Once `interrupted` (Ctrl-C), asks the mount at `mp` to cancel its commit
+/// (`.detafs/cancel`), until `done`.
+fn cancel_on(
+    mp: &Path,
+    done: &std::sync::atomic::AtomicBool,
+    interrupted: &std::sync::atomic::AtomicBool,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    while !done.load(Relaxed) {
+        if interrupted.load(Relaxed) {
+            let asked = std::fs::OpenOptions::new()
+                .write(true)
+                .open(mp.join(".detafs/cancel"))
+                .and_then(|mut f| f.write_all(b"cancel\n").and_then(|()| close(f)));
+            if let Err(e) = asked {
+                eprintln!("detafs: could not ask the mount to cancel: {e}");
+            }
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

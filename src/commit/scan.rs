@@ -179,6 +179,11 @@ pub(super) fn stat_key(m: &Metadata) -> StatKey {
 impl<'r> Scanner<'r> {
     /// A scanner for one commit; first makes the index forget what a gc
     /// it has not seen may have deleted.
+    /// Whether whoever watches asked the commit to stop (`Progress`).
+    pub fn cancelled(&self) -> bool {
+        self.progress.cancelled()
+    }
+
     pub fn new(repo: &'r Repo, progress: &'r dyn Progress) -> Result<Self> {
         let gc_mark = repo.gc_mark()?;
         let now_ns = std::time::SystemTime::now()

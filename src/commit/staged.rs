@@ -109,6 +109,11 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     let t = std::time::Instant::now();
     let ours = build.dir(frozen.root().id, "", 0)?.0;
     let Build { scanner, read, .. } = build;
+    // The last moment a commit can stop without a trace: after it, its
+    // record may land (the caller is told which version it made).
+    if progress.cancelled() {
+        return Err(Error::Cancelled);
+    }
     tracing::debug!(
         "commit: {} staged copies read and trees built in {:?}",
         read.len(),
@@ -159,6 +164,9 @@ impl Build<'_, '_> {
         let frozen = self.frozen;
         let mut entries = Vec::new();
         for r in frozen.children(id) {
+            if self.scanner.cancelled() {
+                return Err(Error::Cancelled);
+            }
             let at = format!("{path}/{}", crate::escape::line(&r.name));
             let node = match (r.kind, r.tree.or(r.was)) {
                 (Kind::Dir, Some(tree)) => Node::Dir {

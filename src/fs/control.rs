@@ -17,6 +17,7 @@ const RESTORE: u64 = 11;
 const CHECKOUT: u64 = 12;
 const PROGRESS: u64 = 13;
 const BASE: u64 = 14;
+const CANCEL: u64 = 15;
 
 /// A control file's content, and when it was made.
 pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
@@ -25,7 +26,7 @@ pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
 /// reads see.
 const SIZED_TEXT_LIFE: Duration = Duration::from_secs(1);
 
-const FILES: [(&[u8], u64); 10] = [
+const FILES: [(&[u8], u64); 11] = [
     (b"commit", COMMIT),
     (b"status", STATUS),
     (b"log", LOG),
@@ -36,10 +37,11 @@ const FILES: [(&[u8], u64); 10] = [
     (b"checkout", CHECKOUT),
     (b"progress", PROGRESS),
     (b"base", BASE),
+    (b"cancel", CANCEL),
 ];
 
 pub(super) fn is_control(ino: u64) -> bool {
-    (COMMIT..=BASE).contains(&ino)
+    (COMMIT..=CANCEL).contains(&ino)
 }
 
 /// Whether `ino`'s attributes need staging (its lock, which a commit
@@ -73,7 +75,7 @@ pub(super) fn lookup(fs: &MountFs, name: &[u8]) -> Result<Attr> {
 /// DuckDB) get all of it; content is made again at each open.
 pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
     let size = match ino {
-        COMMIT | RESTORE | CHECKOUT => 0,
+        COMMIT | RESTORE | CHECKOUT | CANCEL => 0,
         // Their size would tell how many versions there are, seen or not:
         // each caller's content is made at its open.
         LOG | HEALTH if fs.gated() => 0,
@@ -96,8 +98,8 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
         perm: match (ino, fs.gated()) {
             (COMMIT, false) => 0o600,
             (COMMIT, true) => 0o666,
-            (RESTORE | CHECKOUT, false) => 0o200,
-            (RESTORE | CHECKOUT, true) => 0o222,
+            (RESTORE | CHECKOUT | CANCEL, false) => 0o200,
+            (RESTORE | CHECKOUT | CANCEL, true) => 0o222,
             (STATUS | LAST_ERROR | PROGRESS, false) => 0o400,
             _ => 0o444,
         },
@@ -175,7 +177,7 @@ pub(super) fn open(
     // too, so the core holds without it. Under a policy, it decides.
     let staged = matches!(
         ino,
-        COMMIT | STATUS | LAST_ERROR | RESTORE | CHECKOUT | PROGRESS | BASE | LAST_COMMIT
+        COMMIT | STATUS | LAST_ERROR | RESTORE | CHECKOUT | PROGRESS | BASE | LAST_COMMIT | CANCEL
     );
     match judge {
         Some(j) if staged && !j.may_commit() => {
@@ -207,7 +209,7 @@ pub(super) fn open(
     }
     let handle = match (ino, writing) {
         (COMMIT, true) => Handle::Commit(Arc::default()),
-        (RESTORE | CHECKOUT, true) => {
+        (RESTORE | CHECKOUT | CANCEL, true) => {
             return Ok(Opened {
                 // Under a policy, the request is judged as its writer sees.
                 fh: fs.add_handle(Handle::Order(
@@ -220,7 +222,7 @@ pub(super) fn open(
                 flush: true,
             });
         }
-        (RESTORE | CHECKOUT, false) => Handle::Text(Arc::default()),
+        (RESTORE | CHECKOUT | CANCEL, false) => Handle::Text(Arc::default()),
         (_, true) => {
             return Err(Error::fs(
                 FsError::NotPermitted,
@@ -287,6 +289,9 @@ pub(super) fn take_order(
 /// `.detafs/checkout` (a version, then paths; none for all): those paths of
 /// staging become as in the base version, or in that version.
 fn order(fs: &MountFs, ino: u64, data: &[u8], caller: Option<&super::Caller>) -> Result<()> {
+    if ino == CANCEL {
+        return cancel(fs);
+    }
     let text =
         std::str::from_utf8(data).map_err(|_| Error::InvalidInput("paths must be UTF-8".into()))?;
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
@@ -347,6 +352,17 @@ fn status(fs: &MountFs) -> Result<Vec<u8>> {
     let text = out.into_bytes();
     *lock(&fs.status_text) = Some((now, text.clone()));
     Ok(text)
+}
+
+/// `.detafs/cancel`: the commit under way through the mount stops if it
+/// has not reached its record yet (its writer gets ECANCELED, staging
+/// stays as it was); past that it completes. Without a commit under way
+/// (it may have just ended) there is nothing to do.
+fn cancel(fs: &MountFs) -> Result<()> {
+    if let Some(c) = &*lock(&fs.committing) {
+        c.progress.cancel();
+    }
+    Ok(())
 }
 
 /// A commit through the mount, from its start to its end, for

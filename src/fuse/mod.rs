@@ -95,6 +95,7 @@ pub fn errno(e: &Error) -> Errno {
             Errno::from_i32(libc::EBUSY)
         }
         Error::NothingToCommit(_) => Errno::from_i32(libc::ENODATA),
+        Error::Cancelled => Errno::from_i32(libc::ECANCELED),
         Error::CommitTooLong(_) => Errno::from_i32(libc::ETIMEDOUT),
         Error::CollectedMeanwhile => Errno::from_i32(libc::EAGAIN),
         Error::InvalidInput(_) | Error::Policy { .. } => Errno::from_i32(libc::EINVAL),
