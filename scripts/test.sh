@@ -29,3 +29,5 @@ DETAFS_TEST_STORE=s3 DETAFS_TEST_PLAINTEXT=1 cargo test --features failpoints --
 DETAFS_TEST_STORE=azure cargo test --features failpoints --test cli --test crash --test race --test mount --test workflow
 ./scripts/fuzz.sh "${DETAFS_FUZZ_SECONDS:-45}"
 ./scripts/check-release-failpoints.sh
+# README's first command on fresh Debian 12 and 13 roots (root only).
+if [ "$(id -u)" = 0 ]; then ./scripts/check-quickstart.sh; fi
