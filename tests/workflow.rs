@@ -1494,3 +1494,26 @@ fn ctrl_c_of_a_commit_through_a_mount_cancels_it_or_says_what_landed() {
         drop(m);
     }
 }
+
+/// A new mount shows the latest base in staging before its first answer,
+/// not one poll later: a version committed elsewhere while it was down is
+/// what staging holds when the mount command returns.
+#[test]
+fn a_new_mount_shows_the_latest_version_in_staging_at_once() {
+    let env = Env::new();
+    let src = two_versions(&env);
+    drop(env.mount(&[]));
+    std::fs::write(src.join("a.csv"), "elsewhere").unwrap();
+    env.other_host().commit(&src, "v3 from another host");
+    let m = env.mount_with_poll(&[], "1h");
+    assert_eq!(
+        std::fs::read_to_string(m.path("staging/a.csv")).unwrap(),
+        "elsewhere"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/base"))
+            .unwrap()
+            .trim(),
+        "v3"
+    );
+}

@@ -314,6 +314,18 @@ impl MountFs {
         };
         fs.refresh_tags()?;
         fs.refresh_policy()?;
+        // Staging shows the latest base before the mount's first answer,
+        // not one poll later (a commit made elsewhere while it was down).
+        let latest = fs.latest_record();
+        if let (Some(st), Some(latest)) = (&fs.staging, latest) {
+            let st = lock(st);
+            // Not fatal: the polls try again.
+            if let Err(e) = st.fast_forward(&fs.repo, &latest) {
+                tracing::warn!("staging stays on its version until the next poll: {e}");
+            }
+            fs.staging_base
+                .store(st.base_version().unwrap_or(0), Ordering::Relaxed);
+        }
         Ok(fs)
     }
 
@@ -346,6 +358,15 @@ impl MountFs {
     }
 
     /// Reads records committed elsewhere; moves a clean staging area along.
+    /// The newest version known.
+    fn latest_record(&self) -> Option<Record> {
+        self.versions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .last()
+            .cloned()
+    }
+
     pub fn poll(&self) -> Result<()> {
         // Most polls find nothing new: only then re-read the index's records.
         let new_records = self.repo.fetch_new_records(&self.dataset)? > self.latest().unwrap_or(0);
@@ -365,13 +386,7 @@ impl MountFs {
         } else if !tagged.is_empty() && self.gated() {
             self.forget_names(Some(&tagged));
         }
-        let latest = self
-            .versions
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .last()
-            .cloned();
-        if let (Some(st), Some(latest)) = (&self.staging, latest)
+        if let (Some(st), Some(latest)) = (&self.staging, self.latest_record())
             && let Ok(st) = st.try_lock()
         {
             st.fast_forward(&self.repo, &latest)?;

@@ -361,6 +361,15 @@ impl Env {
 
     /// A mount whose daemon runs with the given FAILPOINTS (fail crate syntax).
     pub fn mount_failing(&self, extra: &[&str], failpoints: &str) -> Mount<'_> {
+        self.mount_polling(extra, failpoints, "200ms")
+    }
+
+    /// A mount that looks for new versions every `poll` (`--poll-interval`).
+    pub fn mount_with_poll(&self, extra: &[&str], poll: &str) -> Mount<'_> {
+        self.mount_polling(extra, "", poll)
+    }
+
+    fn mount_polling(&self, extra: &[&str], failpoints: &str, poll: &str) -> Mount<'_> {
         let dir = self.dir.path().join("mnt");
         std::fs::create_dir_all(&dir).unwrap();
         let mut mount = self.command();
@@ -370,7 +379,7 @@ impl Env {
         let out = mount
             .args(["mount", "ds"])
             .arg(&dir)
-            .args(["--daemon", "--poll-interval", "200ms"])
+            .args(["--daemon", "--poll-interval", poll])
             .args(extra)
             .output()
             .unwrap();
