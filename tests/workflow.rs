@@ -1517,3 +1517,29 @@ fn a_new_mount_shows_the_latest_version_in_staging_at_once() {
         "v3"
     );
 }
+
+/// The CLI and a running mount see one dataset: a `commit --from` or a
+/// `tag` made beside a read-write mount shows there when the command
+/// returns (the mount polls only hourly here), and a clean staging moves
+/// onto the new version.
+#[test]
+fn a_commit_or_tag_beside_a_mount_shows_there_when_the_command_returns() {
+    let env = Env::new();
+    let src = two_versions(&env);
+    let m = env.mount_with_poll(&[], "1h");
+    std::fs::write(src.join("a.csv"), "beside").unwrap();
+    assert_eq!(env.commit(&src, "v3 beside the mount"), "v3");
+    assert_eq!(
+        std::fs::read_to_string(m.path("versions/v3/a.csv")).unwrap(),
+        "beside"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.path("staging/a.csv")).unwrap(),
+        "beside"
+    );
+    env.ok(&["tag", "ds", "v2", "reviewed"]);
+    assert_eq!(
+        std::fs::read_to_string(m.path("versions/reviewed/a.csv")).unwrap(),
+        "11"
+    );
+}

@@ -714,7 +714,9 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                     let record = commit::commit_dir(&repo, &meta, &from, &pb);
                     drop(pb);
-                    record?
+                    let record = record?;
+                    mount::tell_mount(&repo, &staging, &name);
+                    record
                 }
                 None => {
                     // Sized once the commit knows what it reads.
@@ -734,6 +736,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 (Some(version), Some(tag)) => {
                     policy::require(&repo, Action::Tag, &dataset_resource(&name))?;
                     let t = repo.create_tag(&name, &version, &tag, &commit::current_user())?;
+                    mount::tell_mount(&repo, &staging, &name);
                     println!("{} v{}", t.tag, t.version);
                 }
                 _ => {

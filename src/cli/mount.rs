@@ -542,6 +542,29 @@ pub fn checkout(
     }
 }
 
+/// After a change to dataset `name` made beside a running read-write mount
+/// of it (`commit --from`, `tag`): the mount shows it when this returns
+/// (`.detafs/refresh`), not one poll later. Best effort: a mount that
+/// cannot be told finds it at its next poll.
+pub fn tell_mount(repo: &Repo, staging_base: &Path, name: &str) {
+    let Ok(dir) = staging_root(repo, staging_base, name) else {
+        return;
+    };
+    let Ok(at) = std::fs::read_to_string(dir.join(MOUNT_FILE)) else {
+        return;
+    };
+    if !is_mounted(Path::new(&at)) {
+        return;
+    }
+    let told = std::fs::OpenOptions::new()
+        .write(true)
+        .open(Path::new(&at).join(".detafs/refresh"))
+        .and_then(|mut f| f.write_all(b"refresh\n").and_then(|()| close(f)));
+    if let Err(e) = told {
+        eprintln!("detafs: the mount at {at} shows this at its next poll ({e})");
+    }
+}
+
 /// Closes `f`, with the error the close gave (std's drop ignores it).
 fn close(f: std::fs::File) -> std::io::Result<()> {
     use std::os::fd::IntoRawFd;

@@ -18,6 +18,7 @@ const CHECKOUT: u64 = 12;
 const PROGRESS: u64 = 13;
 const BASE: u64 = 14;
 const CANCEL: u64 = 15;
+const REFRESH: u64 = 16;
 
 /// A control file's content, and when it was made.
 pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
@@ -26,7 +27,7 @@ pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
 /// reads see.
 const SIZED_TEXT_LIFE: Duration = Duration::from_secs(1);
 
-const FILES: [(&[u8], u64); 11] = [
+const FILES: [(&[u8], u64); 12] = [
     (b"commit", COMMIT),
     (b"status", STATUS),
     (b"log", LOG),
@@ -38,10 +39,11 @@ const FILES: [(&[u8], u64); 11] = [
     (b"progress", PROGRESS),
     (b"base", BASE),
     (b"cancel", CANCEL),
+    (b"refresh", REFRESH),
 ];
 
 pub(super) fn is_control(ino: u64) -> bool {
-    (COMMIT..=CANCEL).contains(&ino)
+    (COMMIT..=REFRESH).contains(&ino)
 }
 
 /// Whether `ino`'s attributes need staging (its lock, which a commit
@@ -75,7 +77,7 @@ pub(super) fn lookup(fs: &MountFs, name: &[u8]) -> Result<Attr> {
 /// DuckDB) get all of it; content is made again at each open.
 pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
     let size = match ino {
-        COMMIT | RESTORE | CHECKOUT | CANCEL => 0,
+        COMMIT | RESTORE | CHECKOUT | CANCEL | REFRESH => 0,
         // Their size would tell how many versions there are, seen or not:
         // each caller's content is made at its open.
         LOG | HEALTH if fs.gated() => 0,
@@ -98,8 +100,8 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
         perm: match (ino, fs.gated()) {
             (COMMIT, false) => 0o600,
             (COMMIT, true) => 0o666,
-            (RESTORE | CHECKOUT | CANCEL, false) => 0o200,
-            (RESTORE | CHECKOUT | CANCEL, true) => 0o222,
+            (RESTORE | CHECKOUT | CANCEL | REFRESH, false) => 0o200,
+            (RESTORE | CHECKOUT | CANCEL | REFRESH, true) => 0o222,
             (STATUS | LAST_ERROR | PROGRESS, false) => 0o400,
             _ => 0o444,
         },
@@ -177,7 +179,16 @@ pub(super) fn open(
     // too, so the core holds without it. Under a policy, it decides.
     let staged = matches!(
         ino,
-        COMMIT | STATUS | LAST_ERROR | RESTORE | CHECKOUT | PROGRESS | BASE | LAST_COMMIT | CANCEL
+        COMMIT
+            | STATUS
+            | LAST_ERROR
+            | RESTORE
+            | CHECKOUT
+            | PROGRESS
+            | BASE
+            | LAST_COMMIT
+            | CANCEL
+            | REFRESH
     );
     match judge {
         Some(j) if staged && !j.may_commit() => {
@@ -209,7 +220,7 @@ pub(super) fn open(
     }
     let handle = match (ino, writing) {
         (COMMIT, true) => Handle::Commit(Arc::default()),
-        (RESTORE | CHECKOUT | CANCEL, true) => {
+        (RESTORE | CHECKOUT | CANCEL | REFRESH, true) => {
             return Ok(Opened {
                 // Under a policy, the request is judged as its writer sees.
                 fh: fs.add_handle(Handle::Order(
@@ -222,7 +233,7 @@ pub(super) fn open(
                 flush: true,
             });
         }
-        (RESTORE | CHECKOUT | CANCEL, false) => Handle::Text(Arc::default()),
+        (RESTORE | CHECKOUT | CANCEL | REFRESH, false) => Handle::Text(Arc::default()),
         (_, true) => {
             return Err(Error::fs(
                 FsError::NotPermitted,
@@ -289,8 +300,12 @@ pub(super) fn take_order(
 /// `.detafs/checkout` (a version, then paths; none for all): those paths of
 /// staging become as in the base version, or in that version.
 fn order(fs: &MountFs, ino: u64, data: &[u8], caller: Option<&super::Caller>) -> Result<()> {
-    if ino == CANCEL {
-        return cancel(fs);
+    match ino {
+        CANCEL => return cancel(fs),
+        // A change made beside the mount (`detafs commit --from`, `tag`):
+        // shown when the writer's close returns, not a poll later.
+        REFRESH => return fs.poll(),
+        _ => {}
     }
     let text =
         std::str::from_utf8(data).map_err(|_| Error::InvalidInput("paths must be UTF-8".into()))?;
