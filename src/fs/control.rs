@@ -79,8 +79,11 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
     let size = match ino {
         COMMIT | RESTORE | CHECKOUT | CANCEL | REFRESH => 0,
         // Their size would tell how many versions there are, seen or not:
-        // each caller's content is made at its open.
-        LOG | HEALTH if fs.gated() => 0,
+        // each caller's content is made at its open. (A shut mount, where
+        // the kernel reads without opening, tells everyone alike that it
+        // is shut: there health is one text, sized.)
+        LOG if fs.gated() => 0,
+        HEALTH if fs.gated() && !fs.opens_skipped() => 0,
         _ => fresh_text(fs, ino)?.len() as u64,
     };
     // Where the kernel keeps control files' pages (`unopened.rs`), it drops
