@@ -317,8 +317,10 @@ impl Repo {
             .map(|l| l.key)
             .filter(|k| keys::record_number(name, k).is_some())
             .collect();
-        for (key, bytes) in keys.iter().zip(self.store.get_many(&keys)?) {
-            let Some(bytes) = bytes else { continue };
+        // In order: the records before a bad one are indexed (and served)
+        // before the bad one fails the sync.
+        for (key, bytes) in keys.iter().zip(self.store.get_each(&keys)?) {
+            let Some(bytes) = bytes? else { continue };
             let record = Record::decode(&bytes, key)?;
             if keys::record(name, record.version) != *key || record.dataset != name {
                 return Err(Error::malformed(key, "record does not match its key"));

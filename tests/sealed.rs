@@ -402,3 +402,33 @@ fn a_store_whose_marker_was_downgraded_is_refused_and_nothing_is_written() {
     assert!(err.contains("key slots"), "{err}");
     assert_eq!(env.objects.list(""), before, "nothing was written");
 }
+
+/// A record that does not open with the store's key costs its version and
+/// those after it, not the dataset: the mount starts and serves the
+/// versions before it; `log` still refuses, naming it.
+#[test]
+fn a_record_that_does_not_open_costs_only_the_versions_from_it() {
+    let env = Env::new_local();
+    let src = env.path("src");
+    for v in 1..=3 {
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(src.join("a.csv"), format!("{v}\n")).unwrap();
+        env.commit(&src, &format!("v{v}"));
+    }
+    let key = "datasets/ds/records/00000000000000000002.json";
+    let mut bytes = env.objects.read(key);
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    env.objects.write(key, bytes);
+    let fresh = env.other_host();
+    let (code, err) = fresh.fails(&["log", "ds"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("00000000000000000002"), "{err}");
+    let m = fresh.mount(&["--read-only"]);
+    assert_eq!(
+        std::fs::read_to_string(m.path("versions/v1/a.csv")).unwrap(),
+        "1\n"
+    );
+    assert!(!m.path("versions/v2").exists());
+    assert!(!m.path("versions/v3").exists());
+}

@@ -268,7 +268,16 @@ impl MountFs {
         staging: Option<Staging>,
         opts: MountOptions,
     ) -> Result<MountFs> {
-        let versions = repo.sync(dataset)?;
+        let versions = match repo.sync(dataset) {
+            Ok(v) => v,
+            // A damaged record costs its version and those after it, not
+            // the mount: the versions before it are served.
+            Err(e @ (Error::Malformed { .. } | Error::Corrupt { .. })) => {
+                tracing::warn!("{e}: the versions before it are served");
+                repo.index.records(dataset)?
+            }
+            Err(e) => return Err(e),
+        };
         let repo = Arc::new(repo);
         if let (Some(_), Some(latest)) = (&staging, versions.last()) {
             // Staging stands on the latest version's trees: have them at hand

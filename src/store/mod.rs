@@ -447,15 +447,22 @@ impl Store {
 
     /// Whole objects, fetched several at a time; `None` for missing ones.
     pub fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Bytes>>> {
+        self.get_each(keys)?.into_iter().collect()
+    }
+
+    /// `get_many`, where an object that does not open (changed, forged)
+    /// fails alone: the store failing fails them all.
+    pub fn get_each(&self, keys: &[String]) -> Result<Vec<Result<Option<Bytes>>>> {
         use futures::StreamExt;
         let fetches = futures::stream::iter(keys.iter().map(|k| self.fetch(k)));
         let raw: Vec<Option<Bytes>> = self
             .rt
             .block_on(fetches.buffered(PARALLEL_GETS).try_collect())?;
-        keys.iter()
+        Ok(keys
+            .iter()
             .zip(raw)
             .map(|(k, b)| b.map(|b| self.open_object(k, b)).transpose())
-            .collect()
+            .collect())
     }
 
     fn open_object(&self, key: &str, stored: Bytes) -> Result<Bytes> {
