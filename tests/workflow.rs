@@ -1543,3 +1543,50 @@ fn a_commit_or_tag_beside_a_mount_shows_there_when_the_command_returns() {
         "11"
     );
 }
+
+/// A copy-up (the first write to a committed file) is written with
+/// staging's lock let go: meanwhile `.detafs/status`, `.detafs/health` and
+/// other staged files answer, and the appended file is whole afterwards.
+#[test]
+fn a_copy_up_never_holds_staging_for_the_rest_of_the_mount() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let big = common::noise(8 << 20, 3);
+    std::fs::write(src.join("big.bin"), &big).unwrap();
+    std::fs::write(src.join("small.csv"), "a\n").unwrap();
+    env.commit(&src, "v1");
+    // The copy, once written, is held before it is published.
+    let m = env.mount_failing(&[], "copy-up-written=sleep(3000)");
+    let copying = || {
+        common::files_under(&env.staging())
+            .iter()
+            .any(|p| p.to_string_lossy().contains(".copying-"))
+    };
+    std::thread::scope(|s| {
+        let append = s.spawn(|| {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(m.path("staging/big.bin"))
+                .unwrap();
+            f.write_all(b"tail").unwrap();
+        });
+        common::within(std::time::Duration::from_secs(20), "the copy-up", copying);
+        // Staging answers while the copy-up is under way.
+        let status = std::fs::read_to_string(m.path(".detafs/status")).unwrap();
+        assert_eq!(status, "");
+        std::fs::read(m.path(".detafs/health")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(m.path("staging/small.csv")).unwrap(),
+            "a\n"
+        );
+        assert!(!append.is_finished(), "staging waited for the copy-up");
+        append.join().unwrap();
+    });
+    let mut want = big.clone();
+    want.extend_from_slice(b"tail");
+    assert!(std::fs::read(m.path("staging/big.bin")).unwrap() == want);
+    assert!(!copying());
+    commit_via_control(&m, "appended").unwrap();
+    assert!(std::fs::read(m.path("versions/v2/big.bin")).unwrap() == want);
+}

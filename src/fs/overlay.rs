@@ -5,6 +5,36 @@ use super::stored::{Origin, StoredFile};
 use super::*;
 
 impl MountFs {
+    /// Row `id`'s staged copy, made if it has none, with staging's lock
+    /// `st` let go while the copy is written (a copy-up of a large file
+    /// reads it whole: every other request to staging, `.detafs/status`
+    /// and the commit would wait on it), then published under the lock,
+    /// which is returned held again.
+    fn copied_up<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, Staging>,
+        id: u64,
+        keep_content: bool,
+    ) -> Result<(MutexGuard<'a, Staging>, std::path::PathBuf)> {
+        loop {
+            let plan = match st.plan_copy_up(id, keep_content)? {
+                Ok(path) => return Ok((st, path)),
+                Err(plan) => plan,
+            };
+            drop(st);
+            let written = plan.write(&self.repo);
+            st = self.staging()?;
+            if let Err(e) = written {
+                plan.discard();
+                return Err(e);
+            }
+            // Changed meanwhile (a checkout gave it other content): again.
+            if let Some(path) = st.publish_copy(plan)? {
+                return Ok((st, path));
+            }
+        }
+    }
+
     pub(super) fn staging(&self) -> Result<MutexGuard<'_, Staging>> {
         match &self.staging {
             Some(s) => Ok(lock(s)),
@@ -224,7 +254,7 @@ impl MountFs {
             return Err(read_only());
         }
         let id = ino & !STAGING_BIT;
-        let st = self.staging()?;
+        let mut st = self.staging()?;
         if st.get(id)?.is_none()
             && let Some(fh) = fh.or_else(|| self.handle_of(id))
         {
@@ -253,7 +283,8 @@ impl MountFs {
             let file = match open {
                 Some(f) => f,
                 None => {
-                    let path = st.copy_up(&self.repo, id, size > 0)?;
+                    let (held, path) = self.copied_up(st, id, size > 0)?;
+                    st = held;
                     let f = std::fs::OpenOptions::new()
                         .write(true)
                         .open(&path)
@@ -380,7 +411,9 @@ impl MountFs {
                 flush: false,
             });
         }
-        let path = st.copy_up(&self.repo, id, !truncate)?;
+        // Held until the handle is added: a commit lists open writers
+        // under the lock, so none is missed.
+        let (_held, path) = self.copied_up(st, id, !truncate)?;
         let _writing = (truncate && writing).then(|| self.writes.begin(id, 0));
         let file = std::fs::OpenOptions::new()
             .read(true)

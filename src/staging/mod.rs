@@ -950,26 +950,68 @@ impl Staging {
     }
 
     /// Makes a file writable: copies its version content to a local file once
-    /// (or starts it empty when the caller truncates it anyway).
+    /// (or starts it empty when the caller truncates it anyway), all under
+    /// the caller's hold of staging. A mount lets the lock go while the copy
+    /// is written (`plan_copy_up`, `CopyPlan::write`, `publish_copy`).
     pub fn copy_up(&self, repo: &Repo, id: u64, keep_content: bool) -> Result<PathBuf> {
+        match self.plan_copy_up(id, keep_content)? {
+            Ok(path) => Ok(path),
+            Err(plan) => {
+                plan.write(repo)?;
+                self.publish_copy(plan)?
+                    .ok_or_else(|| Error::fs(FsError::NotFound, "the file changed meanwhile"))
+            }
+        }
+    }
+
+    /// Row `id`'s staged copy if it has one, else what making one takes: a
+    /// plan whose copy can be written without staging's lock.
+    pub fn plan_copy_up(&self, id: u64, keep_content: bool) -> Result<Result<PathBuf, CopyPlan>> {
         let n = self.node(id)?;
-        let path = self.upper_path(id);
         if n.kind != Kind::File {
             return Err(Error::fs(FsError::IsDir, String::from_utf8_lossy(&n.name)));
         }
         if n.upper {
-            return Ok(path);
+            return Ok(Ok(self.upper_path(id)));
         }
-        let tmp = path.with_extension("copying");
-        let mut f = crate::private::create_file(&tmp).map_err(|e| Error::io(tmp.display(), e))?;
-        if keep_content {
-            read::read_file(repo, n.chunks.as_deref().unwrap_or_default(), &mut f)?;
+        // A name of its own: two copy-ups of one file may be written at
+        // once; the first published wins. Opening staging removes leftovers.
+        let tmp = self.dir.join("data").join(format!(
+            "{id}.copying-{}",
+            hex::encode(rand::random::<[u8; 8]>())
+        ));
+        Ok(Err(CopyPlan {
+            id,
+            chunks: n.chunks.unwrap_or_default(),
+            mtime: n.mtime,
+            keep_content,
+            tmp,
+        }))
+    }
+
+    /// Publishes the copy `plan` wrote as its row's staged copy: `None` if
+    /// the row changed meanwhile (a checkout gave it other content), and
+    /// the copy is dropped. A copy published meanwhile by another wins.
+    pub fn publish_copy(&self, plan: CopyPlan) -> Result<Option<PathBuf>> {
+        let CopyPlan { id, tmp, .. } = &plan;
+        let (id, path) = (*id, self.upper_path(plan.id));
+        let n = match self.get(id)? {
+            Some(n) if n.kind == Kind::File => n,
+            _ => {
+                plan.discard();
+                return Err(Error::fs(FsError::NotFound, "the file went meanwhile"));
+            }
+        };
+        if n.upper {
+            plan.discard();
+            return Ok(Some(path));
         }
-        f.sync_all().map_err(|e| Error::io(tmp.display(), e))?;
-        let t = filetime::FileTime::from_unix_time(n.mtime.0, n.mtime.1);
-        filetime::set_file_mtime(&tmp, t).map_err(|e| Error::io(tmp.display(), e))?;
+        if n.chunks.as_deref().unwrap_or_default() != plan.chunks || n.mtime != plan.mtime {
+            plan.discard();
+            return Ok(None);
+        }
         self.sweeper.claim(id);
-        std::fs::rename(&tmp, &path).map_err(|e| Error::io(path.display(), e))?;
+        std::fs::rename(tmp, &path).map_err(|e| Error::io(path.display(), e))?;
         // The copy's name is durable before the row says the data is local.
         sync_dir(&self.dir.join("data"))?;
         self.atomically(|| {
@@ -979,7 +1021,7 @@ impl Staging {
             )?;
             self.changed_everywhere(n.id)
         })?;
-        Ok(path)
+        Ok(Some(path))
     }
 
     /// Size and times as a reader sees them now: an upper file's size and
@@ -1002,6 +1044,45 @@ impl Staging {
         }
         seen.atime = n.atime.unwrap_or(seen.mtime);
         seen
+    }
+}
+
+/// A staged copy to make (`Staging::plan_copy_up`): written to `tmp`
+/// from the version's chunks with no lock held, then published.
+pub struct CopyPlan {
+    id: u64,
+    chunks: Vec<BlobRef>,
+    mtime: Mtime,
+    keep_content: bool,
+    tmp: PathBuf,
+}
+
+impl CopyPlan {
+    /// Writes the copy, durably, with the version's mtime (the slow part:
+    /// the version's chunks are read from the cache or the store).
+    pub fn write(&self, repo: &Repo) -> Result<()> {
+        let written = (|| {
+            let tmp = &self.tmp;
+            let mut f =
+                crate::private::create_file(tmp).map_err(|e| Error::io(tmp.display(), e))?;
+            if self.keep_content {
+                read::read_file(repo, &self.chunks, &mut f)?;
+            }
+            f.sync_all().map_err(|e| Error::io(tmp.display(), e))?;
+            let t = filetime::FileTime::from_unix_time(self.mtime.0, self.mtime.1);
+            filetime::set_file_mtime(tmp, t).map_err(|e| Error::io(tmp.display(), e))?;
+            fail::fail_point!("copy-up-written");
+            Ok(())
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+        written
+    }
+
+    /// Drops the copy, unpublished.
+    pub fn discard(self) {
+        let _ = std::fs::remove_file(&self.tmp);
     }
 }
 
