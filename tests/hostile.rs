@@ -746,3 +746,24 @@ fn gc_never_deletes_through_a_symlink_planted_in_a_local_store() {
     other.ok(&["export", "ds", "v1", out_dir.to_str().unwrap()]);
     assert!(fingerprint(&src) == fingerprint(&out_dir));
 }
+
+/// A state folder another user owns is refused, root included: its owner
+/// could plant a symlink where detafs writes. Nothing is written there.
+#[test]
+fn a_state_folder_another_user_owns_is_refused() {
+    let env = Env::new();
+    let planted = env.path("planted-cache");
+    std::fs::create_dir_all(&planted).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+    let out = env
+        .command()
+        .env("DETAFS_CACHE", &planted)
+        .args(["log", "ds"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("owned by uid 65534"), "{err}");
+    assert_eq!(std::fs::read_dir(&planted).unwrap().count(), 0);
+}
