@@ -19,13 +19,19 @@ target=$(realpath "${CARGO_TARGET_DIR:-target}")
 cargo_home=$(realpath "${CARGO_HOME:-$HOME/.cargo}")
 rustup_home=$(realpath "${RUSTUP_HOME:-$HOME/.rustup}")
 work=$(mktemp -d /tmp/detafs-quickstart.XXXXXX)
-mounted=()
+# Everything mounted below $work, deepest first (the demo's FUSE mount too).
+mounts_below() { awk -v w="$work/" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r; }
 cleanup() {
-  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[i]}" 2>/dev/null || true; done
+  for m in $(mounts_below); do umount -l "$m" 2>/dev/null || true; done
+  # A bind of this checkout still attached would let rm reach it: keep all.
+  if [ -n "$(mounts_below)" ]; then
+    echo "still mounted below $work; left in place: $(mounts_below)" >&2
+    return
+  fi
   rm -rf --one-file-system "$work"
 }
 trap cleanup EXIT
-bind() { mkdir -p "$2"; mount --bind "$1" "$2"; mounted+=("$2"); }
+bind() { mkdir -p "$2"; mount --bind "$1" "$2"; }
 passed=0
 for suite in ${DETAFS_CHECK_SUITES:-bookworm trixie}; do
   root=$work/$suite
