@@ -440,11 +440,7 @@ fn cancel_on(
     use std::sync::atomic::Ordering::Relaxed;
     while !done.load(Relaxed) {
         if interrupted.load(Relaxed) {
-            let asked = std::fs::OpenOptions::new()
-                .write(true)
-                .open(mp.join(".detafs/cancel"))
-                .and_then(|mut f| f.write_all(b"cancel\n").and_then(|()| close(f)));
-            if let Err(e) = asked {
+            if let Err(e) = request(mp, "cancel", b"cancel\n") {
                 eprintln!("detafs: could not ask the mount to cancel: {e}");
             }
             return;
@@ -518,26 +514,18 @@ pub fn checkout(
                 Some(v) => ("checkout", format!("{v}\n{}\n", paths.join("\n"))),
                 None => ("restore", format!("{}\n", paths.join("\n"))),
             };
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(mp.join(".detafs").join(file))
-                .with_context(|| format!("cannot reach the mount at {}", mp.display()))?;
-            // The request acts when its handle is closed: the close says
-            // how it went.
-            f.write_all(order.as_bytes())
-                .and_then(|()| close(f))
-                .map_err(|e| {
-                    let reason =
-                        std::fs::read_to_string(mp.join(".detafs/last-error")).unwrap_or_default();
-                    anyhow::anyhow!(
-                        "{file} through the mount at {} failed: {}",
-                        mp.display(),
-                        match reason.trim() {
-                            "" => e.to_string(),
-                            r => r.to_string(),
-                        }
-                    )
-                })
+            request(&mp, file, order.as_bytes()).map_err(|e| {
+                let reason =
+                    std::fs::read_to_string(mp.join(".detafs/last-error")).unwrap_or_default();
+                anyhow::anyhow!(
+                    "{file} through the mount at {} failed: {}",
+                    mp.display(),
+                    match reason.trim() {
+                        "" => e.to_string(),
+                        r => r.to_string(),
+                    }
+                )
+            })
         }
     }
 }
@@ -556,18 +544,20 @@ pub fn tell_mount(repo: &Repo, staging_base: &Path, name: &str) {
     if !is_mounted(Path::new(&at)) {
         return;
     }
-    let told = std::fs::OpenOptions::new()
-        .write(true)
-        .open(Path::new(&at).join(".detafs/refresh"))
-        .and_then(|mut f| f.write_all(b"refresh\n").and_then(|()| close(f)));
-    if let Err(e) = told {
+    if let Err(e) = request(Path::new(&at), "refresh", b"refresh\n") {
         eprintln!("detafs: the mount at {at} shows this at its next poll ({e})");
     }
 }
 
-/// Closes `f`, with the error the close gave (std's drop ignores it).
-fn close(f: std::fs::File) -> std::io::Result<()> {
+/// Writes `text` to control file `.detafs/FILE` of the mount at `mp` as
+/// one request: it acts when the handle closes, and the close says how it
+/// went (std's drop would ignore that).
+fn request(mp: &Path, file: &str, text: &[u8]) -> std::io::Result<()> {
     use std::os::fd::IntoRawFd;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(mp.join(".detafs").join(file))?;
+    f.write_all(text)?;
     let fd = f.into_raw_fd();
     // SAFETY: `fd` was `f`'s, now owned here and closed once.
     match unsafe { libc::close(fd) } {

@@ -56,33 +56,8 @@ impl Staging {
                     None => self.checkout_root(repo, source)?,
                     Some((name, dirs)) => {
                         let parent = self.make_dirs(repo, source, dirs)?;
-                        match (self.lookup(repo, parent, name)?, node) {
-                            // Same kind: the row (the inode the kernel knows)
-                            // stays, unless the file has other names, which
-                            // keep it.
-                            (Some(old), Some(node))
-                                if old.kind == Kind::of(node)
-                                    && self.names(&old)? == 1
-                                    && node.link().is_none() =>
-                            {
-                                self.replace(repo, &old, node)?;
-                            }
-                            (old, node) => {
-                                if let Some(old) = old {
-                                    self.delete_subtree(&old)?;
-                                }
-                                if let Some(node) = node {
-                                    let p = self.node(parent)?;
-                                    self.insert_version_node(
-                                        repo,
-                                        parent,
-                                        name,
-                                        node,
-                                        (p.uid, p.gid),
-                                    )?;
-                                }
-                            }
-                        }
+                        let old = self.lookup(repo, parent, name)?;
+                        self.put_entry(repo, &self.node(parent)?, name, old, node.as_ref())?;
                         self.changed(parent)?;
                     }
                 }
@@ -193,21 +168,8 @@ impl Staging {
             .map(|r| (r.name.clone(), r))
             .collect();
         for e in &new.entries {
-            match rows.remove(&e.name) {
-                Some(old)
-                    if old.kind == Kind::of(&e.node)
-                        && self.names(&old)? == 1
-                        && e.node.link().is_none() =>
-                {
-                    self.replace(repo, &old, &e.node)?;
-                }
-                old => {
-                    if let Some(old) = old {
-                        self.delete_subtree(&old)?;
-                    }
-                    self.insert_version_node(repo, dir.id, &e.name, &e.node, (dir.uid, dir.gid))?;
-                }
-            }
+            let old = rows.remove(&e.name);
+            self.put_entry(repo, dir, &e.name, old, Some(&e.node))?;
         }
         for old in rows.into_values() {
             self.delete_subtree(&old)?;
@@ -218,6 +180,37 @@ impl Staging {
             params![dir.id, serde_json::to_vec(tree).expect("serializable"), mode, mtime.0, mtime.1],
         )?;
         Ok(())
+    }
+
+    /// Entry `name` of folder `dir`, staged as `old`, becomes version node
+    /// `node` (none: goes). Of the same kind, the row (the inode the kernel
+    /// knows) stays, unless the file has other names, which keep it.
+    fn put_entry(
+        &self,
+        repo: &Repo,
+        dir: &super::SNode,
+        name: &[u8],
+        old: Option<super::SNode>,
+        node: Option<&Node>,
+    ) -> Result<()> {
+        match (old, node) {
+            (Some(old), Some(node))
+                if old.kind == Kind::of(node)
+                    && self.names(&old)? == 1
+                    && node.link().is_none() =>
+            {
+                self.replace(repo, &old, node)
+            }
+            (old, node) => {
+                if let Some(old) = old {
+                    self.delete_subtree(&old)?;
+                }
+                if let Some(node) = node {
+                    self.insert_version_node(repo, dir.id, name, node, (dir.uid, dir.gid))?;
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The staged node at `names`, if there is one.
