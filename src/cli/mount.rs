@@ -253,19 +253,34 @@ pub fn umount(mountpoint: &Path) -> anyhow::Result<()> {
     if !was_stale && !is_mounted(mountpoint) {
         bail!("{} is not mounted", mountpoint.display());
     }
-    let mut args = vec!["-u"];
+    // A stale mount is detached with what is mounted inside it.
     if was_stale {
-        args.push("-z");
+        return fusermount(mountpoint, &["-u", "-z"]);
     }
+    // versions/ on a connection of its own is mounted inside: it goes
+    // first (the outer mount is busy while it is there).
+    let versions = mountpoint.join("versions");
+    let apart = is_mounted(&versions);
+    if apart {
+        fusermount(&versions, &["-u"])?;
+    }
+    let res = fusermount(mountpoint, &["-u"]);
+    match apart {
+        true => res.context("versions/ is served by the mount's main connection from now on"),
+        false => res,
+    }
+}
+
+fn fusermount(at: &Path, args: &[&str]) -> anyhow::Result<()> {
     let out = std::process::Command::new("fusermount3")
-        .args(&args)
-        .arg(mountpoint)
+        .args(args)
+        .arg(at)
         .output()
         .context("cannot run fusermount3 (install fuse3)")?;
     if !out.status.success() {
         bail!(
             "cannot unmount {}: {}",
-            mountpoint.display(),
+            at.display(),
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }

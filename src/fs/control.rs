@@ -491,6 +491,9 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
         "staging": fs.staging.is_some(),
         // Whether the kernel opens files without asking (read-only, no policy).
         "opens_skipped": fs.opens_skipped(),
+        // Whether versions/ has a kernel connection of its own (read-write
+        // mounts without a policy), where the kernel opens its files itself.
+        "versions_connection": if fs.versions_apart() { "own" } else { "shared" },
         "policy": fs.policy_in_force(),
         // The version staging is built on (what `.detafs/status` compares with).
         "staging_version": fs.staging_version_now(),

@@ -55,6 +55,9 @@ pub trait KernelCache: Send + Sync {
     fn forget_name(&self, parent: u64, name: &[u8]);
     /// A directory's attributes and the listing the kernel keeps of it.
     fn forget_listing(&self, ino: u64);
+    /// A policy came: `versions/`'s own connection, where the kernel opens
+    /// files without asking, is detached (the main connection judges).
+    fn versions_judged(&self);
 }
 
 /// Principals by (pid, uid, gid), with when they were read.
@@ -190,6 +193,11 @@ impl MountFs {
         let mut gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
         // Checked under the lock `skip_opens` takes: where the kernel opens
         // files without asking, no open could apply a policy (`unopened.rs`).
+        if next.version != SHUT && self.versions_apart.swap(false, Ordering::Relaxed) {
+            if let Some(k) = self.kernel.get() {
+                k.versions_judged();
+            }
+        }
         let next = if next.version != SHUT && self.opens_skipped() {
             tracing::error!(
                 "an access policy was set after this mount started: every request is refused until it is mounted again"
@@ -221,7 +229,7 @@ impl MountFs {
     }
 
     /// How the kernel is told to drop what it keeps (`forget_names`).
-    pub fn on_kernel_cache(&self, k: Box<dyn KernelCache>) {
+    pub fn on_kernel_cache(&self, k: Arc<dyn KernelCache>) {
         let _ = self.kernel.set(k);
     }
 

@@ -181,6 +181,9 @@ pub struct MountFs {
     /// Whether the kernel opens files without asking (`unopened.rs`), and
     /// the handles of version files it read so.
     opens_skipped: AtomicBool,
+    /// Whether `versions/` has a connection of its own where the kernel
+    /// opens files without asking (`skip_version_opens`).
+    versions_apart: AtomicBool,
     unopened: Mutex<lru::LruCache<u64, Arc<StoredFile>>>,
     chunks: Arc<ChunkCache>,
     read_ahead: ReadAhead,
@@ -203,7 +206,7 @@ pub struct MountFs {
     /// Where access decisions are written, if anywhere.
     trail: Option<crate::access::trail::Trail>,
     /// Tells the kernel to drop a name it keeps (set by the adapter).
-    kernel: std::sync::OnceLock<Box<dyn gate::KernelCache>>,
+    kernel: std::sync::OnceLock<Arc<dyn gate::KernelCache>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -303,6 +306,7 @@ impl MountFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             opens_skipped: AtomicBool::new(false),
+            versions_apart: AtomicBool::new(false),
             unopened: Mutex::new(lru::LruCache::new(
                 unopened::UNOPENED.try_into().expect("not zero"),
             )),

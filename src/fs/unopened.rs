@@ -55,6 +55,21 @@ impl MountFs {
         skip
     }
 
+    /// The same choice for `versions/` on a connection of its own (a
+    /// read-write mount's): opens decide nothing there without a policy. A
+    /// policy that comes later detaches that connection (`refresh_policy`).
+    pub fn skip_version_opens(&self) -> bool {
+        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let skip = gate.is_none();
+        self.versions_apart.store(skip, Ordering::Relaxed);
+        skip
+    }
+
+    /// Whether `versions/` is served on a connection of its own (health).
+    pub fn versions_apart(&self) -> bool {
+        self.versions_apart.load(Ordering::Relaxed)
+    }
+
     /// A mount without staging: nothing of it is written.
     pub fn read_only(&self) -> bool {
         self.staging.is_none()
@@ -67,10 +82,10 @@ impl MountFs {
 
     /// Reads a file the kernel opened without asking.
     pub fn read_unopened(&self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
-        if !self.opens_skipped() {
-            return Err(Error::fs(FsError::Invalid, "bad file handle"));
-        }
         if control::is_control(ino) {
+            if !self.opens_skipped() {
+                return Err(Error::fs(FsError::Invalid, "bad file handle"));
+            }
             let text = control::text_now(self, ino)?;
             let start = (offset as usize).min(text.len());
             let end = (start + size as usize).min(text.len());
@@ -90,7 +105,7 @@ impl MountFs {
     /// that listing a huge folder costs a part per request, not its whole
     /// listing (nothing tells when the kernel is done with it).
     pub fn listing_unopened(&self, ino: u64, offset: u64) -> Result<(Listing, u64)> {
-        if !self.opens_skipped() {
+        if control::is_control(ino) && !self.opens_skipped() {
             return Err(Error::fs(FsError::Invalid, "bad file handle"));
         }
         if self.gated() && (ino == VERSIONS || ino >= FIRST_VERSION_INO) {

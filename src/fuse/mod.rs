@@ -3,7 +3,8 @@
 //! requests), and errors into errno values. Nothing else imports fuser.
 
 use crate::error::{Error, FsError};
-use crate::fs::{Attr, Caller, DirEntry, FileKind, Listing, MountFs};
+use crate::fs::{Attr, Caller, DirEntry, FileKind, Listing, MountFs, ROOT, VERSIONS};
+use fuser::{Config, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
 use crate::snapshot::{Mtime, Special};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
@@ -17,13 +18,47 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// One kernel connection: the whole mount, or `versions/` on a connection
+/// of its own (`serve`).
 pub struct Fuse {
     fs: Arc<MountFs>,
+    ids: Ids,
+    /// Whether the kernel opens files itself on this connection (decided
+    /// at INIT: `MountFs::skip_opens`).
+    skips_opens: bool,
+}
+
+/// Inode numbers as one connection's kernel sees them: its root is the
+/// kernel's inode 1, which on the versions connection is `versions/`.
+#[derive(Clone, Copy)]
+struct Ids {
+    root: u64,
+}
+
+impl Ids {
+    fn inward(self, ino: INodeNo) -> u64 {
+        match ino.0 {
+            1 => self.root,
+            i => i,
+        }
+    }
+
+    fn outward(self, ino: u64) -> INodeNo {
+        INodeNo(if ino == self.root { 1 } else { ino })
+    }
 }
 
 impl Fuse {
-    pub fn new(fs: Arc<MountFs>) -> Fuse {
-        Fuse { fs }
+    fn new(fs: Arc<MountFs>, root: u64) -> Fuse {
+        Fuse {
+            fs,
+            ids: Ids { root },
+            skips_opens: false,
+        }
+    }
+
+    fn versions_apart(&self) -> bool {
+        self.ids.root == VERSIONS
     }
 
     /// Runs `op` off the kernel-reading thread.
@@ -38,7 +73,7 @@ impl Fuse {
     fn make(
         &self,
         req: &Request,
-        parent: INodeNo,
+        parent: u64,
         name: &OsStr,
         kind: FileKind,
         mode: u32,
@@ -46,6 +81,7 @@ impl Fuse {
         rdev: u64,
         reply: ReplyEntry,
     ) {
+        let ids = self.ids;
         let (name, target, uid, gid) = (
             name.as_bytes().to_vec(),
             target.to_vec(),
@@ -53,15 +89,15 @@ impl Fuse {
             req.gid(),
         );
         self.spawn(move |fs| {
-            let res = fs.make(parent.0, &name, kind, mode, uid, gid, &target, rdev);
-            entry(reply, res, "create")
+            let res = fs.make(parent, &name, kind, mode, uid, gid, &target, rdev);
+            entry(ids, reply, res, "create")
         });
     }
 
     /// Runs `op` right here when everything about `ino` is in memory (a
     /// thread hop costs more than the answer), else off this thread.
-    fn dispatch(&self, ino: INodeNo, op: impl FnOnce(&MountFs) + Send + 'static) {
-        self.here_if(self.fs.answers_from_memory(ino.0), op)
+    fn dispatch(&self, ino: u64, op: impl FnOnce(&MountFs) + Send + 'static) {
+        self.here_if(self.fs.answers_from_memory(ino), op)
     }
 
     fn here_if(&self, here: bool, op: impl FnOnce(&MountFs) + Send + 'static) {
@@ -183,10 +219,10 @@ fn kind(k: FileKind) -> FileType {
     }
 }
 
-fn attr(a: &Attr) -> FileAttr {
+fn attr(ids: Ids, a: &Attr) -> FileAttr {
     let t = time(a.mtime);
     FileAttr {
-        ino: INodeNo(a.ino),
+        ino: ids.outward(a.ino),
         size: a.size,
         blocks: a.size.div_ceil(512),
         atime: time(a.atime),
@@ -218,6 +254,7 @@ fn caller(req: &Request) -> Caller {
 /// the core's to say (`MountFs::name_ttl`: under a policy, not at all
 /// where users see different things).
 fn named(
+    ids: Ids,
     fs: &MountFs,
     reply: ReplyEntry,
     parent: u64,
@@ -228,15 +265,15 @@ fn named(
     match res {
         Ok(a) => {
             let ttl = fs.name_ttl(parent, name, &a);
-            reply.entry_with_ttls(&a.ttl, &ttl, &attr(&a), Generation(0))
+            reply.entry_with_ttls(&a.ttl, &ttl, &attr(ids, &a), Generation(0))
         }
         Err(e) => reply.error(fail(op, &e)),
     }
 }
 
-fn entry(reply: ReplyEntry, res: Result<Attr, Error>, op: &str) {
+fn entry(ids: Ids, reply: ReplyEntry, res: Result<Attr, Error>, op: &str) {
     match res {
-        Ok(a) => reply.entry(&a.ttl, &attr(&a), Generation(0)),
+        Ok(a) => reply.entry(&a.ttl, &attr(ids, &a), Generation(0)),
         Err(e) => reply.error(fail(op, &e)),
     }
 }
@@ -279,6 +316,7 @@ fn page(
 }
 
 fn fill_dir(
+    ids: Ids,
     fs: &MountFs,
     dir: u64,
     listing: (&Listing, u64),
@@ -287,7 +325,7 @@ fn fill_dir(
 ) {
     page(fs, dir, listing, offset, |next, (e, _)| {
         reply.add(
-            INodeNo(e.ino),
+            ids.outward(e.ino),
             next,
             kind(e.kind),
             OsStr::from_bytes(&e.name),
@@ -297,6 +335,7 @@ fn fill_dir(
 }
 
 fn fill_dir_plus(
+    ids: Ids,
     fs: &MountFs,
     dir: u64,
     listing: (&Listing, u64),
@@ -319,7 +358,7 @@ fn fill_dir_plus(
             Some(f) => (f, fs.name_ttl(dir, &e.name, f)),
             None => (a, a.ttl),
         };
-        let full = reply.add(INodeNo(a.ino), next, name, &ttl, &attr(a), Generation(0));
+        let full = reply.add(ids.outward(a.ino), next, name, &ttl, &attr(ids, a), Generation(0));
         // Every entry but . and .. counts as a lookup for the kernel.
         if !full && !dots && fresh.is_none() {
             fs.remember(a.ino);
@@ -352,7 +391,11 @@ impl Filesystem for Fuse {
         // Where opens decide nothing, the kernel opens files itself (see
         // `open`) and keeps their pages, control files' too: it drops them
         // when an mtime moves.
-        if self.fs.skip_opens() {
+        self.skips_opens = match self.versions_apart() {
+            true => self.fs.skip_version_opens(),
+            false => self.fs.skip_opens(),
+        };
+        if self.skips_opens && !self.versions_apart() {
             let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
         }
         // Attributes come with every directory listing, so `ls -l` costs no
@@ -360,32 +403,43 @@ impl Filesystem for Fuse {
         // in a listing's first batch: `ls -l` of 100,000 entries took 5.5 s,
         // not 0.5 s; `find` measured the same either way.)
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
+        if self.versions_apart() {
+            // Nothing below versions/ changes: lookups and listings of
+            // one folder need not wait on each other.
+            let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+        }
         Ok(())
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let ids = self.ids;
+        let parent = self.ids.inward(parent);
         let (name, c) = (name.as_bytes().to_vec(), caller(req));
-        let here = self.fs.looks_up_from_memory(parent.0, &name);
+        let here = self.fs.looks_up_from_memory(parent, &name);
         self.here_if(here, move |fs| {
             named(
+                ids,
                 fs,
                 reply,
-                parent.0,
+                parent,
                 &name,
-                fs.lookup_for(&c, parent.0, &name),
+                fs.lookup_for(&c, parent, &name),
                 "lookup",
             )
         });
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.fs.forget(ino.0, nlookup);
+        let ino = self.ids.inward(ino);
+        self.fs.forget(ino, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.here_if(self.fs.attrs_from_memory(ino.0), move |fs| {
-            match fs.getattr_open(ino.0, fh.map(|f| f.0)) {
-                Ok(a) => reply.attr(&a.ttl, &attr(&a)),
+        let ids = self.ids;
+        let ino = self.ids.inward(ino);
+        self.here_if(self.fs.attrs_from_memory(ino), move |fs| {
+            match fs.getattr_open(ino, fh.map(|f| f.0)) {
+                Ok(a) => reply.attr(&a.ttl, &attr(ids, &a)),
                 Err(e) => reply.error(fail("getattr", &e)),
             }
         });
@@ -409,9 +463,11 @@ impl Filesystem for Fuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let ids = self.ids;
+        let ino = self.ids.inward(ino);
         self.spawn(move |fs| {
             let res = fs.setattr(
-                ino.0,
+                ino,
                 mode,
                 uid,
                 gid,
@@ -420,15 +476,16 @@ impl Filesystem for Fuse {
                 fh.map(|f| f.0),
             );
             match res {
-                Ok(a) => reply.attr(&a.ttl, &attr(&a)),
+                Ok(a) => reply.attr(&a.ttl, &attr(ids, &a)),
                 Err(e) => reply.error(fail("setattr", &e)),
             }
         });
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let ino = self.ids.inward(ino);
         let c = caller(req);
-        self.dispatch(ino, move |fs| match fs.readlink(&c, ino.0) {
+        self.dispatch(ino, move |fs| match fs.readlink(&c, ino) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(fail("readlink", &e)),
         });
@@ -444,13 +501,14 @@ impl Filesystem for Fuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let parent = self.ids.inward(parent);
         // The kernel passes only these types, and devices only from a caller
         // allowed to make them (CAP_MKNOD); `nodev` keeps them unopenable.
         let kind = match Special::of_mode(mode) {
             Some(s) => FileKind::Special(s),
             None if mode & libc::S_IFMT == libc::S_IFREG => FileKind::File,
             None => {
-                let e = self.fs.refuse(parent.0, FsError::Invalid, "mknod");
+                let e = self.fs.refuse(parent, FsError::Invalid, "mknod");
                 reply.error(errno(&e));
                 return;
             }
@@ -482,7 +540,7 @@ impl Filesystem for Fuse {
     ) {
         self.make(
             req,
-            parent,
+            self.ids.inward(parent),
             name,
             FileKind::Dir,
             mode & !umask,
@@ -493,13 +551,15 @@ impl Filesystem for Fuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = self.ids.inward(parent);
         let name = name.as_bytes().to_vec();
-        self.spawn(move |fs| empty(reply, fs.remove(parent.0, &name, false), "unlink"));
+        self.spawn(move |fs| empty(reply, fs.remove(parent, &name, false), "unlink"));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = self.ids.inward(parent);
         let name = name.as_bytes().to_vec();
-        self.spawn(move |fs| empty(reply, fs.remove(parent.0, &name, true), "rmdir"));
+        self.spawn(move |fs| empty(reply, fs.remove(parent, &name, true), "rmdir"));
     }
 
     fn symlink(
@@ -513,7 +573,7 @@ impl Filesystem for Fuse {
         let target = target.as_os_str().as_bytes();
         self.make(
             req,
-            parent,
+            self.ids.inward(parent),
             link_name,
             FileKind::Symlink,
             0o777,
@@ -533,6 +593,7 @@ impl Filesystem for Fuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let (parent, newparent) = (self.ids.inward(parent), self.ids.inward(newparent));
         // RENAME_NOREPLACE is the only flag staging implements; any other
         // (EXCHANGE, WHITEOUT, one not known yet) is refused, never done as
         // a plain rename.
@@ -545,7 +606,7 @@ impl Filesystem for Fuse {
         self.spawn(move |fs| {
             empty(
                 reply,
-                fs.rename(parent.0, &name, newparent.0, &newname, no_replace),
+                fs.rename(parent, &name, newparent, &newname, no_replace),
                 "rename",
             )
         });
@@ -559,24 +620,28 @@ impl Filesystem for Fuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let ids = self.ids;
+        let ino = self.ids.inward(ino);
+        let newparent = self.ids.inward(newparent);
         let name = newname.as_bytes().to_vec();
-        self.spawn(move |fs| entry(reply, fs.link(ino.0, newparent.0, &name), "link"));
+        self.spawn(move |fs| entry(ids, reply, fs.link(ino, newparent, &name), "link"));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let ino = self.ids.inward(ino);
         // "Not implemented": the kernel opens this file and every later one
         // itself, with no OPEN or RELEASE (`crate::fs::unopened`).
-        if self.fs.opens_skipped() {
+        if self.skips_opens {
             return reply.error(Errno::ENOSYS);
         }
         let c = caller(req);
-        let op = move |fs: &MountFs| match fs.open(ino.0, flags.0, &c) {
+        let op = move |fs: &MountFs| match fs.open(ino, flags.0, &c) {
             Ok(o) => reply.opened(FileHandle(o.fh), open_flags(&o)),
             Err(e) => reply.error(fail("open", &e)),
         };
         // A warm open costs one wake-up, not two: on a busy host each is
         // a wait for a CPU (docs/benchmarks.md, issue 9).
-        self.here_if(self.fs.opens_from_memory(ino.0), op);
+        self.here_if(self.fs.opens_from_memory(ino), op);
     }
 
     fn read(
@@ -590,12 +655,13 @@ impl Filesystem for Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let ino = self.ids.inward(ino);
         // Handle 0: a file the kernel opened without asking.
         if fh.0 == 0 {
-            return self.spawn(move |fs| match fs.read_unopened(ino.0, offset, size) {
+            return self.spawn(move |fs| match fs.read_unopened(ino, offset, size) {
                 Ok(data) => reply.data(&data),
                 Err(e) => reply.error(fail(
-                    &format!("read of {}", fs.describe_unopened(ino.0)),
+                    &format!("read of {}", fs.describe_unopened(ino)),
                     &e,
                 )),
             });
@@ -636,7 +702,7 @@ impl Filesystem for Fuse {
         // Only handles that act at close are opened without FOPEN_NOFLUSH;
         // where the kernel opens files itself (no handle, no flag), ENOSYS
         // stops it sending FLUSH at all.
-        if self.fs.opens_skipped() {
+        if self.skips_opens {
             return reply.error(Errno::ENOSYS);
         }
         self.spawn(move |fs| empty(reply, fs.flush(fh.0), "flush"));
@@ -668,13 +734,14 @@ impl Filesystem for Fuse {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let ino = self.ids.inward(ino);
         // Like `open`: the kernel then opens every directory itself and
         // keeps its listing (`crate::fs::unopened`).
-        if self.fs.opens_skipped() {
+        if self.skips_opens {
             return reply.error(Errno::ENOSYS);
         }
         let c = caller(req);
-        self.dispatch(ino, move |fs| match fs.open_dir(&c, ino.0) {
+        self.dispatch(ino, move |fs| match fs.open_dir(&c, ino) {
             // A version's directories never change: the kernel may keep
             // their listings.
             Ok(o) if o.keep_cache => reply.opened(
@@ -694,15 +761,17 @@ impl Filesystem for Fuse {
         offset: u64,
         reply: ReplyDirectory,
     ) {
+        let ids = self.ids;
+        let ino = self.ids.inward(ino);
         // Handle 0: a directory the kernel opened without asking.
         if fh.0 == 0 {
-            return self.dispatch(ino, move |fs| match fs.listing_unopened(ino.0, offset) {
-                Ok((listing, first)) => fill_dir(fs, ino.0, (&listing, first), offset, reply),
+            return self.dispatch(ino, move |fs| match fs.listing_unopened(ino, offset) {
+                Ok((listing, first)) => fill_dir(ids, fs, ino, (&listing, first), offset, reply),
                 Err(e) => reply.error(fail("readdir", &e)),
             });
         }
         match self.fs.listing(fh.0) {
-            Ok(listing) => fill_dir(&self.fs, ino.0, (&listing, 0), offset, reply),
+            Ok(listing) => fill_dir(ids, &self.fs, ino, (&listing, 0), offset, reply),
             Err(e) => reply.error(fail("readdir", &e)),
         }
     }
@@ -715,14 +784,16 @@ impl Filesystem for Fuse {
         offset: u64,
         reply: fuser::ReplyDirectoryPlus,
     ) {
+        let ids = self.ids;
+        let ino = self.ids.inward(ino);
         if fh.0 == 0 {
-            return self.dispatch(ino, move |fs| match fs.listing_unopened(ino.0, offset) {
-                Ok((listing, first)) => fill_dir_plus(fs, ino.0, (&listing, first), offset, reply),
+            return self.dispatch(ino, move |fs| match fs.listing_unopened(ino, offset) {
+                Ok((listing, first)) => fill_dir_plus(ids, fs, ino, (&listing, first), offset, reply),
                 Err(e) => reply.error(fail("readdirplus", &e)),
             });
         }
         match self.fs.listing(fh.0) {
-            Ok(listing) => fill_dir_plus(&self.fs, ino.0, (&listing, 0), offset, reply),
+            Ok(listing) => fill_dir_plus(ids, &self.fs, ino, (&listing, 0), offset, reply),
             Err(e) => reply.error(fail("readdirplus", &e)),
         }
     }
@@ -781,16 +852,18 @@ impl Filesystem for Fuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let ino = self.ids.inward(ino);
         // `cp -a`, `rsync -X` try it. Not ENOSYS: the kernel would then
         // answer EOPNOTSUPP itself everywhere, versions/ included (EROFS).
         unsupported("setxattr");
-        let e = self.fs.refuse(ino.0, FsError::Unsupported, "setxattr");
+        let e = self.fs.refuse(ino, FsError::Unsupported, "setxattr");
         reply.error(errno(&e));
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        let ino = self.ids.inward(ino);
         unsupported("removexattr");
-        let e = self.fs.refuse(ino.0, FsError::Unsupported, "removexattr");
+        let e = self.fs.refuse(ino, FsError::Unsupported, "removexattr");
         reply.error(errno(&e));
     }
 
@@ -821,12 +894,14 @@ impl Filesystem for Fuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let ids = self.ids;
+        let parent = self.ids.inward(parent);
         let (name, uid, gid) = (name.as_bytes().to_vec(), req.uid(), req.gid());
         self.spawn(
-            move |fs| match fs.create(parent.0, &name, mode & !umask, flags, uid, gid) {
+            move |fs| match fs.create(parent, &name, mode & !umask, flags, uid, gid) {
                 Ok((a, o)) => reply.created(
                     &a.ttl,
-                    &attr(&a),
+                    &attr(ids, &a),
                     Generation(0),
                     FileHandle(o.fh),
                     open_flags(&o),
@@ -850,18 +925,72 @@ impl Filesystem for Fuse {
     }
 }
 
-/// What the daemon tells the kernel to drop, through the session's
+/// What the daemon tells the kernel to drop, through each connection's
 /// notifier (ENOENT answers mean the kernel held nothing to drop).
-struct Kernel(fuser::Notifier);
+struct Kernel {
+    main: Notifier,
+    /// `versions/`'s own connection while it serves, and how to end it.
+    versions: Mutex<Option<(Notifier, SessionUnmounter)>>,
+    versions_at: std::path::PathBuf,
+}
+
+impl Kernel {
+    /// Unmounts `versions/`'s own connection (before the main one, which is
+    /// busy while it is there). Kept if that fails (a process inside).
+    fn end_versions(&self) -> std::io::Result<()> {
+        let mut apart = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, unmounter)) = apart.as_mut() {
+            unmounter.unmount()?;
+            *apart = None;
+        }
+        Ok(())
+    }
+
+    fn each(&self, tell: impl Fn(&Notifier, Ids)) {
+        tell(&self.main, Ids { root: ROOT });
+        if let Some((n, _)) = &*self.versions.lock().unwrap_or_else(|p| p.into_inner()) {
+            tell(n, Ids { root: VERSIONS });
+        }
+    }
+}
 
 impl crate::fs::KernelCache for Kernel {
     fn forget_name(&self, parent: u64, name: &[u8]) {
-        let _ = self.0.inval_entry(INodeNo(parent), OsStr::from_bytes(name));
+        self.each(|n, ids| {
+            let _ = n.inval_entry(ids.outward(parent), OsStr::from_bytes(name));
+        });
     }
 
     fn forget_listing(&self, ino: u64) {
         // A directory's listing is kept in its pages: drop them all.
-        let _ = self.0.inval_inode(INodeNo(ino), 0, 0);
+        self.each(|n, ids| {
+            let _ = n.inval_inode(ids.outward(ino), 0, 0);
+        });
+    }
+
+    fn versions_judged(&self) {
+        if self.versions.lock().unwrap_or_else(|p| p.into_inner()).take().is_none() {
+            return;
+        }
+        // Detached, not unmounted: a process inside keeps it until it
+        // leaves (its reads are refused: `MountFs::read_unopened`); the main
+        // connection judges every open from now on. On a thread of its
+        // own: the kernel looks `versions` up through the main connection.
+        let at = self.versions_at.clone();
+        std::thread::spawn(move || {
+            let out = std::process::Command::new("fusermount3")
+                .args(["-u", "-z", "-q", "--"])
+                .arg(&at)
+                .output();
+            match out {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => tracing::error!(
+                    "detaching versions/'s own connection: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ),
+                Err(e) => tracing::error!("detaching versions/'s own connection: {e}"),
+            }
+        });
     }
 }
 
@@ -871,16 +1000,7 @@ pub struct SessionOptions {
     pub poll_interval: Duration,
 }
 
-/// Mounts `fs` at `mountpoint` and serves it until it is unmounted
-/// (`detafs umount`, `fusermount3 -u`) or the process gets SIGINT/SIGTERM.
-/// `ready` runs once the mount is live.
-pub fn serve(
-    fs: Arc<MountFs>,
-    mountpoint: &Path,
-    opts: &SessionOptions,
-    ready: impl FnOnce(),
-) -> std::io::Result<()> {
-    use fuser::{Config, MountOption, SessionACL};
+fn config(opts: &SessionOptions, read_only: bool) -> Config {
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(opts.fs_name.clone()),
@@ -896,9 +1016,40 @@ pub fn serve(
     }
     // Nothing of a read-only mount is written: the kernel refuses a write
     // open itself (as it must where it opens files without asking).
-    if fs.read_only() {
+    if read_only {
         config.mount_options.push(MountOption::RO);
     }
+    config
+}
+
+/// Runs a session's request loop on a thread of its own; its unmounter.
+fn run(
+    mut session: Session<Fuse>,
+    name: &str,
+) -> std::io::Result<(SessionUnmounter, std::thread::JoinHandle<std::io::Result<()>>)> {
+    let unmounter = session.unmount_callable();
+    let thread = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || session.run())?;
+    Ok((unmounter, thread))
+}
+
+/// Mounts `fs` at `mountpoint` and serves it until it is unmounted
+/// (`detafs umount`, `fusermount3 -u -z`) or the process gets SIGINT/SIGTERM.
+/// `ready` runs once the mount is live.
+///
+/// A read-write mount without a policy serves `versions/` on a second
+/// connection mounted over it, configured for content that never changes:
+/// the kernel opens its files and folders itself and keeps their pages and
+/// names, so reading a version costs what a local file system costs. The
+/// main connection answers the root, `staging/` and `.detafs/` (and
+/// `versions/` wherever the second is not mounted).
+pub fn serve(
+    fs: Arc<MountFs>,
+    mountpoint: &Path,
+    opts: &SessionOptions,
+    ready: impl FnOnce(),
+) -> std::io::Result<()> {
     // Taken over before the mount is live: a signal that comes as soon as
     // it can be seen unmounts it, rather than killing the process.
     let handlers = fs.repo().store.block_on(async {
@@ -909,16 +1060,48 @@ pub fn serve(
         ))
     });
     let (mut int, mut term) = handlers?;
-    let mut session = fuser::Session::new(Fuse::new(fs.clone()), mountpoint, &config)?;
-    fs.on_kernel_cache(Box::new(Kernel(session.notifier())));
-    let mut unmounter = session.unmount_callable();
-    let signals = fs.clone();
+    let main = Session::new(
+        Fuse::new(fs.clone(), ROOT),
+        mountpoint,
+        &config(opts, fs.read_only()),
+    )?;
+    let notifier = main.notifier();
+    let (mut unmounter, main) = run(main, "fuse")?;
+    // Mounted once the main connection answers: the kernel looks
+    // `versions` up through it.
+    let versions = match fs.read_only() || fs.gated() {
+        true => None,
+        false => match Session::new(
+            Fuse::new(fs.clone(), VERSIONS),
+            mountpoint.join("versions"),
+            &config(opts, true),
+        ) {
+            Ok(s) => Some((s.notifier(), run(s, "fuse-versions")?)),
+            Err(e) => {
+                tracing::warn!("versions/ is served on the main connection: {e}");
+                None
+            }
+        },
+    };
+    let (apart, versions_thread) = match versions {
+        Some((n, (u, t))) => (Some((n, u)), Some(t)),
+        None => (None, None),
+    };
+    let kernel = Arc::new(Kernel {
+        main: notifier,
+        versions: Mutex::new(apart),
+        versions_at: mountpoint.join("versions"),
+    });
+    fs.on_kernel_cache(kernel.clone());
+    let store = fs.clone();
     std::thread::spawn(move || {
-        signals.repo().store.block_on(async {
+        store.repo().store.block_on(async {
             tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
         });
         tracing::info!("signal received: unmounting");
-        if let Err(e) = unmounter.unmount() {
+        // The inner mount first: the outer one is busy while it is there.
+        let ended = kernel.end_versions().and_then(|()| unmounter.unmount());
+        if let Err(e) = ended {
             tracing::error!("unmount failed: {e}");
         }
     });
@@ -933,5 +1116,9 @@ pub fn serve(
         }
     });
     ready();
-    session.run()
+    let res = main.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+    if let Some(t) = versions_thread {
+        let _ = t.join();
+    }
+    res
 }
