@@ -704,6 +704,38 @@ fn a_policy_set_after_a_read_only_mount_started_shuts_it_until_it_is_mounted_aga
     assert!(String::from_utf8_lossy(&health).contains("\"opens_skipped\": false"));
 }
 
+/// A read-write mount serves `versions/` on a connection of its own where
+/// the kernel opens files itself; a policy that comes later detaches it,
+/// and from then on every open is judged on the main connection.
+#[test]
+fn a_policy_set_after_a_read_write_mount_started_is_applied_at_every_open() {
+    let env = Env::new();
+    three_versions(&env);
+    run_ok(Command::new("chmod").arg("755").arg(env.dir.path()));
+    let m = env.mount(&["--allow-other"]);
+    let d = m.dir.clone();
+    let health = || String::from_utf8(std::fs::read(m.path(".detafs/health")).unwrap()).unwrap();
+    assert!(
+        health().contains("\"versions_connection\": \"own\""),
+        "{}",
+        health()
+    );
+    assert!(seen(ANALYST, &d, "cat versions/v2/private/secret.csv").contains("secret"));
+    set_policy(&env, POLICY);
+    within(Duration::from_secs(10), "versions/ judged", || {
+        health().contains("\"versions_connection\": \"shared\"")
+            && !tried(ANALYST, &d, "cat versions/v2/private/secret.csv").0
+    });
+    assert_eq!(
+        seen(ANALYST, &d, "cat versions/published/pub/a.csv"),
+        "public 2\n"
+    );
+    assert!(!tried(OUTSIDER, &d, "cat versions/v2/top.txt").0);
+    assert!(seen(ANALYST, &d, "ls versions").contains("published"));
+    assert!(!seen(ANALYST, &d, "ls versions/v2").contains("private"));
+    assert!(m.alive());
+}
+
 /// What a caller may not see does not exist for it through the control
 /// files either: a user who may commit but not see v1 cannot put v1 (or a
 /// denied path of another version) into staging with `.detafs/checkout`,

@@ -202,10 +202,11 @@ fn versions_are_read_only() {
         errno_of(std::fs::hard_link(&f, m.path("versions/v1/new-link"))),
         erofs
     );
-    // A versions/ file has no name to gain in staging.
+    // A versions/ file has no name to gain in staging: versions/ is a
+    // file system of its own (its own connection), so the kernel says so.
     assert_eq!(
         errno_of(std::fs::hard_link(&f, m.path("staging/new-link"))),
-        libc::EPERM
+        libc::EXDEV
     );
     assert!(!m.path("staging/new-link").exists());
 }
@@ -1140,6 +1141,63 @@ fn foreground_mount_unmounts_cleanly_on_sigterm_and_sigint() {
             "still mounted after signal {signal}"
         );
     }
+}
+
+fn mounted_at(p: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mounts.lines().any(|l| l.split(' ').nth(4) == p.to_str())
+}
+
+fn health(m: &Mount) -> String {
+    String::from_utf8(std::fs::read(m.path(".detafs/health")).unwrap()).unwrap()
+}
+
+/// `versions/` is a kernel connection of its own, mounted inside the
+/// mount: it goes with the mount (`detafs umount`, `fusermount3 -u -z`),
+/// and a shell whose working folder is inside it keeps both mounted and
+/// working, refused with a reason, until it leaves.
+#[test]
+fn versions_is_a_connection_of_its_own_that_goes_with_the_mount() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    assert!(mounted_at(&m.dir) && mounted_at(&m.path("versions")));
+    assert!(health(&m).contains("\"versions_connection\": \"own\""));
+    let inside = m.path("versions/v1/sub");
+    let mut shell = Command::new("sh")
+        .args(["-c", "read line"])
+        .current_dir(&inside)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("the shell inside versions/", || {
+        std::fs::read_link(format!("/proc/{}/cwd", shell.id())).is_ok_and(|p| p == inside)
+    });
+    let out = env.command().arg("umount").arg(&m.dir).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("busy"), "{err}");
+    assert!(mounted_at(&m.dir) && mounted_at(&m.path("versions")));
+    assert_eq!(
+        std::fs::read(m.path("versions/v2/a.csv")).unwrap(),
+        std::fs::read(m.path("staging/a.csv")).unwrap()
+    );
+    drop(shell.stdin.take());
+    shell.wait().unwrap();
+    env.ok(&["umount", m.dir.to_str().unwrap()]);
+    eventually("the daemon's end", || !m.alive());
+    assert!(!mounted_at(&m.dir) && !mounted_at(&m.path("versions")));
+    drop(m);
+    // fusermount3's lazy unmount takes both, and the daemon ends.
+    let m = env.mount(&[]);
+    assert!(mounted_at(&m.path("versions")));
+    run_ok(Command::new("fusermount3").arg("-u").arg("-z").arg(&m.dir));
+    eventually("the daemon's end", || !m.alive());
+    assert!(!mounted_at(&m.dir) && !mounted_at(&m.path("versions")));
+    // A read-only mount is one connection (the kernel opens its files itself).
+    drop(m);
+    let m = env.mount(&["--read-only"]);
+    assert!(!mounted_at(&m.path("versions")));
+    assert!(health(&m).contains("\"versions_connection\": \"shared\""));
 }
 
 #[test]

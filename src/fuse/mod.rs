@@ -4,8 +4,8 @@
 
 use crate::error::{Error, FsError};
 use crate::fs::{Attr, Caller, DirEntry, FileKind, Listing, MountFs, ROOT, VERSIONS};
-use fuser::{Config, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
 use crate::snapshot::{Mtime, Special};
+use fuser::{Config, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
@@ -358,7 +358,14 @@ fn fill_dir_plus(
             Some(f) => (f, fs.name_ttl(dir, &e.name, f)),
             None => (a, a.ttl),
         };
-        let full = reply.add(ids.outward(a.ino), next, name, &ttl, &attr(ids, a), Generation(0));
+        let full = reply.add(
+            ids.outward(a.ino),
+            next,
+            name,
+            &ttl,
+            &attr(ids, a),
+            Generation(0),
+        );
         // Every entry but . and .. counts as a lookup for the kernel.
         if !full && !dots && fresh.is_none() {
             fs.remember(a.ino);
@@ -660,10 +667,7 @@ impl Filesystem for Fuse {
         if fh.0 == 0 {
             return self.spawn(move |fs| match fs.read_unopened(ino, offset, size) {
                 Ok(data) => reply.data(&data),
-                Err(e) => reply.error(fail(
-                    &format!("read of {}", fs.describe_unopened(ino)),
-                    &e,
-                )),
+                Err(e) => reply.error(fail(&format!("read of {}", fs.describe_unopened(ino)), &e)),
             });
         }
         self.spawn(move |fs| match fs.read(fh.0, offset, size) {
@@ -788,7 +792,9 @@ impl Filesystem for Fuse {
         let ino = self.ids.inward(ino);
         if fh.0 == 0 {
             return self.dispatch(ino, move |fs| match fs.listing_unopened(ino, offset) {
-                Ok((listing, first)) => fill_dir_plus(ids, fs, ino, (&listing, first), offset, reply),
+                Ok((listing, first)) => {
+                    fill_dir_plus(ids, fs, ino, (&listing, first), offset, reply)
+                }
                 Err(e) => reply.error(fail("readdirplus", &e)),
             });
         }
@@ -969,7 +975,13 @@ impl crate::fs::KernelCache for Kernel {
     }
 
     fn versions_judged(&self) {
-        if self.versions.lock().unwrap_or_else(|p| p.into_inner()).take().is_none() {
+        if self
+            .versions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .is_none()
+        {
             return;
         }
         // Detached, not unmounted: a process inside keeps it until it
@@ -1026,7 +1038,10 @@ fn config(opts: &SessionOptions, read_only: bool) -> Config {
 fn run(
     mut session: Session<Fuse>,
     name: &str,
-) -> std::io::Result<(SessionUnmounter, std::thread::JoinHandle<std::io::Result<()>>)> {
+) -> std::io::Result<(
+    SessionUnmounter,
+    std::thread::JoinHandle<std::io::Result<()>>,
+)> {
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
         .name(name.into())
