@@ -227,11 +227,29 @@ impl Build<'_, '_> {
     fn staged_copy(&mut self, id: u64, path: &str) -> Result<(Vec<BlobRef>, u64, Mtime)> {
         let file = self.frozen.upper_path(id);
         let writes = self.frozen.writes();
+        let stat = |file: &std::path::Path| {
+            std::fs::metadata(file).map_err(|e| Error::io(file.display(), e))
+        };
         for _ in 0..STABLE_READS {
             let before = writes.watch(id);
-            let meta = std::fs::metadata(&file).map_err(|e| Error::io(file.display(), e))?;
+            let meta = stat(&file)?;
+            // Written by the kernel unseen (passthrough): no write running
+            // when the read begins, and none begun (the file's change time
+            // moves at each) by its end.
+            if before.direct_open() {
+                crate::staging::settle(&file).map_err(|e| Error::io(file.display(), e))?;
+            }
             let (chunks, size) = self.scanner.chunk_prefix(&file, meta.size())?;
-            if size == meta.size() && before.unchanged_below(size, writes.counts(id)) {
+            let later = writes.counts(id);
+            let unchanged = match before.written_unseen(later) {
+                false => true,
+                true => {
+                    let after = stat(&file)?;
+                    (after.ctime(), after.ctime_nsec(), after.size())
+                        == (meta.ctime(), meta.ctime_nsec(), meta.size())
+                }
+            };
+            if size == meta.size() && unchanged && before.unchanged_below(size, later) {
                 return Ok((chunks, size, Mtime(meta.mtime(), meta.mtime_nsec() as u32)));
             }
         }

@@ -210,6 +210,7 @@ pub(super) fn open(
                 keep_cache: false,
                 direct_io: true,
                 flush: false,
+            backing: None,
             });
         }
         Some(_) => {}
@@ -234,6 +235,7 @@ pub(super) fn open(
                 keep_cache: false,
                 direct_io: true,
                 flush: true,
+            backing: None,
             });
         }
         (RESTORE | CHECKOUT | CANCEL | REFRESH, false) => Handle::Text(Arc::default()),
@@ -250,6 +252,7 @@ pub(super) fn open(
         keep_cache: false,
         direct_io: true,
         flush: false,
+            backing: None,
     })
 }
 
@@ -494,6 +497,9 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
         // Whether versions/ has a kernel connection of its own (read-write
         // mounts without a policy), where the kernel opens its files itself.
         "versions_connection": if fs.versions_apart() { "own" } else { "shared" },
+        // Whether staged files' reads and writes go straight to their
+        // copies (FUSE passthrough) or through the daemon.
+        "staged_io": fs.staged_io(),
         "policy": fs.policy_in_force(),
         // The version staging is built on (what `.detafs/status` compares with).
         "staging_version": fs.staging_version_now(),

@@ -59,6 +59,7 @@ impl MountFs {
             keep_cache,
             direct_io: false,
             flush: false,
+            backing: None,
         })
     }
 

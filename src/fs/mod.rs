@@ -13,6 +13,7 @@ mod gate;
 mod inodes;
 mod listings;
 mod overlay;
+mod passthrough;
 mod stored;
 mod tags;
 mod unopened;
@@ -132,6 +133,8 @@ pub struct Opened {
     /// Acts on what was written at close (`flush`): the kernel must send
     /// FLUSH for it.
     pub flush: bool,
+    /// A staged copy the kernel reads and writes itself (passthrough).
+    pub backing: Option<Arc<File>>,
 }
 
 /// A directory listing with attributes, `.` and `..` first.
@@ -174,6 +177,8 @@ pub struct MountFs {
     staging_base: AtomicU64,
     /// Writes to staged copies, told to a commit without staging's lock.
     writes: Arc<Writes>,
+    /// Which staged files the kernel reads and writes itself.
+    passthrough: passthrough::Passthrough,
     /// One commit at a time; others wait their turn.
     commit_turn: Mutex<()>,
     handles: Mutex<HashMap<u64, Handle>>,
@@ -302,6 +307,7 @@ impl MountFs {
                     .map_or(0, |s| s.base_version().unwrap_or(0)),
             ),
             staging: staging.map(Mutex::new),
+            passthrough: passthrough::Passthrough::default(),
             commit_turn: Mutex::new(()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -700,6 +706,7 @@ impl MountFs {
     /// once before it writes, through the copy it made.)
     pub fn release(&self, fh: u64) {
         let handle = lock(&self.handles).remove(&fh);
+        self.passthrough.release(fh);
         match handle {
             Some(Handle::Commit(c)) if lock(&c).is_none() => {
                 let _: Result<()> = control::failed(
@@ -759,6 +766,25 @@ impl MountFs {
                 Ok(t[start..end].to_vec())
             }
             Handle::Commit(_) | Handle::Order(..) | Handle::Dir(_) => Ok(vec![]),
+        }
+    }
+
+    /// The kernel agreed to pass staged files' I/O through to their copies.
+    pub fn enable_passthrough(&self) {
+        self.passthrough.enable(true);
+    }
+
+    /// It would not take handle `fh`'s copy: `fh` and later opens go
+    /// through the daemon.
+    pub fn passthrough_refused(&self, fh: u64) {
+        self.passthrough.refused(fh);
+    }
+
+    /// How staged files' reads and writes are done (health).
+    pub fn staged_io(&self) -> &'static str {
+        match self.passthrough.enabled() {
+            true => "passthrough",
+            false => "daemon",
         }
     }
 

@@ -403,12 +403,15 @@ impl MountFs {
                 Origin::Said(path),
                 self.read_ahead.bytes,
             );
+            let through = self.passthrough.choose(id, false);
             let fh = self.add_handle(Handle::Stored(Arc::new(file)));
+            self.passthrough.bind(fh, id, through, None);
             return Ok(Opened {
                 fh,
                 keep_cache: false,
                 direct_io: false,
                 flush: false,
+                backing: None,
             });
         }
         // Held until the handle is added: a commit lists open writers
@@ -421,16 +424,23 @@ impl MountFs {
             .truncate(truncate && writing)
             .open(&path)
             .map_err(|e| Error::io(path.display(), e))?;
+        let file = Arc::new(file);
+        let through = self.passthrough.choose(id, true);
         let fh = self.add_handle(Handle::Upper {
-            file: Arc::new(file),
+            file: file.clone(),
             node: id,
             writable: writing,
         });
+        // Told before the kernel can write: a commit must know the copy
+        // may change under it.
+        let direct = (through && writing).then(|| self.writes.direct(id));
+        self.passthrough.bind(fh, id, through, direct);
         Ok(Opened {
             fh,
             keep_cache: false,
             direct_io: false,
             flush: false,
+            backing: through.then_some(file),
         })
     }
 

@@ -143,6 +143,7 @@ impl MountFs {
             keep_cache: true,
             direct_io: false,
             flush: false,
+            backing: None,
         })
     }
 

@@ -12,7 +12,10 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use fuser::BackingId;
+use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -26,6 +29,56 @@ pub struct Fuse {
     /// Whether the kernel opens files itself on this connection (decided
     /// at INIT: `MountFs::skip_opens`).
     skips_opens: bool,
+    backings: Arc<Backings>,
+}
+
+/// Backing files registered with the kernel for passthrough, by inode:
+/// every passthrough open of an inode must name the same one while any is
+/// open, so each is kept until the last handle using it is released.
+#[derive(Default)]
+struct Backings {
+    by_ino: Mutex<HashMap<u64, (Arc<BackingId>, u32)>>,
+    by_fh: Mutex<HashMap<u64, u64>>,
+}
+
+impl Backings {
+    /// The backing id of `ino` for its new handle `fh`, registered from
+    /// `file` by `register` if it has none yet.
+    fn take(
+        &self,
+        ino: u64,
+        fh: u64,
+        register: impl FnOnce() -> std::io::Result<BackingId>,
+    ) -> std::io::Result<Arc<BackingId>> {
+        let mut by_ino = self.by_ino.lock().unwrap_or_else(|p| p.into_inner());
+        let id = match by_ino.get_mut(&ino) {
+            Some((id, n)) => {
+                *n += 1;
+                id.clone()
+            }
+            None => {
+                let id = Arc::new(register()?);
+                by_ino.insert(ino, (id.clone(), 1));
+                id
+            }
+        };
+        drop(by_ino);
+        self.by_fh.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, ino);
+        Ok(id)
+    }
+
+    fn release(&self, fh: u64) {
+        let Some(ino) = self.by_fh.lock().unwrap_or_else(|p| p.into_inner()).remove(&fh) else {
+            return;
+        };
+        let mut by_ino = self.by_ino.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, n)) = by_ino.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                by_ino.remove(&ino);
+            }
+        }
+    }
 }
 
 /// Inode numbers as one connection's kernel sees them: its root is the
@@ -54,6 +107,7 @@ impl Fuse {
             fs,
             ids: Ids { root },
             skips_opens: false,
+            backings: Arc::default(),
         }
     }
 
@@ -375,6 +429,26 @@ fn fill_dir_plus(
     reply.ok();
 }
 
+/// The backing id to answer an open with, if the core passes the file
+/// through and the kernel takes it; else the open goes through the daemon.
+fn passed_through(
+    fs: &MountFs,
+    backings: &Backings,
+    ino: u64,
+    o: &crate::fs::Opened,
+    register: impl FnOnce(&File) -> std::io::Result<BackingId>,
+) -> Option<Arc<BackingId>> {
+    let file = o.backing.as_ref()?;
+    match backings.take(ino, o.fh, || register(file)) {
+        Ok(id) => Some(id),
+        Err(e) => {
+            tracing::warn!("passthrough refused ({e}): staged files go through the daemon");
+            fs.passthrough_refused(o.fh);
+            None
+        }
+    }
+}
+
 fn open_flags(o: &crate::fs::Opened) -> FopenFlags {
     let (keep_cache, direct_io) = (o.keep_cache, o.direct_io);
     // A close costs no FLUSH round trip, but where a handle acts at close
@@ -410,6 +484,18 @@ impl Filesystem for Fuse {
         // in a listing's first batch: `ls -l` of 100,000 entries took 5.5 s,
         // not 0.5 s; `find` measured the same either way.)
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
+        // Staged files' copies are read and written by the kernel itself
+        // (FUSE passthrough): it needs a daemon with CAP_SYS_ADMIN, which
+        // registers each copy (`passed_through`); refused, they go through
+        // the daemon.
+        if !self.versions_apart()
+            && !self.fs.read_only()
+            && config.capabilities().contains(fuser::InitFlags::FUSE_PASSTHROUGH)
+            && config.set_max_stack_depth(1).is_ok()
+            && config.add_capabilities(fuser::InitFlags::FUSE_PASSTHROUGH).is_ok()
+        {
+            self.fs.enable_passthrough();
+        }
         if self.versions_apart() {
             // Nothing below versions/ changes: lookups and listings of
             // one folder need not wait on each other.
@@ -641,9 +727,15 @@ impl Filesystem for Fuse {
         if self.skips_opens {
             return reply.error(Errno::ENOSYS);
         }
-        let c = caller(req);
+        let (c, backings) = (caller(req), self.backings.clone());
         let op = move |fs: &MountFs| match fs.open(ino, flags.0, &c) {
-            Ok(o) => reply.opened(FileHandle(o.fh), open_flags(&o)),
+            Ok(o) => {
+                let fh = FileHandle(o.fh);
+                match passed_through(fs, &backings, ino, &o, |f| reply.open_backing(f)) {
+                    Some(id) => reply.opened_passthrough(fh, open_flags(&o), &id),
+                    None => reply.opened(fh, open_flags(&o)),
+                }
+            }
             Err(e) => reply.error(fail("open", &e)),
         };
         // A warm open costs one wake-up, not two: on a busy host each is
@@ -723,6 +815,7 @@ impl Filesystem for Fuse {
         reply: ReplyEmpty,
     ) {
         self.fs.release(fh.0);
+        self.backings.release(fh.0);
         reply.ok();
     }
 
@@ -903,15 +996,23 @@ impl Filesystem for Fuse {
         let ids = self.ids;
         let parent = self.ids.inward(parent);
         let (name, uid, gid) = (name.as_bytes().to_vec(), req.uid(), req.gid());
+        let backings = self.backings.clone();
         self.spawn(
             move |fs| match fs.create(parent, &name, mode & !umask, flags, uid, gid) {
-                Ok((a, o)) => reply.created(
-                    &a.ttl,
-                    &attr(ids, &a),
-                    Generation(0),
-                    FileHandle(o.fh),
-                    open_flags(&o),
-                ),
+                Ok((a, o)) => {
+                    let (fa, fh) = (attr(ids, &a), FileHandle(o.fh));
+                    match passed_through(fs, &backings, a.ino, &o, |f| reply.open_backing(f)) {
+                        Some(id) => reply.created_passthrough(
+                            &a.ttl,
+                            &fa,
+                            Generation(0),
+                            fh,
+                            open_flags(&o),
+                            &id,
+                        ),
+                        None => reply.created(&a.ttl, &fa, Generation(0), fh, open_flags(&o)),
+                    }
+                }
                 Err(e) => reply.error(fail("create", &e)),
             },
         );

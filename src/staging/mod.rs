@@ -27,7 +27,7 @@ mod writes;
 pub use freeze::{Frozen, Read};
 pub use restore::{asked_path, path_names};
 pub use row::{COLUMNS, Kind, SCHEMA, SNode, row};
-pub use writes::Writes;
+pub use writes::{Direct, Writes, settle};
 
 use crate::error::{Error, FsError, Result};
 use crate::limits;

@@ -2,9 +2,12 @@
 //! staging's lock, so a commit that reads copies while writes go on learns
 //! from here whether the bytes it read changed meanwhile (read again), and
 //! which copies changed since the commit froze staging (they stay staged).
+//! A copy open for writing through FUSE passthrough is written by the
+//! kernel unseen: it is counted as open (`direct`), and a commit then
+//! compares what the file system says of it (`Stamp`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Writes on one staged copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,6 +16,9 @@ pub struct Counts {
     running: u32,
     /// Lowest offset a write touched since the last `watch`.
     low: u64,
+    /// Handles open for writing that pass through, and how many ever did.
+    direct: u32,
+    direct_begun: u64,
 }
 
 impl Default for Counts {
@@ -21,11 +27,24 @@ impl Default for Counts {
             begun: 0,
             running: 0,
             low: u64::MAX,
+            direct: 0,
+            direct_begun: 0,
         }
     }
 }
 
 impl Counts {
+    /// Whether a handle whose writes pass through is open.
+    pub fn direct_open(&self) -> bool {
+        self.direct > 0
+    }
+
+    /// Whether the kernel may have written the copy, unseen here, between
+    /// `self` (from `watch`) and `later`.
+    pub fn written_unseen(&self, later: Counts) -> bool {
+        self.direct > 0 || later.direct > 0 || later.direct_begun != self.direct_begun
+    }
+
     /// Bytes `[0, len)` read between `self` (from `watch`) and `later` are
     /// as they were at `self`: no write was running then, and none that
     /// began since touched them (appends beyond `len` do not).
@@ -55,14 +74,26 @@ pub struct Writing<'a> {
 
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
-        let mut inner = self.writes.lock();
-        let committing = inner.committing;
-        if let Some(c) = inner.files.get_mut(&self.id) {
-            c.running -= 1;
-            if c.running == 0 && !committing {
-                inner.files.remove(&self.id);
-            }
-        }
+        self.writes.end(self.id, |c| c.running -= 1);
+    }
+}
+
+/// A handle open for writing whose writes pass through to staged copy
+/// `id`; closed when dropped.
+pub struct Direct {
+    writes: Arc<Writes>,
+    id: u64,
+}
+
+impl Drop for Direct {
+    fn drop(&mut self) {
+        // Its close may follow its last write: that counts as a write too.
+        self.writes.lock().begun += 1;
+        self.writes.end(self.id, |c| {
+            c.direct -= 1;
+            c.begun += 1;
+            c.low = 0;
+        });
     }
 }
 
@@ -81,6 +112,31 @@ impl Writes {
         c.running += 1;
         c.low = c.low.min(offset);
         Writing { writes: self, id }
+    }
+
+    /// A handle of copy `id` whose writes the kernel does itself
+    /// (passthrough) opens: until it closes, the copy may change unseen.
+    pub fn direct(self: &Arc<Self>, id: u64) -> Direct {
+        let mut inner = self.lock();
+        inner.begun += 1;
+        let c = inner.files.entry(id).or_default();
+        c.direct += 1;
+        c.direct_begun += 1;
+        Direct {
+            writes: self.clone(),
+            id,
+        }
+    }
+
+    fn end(&self, id: u64, change: impl FnOnce(&mut Counts)) {
+        let mut inner = self.lock();
+        let committing = inner.committing;
+        if let Some(c) = inner.files.get_mut(&id) {
+            change(c);
+            if c.running == 0 && c.direct == 0 && !committing {
+                inner.files.remove(&id);
+            }
+        }
     }
 
     /// Writes begun so far on any staged copy.
@@ -109,7 +165,7 @@ impl Writes {
     pub(super) fn start(&self) {
         let mut inner = self.lock();
         inner.committing = true;
-        inner.files.retain(|_, c| c.running > 0);
+        inner.files.retain(|_, c| c.running > 0 || c.direct > 0);
     }
 
     /// Copies written since `start`.
@@ -120,8 +176,17 @@ impl Writes {
     pub(super) fn stop(&self) {
         let mut inner = self.lock();
         inner.committing = false;
-        inner.files.retain(|_, c| c.running > 0);
+        inner.files.retain(|_, c| c.running > 0 || c.direct > 0);
     }
+}
+
+/// Waits for writes to the file at `path` that are running now: a write
+/// holds the file's inode lock while it copies (ext4, xfs, btrfs, tmpfs),
+/// and an empty write takes that lock, changing nothing.
+pub fn settle(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path)?;
+    f.write_at(&[], 0).map(|_| ())
 }
 
 #[cfg(test)]

@@ -1,0 +1,132 @@
+//! Staged files through FUSE passthrough: once a staged file has its own
+//! local copy, the kernel reads and writes that copy itself, with no
+//! round trip to the daemon (Linux 6.9+, a daemon with CAP_SYS_ADMIN).
+//!
+//! The kernel does a file's I/O one way at a time: a passthrough open of
+//! an inode that is open through the daemon (or the reverse) fails with
+//! EIO. So each open of a staged file takes the way of the opens of it
+//! still open; passthrough where none is open through the daemon. Writes
+//! that pass through are not seen here: `staging::Writes::direct` tells a
+//! commit that the copy may change under it.
+
+use crate::staging::Direct;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The ways a staged inode is open.
+#[derive(Default, Clone, Copy)]
+struct Ways {
+    daemon: u32,
+    through: u32,
+}
+
+#[derive(Default)]
+pub(super) struct Passthrough {
+    /// The kernel agreed to passthrough and backing files can be opened.
+    on: AtomicBool,
+    /// Open handles of staged files, by handle: their inode, whether they
+    /// pass through, and if they write so, what tells a commit.
+    handles: Mutex<HashMap<u64, (u64, bool, Option<Direct>)>>,
+    ways: Mutex<HashMap<u64, Ways>>,
+}
+
+impl Passthrough {
+    pub(super) fn enable(&self, on: bool) {
+        self.on.store(on, Ordering::Relaxed);
+    }
+
+    pub(super) fn enabled(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Chooses how a new open of staged inode `node` does its I/O
+    /// (`wanted`: it has a local copy) and counts it; `bind` then names its
+    /// handle, or `unchoose` takes it back if the open fails.
+    pub(super) fn choose(&self, node: u64, wanted: bool) -> bool {
+        let mut ways = super::lock(&self.ways);
+        let w = ways.entry(node).or_default();
+        let through = wanted && self.enabled() && w.daemon == 0;
+        match through {
+            true => w.through += 1,
+            false => w.daemon += 1,
+        }
+        through
+    }
+
+    pub(super) fn unchoose(&self, node: u64, through: bool) {
+        let mut ways = super::lock(&self.ways);
+        if let Some(w) = ways.get_mut(&node) {
+            match through {
+                true => w.through = w.through.saturating_sub(1),
+                false => w.daemon = w.daemon.saturating_sub(1),
+            }
+            if w.through == 0 && w.daemon == 0 {
+                ways.remove(&node);
+            }
+        }
+    }
+
+    pub(super) fn bind(&self, fh: u64, node: u64, through: bool, direct: Option<Direct>) {
+        super::lock(&self.handles).insert(fh, (node, through, direct));
+    }
+
+    /// Handle `fh` closed.
+    pub(super) fn release(&self, fh: u64) {
+        let gone = super::lock(&self.handles).remove(&fh);
+        if let Some((node, through, _direct)) = gone {
+            self.unchoose(node, through);
+        }
+    }
+
+    /// The kernel would not take the backing file of handle `fh` (say a
+    /// daemon without CAP_SYS_ADMIN): it goes through the daemon, and so
+    /// does every later open.
+    pub(super) fn refused(&self, fh: u64) {
+        tracing::warn!("staged files go through the daemon: the kernel refused passthrough");
+        self.on.store(false, Ordering::Relaxed);
+        let mut handles = super::lock(&self.handles);
+        if let Some((node, through, direct)) = handles.get_mut(&fh)
+            && *through
+        {
+            *through = false;
+            *direct = None;
+            let mut ways = super::lock(&self.ways);
+            let w = ways.entry(*node).or_default();
+            w.through = w.through.saturating_sub(1);
+            w.daemon += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inode_is_open_one_way_at_a_time() {
+        let p = Passthrough::default();
+        assert!(!p.choose(7, true), "off until the kernel agrees");
+        p.unchoose(7, false);
+        p.enable(true);
+        // Open through the daemon (no local copy yet): later opens too.
+        assert!(!p.choose(7, false));
+        p.bind(1, 7, false, None);
+        assert!(!p.choose(7, true));
+        p.bind(2, 7, false, None);
+        p.release(1);
+        p.release(2);
+        // Nothing open: the next open with a copy passes through, and so
+        // do the ones while it is open.
+        assert!(p.choose(7, true));
+        p.bind(3, 7, true, None);
+        assert!(p.choose(7, true));
+        p.bind(4, 7, true, None);
+        // Another inode is its own.
+        assert!(!p.choose(8, false));
+        p.bind(5, 8, false, None);
+        // A refused backing file turns passthrough off for later opens.
+        p.refused(4);
+        assert!(!p.choose(9, true));
+    }
+}
