@@ -15,6 +15,7 @@ pub mod fs;
 pub mod fuse;
 pub mod gateway;
 pub mod gc;
+pub mod hold;
 pub mod id;
 pub mod limits;
 pub mod private;

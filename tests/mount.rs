@@ -598,13 +598,15 @@ fn a_file_written_back_to_its_committed_bytes_leaves_status_clean_after_commit()
 fn readers_of_versions_never_wait_behind_a_commit() {
     let env = Env::new();
     two_versions(&env);
-    let m = env.mount(&[]);
+    // The commit is held once it has read the staged file.
+    let hold = common::Hold::new(&env, "staged-copy-read");
+    let m = env.mount_failing(&[], &hold.spec);
     std::fs::write(m.path("staging/huge.bin"), noise(300 << 20, 9)).unwrap();
     std::thread::scope(|s| {
         let committing = s.spawn(|| commit_via_control(&m, "a big one"));
-        std::thread::sleep(Duration::from_millis(200));
+        hold.reached();
         // `ls -l` of the root (which shows staging) and a reader of
-        // versions/ are answered while the commit reads and uploads.
+        // versions/ are answered while the commit is under way.
         run_ok(Command::new("ls").arg("-l").arg(&m.dir));
         let missing = std::fs::metadata(m.path("versions/v1/not-here")).unwrap_err();
         assert_eq!(missing.raw_os_error(), Some(libc::ENOENT));
@@ -612,6 +614,7 @@ fn readers_of_versions_never_wait_behind_a_commit() {
             !committing.is_finished(),
             "the readers waited for the commit"
         );
+        hold.release();
         committing.join().unwrap().unwrap();
     });
     assert_eq!(env.log().len(), 3);
@@ -625,7 +628,9 @@ fn readers_of_versions_never_wait_behind_a_commit() {
 fn staging_stays_usable_and_loses_nothing_during_a_commit() {
     let env = Env::new();
     two_versions(&env);
-    let m = env.mount(&[]);
+    // The commit is held once it has read its first staged file.
+    let hold = common::Hold::new(&env, "staged-copy-read");
+    let m = env.mount_failing(&[], &hold.spec);
     let st = |p: &str| m.path(&format!("staging/{p}"));
     std::fs::write(st("huge.bin"), noise(300 << 20, 9)).unwrap();
     std::fs::write(st("doomed.txt"), b"removed during the commit").unwrap();
@@ -633,7 +638,7 @@ fn staging_stays_usable_and_loses_nothing_during_a_commit() {
     std::fs::write(st("grown.txt"), b"before").unwrap();
     std::thread::scope(|s| {
         let committing = s.spawn(|| commit_via_control(&m, "a big one"));
-        std::thread::sleep(Duration::from_millis(200));
+        hold.reached();
         std::fs::write(st("new.txt"), b"made during the commit").unwrap();
         let mut f = std::fs::OpenOptions::new()
             .append(true)
@@ -645,6 +650,7 @@ fn staging_stays_usable_and_loses_nothing_during_a_commit() {
         std::fs::rename(st("moved.txt"), st("renamed.txt")).unwrap();
         run_ok(Command::new("ls").arg("-lR").arg(m.path("staging")));
         assert!(!committing.is_finished(), "staging waited for the commit");
+        hold.release();
         committing.join().unwrap().unwrap();
     });
     assert_eq!(env.log().len(), 3);

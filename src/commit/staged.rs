@@ -240,6 +240,7 @@ impl Build<'_, '_> {
                 crate::staging::settle(&file).map_err(|e| Error::io(file.display(), e))?;
             }
             let (chunks, size) = self.scanner.chunk_prefix(&file, meta.size())?;
+            crate::hold::hold("staged-copy-read");
             let later = writes.counts(id);
             let unchanged = match before.written_unseen(later) {
                 false => true,

@@ -210,7 +210,7 @@ pub(super) fn open(
                 keep_cache: false,
                 direct_io: true,
                 flush: false,
-            backing: None,
+                backing: None,
             });
         }
         Some(_) => {}
@@ -235,7 +235,7 @@ pub(super) fn open(
                 keep_cache: false,
                 direct_io: true,
                 flush: true,
-            backing: None,
+                backing: None,
             });
         }
         (RESTORE | CHECKOUT | CANCEL | REFRESH, false) => Handle::Text(Arc::default()),
@@ -252,7 +252,7 @@ pub(super) fn open(
         keep_cache: false,
         direct_io: true,
         flush: false,
-            backing: None,
+        backing: None,
     })
 }
 
@@ -500,6 +500,8 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
         // Whether staged files' reads and writes go straight to their
         // copies (FUSE passthrough) or through the daemon.
         "staged_io": fs.staged_io(),
+        // Requests the kernel sent so far, by kind (all connections).
+        "requests": fs.requests().to_json(),
         "policy": fs.policy_in_force(),
         // The version staging is built on (what `.detafs/status` compares with).
         "staging_version": fs.staging_version_now(),

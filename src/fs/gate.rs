@@ -193,10 +193,11 @@ impl MountFs {
         let mut gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
         // Checked under the lock `skip_opens` takes: where the kernel opens
         // files without asking, no open could apply a policy (`unopened.rs`).
-        if next.version != SHUT && self.versions_apart.swap(false, Ordering::Relaxed) {
-            if let Some(k) = self.kernel.get() {
-                k.versions_judged();
-            }
+        if next.version != SHUT
+            && self.versions_apart.swap(false, Ordering::Relaxed)
+            && let Some(k) = self.kernel.get()
+        {
+            k.versions_judged();
         }
         let next = if next.version != SHUT && self.opens_skipped() {
             tracing::error!(

@@ -14,6 +14,7 @@ mod inodes;
 mod listings;
 mod overlay;
 mod passthrough;
+pub mod requests;
 mod stored;
 mod tags;
 mod unopened;
@@ -179,6 +180,7 @@ pub struct MountFs {
     writes: Arc<Writes>,
     /// Which staged files the kernel reads and writes itself.
     passthrough: passthrough::Passthrough,
+    requests: requests::Requests,
     /// One commit at a time; others wait their turn.
     commit_turn: Mutex<()>,
     handles: Mutex<HashMap<u64, Handle>>,
@@ -308,6 +310,7 @@ impl MountFs {
             ),
             staging: staging.map(Mutex::new),
             passthrough: passthrough::Passthrough::default(),
+            requests: requests::Requests::default(),
             commit_turn: Mutex::new(()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -778,6 +781,11 @@ impl MountFs {
     /// through the daemon.
     pub fn passthrough_refused(&self, fh: u64) {
         self.passthrough.refused(fh);
+    }
+
+    /// The requests the kernel sent, by kind.
+    pub fn requests(&self) -> &requests::Requests {
+        &self.requests
     }
 
     /// How staged files' reads and writes are done (health).

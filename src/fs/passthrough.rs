@@ -21,13 +21,19 @@ struct Ways {
     through: u32,
 }
 
+/// An open handle of a staged file: its inode, whether it passes through,
+/// and if it writes so, what tells a commit.
+struct Open {
+    node: u64,
+    through: bool,
+    _direct: Option<Direct>,
+}
+
 #[derive(Default)]
 pub(super) struct Passthrough {
     /// The kernel agreed to passthrough and backing files can be opened.
     on: AtomicBool,
-    /// Open handles of staged files, by handle: their inode, whether they
-    /// pass through, and if they write so, what tells a commit.
-    handles: Mutex<HashMap<u64, (u64, bool, Option<Direct>)>>,
+    handles: Mutex<HashMap<u64, Open>>,
     ways: Mutex<HashMap<u64, Ways>>,
 }
 
@@ -68,14 +74,19 @@ impl Passthrough {
     }
 
     pub(super) fn bind(&self, fh: u64, node: u64, through: bool, direct: Option<Direct>) {
-        super::lock(&self.handles).insert(fh, (node, through, direct));
+        let open = Open {
+            node,
+            through,
+            _direct: direct,
+        };
+        super::lock(&self.handles).insert(fh, open);
     }
 
     /// Handle `fh` closed.
     pub(super) fn release(&self, fh: u64) {
         let gone = super::lock(&self.handles).remove(&fh);
-        if let Some((node, through, _direct)) = gone {
-            self.unchoose(node, through);
+        if let Some(o) = gone {
+            self.unchoose(o.node, o.through);
         }
     }
 
@@ -86,13 +97,13 @@ impl Passthrough {
         tracing::warn!("staged files go through the daemon: the kernel refused passthrough");
         self.on.store(false, Ordering::Relaxed);
         let mut handles = super::lock(&self.handles);
-        if let Some((node, through, direct)) = handles.get_mut(&fh)
-            && *through
+        if let Some(o) = handles.get_mut(&fh)
+            && o.through
         {
-            *through = false;
-            *direct = None;
+            o.through = false;
+            o._direct = None;
             let mut ways = super::lock(&self.ways);
-            let w = ways.entry(*node).or_default();
+            let w = ways.entry(o.node).or_default();
             w.through = w.through.saturating_sub(1);
             w.daemon += 1;
         }

@@ -3,8 +3,10 @@
 //! requests), and errors into errno values. Nothing else imports fuser.
 
 use crate::error::{Error, FsError};
+use crate::fs::requests::Op;
 use crate::fs::{Attr, Caller, DirEntry, FileKind, Listing, MountFs, ROOT, VERSIONS};
 use crate::snapshot::{Mtime, Special};
+use fuser::BackingId;
 use fuser::{Config, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
@@ -12,7 +14,6 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use fuser::BackingId;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
@@ -63,12 +64,20 @@ impl Backings {
             }
         };
         drop(by_ino);
-        self.by_fh.lock().unwrap_or_else(|p| p.into_inner()).insert(fh, ino);
+        self.by_fh
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, ino);
         Ok(id)
     }
 
     fn release(&self, fh: u64) {
-        let Some(ino) = self.by_fh.lock().unwrap_or_else(|p| p.into_inner()).remove(&fh) else {
+        let Some(ino) = self
+            .by_fh
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh)
+        else {
             return;
         };
         let mut by_ino = self.by_ino.lock().unwrap_or_else(|p| p.into_inner());
@@ -490,9 +499,13 @@ impl Filesystem for Fuse {
         // the daemon.
         if !self.versions_apart()
             && !self.fs.read_only()
-            && config.capabilities().contains(fuser::InitFlags::FUSE_PASSTHROUGH)
+            && config
+                .capabilities()
+                .contains(fuser::InitFlags::FUSE_PASSTHROUGH)
             && config.set_max_stack_depth(1).is_ok()
-            && config.add_capabilities(fuser::InitFlags::FUSE_PASSTHROUGH).is_ok()
+            && config
+                .add_capabilities(fuser::InitFlags::FUSE_PASSTHROUGH)
+                .is_ok()
         {
             self.fs.enable_passthrough();
         }
@@ -505,6 +518,7 @@ impl Filesystem for Fuse {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.fs.requests().seen(Op::Lookup);
         let ids = self.ids;
         let parent = self.ids.inward(parent);
         let (name, c) = (name.as_bytes().to_vec(), caller(req));
@@ -523,11 +537,13 @@ impl Filesystem for Fuse {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.requests().seen(Op::Forget);
         let ino = self.ids.inward(ino);
         self.fs.forget(ino, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.fs.requests().seen(Op::Getattr);
         let ids = self.ids;
         let ino = self.ids.inward(ino);
         self.here_if(self.fs.attrs_from_memory(ino), move |fs| {
@@ -556,6 +572,7 @@ impl Filesystem for Fuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.fs.requests().seen(Op::Setattr);
         let ids = self.ids;
         let ino = self.ids.inward(ino);
         self.spawn(move |fs| {
@@ -576,6 +593,7 @@ impl Filesystem for Fuse {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.fs.requests().seen(Op::Readlink);
         let ino = self.ids.inward(ino);
         let c = caller(req);
         self.dispatch(ino, move |fs| match fs.readlink(&c, ino) {
@@ -594,6 +612,7 @@ impl Filesystem for Fuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.fs.requests().seen(Op::Mknod);
         let parent = self.ids.inward(parent);
         // The kernel passes only these types, and devices only from a caller
         // allowed to make them (CAP_MKNOD); `nodev` keeps them unopenable.
@@ -631,6 +650,7 @@ impl Filesystem for Fuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.fs.requests().seen(Op::Mkdir);
         self.make(
             req,
             self.ids.inward(parent),
@@ -644,12 +664,14 @@ impl Filesystem for Fuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.fs.requests().seen(Op::Unlink);
         let parent = self.ids.inward(parent);
         let name = name.as_bytes().to_vec();
         self.spawn(move |fs| empty(reply, fs.remove(parent, &name, false), "unlink"));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.fs.requests().seen(Op::Rmdir);
         let parent = self.ids.inward(parent);
         let name = name.as_bytes().to_vec();
         self.spawn(move |fs| empty(reply, fs.remove(parent, &name, true), "rmdir"));
@@ -663,6 +685,7 @@ impl Filesystem for Fuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.fs.requests().seen(Op::Symlink);
         let target = target.as_os_str().as_bytes();
         self.make(
             req,
@@ -686,6 +709,7 @@ impl Filesystem for Fuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.fs.requests().seen(Op::Rename);
         let (parent, newparent) = (self.ids.inward(parent), self.ids.inward(newparent));
         // RENAME_NOREPLACE is the only flag staging implements; any other
         // (EXCHANGE, WHITEOUT, one not known yet) is refused, never done as
@@ -713,6 +737,7 @@ impl Filesystem for Fuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.fs.requests().seen(Op::Link);
         let ids = self.ids;
         let ino = self.ids.inward(ino);
         let newparent = self.ids.inward(newparent);
@@ -721,6 +746,7 @@ impl Filesystem for Fuse {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.fs.requests().seen(Op::Open);
         let ino = self.ids.inward(ino);
         // "Not implemented": the kernel opens this file and every later one
         // itself, with no OPEN or RELEASE (`crate::fs::unopened`).
@@ -754,6 +780,7 @@ impl Filesystem for Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.fs.requests().seen(Op::Read);
         let ino = self.ids.inward(ino);
         // Handle 0: a file the kernel opened without asking.
         if fh.0 == 0 {
@@ -780,6 +807,7 @@ impl Filesystem for Fuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.fs.requests().seen(Op::Write);
         let (data, uid) = (data.to_vec(), req.uid());
         self.spawn(move |fs| match fs.write(fh.0, offset, &data, uid) {
             Ok(n) => reply.written(n as u32),
@@ -795,6 +823,7 @@ impl Filesystem for Fuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.fs.requests().seen(Op::Flush);
         // Only handles that act at close are opened without FOPEN_NOFLUSH;
         // where the kernel opens files itself (no handle, no flag), ENOSYS
         // stops it sending FLUSH at all.
@@ -814,6 +843,7 @@ impl Filesystem for Fuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.fs.requests().seen(Op::Release);
         self.fs.release(fh.0);
         self.backings.release(fh.0);
         reply.ok();
@@ -827,10 +857,12 @@ impl Filesystem for Fuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.fs.requests().seen(Op::Fsync);
         self.spawn(move |fs| empty(reply, fs.fsync(fh.0), "fsync"));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.fs.requests().seen(Op::Opendir);
         let ino = self.ids.inward(ino);
         // Like `open`: the kernel then opens every directory itself and
         // keeps its listing (`crate::fs::unopened`).
@@ -858,6 +890,7 @@ impl Filesystem for Fuse {
         offset: u64,
         reply: ReplyDirectory,
     ) {
+        self.fs.requests().seen(Op::Readdir);
         let ids = self.ids;
         let ino = self.ids.inward(ino);
         // Handle 0: a directory the kernel opened without asking.
@@ -881,6 +914,7 @@ impl Filesystem for Fuse {
         offset: u64,
         reply: fuser::ReplyDirectoryPlus,
     ) {
+        self.fs.requests().seen(Op::Readdirplus);
         let ids = self.ids;
         let ino = self.ids.inward(ino);
         if fh.0 == 0 {
@@ -905,11 +939,13 @@ impl Filesystem for Fuse {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.fs.requests().seen(Op::Releasedir);
         self.fs.release(fh.0);
         reply.ok();
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.fs.requests().seen(Op::Statfs);
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
                 s.f_blocks,
@@ -933,11 +969,13 @@ impl Filesystem for Fuse {
         _size: u32,
         reply: ReplyXattr,
     ) {
+        self.fs.requests().seen(Op::Xattr);
         // ENOSYS once and the kernel stops asking (`ls -l` asks for every file).
         reply.error(Errno::ENOSYS);
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        self.fs.requests().seen(Op::Xattr);
         reply.error(Errno::ENOSYS);
     }
 
@@ -951,6 +989,7 @@ impl Filesystem for Fuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.fs.requests().seen(Op::Xattr);
         let ino = self.ids.inward(ino);
         // `cp -a`, `rsync -X` try it. Not ENOSYS: the kernel would then
         // answer EOPNOTSUPP itself everywhere, versions/ included (EROFS).
@@ -960,6 +999,7 @@ impl Filesystem for Fuse {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        self.fs.requests().seen(Op::Xattr);
         let ino = self.ids.inward(ino);
         unsupported("removexattr");
         let e = self.fs.refuse(ino, FsError::Unsupported, "removexattr");
@@ -977,6 +1017,7 @@ impl Filesystem for Fuse {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
+        self.fs.requests().seen(Op::Ioctl);
         // Programs probe files with ioctls (terminal or FICLONE checks)
         // and go on without them: "not a terminal" is the usual answer.
         unsupported("ioctl");
@@ -993,6 +1034,7 @@ impl Filesystem for Fuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.fs.requests().seen(Op::Create);
         let ids = self.ids;
         let parent = self.ids.inward(parent);
         let (name, uid, gid) = (name.as_bytes().to_vec(), req.uid(), req.gid());
@@ -1028,6 +1070,7 @@ impl Filesystem for Fuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.fs.requests().seen(Op::Fallocate);
         self.spawn(move |fs| empty(reply, fs.fallocate(fh.0, offset, length, mode), "fallocate"));
     }
 }

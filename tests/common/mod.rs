@@ -450,6 +450,38 @@ impl Drop for Mount<'_> {
     }
 }
 
+/// An ordering point in a daemon (`detafs::hold`): `spec` goes into its
+/// FAILPOINTS; the daemon stops there until `release`.
+pub struct Hold {
+    pub spec: String,
+    release: PathBuf,
+}
+
+impl Hold {
+    pub fn new(env: &Env, name: &str) -> Hold {
+        let release = env.dir.path().join(format!("release-{name}"));
+        Hold {
+            spec: format!("{name}=return({})", release.display()),
+            release,
+        }
+    }
+
+    /// Waits until the daemon is held there.
+    pub fn reached(&self) {
+        let mut held = self.release.clone().into_os_string();
+        held.push(".held");
+        within(
+            std::time::Duration::from_secs(120),
+            "the hold point",
+            || Path::new(&held).exists(),
+        );
+    }
+
+    pub fn release(&self) {
+        std::fs::write(&self.release, b"").unwrap();
+    }
+}
+
 /// Waits up to `limit` for `cond`; returns how long it took.
 pub fn within(
     limit: std::time::Duration,
