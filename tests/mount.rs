@@ -6,6 +6,7 @@ mod common;
 
 use common::{Env, Mount, commit_via_control, fingerprint, noise, run_ok, sample_tree};
 use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -1204,6 +1205,57 @@ fn versions_is_a_connection_of_its_own_that_goes_with_the_mount() {
     let m = env.mount(&["--read-only"]);
     assert!(!mounted_at(&m.path("versions")));
     assert!(health(&m).contains("\"versions_connection\": \"shared\""));
+}
+
+/// Once a staged file has its own copy, the kernel reads and writes it
+/// itself (passthrough; this daemon is root). A write the daemon never sees
+/// still cannot slip into a commit half-read: the commit holds after
+/// reading the copy, the file is rewritten through a handle open all along,
+/// and the version has the new bytes whole. An inode open through the
+/// daemon (no copy yet) keeps later opens of it there: the kernel refuses
+/// to mix the two.
+#[test]
+fn staged_files_pass_through_and_a_commit_never_takes_a_half_write() {
+    let env = Env::new();
+    two_versions(&env);
+    let hold = common::Hold::new(&env, "staged-copy-read");
+    let m = env.mount_failing(&[], &hold.spec);
+    assert!(health(&m).contains("\"staged_io\": \"passthrough\""));
+    let (old, new) = (noise(8 << 20, 1), noise(8 << 20, 2));
+    let p = m.path("staging/p.bin");
+    std::fs::write(&p, &old).unwrap();
+    let mut f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    let before = health(&m);
+    std::thread::scope(|s| {
+        let committing = s.spawn(|| commit_via_control(&m, "while written"));
+        hold.reached();
+        f.write_all_at(&new, 0).unwrap();
+        hold.release();
+        committing.join().unwrap().unwrap();
+    });
+    // The writes passed through: the daemon saw only the commit message's.
+    let writes = |h: &str| {
+        let v: serde_json::Value = serde_json::from_str(h).unwrap();
+        v["requests"]["write"].as_u64().unwrap_or(0)
+    };
+    assert_eq!(writes(&before) + 1, writes(&health(&m)));
+    assert_eq!(std::fs::read(m.path("versions/v3/p.bin")).unwrap(), new);
+    drop(f);
+    assert_eq!(std::fs::read(&p).unwrap(), new);
+    // a.csv has no copy: a reader opens it through the daemon; a writer
+    // then copies it up and, the inode being open so, writes there too.
+    let mut reader = std::fs::File::open(m.path("staging/a.csv")).unwrap();
+    let mut w = std::fs::OpenOptions::new()
+        .append(true)
+        .open(m.path("staging/a.csv"))
+        .unwrap();
+    w.write_all(b"more\n").unwrap();
+    let mut seen = String::new();
+    reader.read_to_string(&mut seen).unwrap();
+    drop((w, reader));
+    let now = std::fs::read_to_string(m.path("staging/a.csv")).unwrap();
+    assert!(now.ends_with("more\n"), "{now}");
+    assert!(writes(&health(&m)) > writes(&before), "{}", health(&m));
 }
 
 #[test]
