@@ -82,7 +82,9 @@ drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 bench_mount() {
   local mres=$ROOT/mount-results.txt; : > "$mres"
   rm -rf "$ROOT/mstore" "$ROOT/mcache" "$ROOT/mstaging" "$ROOT/mwork" "$ROOT/mcopy"
-  cp -a "$ROOT/data" "$ROOT/mwork"; sync
+  cp -a "$ROOT/data" "$ROOT/mwork"
+  # A committed file large enough that copying it up to staging takes a while.
+  head -c 1500M /dev/urandom > "$ROOT/mwork/huge.bin"; sync
   export DETAFS_STORE=$ROOT/mstore DETAFS_CACHE=$ROOT/mcache DETAFS_STAGING=$ROOT/mstaging
   "$BIN" init >/dev/null; "$BIN" dataset create bench >/dev/null
   "$BIN" commit bench --from "$ROOT/mwork" -m v1 >/dev/null
@@ -126,15 +128,38 @@ bench_mount() {
     find "$src/small" >/dev/null
     find_wn=$(timed find "$src/small"); find_wro=$(timed find "$ro/versions/v1/small")
     "$BIN" umount "$ro"
-    local cp_n cp_m commit_m
+    local cp_n cp_m commit_m req0 per_file
+    requests() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["requests"]["total"])' "$mnt/.detafs/health"; }
     cp_n=$(timed cp -a "$src/small" "$ROOT/mcopy")
+    req0=$(requests)
     cp_m=$(timed cp -a "$src/small" "$mnt/staging/small-copy")
+    per_file=$(echo "($(requests) - $req0) / $(find "$src/small" | wc -l)" | bc -l)
     local t; t=$(now); echo "copy of the small files" > "$mnt/.detafs/commit"; commit_m=$(since "$t")
+    # A 1 GiB file written into staging (to disk: fsync) and read back cold.
+    local w_n w_m r_n r_m
+    w_n=$(timed dd if=/dev/zero of="$ROOT/m1g" bs=1M count=1024 conv=fsync status=none)
+    w_m=$(timed dd if=/dev/zero of="$mnt/staging/m1g" bs=1M count=1024 conv=fsync status=none)
+    drop_caches; r_n=$(timed cat "$ROOT/m1g")
+    drop_caches; r_m=$(timed cat "$mnt/staging/m1g")
+    rm -f "$ROOT/m1g" "$mnt/staging/m1g"
     local rss; rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+    # stat and small reads elsewhere in the mount (versions/ and staging/)
+    # while a 1.5 GB committed file is copied up (an open for writing
+    # copies it), then while a 2 GiB commit runs.
+    local probes lat_cu lat_cm
+    probes=$(ls "$v"/small/dir00[0-1]/file00*.txt "$mnt"/staging/small-copy/dir00[0-1]/file00*.txt | tr '\n' ' ')
+    python3 -c "open('$mnt/staging/huge.bin', 'r+b').close()" & local cu=$!
+    # shellcheck disable=SC2086
+    lat_cu=$(python3 scripts/latency.py "$cu" $probes); wait "$cu"
+    head -c 2048M /dev/urandom > "$mnt/staging/new2g.bin"
+    (echo "a 2 GiB file" > "$mnt/.detafs/commit") & local cm=$!
+    # shellcheck disable=SC2086
+    lat_cm=$(python3 scripts/latency.py "$cm" $probes); wait "$cm"
+    local rss2; rss2=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
     "$BIN" umount "$mnt"
     # Put staging back to v1 for the next run.
     "$BIN" commit bench --from "$src" -m "reset $run" >/dev/null 2>&1 || true
-    echo "$run $cold_n $cold_m $warm_n $warm_m $find_n $find_m $ls_n $ls_m $small_n $small_m $cp_n $cp_m $commit_m $rss $ready $folio_n $folio_m $tar_n $tar_m $tar_ro $find_ro $find_wn $find_wro" | tee -a "$mres" >&2
+    echo "$run $cold_n $cold_m $warm_n $warm_m $find_n $find_m $ls_n $ls_m $small_n $small_m $cp_n $cp_m $commit_m $rss $ready $folio_n $folio_m $tar_n $tar_m $tar_ro $find_ro $find_wn $find_wro $per_file $w_n $w_m $r_n $r_m $lat_cu $lat_cm $rss2" | tee -a "$mres" >&2
   done
   python3 - "$mres" <<'PY'
 import statistics, sys
@@ -166,6 +191,12 @@ print(f"| commit of those files from `staging/` | | {med(13):.2f} s | |")
 print(f"| daemon peak RSS | | {med(14) / 1024:.0f} MiB ({min(r[14] for r in rows) / 1024:.0f}–{max(r[14] for r in rows) / 1024:.0f}) | |")
 print(f"| mount ready (`detafs mount --daemon` to the first `ls` of `versions/`) | | {med(15):.3f} s | |")
 print(f"| the 512 MiB file's cached pages in large folios (`scripts/folios.py`) | {med(16):.0f}% | {med(17):.0f}% | kernel {__import__('os').uname().release} |")
+print(f"| FUSE requests per file of that `cp -a` (`.detafs/health`) | | {med(24):.1f} ({sp(24)}) | |")
+row("write a 1 GiB file into `staging/` (dd, fsync)", 25, 1024)
+row("read it back, cold", 27, 1024)
+print(f"| `stat` + 4 KiB read elsewhere while a 1.5 GB file is copied up: p50 / p99 / max | | {med(30):.2f} / {med(31):.2f} ({sp(31)}) / {med(32):.1f} ms | {med(29):.0f} operations |")
+print(f"| the same while a 2 GiB commit runs: p50 / p99 / max | | {med(34):.2f} / {med(35):.2f} ({sp(35)}) / {med(36):.1f} ms | {med(33):.0f} operations |")
+print(f"| daemon peak RSS after the 2 GiB commit | | {med(37) / 1024:.0f} MiB ({min(r[37] for r in rows) / 1024:.0f}–{max(r[37] for r in rows) / 1024:.0f}) | |")
 PY
 }
 

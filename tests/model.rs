@@ -3,13 +3,16 @@
 //! local store) and to a plain temporary folder; after every step both
 //! trees must be equal, and after every commit the new version must equal
 //! the folder too. Results must agree as well: both succeed, or both fail
-//! with the same errno. Failures proptest shrinks are kept below as named
+//! with the same errno. Threaded steps run an operation while a commit
+//! builds (the version is staging before it or after it, never a mix) or
+//! a write that copies a file up while another caller stats and reads
+//! (which sees the bytes before or after the write). Failures proptest shrinks are kept below as named
 //! regression tests.
 
 mod common;
 
 use common::Env;
-use common::model::{Core, Model, Op, op};
+use common::model::{Core, Model, Op, step};
 use proptest::prelude::*;
 
 fn check(ops: &[Op]) {
@@ -20,8 +23,23 @@ fn check(ops: &[Op]) {
         if model.follows_symlink(op) {
             continue;
         }
+        let before = model.tree();
+        // A write that creates its file is a create, then a write: a
+        // commit may freeze staging between the two.
+        let created = match op {
+            Op::DuringCommit(w) => match &**w {
+                Op::Write { path, .. } => model.read(path).is_err().then(|| path.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        // What a read during a write may see: the bytes before it or after.
+        let read_before = match op {
+            Op::ReadDuringWrite(_, path) => Some(model.read(path)),
+            _ => None,
+        };
         let want = model.apply(op);
-        let got = core.apply(op);
+        let (got, seen) = core.apply_seeing(op);
         assert_eq!(got, want, "step {step}: {op:?}");
         let want = model.tree();
         assert_eq!(
@@ -29,14 +47,38 @@ fn check(ops: &[Op]) {
             want,
             "step {step}: {op:?}: staging"
         );
-        if matches!(op, Op::Commit)
-            && let Some(latest) = core.latest()
-        {
-            assert_eq!(
-                core.tree("versions", &latest),
-                want,
-                "step {step}: {latest}"
+        if let (Some((path, read)), Some(earlier)) = (seen, read_before) {
+            assert!(
+                read == earlier || read == model.read(&path),
+                "step {step}: {op:?}: read {path} as neither before nor after"
             );
+        }
+        match op {
+            Op::Commit => {
+                if let Some(latest) = core.latest() {
+                    let v = core.tree("versions", &latest);
+                    assert_eq!(v, want, "step {step}: {latest}");
+                }
+            }
+            // Staging as the commit froze it: before the step or after.
+            Op::DuringCommit(_) => {
+                if let Some(latest) = core.latest() {
+                    let v = core.tree("versions", &latest);
+                    let between = created.as_ref().is_some_and(|path| {
+                        let mut v = v.clone();
+                        let made = v.remove(path);
+                        v == before
+                            && made.is_some_and(|m| {
+                                m.starts_with("file") && m.ends_with(" 0 e3b0c44298fc1c14")
+                            })
+                    });
+                    assert!(
+                        v == before || v == want || between,
+                        "step {step}: {op:?}: {latest} is neither before nor after"
+                    );
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -49,7 +91,7 @@ proptest! {
     })]
 
     #[test]
-    fn the_core_behaves_like_a_plain_folder(ops in prop::collection::vec(op(), 1..40)) {
+    fn the_core_behaves_like_a_plain_folder(ops in prop::collection::vec(step(), 1..40)) {
         check(&ops);
     }
 }

@@ -1224,7 +1224,7 @@ fn staged_files_pass_through_and_a_commit_never_takes_a_half_write() {
     let (old, new) = (noise(8 << 20, 1), noise(8 << 20, 2));
     let p = m.path("staging/p.bin");
     std::fs::write(&p, &old).unwrap();
-    let mut f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
     let before = health(&m);
     std::thread::scope(|s| {
         let committing = s.spawn(|| commit_via_control(&m, "while written"));

@@ -7,7 +7,9 @@ use crate::snapshot::Record;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const COMMIT: u64 = 5;
+use super::ino::{FIRST_CONTROL_FILE, Ino};
+
+const COMMIT: u64 = FIRST_CONTROL_FILE;
 const STATUS: u64 = 6;
 const LOG: u64 = 7;
 const HEALTH: u64 = 8;
@@ -43,7 +45,7 @@ const FILES: [(&[u8], u64); 12] = [
 ];
 
 pub(super) fn is_control(ino: u64) -> bool {
-    (COMMIT..=REFRESH).contains(&ino)
+    matches!(Ino::of(ino), Ino::ControlFile(_))
 }
 
 /// Whether `ino`'s attributes need staging (its lock, which a commit

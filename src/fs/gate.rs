@@ -325,14 +325,14 @@ impl MountFs {
         let Some(gate) = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone() else {
             return a.ttl;
         };
-        let per_user = match parent {
-            ROOT => name == b"staging",
-            CONTROL => false,
-            VERSIONS => !version_name(name).is_some_and(|v| self.seen_alike(&gate, v)),
-            p if is_staging(p) => false,
-            _ => self
+        let per_user = match Ino::of(parent) {
+            Ino::Root => name == b"staging",
+            Ino::Versions => !version_name(name).is_some_and(|v| self.seen_alike(&gate, v)),
+            Ino::Version(_) => self
                 .folder(parent)
                 .is_none_or(|f| self.told_apart(&gate, &f, name, a.kind == FileKind::Dir)),
+            Ino::Control | Ino::Staged(_) => false,
+            Ino::Latest | Ino::Tag(_) | Ino::ControlFile(_) | Ino::Unknown => false,
         };
         if per_user { Duration::ZERO } else { a.ttl }
     }
@@ -567,19 +567,17 @@ impl Judge<'_> {
     }
 
     fn sees(&self, parent: u64, name: &[u8], kind: FileKind, noted: bool) -> bool {
-        if is_staging(parent) {
-            return true;
-        }
-        match parent {
-            ROOT if name == b"staging" => {
+        match Ino::of(parent) {
+            Ino::Staged(_) => true,
+            Ino::Root if name == b"staging" => {
                 let (d, r) = self.commit_decision();
                 if noted && !d.allowed {
                     self.note(Action::Commit, &r, &d);
                 }
                 d.allowed
             }
-            ROOT | CONTROL => true,
-            VERSIONS => {
+            Ino::Root | Ino::Control => true,
+            Ino::Versions => {
                 if name == b"latest" {
                     return self.latest().is_some();
                 }
@@ -654,9 +652,10 @@ impl Judge<'_> {
     /// and whether every caller that may reach it sees it alike (a folder
     /// of a version they all see, no entry a pattern tells apart).
     pub fn filter(&self, dir: u64, listing: Listing) -> (Listing, bool) {
-        let folder = (dir >= FIRST_VERSION_INO && !is_staging(dir))
-            .then(|| self.fs.folder(dir))
-            .flatten();
+        let folder = match Ino::of(dir) {
+            Ino::Version(_) => self.fs.folder(dir),
+            _ => None,
+        };
         let gate = self.gate();
         // A folder of a version every caller that may reach it sees, with
         // no entry a pattern tells apart: the listing as it is, for all.

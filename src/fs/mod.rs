@@ -10,6 +10,7 @@
 
 mod control;
 mod gate;
+mod ino;
 mod inodes;
 mod listings;
 mod overlay;
@@ -41,14 +42,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-pub const ROOT: u64 = 1;
-pub const VERSIONS: u64 = 2;
-const CONTROL: u64 = 3;
-const LATEST: u64 = 4;
-/// Staging inodes are staging node ids with this bit set.
-const STAGING_BIT: u64 = 1 << 62;
-/// Version inodes are allocated from here on.
-const FIRST_VERSION_INO: u64 = 1 << 20;
+use ino::{CONTROL, FIRST_VERSION_INO, Ino, LATEST, is_staging, staged_id};
+pub use ino::{ROOT, VERSIONS};
 
 /// Versions never change: let the kernel keep what it learns.
 const IMMUTABLE_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -239,10 +234,6 @@ fn not_found(name: &[u8]) -> Error {
 
 fn read_only() -> Error {
     Error::fs(FsError::ReadOnly, "versions/")
-}
-
-fn is_staging(ino: u64) -> bool {
-    ino & STAGING_BIT != 0
 }
 
 fn node_kind(node: &Node) -> FileKind {
@@ -470,19 +461,20 @@ impl MountFs {
         if name.len() > crate::limits::MAX_NAME {
             return Err(Error::fs(FsError::NameTooLong, name_str(name)));
         }
-        if is_staging(parent) {
-            return self.staging_lookup(parent, name);
-        }
-        match parent {
-            ROOT => match name {
+        match Ino::of(parent) {
+            Ino::Staged(id) => self.staging_lookup(id, name),
+            Ino::Root => match name {
                 b"versions" => self.getattr(VERSIONS),
-                b"staging" if self.staging.is_some() => self.getattr(staging::ROOT | STAGING_BIT),
+                b"staging" if self.staging.is_some() => self.getattr(Ino::staged(staging::ROOT)),
                 b".detafs" => self.getattr(CONTROL),
                 _ => Err(not_found(name)),
             },
-            VERSIONS => self.lookup_version(name),
-            CONTROL => control::lookup(self, name),
-            _ => self.lookup_in_version(parent, name),
+            Ino::Versions => self.lookup_version(name),
+            Ino::Control => control::lookup(self, name),
+            Ino::Version(_) => self.lookup_in_version(parent, name),
+            Ino::Latest | Ino::Tag(_) | Ino::ControlFile(_) | Ino::Unknown => {
+                Err(Error::fs(FsError::NotDir, name_str(name)))
+            }
         }
     }
 
@@ -510,7 +502,7 @@ impl MountFs {
                     kind: FsError::NotFound,
                     ..
                 },
-            ) if is_staging(ino) => match fh.or_else(|| self.handle_of(ino & !STAGING_BIT)) {
+            ) if is_staging(ino) => match fh.or_else(|| self.handle_of(staged_id(ino))) {
                 Some(fh) => self.orphan_attr(ino, fh),
                 None => Err(e),
             },
@@ -519,19 +511,17 @@ impl MountFs {
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        if is_staging(ino) {
-            return self.staging_getattr(ino);
-        }
-        match ino {
-            ROOT | CONTROL => Ok(self.dir_attr(ino, self.started, MUTABLE_TTL)),
-            VERSIONS => {
+        match Ino::of(ino) {
+            Ino::Staged(id) => self.staging_getattr(id),
+            Ino::Root | Ino::Control => Ok(self.dir_attr(ino, self.started, MUTABLE_TTL)),
+            Ino::Versions => {
                 let mut a = self.dir_attr(ino, self.latest_time(), MUTABLE_TTL);
                 if let Some((uid, gid, perm)) = self.versions_owner() {
                     (a.uid, a.gid, a.perm) = (uid, gid, perm);
                 }
                 Ok(a)
             }
-            LATEST => {
+            Ino::Latest => {
                 let target = format!("v{}", self.latest().ok_or_else(|| not_found(b"latest"))?);
                 let mtime = self.latest_time();
                 Ok(Attr {
@@ -549,19 +539,18 @@ impl MountFs {
                     ttl: Duration::ZERO,
                 })
             }
-            i if control::is_control(i) => control::attr(self, i),
-            i if tags::is_tag(i) => self.tag_attr(i),
-            _ => self.version_attr(ino),
+            Ino::ControlFile(i) => control::attr(self, i),
+            Ino::Tag(_) => self.tag_attr(ino),
+            Ino::Version(_) => self.version_attr(ino),
+            Ino::Unknown => Err(Error::fs(FsError::NotFound, format!("inode {ino}"))),
         }
     }
 
     pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
         let mut out = vec![];
-        if is_staging(ino) {
-            return self.staging_readdir(ino);
-        }
-        match ino {
-            ROOT => {
+        match Ino::of(ino) {
+            Ino::Staged(id) => return self.staging_readdir(id),
+            Ino::Root => {
                 out.push(DirEntry {
                     ino: VERSIONS,
                     kind: FileKind::Dir,
@@ -569,7 +558,7 @@ impl MountFs {
                 });
                 if self.staging.is_some() {
                     out.push(DirEntry {
-                        ino: staging::ROOT | STAGING_BIT,
+                        ino: Ino::staged(staging::ROOT),
                         kind: FileKind::Dir,
                         name: b"staging".to_vec(),
                     });
@@ -580,9 +569,12 @@ impl MountFs {
                     name: b".detafs".to_vec(),
                 });
             }
-            VERSIONS => out = self.list_versions()?,
-            CONTROL => out.extend(control::entries()),
-            _ => out = self.list_version_dir(ino)?,
+            Ino::Versions => out = self.list_versions()?,
+            Ino::Control => out.extend(control::entries()),
+            Ino::Version(_) => out = self.list_version_dir(ino)?,
+            Ino::Latest | Ino::Tag(_) | Ino::ControlFile(_) | Ino::Unknown => {
+                return Err(Error::fs(FsError::NotDir, format!("inode {ino}")));
+            }
         }
         Ok(out)
     }
@@ -640,8 +632,8 @@ impl MountFs {
     /// A directory's entries with their attributes (READDIRPLUS), so `ls -l`
     /// needs no lookup per file.
     pub fn readdir_plus(&self, ino: u64) -> Result<Vec<(DirEntry, Attr)>> {
-        if is_staging(ino) {
-            return self.staging_readdir_plus(ino);
+        if let Ino::Staged(id) = Ino::of(ino) {
+            return self.staging_readdir_plus(id);
         }
         self.readdir(ino)?
             .into_iter()
@@ -653,23 +645,24 @@ impl MountFs {
     }
 
     pub fn readlink(&self, c: &Caller, ino: u64) -> Result<Vec<u8>> {
-        if ino == LATEST {
-            let latest = match self.judge(c) {
-                Some(j) => j.latest(),
-                None => self.latest(),
-            };
-            return Ok(format!("v{}", latest.ok_or_else(|| not_found(b"latest"))?).into_bytes());
-        }
-        if tags::is_tag(ino) {
-            return self.tag_target(ino);
-        }
-        if is_staging(ino) {
-            let n = self.staging()?.node(ino & !STAGING_BIT)?;
-            return Ok(n.target);
-        }
-        match self.version_entry(ino)?.node {
-            Node::Symlink { target, .. } => Ok(target),
-            _ => Err(Error::fs(FsError::Invalid, "not a symlink")),
+        let not_a_link = || Error::fs(FsError::Invalid, "not a symlink");
+        match Ino::of(ino) {
+            Ino::Latest => {
+                let latest = match self.judge(c) {
+                    Some(j) => j.latest(),
+                    None => self.latest(),
+                };
+                Ok(format!("v{}", latest.ok_or_else(|| not_found(b"latest"))?).into_bytes())
+            }
+            Ino::Tag(_) => self.tag_target(ino),
+            Ino::Staged(id) => Ok(self.staging()?.node(id)?.target),
+            Ino::Version(_) => match self.version_entry(ino)?.node {
+                Node::Symlink { target, .. } => Ok(target),
+                _ => Err(not_a_link()),
+            },
+            Ino::Root | Ino::Versions | Ino::Control | Ino::ControlFile(_) | Ino::Unknown => {
+                Err(not_a_link())
+            }
         }
     }
 
@@ -683,11 +676,10 @@ impl MountFs {
         let access = flags & libc::O_ACCMODE;
         let writing = access != libc::O_RDONLY;
         let judge = self.judge(c);
-        if control::is_control(ino) {
-            return control::open(self, ino, writing, c, judge.as_ref());
-        }
-        if is_staging(ino) {
-            return self.open_staged(ino & !STAGING_BIT, flags, writing);
+        match Ino::of(ino) {
+            Ino::ControlFile(_) => return control::open(self, ino, writing, c, judge.as_ref()),
+            Ino::Staged(id) => return self.open_staged(id, flags, writing),
+            _ => {}
         }
         if writing {
             return Err(read_only());

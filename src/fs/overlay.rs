@@ -1,5 +1,5 @@
 //! `staging/`: the writable overlay, as the kernel sees it (inode numbers
-//! are staging row ids with `STAGING_BIT`); `crate::staging` does the work.
+//! are staging row ids: `ino.rs`); `crate::staging` does the work.
 
 use super::stored::{Origin, StoredFile};
 use super::*;
@@ -54,7 +54,7 @@ impl MountFs {
             _ => st.names(n)?,
         };
         Ok(Attr {
-            ino: n.id | STAGING_BIT,
+            ino: Ino::staged(n.id),
             kind: staging_kind(n.kind),
             size: seen.size,
             perm: if n.kind == Kind::Symlink {
@@ -151,10 +151,9 @@ impl MountFs {
     }
 
     pub(super) fn staging_parent(&self, parent: u64) -> Result<u64> {
-        if is_staging(parent) {
-            Ok(parent & !STAGING_BIT)
-        } else {
-            Err(read_only())
+        match Ino::of(parent) {
+            Ino::Staged(id) => Ok(id),
+            _ => Err(read_only()),
         }
     }
 
@@ -204,14 +203,14 @@ impl MountFs {
     /// A further name for staged file `ino`.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
         let parent = self.staging_parent(parent)?;
-        if !is_staging(ino) {
+        let Ino::Staged(id) = Ino::of(ino) else {
             return Err(Error::fs(
                 FsError::NotPermitted,
                 "a link across file systems",
             ));
-        }
+        };
         let st = self.staging()?;
-        let n = st.link(&self.repo, ino & !STAGING_BIT, parent, name)?;
+        let n = st.link(&self.repo, id, parent, name)?;
         self.staging_attr(&st, &n)
     }
 
@@ -247,13 +246,12 @@ impl MountFs {
         (atime, mtime): (Option<Mtime>, Option<Mtime>),
         fh: Option<u64>,
     ) -> Result<Attr> {
-        if control::is_control(ino) {
-            return control::attr(self, ino); // `echo > commit` truncates first
-        }
-        if !is_staging(ino) {
-            return Err(read_only());
-        }
-        let id = ino & !STAGING_BIT;
+        let id = match Ino::of(ino) {
+            // `echo > commit` truncates first
+            Ino::ControlFile(_) => return control::attr(self, ino),
+            Ino::Staged(id) => id,
+            _ => return Err(read_only()),
+        };
         let mut st = self.staging()?;
         if st.get(id)?.is_none()
             && let Some(fh) = fh.or_else(|| self.handle_of(id))
@@ -343,29 +341,29 @@ impl MountFs {
     pub(super) fn staging_lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
         let st = self.staging()?;
         let n = st
-            .lookup(&self.repo, parent & !STAGING_BIT, name)?
+            .lookup(&self.repo, parent, name)?
             .ok_or_else(|| not_found(name))?;
         self.staging_attr(&st, &n)
     }
 
-    pub(super) fn staging_getattr(&self, ino: u64) -> Result<Attr> {
+    pub(super) fn staging_getattr(&self, id: u64) -> Result<Attr> {
         let st = self.staging()?;
-        let n = st.node(ino & !STAGING_BIT)?;
+        let n = st.node(id)?;
         self.staging_attr(&st, &n)
     }
 
-    pub(super) fn staging_readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
+    pub(super) fn staging_readdir(&self, id: u64) -> Result<Vec<DirEntry>> {
         Ok(self
-            .staging_readdir_plus(ino)?
+            .staging_readdir_plus(id)?
             .into_iter()
             .map(|(e, _)| e)
             .collect())
     }
 
     /// A staging folder's entries and attributes, under one hold of the lock.
-    pub(super) fn staging_readdir_plus(&self, ino: u64) -> Result<Vec<(DirEntry, Attr)>> {
+    pub(super) fn staging_readdir_plus(&self, id: u64) -> Result<Vec<(DirEntry, Attr)>> {
         let st = self.staging()?;
-        let children = st.children(&self.repo, ino & !STAGING_BIT)?;
+        let children = st.children(&self.repo, id)?;
         // Subfolders not listed yet are counted in their trees: read
         // together, not one by one (best effort: a failure shows below).
         let trees: Vec<BlobRef> = children.iter().filter_map(|n| n.tree).collect();
@@ -375,7 +373,7 @@ impl MountFs {
             .map(|n| {
                 let attr = self.staging_attr(&st, &n)?;
                 let entry = DirEntry {
-                    ino: n.id | STAGING_BIT,
+                    ino: Ino::staged(n.id),
                     kind: staging_kind(n.kind),
                     name: n.name,
                 };

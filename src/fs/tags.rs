@@ -3,12 +3,13 @@
 
 use super::*;
 
-/// Tags' inodes: below versions' (`FIRST_VERSION_INO`), above the fixed ones.
-const FIRST_TAG_INO: u64 = 1 << 16;
-/// Tags a mount shows; more are left out (and logged).
+use super::ino::FIRST_TAG_INO;
+
+/// Tags a mount shows; more are left out (and logged): their inodes lie
+/// below versions' (`ino.rs`).
 const MAX_TAGS: usize = (FIRST_VERSION_INO - FIRST_TAG_INO) as usize;
 
-/// Tags seen so far, in the order seen (index = inode - FIRST_TAG_INO).
+/// Tags seen so far, in the order seen (the index is in the inode: `Ino::Tag`).
 #[derive(Default)]
 pub(super) struct TagTable {
     tags: Vec<(String, u64, Mtime)>,
@@ -26,10 +27,6 @@ impl TagTable {
     }
 }
 
-pub(super) fn is_tag(ino: u64) -> bool {
-    (FIRST_TAG_INO..FIRST_VERSION_INO).contains(&ino)
-}
-
 /// Where a listing of `versions/` resumes after entry `e` (the offset the
 /// kernel hands back): a place of its own that entries added later, tags
 /// or versions, do not move, so a listing read in several requests while
@@ -39,9 +36,11 @@ pub(super) fn versions_offset(e: &DirEntry) -> u64 {
     match e.name.as_slice() {
         b"." => 1,
         b".." => 2,
-        _ if e.ino == LATEST => 3,
-        _ if is_tag(e.ino) => 4 + (e.ino - FIRST_TAG_INO),
-        name => 4 + MAX_TAGS as u64 + version_name(name).unwrap_or(0),
+        name => match Ino::of(e.ino) {
+            Ino::Latest => 3,
+            Ino::Tag(index) => 4 + index as u64,
+            _ => 4 + MAX_TAGS as u64 + version_name(name).unwrap_or(0),
+        },
     }
 }
 
@@ -79,8 +78,11 @@ impl MountFs {
     }
 
     fn tag_at(&self, ino: u64) -> Option<(String, u64, Mtime)> {
+        let Ino::Tag(index) = Ino::of(ino) else {
+            return None;
+        };
         let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
-        table.tags.get((ino - FIRST_TAG_INO) as usize).cloned()
+        table.tags.get(index).cloned()
     }
 
     /// The symlink `versions/TAG`, if there is such a tag.
@@ -88,7 +90,7 @@ impl MountFs {
         let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
         let index = *table.by_name.get(std::str::from_utf8(name).ok()?)?;
         drop(table);
-        self.tag_attr(FIRST_TAG_INO + index as u64).ok()
+        self.tag_attr(Ino::tag(index)).ok()
     }
 
     pub(super) fn tag_attr(&self, ino: u64) -> Result<Attr> {
@@ -122,7 +124,7 @@ impl MountFs {
             .iter()
             .enumerate()
             .map(|(i, (name, _, _))| DirEntry {
-                ino: FIRST_TAG_INO + i as u64,
+                ino: Ino::tag(i),
                 kind: FileKind::Symlink,
                 name: name.clone().into_bytes(),
             })

@@ -50,6 +50,11 @@ pub enum Op {
     },
     Commit,
     Remount,
+    /// The operation on a thread of its own while a commit builds.
+    DuringCommit(Box<Op>),
+    /// A write on a thread of its own (copying a committed file up) while
+    /// this caller stats and reads another path.
+    ReadDuringWrite(Box<Op>, String),
 }
 
 pub fn path() -> impl Strategy<Value = String> {
@@ -78,6 +83,22 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Remount),
     ]
 }
+
+/// `op()` and the threaded steps made of its operations.
+pub fn step() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => op(),
+        1 => op().prop_filter("no nesting", |o| !matches!(o, Op::Commit | Op::Remount))
+            .prop_map(|o| Op::DuringCommit(Box::new(o))),
+        1 => ((path(), 0..70_000u64, 1..70_000usize, any::<u64>()), path())
+            .prop_map(|((path, offset, len, seed), read)| {
+                Op::ReadDuringWrite(Box::new(Op::Write { path, offset, len, seed }), read)
+            }),
+    ]
+}
+
+/// What a threaded step's other caller saw: the path read during a write.
+pub type Seen = Option<(String, Result<Vec<u8>, i32>)>;
 
 /// The file-system core over a fresh store, as a mount daemon holds it.
 pub struct Core<'e> {
@@ -138,6 +159,56 @@ impl<'e> Core<'e> {
     }
 
     pub fn apply(&mut self, op: &Op) -> Result<(), i32> {
+        self.apply_seeing(op).0
+    }
+
+    /// `apply`, and what a threaded step's other caller saw.
+    pub fn apply_seeing(&mut self, op: &Op) -> (Result<(), i32>, Seen) {
+        match op {
+            Op::Remount => {
+                self.remount();
+                (Ok(()), None)
+            }
+            Op::DuringCommit(inner) => std::thread::scope(|s| {
+                let committing = s.spawn(|| self.run(&Op::Commit));
+                let res = self.run(inner);
+                committing.join().unwrap().expect("the commit");
+                (res, None)
+            }),
+            Op::ReadDuringWrite(write, path) => std::thread::scope(|s| {
+                let writing = s.spawn(|| self.run(write));
+                let read = self.read(path);
+                (writing.join().unwrap(), Some((path.clone(), read)))
+            }),
+            op => (self.run(op), None),
+        }
+    }
+
+    /// A staged file's bytes, read through an open handle after a stat.
+    fn read(&self, path: &str) -> Result<Vec<u8>, i32> {
+        let fs = self.fs();
+        let ino = self.at("staging", path)?;
+        let a = fs.getattr(ino).map_err(errno)?;
+        if a.kind != FileKind::File {
+            return Err(libc::EISDIR);
+        }
+        let fh = fs
+            .open(ino, libc::O_RDONLY, &ROOT_CALLER)
+            .map_err(errno)?
+            .fh;
+        let mut data = Vec::new();
+        let res = loop {
+            match fs.read(fh, data.len() as u64, 1 << 20) {
+                Ok(got) if got.is_empty() => break Ok(data),
+                Ok(got) => data.extend(got),
+                Err(e) => break Err(errno(e)),
+            }
+        };
+        fs.release(fh);
+        res
+    }
+
+    fn run(&self, op: &Op) -> Result<(), i32> {
         let fs = self.fs();
         match op {
             Op::Write {
@@ -223,9 +294,8 @@ impl<'e> Core<'e> {
                     other => other.map(|_| ()),
                 }
             }
-            Op::Remount => {
-                self.remount();
-                Ok(())
+            Op::Remount | Op::DuringCommit(_) | Op::ReadDuringWrite(..) => {
+                unreachable!("applied by apply_seeing")
             }
         }
     }
@@ -306,6 +376,7 @@ impl Model {
 
     pub fn apply(&self, op: &Op) -> Result<(), i32> {
         let res = match op {
+            Op::DuringCommit(inner) | Op::ReadDuringWrite(inner, _) => return self.apply(inner),
             Op::Write {
                 path,
                 offset,
@@ -347,6 +418,14 @@ impl Model {
             Op::Commit | Op::Remount => Ok(()),
         };
         res.map_err(|e| e.raw_os_error().unwrap())
+    }
+
+    /// A file's bytes (what a read of it may see), or the errno a read gets.
+    pub fn read(&self, path: &str) -> Result<Vec<u8>, i32> {
+        match std::fs::symlink_metadata(self.p(path)) {
+            Ok(m) if !m.is_file() => Err(libc::EISDIR),
+            _ => std::fs::read(self.p(path)).map_err(|e| e.raw_os_error().unwrap()),
+        }
     }
 
     pub fn tree(&self) -> BTreeMap<String, String> {
@@ -397,6 +476,16 @@ impl Model {
             }
             Op::Rename(a, b) | Op::Link(a, b) => (vec![a, b], false),
             Op::Commit | Op::Remount => return false,
+            Op::DuringCommit(inner) => return self.follows_symlink(inner),
+            // The read follows symlinks as the kernel would; the core is
+            // asked name by name: such paths are left out.
+            Op::ReadDuringWrite(inner, read) => {
+                let read = Op::Chmod {
+                    path: read.clone(),
+                    mode: 0,
+                };
+                return self.follows_symlink(inner) || self.follows_symlink(&read);
+            }
         };
         paths.into_iter().any(|path| {
             let parts: Vec<&str> = path.split('/').collect();
