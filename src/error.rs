@@ -109,6 +109,10 @@ pub enum Error {
         "gc ran while this commit was made and may have deleted data it reuses; nothing was committed: commit again"
     )]
     CollectedMeanwhile,
+    /// Refused where nothing may wait (`crate::nowait`); the caller runs
+    /// the request again where it may.
+    #[error("this request must wait, and was asked where nothing may")]
+    WouldBlock,
     #[error(
         "the commit ran longer than {} (gc's safety window), so some of its objects may have been collected; nothing was committed: commit again, or in smaller parts",
         humantime::format_duration(*.0)

@@ -18,6 +18,7 @@ pub mod gc;
 pub mod hold;
 pub mod id;
 pub mod limits;
+pub mod nowait;
 pub mod private;
 pub mod progress;
 pub mod read;

@@ -120,3 +120,43 @@ fn writes_right_after_a_commit_outlive_its_sweep() {
     }
     assert_eq!(core.tree("staging", ""), model.tree());
 }
+
+/// The kernel's request thread tries lookups, attributes and opens where
+/// nothing may wait (`detafs::nowait`): what needs staging's database (or
+/// the store, or the disk) is refused there, to be run again on a worker,
+/// never answered otherwise; what memory holds is answered.
+#[test]
+fn where_nothing_may_wait_staging_is_refused_and_memory_answers() {
+    use detafs::fs::{ROOT, VERSIONS};
+    use detafs::nowait::attempt;
+    let env = Env::new_local();
+    let mut core = Core::open(&env);
+    let write = Op::Write {
+        path: "x".into(),
+        offset: 0,
+        len: 10,
+        seed: 1,
+    };
+    core.apply(&write).unwrap();
+    core.apply(&Op::Commit).unwrap();
+    let fs = core.fs();
+    let staging = fs.lookup(ROOT, b"staging").unwrap().ino;
+    let control = fs.lookup(ROOT, b".detafs").unwrap().ino;
+    let status = fs.lookup(control, b"status").unwrap().ino;
+    let refused =
+        |r: Result<detafs::fs::Attr, detafs::Error>| matches!(r, Err(detafs::Error::WouldBlock));
+    assert!(refused(attempt(|| fs.lookup(ROOT, b"staging"))));
+    assert!(refused(attempt(|| fs.lookup(staging, b"x"))));
+    assert!(refused(attempt(|| fs.getattr(staging))));
+    assert!(refused(attempt(|| fs.getattr(status))));
+    assert!(attempt(|| fs.getattr(ROOT)).is_ok());
+    assert!(attempt(|| fs.lookup(VERSIONS, b"latest")).is_ok());
+    let missing = attempt(|| fs.lookup(VERSIONS, b"v9"));
+    assert!(
+        matches!(missing, Err(detafs::Error::Fs { .. })),
+        "{missing:?}"
+    );
+    // Where waiting is allowed, the same requests are answered.
+    assert_eq!(fs.lookup(staging, b"x").unwrap().size, 10);
+    assert!(fs.getattr(status).is_ok());
+}

@@ -76,14 +76,20 @@ impl DiskCache {
         self.total.load(Ordering::Relaxed)
     }
 
-    /// Whether a blob is cached (unverified: `decoded` checks it).
+    /// Whether a blob is cached (unverified: `decoded` checks it). Where
+    /// nothing may wait (`crate::nowait`), nothing is: the caller goes on
+    /// to the store, which refuses.
     pub fn contains(&self, id: &ObjectId) -> bool {
-        self.path(id).exists()
+        !crate::nowait::refused() && self.path(id).exists()
     }
 
     /// A cached blob, decoded and verified against its reference; a
-    /// damaged entry is dropped and reported as a miss.
+    /// damaged entry is dropped and reported as a miss (so is every blob
+    /// where nothing may wait).
     pub fn decoded(&self, r: &BlobRef, kind: BlobKind, codec: &Codec) -> Option<Bytes> {
+        if crate::nowait::refused() {
+            return None;
+        }
         let path = self.path(&r.id);
         let stored = std::fs::read(&path).ok()?;
         let size = stored.len() as u64;

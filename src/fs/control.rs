@@ -48,13 +48,6 @@ pub(super) fn is_control(ino: u64) -> bool {
     matches!(Ino::of(ino), Ino::ControlFile(_))
 }
 
-/// Whether `ino`'s attributes need staging (its lock, which a commit
-/// holds at times): status's size is that of staging's changes, base's
-/// that of its version number.
-pub(super) fn needs_staging(ino: u64) -> bool {
-    ino == STATUS || ino == BASE
-}
-
 pub(super) fn entries() -> Vec<DirEntry> {
     FILES
         .iter()

@@ -330,6 +330,8 @@ impl MountFs {
             Ino::Versions => !version_name(name).is_some_and(|v| self.seen_alike(&gate, v)),
             Ino::Version(_) => self
                 .folder(parent)
+                .ok()
+                .flatten()
                 .is_none_or(|f| self.told_apart(&gate, &f, name, a.kind == FileKind::Dir)),
             Ino::Control | Ino::Staged(_) => false,
             Ino::Latest | Ino::Tag(_) | Ino::ControlFile(_) | Ino::Unknown => false,
@@ -339,16 +341,22 @@ impl MountFs {
 
     /// A version folder (or file), as names in it are decided: found once
     /// for a whole listing.
-    fn folder(&self, ino: u64) -> Option<Folder> {
-        let version = self.version_entry_version(ino).ok()?;
-        let full = self.version_path(ino);
-        let path = RelPath::parse(full.split_once('/').map_or("", |(_, p)| p)).ok()?;
+    /// None where it cannot be found (judged as hidden); an error only if
+    /// finding it must wait where nothing may.
+    fn folder(&self, ino: u64) -> Result<Option<Folder>> {
+        let Ok(version) = self.version_entry_version(ino) else {
+            return Ok(None);
+        };
+        let full = self.version_path_or_wait(ino)?;
+        let Ok(path) = RelPath::parse(full.split_once('/').map_or("", |(_, p)| p)) else {
+            return Ok(None);
+        };
         let versions = access::version_resources(&self.dataset, version, &self.tags_of(version));
-        Some(Folder {
+        Ok(Some(Folder {
             version,
             path,
             versions,
-        })
+        }))
     }
 
     /// Whether a pattern of the policy can tell entry `name` of folder `f`
@@ -409,13 +417,15 @@ impl MountFs {
 
     /// The principals of a caller: its user and the groups its process
     /// holds (read from /proc, kept a second).
-    fn who(&self, c: &Caller) -> Who {
+    fn who(&self, c: &Caller) -> Result<Who> {
         let key = (c.pid, c.uid, c.gid);
         if let Some((at, who)) = lock(&self.callers).get(&key)
             && at.elapsed() < CALLER_LIFE
         {
-            return who.clone();
+            return Ok(who.clone());
         }
+        // Reads /proc and the user and group databases.
+        crate::nowait::check()?;
         // A process gone already: its primary group alone.
         let groups = access::caller::process_groups(c.pid).unwrap_or_default();
         let who = access::caller::unix_who(c.uid, c.gid, &groups);
@@ -424,17 +434,15 @@ impl MountFs {
             callers.clear();
         }
         callers.insert(key, (Instant::now(), who.clone()));
-        who
+        Ok(who)
     }
 
     /// The caller's view, if a policy is in force.
-    pub fn judge(&self, c: &Caller) -> Option<Judge<'_>> {
-        let gate = self
-            .gate
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()?;
-        let who = self.who(c);
+    pub fn judge(&self, c: &Caller) -> Result<Option<Judge<'_>>> {
+        let Some(gate) = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return Ok(None);
+        };
+        let who = self.who(c)?;
         let policy = {
             let mut narrowed = lock(&gate.narrowed);
             if narrowed.len() >= MAX_CALLERS {
@@ -445,12 +453,12 @@ impl MountFs {
                 .or_insert_with(|| Arc::new(gate.policy.for_who(&who)))
                 .clone()
         };
-        Some(Judge {
+        Ok(Some(Judge {
             fs: self,
             policy,
             who,
             caller: *c,
-        })
+        }))
     }
 
     fn tags_of(&self, version: u64) -> Vec<String> {
@@ -562,12 +570,12 @@ impl Judge<'_> {
 
     /// Whether entry `name` of folder `parent`, of kind `kind`, shows. A
     /// version seen or not, and a path hidden, go to the audit trail.
-    pub fn sees_entry(&self, parent: u64, name: &[u8], kind: FileKind) -> bool {
+    pub fn sees_entry(&self, parent: u64, name: &[u8], kind: FileKind) -> Result<bool> {
         self.sees(parent, name, kind, true)
     }
 
-    fn sees(&self, parent: u64, name: &[u8], kind: FileKind, noted: bool) -> bool {
-        match Ino::of(parent) {
+    fn sees(&self, parent: u64, name: &[u8], kind: FileKind, noted: bool) -> Result<bool> {
+        Ok(match Ino::of(parent) {
             Ino::Staged(_) => true,
             Ino::Root if name == b"staging" => {
                 let (d, r) = self.commit_decision();
@@ -579,7 +587,7 @@ impl Judge<'_> {
             Ino::Root | Ino::Control => true,
             Ino::Versions => {
                 if name == b"latest" {
-                    return self.latest().is_some();
+                    return Ok(self.latest().is_some());
                 }
                 let version = version_name(name).or_else(|| {
                     let tags = self.fs.tags.read().unwrap_or_else(|p| p.into_inner());
@@ -587,7 +595,7 @@ impl Judge<'_> {
                         .ok()
                         .and_then(|t| tags.version_of(t))
                 });
-                let Some(v) = version else { return false };
+                let Some(v) = version else { return Ok(false) };
                 let d = self.version_decision(v);
                 if noted && (!d.allowed || self.first_look(v)) {
                     let r = format!("datasets/{}/versions/v{v}", self.fs.dataset);
@@ -595,7 +603,7 @@ impl Judge<'_> {
                 }
                 d.allowed
             }
-            _ => match (self.fs.folder(parent), self.gate()) {
+            _ => match (self.fs.folder(parent)?, self.gate()) {
                 (Some(f), Some(g)) => {
                     // A name no pattern tells apart shows as its version does.
                     if self.fs.told_apart(&g, &f, name, kind == FileKind::Dir) {
@@ -606,7 +614,7 @@ impl Judge<'_> {
                 }
                 _ => false,
             },
-        }
+        })
     }
 
     /// Whether entry `name` of version folder `f` shows.
@@ -630,10 +638,10 @@ impl Judge<'_> {
     }
 
     /// Whether a version's file may be opened (`dataset:read`).
-    pub fn may_read(&self, ino: u64) -> bool {
+    pub fn may_read(&self, ino: u64) -> Result<bool> {
         // A file's place is found as a folder's is (its path, its version).
-        let Some(f) = self.fs.folder(ino).filter(|f| !f.path.is_root()) else {
-            return false;
+        let Some(f) = self.fs.folder(ino)?.filter(|f| !f.path.is_root()) else {
+            return Ok(false);
         };
         let mut all = access::path_resources(&f.versions, &f.path, false);
         all.extend(f.versions.iter().cloned());
@@ -643,7 +651,7 @@ impl Judge<'_> {
             self.fs.dataset, f.version, f.path
         );
         self.note(Action::Read, &r, &d);
-        d.allowed
+        Ok(d.allowed)
     }
 
     /// A listing without what this caller may not see (one line in the
@@ -651,9 +659,9 @@ impl Judge<'_> {
     /// lifetime the kernel may keep its name for (`MountFs::name_ttl`);
     /// and whether every caller that may reach it sees it alike (a folder
     /// of a version they all see, no entry a pattern tells apart).
-    pub fn filter(&self, dir: u64, listing: Listing) -> (Listing, bool) {
+    pub fn filter(&self, dir: u64, listing: Listing) -> Result<(Listing, bool)> {
         let folder = match Ino::of(dir) {
-            Ino::Version(_) => self.fs.folder(dir),
+            Ino::Version(_) => self.fs.folder(dir)?,
             _ => None,
         };
         let gate = self.gate();
@@ -664,7 +672,7 @@ impl Judge<'_> {
             && !self.fs.any_told_apart(g, dir, f, &listing)
             && self.sees_version(f.version)
         {
-            return (listing, true);
+            return Ok((listing, true));
         }
         // Names no pattern tells apart show as their version does: weighed once.
         let version_seen = folder.as_ref().map(|f| self.sees_version(f.version));
@@ -683,7 +691,7 @@ impl Judge<'_> {
                     }
                     _ => {
                         a.ttl = self.fs.name_ttl(dir, &e.name, &a);
-                        self.sees(dir, &e.name, e.kind, false)
+                        self.sees(dir, &e.name, e.kind, false)?
                     }
                 };
                 if !shown {
@@ -706,7 +714,7 @@ impl Judge<'_> {
                 "hidden": hidden,
             }));
         }
-        (Arc::new(kept), false)
+        Ok((Arc::new(kept), false))
     }
 
     /// `.detafs/log` as this caller may see it.

@@ -399,7 +399,14 @@ impl MountFs {
     }
 
     /// `versions/`-relative path of a version inode, for messages.
-    pub(super) fn version_path(&self, mut ino: u64) -> String {
+    pub(super) fn version_path(&self, ino: u64) -> String {
+        self.version_path_or_wait(ino)
+            .unwrap_or_else(|_| "?".into())
+    }
+
+    /// `version_path`, unless a tree it needs must be waited for where
+    /// nothing may wait (`crate::nowait`): a policy decides by this path.
+    pub(super) fn version_path_or_wait(&self, mut ino: u64) -> Result<String> {
         let mut names = Vec::new();
         loop {
             match self.version_place(ino) {
@@ -413,11 +420,12 @@ impl MountFs {
                     index,
                     ..
                 }) => {
-                    let name = self
-                        .repo
-                        .tree(&folder_tree)
-                        .ok()
-                        .and_then(|t| t.entries.get(index).map(|e| super::name_str(&e.name)));
+                    let tree = match self.repo.tree(&folder_tree) {
+                        Err(Error::WouldBlock) => return Err(Error::WouldBlock),
+                        other => other.ok(),
+                    };
+                    let name =
+                        tree.and_then(|t| t.entries.get(index).map(|e| super::name_str(&e.name)));
                     names.push(name.unwrap_or_else(|| "?".into()));
                     ino = folder;
                 }
@@ -428,31 +436,7 @@ impl MountFs {
             }
         }
         names.reverse();
-        names.join("/")
-    }
-
-    /// Whether what `ino`'s requests need is in memory: a folder's tree,
-    /// or for anything else, the tree of the folder holding it.
-    pub(super) fn version_in_memory(&self, ino: u64) -> bool {
-        let tree = {
-            let t = lock(&self.inodes);
-            let Some(h) = t.get(ino) else {
-                return true; // answered at once: ENOENT
-            };
-            let folder = match (h.place >> 32) as u32 {
-                ROOTS => None,
-                slot => t.get(t.ino(slot)),
-            };
-            match (&h.tree, folder) {
-                (Some(tree), _) => **tree,
-                (None, Some(folder)) => match &folder.tree {
-                    Some(tree) => **tree,
-                    None => return true,
-                },
-                (None, None) => return true,
-            }
-        };
-        self.repo.tree_in_memory(&tree)
+        Ok(names.join("/"))
     }
 }
 

@@ -49,9 +49,9 @@ impl MountFs {
     pub fn open_dir(&self, c: &super::Caller, ino: u64) -> Result<Opened> {
         let mut listing = self.dir_listing(ino)?;
         let mut keep_cache = self.dir_is_immutable(ino);
-        if let Some(j) = self.judge(c) {
+        if let Some(j) = self.judge(c)? {
             let shared;
-            (listing, shared) = j.filter(ino, listing);
+            (listing, shared) = j.filter(ino, listing)?;
             keep_cache &= shared;
         }
         Ok(Opened {

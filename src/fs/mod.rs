@@ -27,9 +27,9 @@ use listings::Listings;
 use stored::{Origin, StoredFile};
 use versions::prefetch_trees;
 
-use crate::cache::chunks::ChunkCache;
 use crate::commit::{CommitMeta, user_name};
 use crate::error::{Error, FsError, Result};
+use crate::read::chunks::ChunkCache;
 use crate::repo::Repo;
 use crate::snapshot::diff::TreeSource;
 use crate::snapshot::{Mtime, Node, Record, Special, Tree};
@@ -481,13 +481,17 @@ impl MountFs {
     /// `lookup` as `c` may see it: under a policy, what `c` may not see is
     /// a name that does not exist.
     pub fn lookup_for(&self, c: &Caller, parent: u64, name: &[u8]) -> Result<Attr> {
+        let judge = self.judge(c)?;
         let attr = self.lookup(parent, name)?;
-        if let Some(j) = self.judge(c)
-            && !j.sees_entry(parent, name, attr.kind)
-        {
-            // The lookup counted it; the kernel will never hear of it.
-            self.forget(attr.ino, 1);
-            return Err(not_found(name));
+        if let Some(j) = judge {
+            // The lookup counted it; the kernel will never hear of it (nor
+            // of this attempt, if judging it must wait: it comes again).
+            let seen = j.sees_entry(parent, name, attr.kind);
+            if !matches!(seen, Ok(true)) {
+                self.forget(attr.ino, 1);
+                seen?;
+                return Err(not_found(name));
+            }
         }
         Ok(attr)
     }
@@ -579,54 +583,17 @@ impl MountFs {
         Ok(out)
     }
 
-    /// Whether requests about `ino` can be answered from memory alone (no
-    /// store, disk or staging lock): then the adapter answers them on the
-    /// kernel's request thread, without a thread hop.
     /// The version staging is built on, without waiting: read from staging
     /// when its lock is free, else as last read (a commit or a copy-up may
     /// hold the lock for seconds; what answers from memory must not wait).
     fn staging_version_now(&self) -> Option<u64> {
         let st = self.staging.as_ref()?;
-        if let Some(v) = try_lock(st).and_then(|s| s.base_version().ok()) {
+        // Read from staging's database: not where nothing may wait.
+        let free = (!crate::nowait::refused()).then(|| try_lock(st)).flatten();
+        if let Some(v) = free.and_then(|s| s.base_version().ok()) {
             self.staging_base.store(v, Ordering::Relaxed);
         }
         Some(self.staging_base.load(Ordering::Relaxed))
-    }
-
-    pub fn answers_from_memory(&self, ino: u64) -> bool {
-        // Staging waits on its lock, which a commit holds: never on the
-        // kernel's request thread. The root too: its listing and its
-        // `staging` entry carry staging's attributes.
-        if is_staging(ino) || (ino == ROOT && self.staging.is_some()) {
-            return false;
-        }
-        if ino < FIRST_VERSION_INO {
-            // root, versions/, latest, .detafs/ and most of its files
-            return !control::needs_staging(ino);
-        }
-        self.version_in_memory(ino)
-    }
-
-    /// Whether looking `name` up in folder `parent` needs only memory: in
-    /// the root, every name but `staging` does (so a path into versions/
-    /// never waits behind staging's lock or a queue of store reads).
-    pub fn looks_up_from_memory(&self, parent: u64, name: &[u8]) -> bool {
-        match parent {
-            ROOT => name != b"staging",
-            _ => self.answers_from_memory(parent),
-        }
-    }
-
-    /// Whether `ino`'s attributes need only memory: the root's do (its
-    /// listing needs staging, its attributes do not).
-    pub fn attrs_from_memory(&self, ino: u64) -> bool {
-        ino == ROOT || self.answers_from_memory(ino)
-    }
-
-    /// Whether opening `ino` needs only memory: a version's file whose
-    /// folder is in memory (control files compute their content when opened).
-    pub fn opens_from_memory(&self, ino: u64) -> bool {
-        !control::is_control(ino) && self.answers_from_memory(ino)
     }
 
     /// A directory's entries with their attributes (READDIRPLUS), so `ls -l`
@@ -648,7 +615,7 @@ impl MountFs {
         let not_a_link = || Error::fs(FsError::Invalid, "not a symlink");
         match Ino::of(ino) {
             Ino::Latest => {
-                let latest = match self.judge(c) {
+                let latest = match self.judge(c)? {
                     Some(j) => j.latest(),
                     None => self.latest(),
                 };
@@ -675,7 +642,7 @@ impl MountFs {
     pub fn open(&self, ino: u64, flags: i32, c: &Caller) -> Result<Opened> {
         let access = flags & libc::O_ACCMODE;
         let writing = access != libc::O_RDONLY;
-        let judge = self.judge(c);
+        let judge = self.judge(c)?;
         match Ino::of(ino) {
             Ino::ControlFile(_) => return control::open(self, ino, writing, c, judge.as_ref()),
             Ino::Staged(id) => return self.open_staged(id, flags, writing),
@@ -685,7 +652,7 @@ impl MountFs {
             return Err(read_only());
         }
         if let Some(j) = judge
-            && !j.may_read(ino)
+            && !j.may_read(ino)?
         {
             return Err(Error::fs(
                 FsError::Denied,

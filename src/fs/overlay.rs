@@ -36,6 +36,8 @@ impl MountFs {
     }
 
     pub(super) fn staging(&self) -> Result<MutexGuard<'_, Staging>> {
+        // Staging's database is on disk, and its lock is held across I/O.
+        crate::nowait::check()?;
         match &self.staging {
             Some(s) => Ok(lock(s)),
             None => Err(Error::fs(
@@ -469,7 +471,11 @@ impl MountFs {
                 })?
             }
         };
-        if let Some(j) = caller.and_then(|c| self.judge(c)) {
+        let judge = match caller {
+            Some(c) => self.judge(c)?,
+            None => None,
+        };
+        if let Some(j) = judge {
             if !j.sees_version(record.version) {
                 return Err(Error::NoVersion {
                     dataset: self.dataset.clone(),

@@ -9,7 +9,9 @@ impl MountFs {
     /// it breaks.
     pub(super) fn version_tree(&self, version: u64, ino: u64, tree: &BlobRef) -> Result<Arc<Tree>> {
         self.repo.tree(tree).inspect_err(|e| {
-            tracing::error!("versions/{} (v{version}): {e}", self.version_path(ino));
+            if !matches!(e, Error::WouldBlock) {
+                tracing::error!("versions/{} (v{version}): {e}", self.version_path(ino));
+            }
         })
     }
 

@@ -157,14 +157,18 @@ impl Fuse {
         });
     }
 
-    /// Runs `op` right here when everything about `ino` is in memory (a
-    /// thread hop costs more than the answer), else off this thread.
-    fn dispatch(&self, ino: u64, op: impl FnOnce(&MountFs) + Send + 'static) {
-        self.here_if(self.fs.answers_from_memory(ino), op)
-    }
-
-    fn here_if(&self, here: bool, op: impl FnOnce(&MountFs) + Send + 'static) {
-        if here { op(&self.fs) } else { self.spawn(op) }
+    /// Answers with `op`'s result right here if it needs nothing that
+    /// waits (a thread hop costs more than such an answer), else runs it
+    /// again on a worker: see `crate::nowait`.
+    fn answer<T: Send + 'static>(
+        &self,
+        op: impl Fn(&MountFs) -> Result<T, Error> + Send + 'static,
+        reply: impl FnOnce(&MountFs, Result<T, Error>) + Send + 'static,
+    ) {
+        match crate::nowait::attempt(|| op(&self.fs)) {
+            Err(Error::WouldBlock) => self.spawn(move |fs| reply(fs, op(fs))),
+            res => reply(&self.fs, res),
+        }
     }
 }
 
@@ -196,7 +200,7 @@ pub fn errno(e: &Error) -> Errno {
         Error::NothingToCommit(_) => Errno::from_i32(libc::ENODATA),
         Error::Cancelled => Errno::from_i32(libc::ECANCELED),
         Error::CommitTooLong(_) => Errno::from_i32(libc::ETIMEDOUT),
-        Error::CollectedMeanwhile => Errno::from_i32(libc::EAGAIN),
+        Error::CollectedMeanwhile | Error::WouldBlock => Errno::from_i32(libc::EAGAIN),
         Error::InvalidInput(_) | Error::Policy { .. } => Errno::from_i32(libc::EINVAL),
         Error::Forbidden(_) => Errno::from_i32(libc::EACCES),
         Error::NoDataset(_)
@@ -522,18 +526,11 @@ impl Filesystem for Fuse {
         let ids = self.ids;
         let parent = self.ids.inward(parent);
         let (name, c) = (name.as_bytes().to_vec(), caller(req));
-        let here = self.fs.looks_up_from_memory(parent, &name);
-        self.here_if(here, move |fs| {
-            named(
-                ids,
-                fs,
-                reply,
-                parent,
-                &name,
-                fs.lookup_for(&c, parent, &name),
-                "lookup",
-            )
-        });
+        let looked = name.clone();
+        self.answer(
+            move |fs| fs.lookup_for(&c, parent, &looked),
+            move |fs, res| named(ids, fs, reply, parent, &name, res, "lookup"),
+        );
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -546,12 +543,13 @@ impl Filesystem for Fuse {
         self.fs.requests().seen(Op::Getattr);
         let ids = self.ids;
         let ino = self.ids.inward(ino);
-        self.here_if(self.fs.attrs_from_memory(ino), move |fs| {
-            match fs.getattr_open(ino, fh.map(|f| f.0)) {
+        self.answer(
+            move |fs| fs.getattr_open(ino, fh.map(|f| f.0)),
+            move |_, res| match res {
                 Ok(a) => reply.attr(&a.ttl, &attr(ids, &a)),
                 Err(e) => reply.error(fail("getattr", &e)),
-            }
-        });
+            },
+        );
     }
 
     fn setattr(
@@ -596,10 +594,13 @@ impl Filesystem for Fuse {
         self.fs.requests().seen(Op::Readlink);
         let ino = self.ids.inward(ino);
         let c = caller(req);
-        self.dispatch(ino, move |fs| match fs.readlink(&c, ino) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(fail("readlink", &e)),
-        });
+        self.answer(
+            move |fs| fs.readlink(&c, ino),
+            move |_, res| match res {
+                Ok(t) => reply.data(&t),
+                Err(e) => reply.error(fail("readlink", &e)),
+            },
+        );
     }
 
     fn mknod(
@@ -754,19 +755,21 @@ impl Filesystem for Fuse {
             return reply.error(Errno::ENOSYS);
         }
         let (c, backings) = (caller(req), self.backings.clone());
-        let op = move |fs: &MountFs| match fs.open(ino, flags.0, &c) {
-            Ok(o) => {
-                let fh = FileHandle(o.fh);
-                match passed_through(fs, &backings, ino, &o, |f| reply.open_backing(f)) {
-                    Some(id) => reply.opened_passthrough(fh, open_flags(&o), &id),
-                    None => reply.opened(fh, open_flags(&o)),
-                }
-            }
-            Err(e) => reply.error(fail("open", &e)),
-        };
         // A warm open costs one wake-up, not two: on a busy host each is
         // a wait for a CPU (docs/benchmarks.md, issue 9).
-        self.here_if(self.fs.opens_from_memory(ino), op);
+        self.answer(
+            move |fs| fs.open(ino, flags.0, &c),
+            move |fs, res| match res {
+                Ok(o) => {
+                    let fh = FileHandle(o.fh);
+                    match passed_through(fs, &backings, ino, &o, |f| reply.open_backing(f)) {
+                        Some(id) => reply.opened_passthrough(fh, open_flags(&o), &id),
+                        None => reply.opened(fh, open_flags(&o)),
+                    }
+                }
+                Err(e) => reply.error(fail("open", &e)),
+            },
+        );
     }
 
     fn read(
@@ -870,16 +873,19 @@ impl Filesystem for Fuse {
             return reply.error(Errno::ENOSYS);
         }
         let c = caller(req);
-        self.dispatch(ino, move |fs| match fs.open_dir(&c, ino) {
-            // A version's directories never change: the kernel may keep
-            // their listings.
-            Ok(o) if o.keep_cache => reply.opened(
-                FileHandle(o.fh),
-                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-            ),
-            Ok(o) => reply.opened(FileHandle(o.fh), FopenFlags::empty()),
-            Err(e) => reply.error(fail("opendir", &e)),
-        });
+        self.answer(
+            move |fs| fs.open_dir(&c, ino),
+            move |_, res| match res {
+                // A version's directories never change: the kernel may keep
+                // their listings.
+                Ok(o) if o.keep_cache => reply.opened(
+                    FileHandle(o.fh),
+                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+                ),
+                Ok(o) => reply.opened(FileHandle(o.fh), FopenFlags::empty()),
+                Err(e) => reply.error(fail("opendir", &e)),
+            },
+        );
     }
 
     fn readdir(
@@ -895,10 +901,15 @@ impl Filesystem for Fuse {
         let ino = self.ids.inward(ino);
         // Handle 0: a directory the kernel opened without asking.
         if fh.0 == 0 {
-            return self.dispatch(ino, move |fs| match fs.listing_unopened(ino, offset) {
-                Ok((listing, first)) => fill_dir(ids, fs, ino, (&listing, first), offset, reply),
-                Err(e) => reply.error(fail("readdir", &e)),
-            });
+            return self.answer(
+                move |fs| fs.listing_unopened(ino, offset),
+                move |fs, res| match res {
+                    Ok((listing, first)) => {
+                        fill_dir(ids, fs, ino, (&listing, first), offset, reply)
+                    }
+                    Err(e) => reply.error(fail("readdir", &e)),
+                },
+            );
         }
         match self.fs.listing(fh.0) {
             Ok(listing) => fill_dir(ids, &self.fs, ino, (&listing, 0), offset, reply),
@@ -918,12 +929,15 @@ impl Filesystem for Fuse {
         let ids = self.ids;
         let ino = self.ids.inward(ino);
         if fh.0 == 0 {
-            return self.dispatch(ino, move |fs| match fs.listing_unopened(ino, offset) {
-                Ok((listing, first)) => {
-                    fill_dir_plus(ids, fs, ino, (&listing, first), offset, reply)
-                }
-                Err(e) => reply.error(fail("readdirplus", &e)),
-            });
+            return self.answer(
+                move |fs| fs.listing_unopened(ino, offset),
+                move |fs, res| match res {
+                    Ok((listing, first)) => {
+                        fill_dir_plus(ids, fs, ino, (&listing, first), offset, reply)
+                    }
+                    Err(e) => reply.error(fail("readdirplus", &e)),
+                },
+            );
         }
         match self.fs.listing(fh.0) {
             Ok(listing) => fill_dir_plus(ids, &self.fs, ino, (&listing, 0), offset, reply),

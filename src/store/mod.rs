@@ -441,6 +441,7 @@ impl Store {
     /// Whole small object, or `None` if it does not exist; in a sealed
     /// store, opened and checked.
     pub fn get(&self, key: &str) -> Result<Option<Bytes>> {
+        crate::nowait::check()?;
         let raw = self.rt.block_on(self.fetch(key))?;
         raw.map(|b| self.open_object(key, b)).transpose()
     }
@@ -454,6 +455,7 @@ impl Store {
     /// fails alone: the store failing fails them all.
     pub fn get_each(&self, keys: &[String]) -> Result<Vec<Result<Option<Bytes>>>> {
         use futures::StreamExt;
+        crate::nowait::check()?;
         let fetches = futures::stream::iter(keys.iter().map(|k| self.fetch(k)));
         let raw: Vec<Option<Bytes>> = self
             .rt
@@ -497,6 +499,7 @@ impl Store {
 
     /// A byte range of an object. A missing object is `Ok(None)`.
     pub fn get_range(&self, key: &str, range: Range<u64>) -> Result<Option<Bytes>> {
+        crate::nowait::check()?;
         let path = Path::from(key);
         let want = range.end - range.start;
         let res = self.rt.block_on(self.call(key, || async {
@@ -524,6 +527,7 @@ impl Store {
             true => self.codec()?.seal_object(key, body),
             false => body,
         };
+        crate::nowait::check()?;
         let path = Path::from(key);
         let res = self.rt.block_on(self.call(key, || async {
             let opts = PutOptions {
@@ -619,6 +623,11 @@ impl Store {
 
     /// Runs a future to completion on the runtime (e.g. waiting for signals).
     pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        // Only the fallible calls above may be asked where nothing waits.
+        debug_assert!(
+            !crate::nowait::refused(),
+            "store: waiting where nothing may"
+        );
         self.rt.block_on(f)
     }
 
@@ -631,6 +640,7 @@ impl Store {
 
     /// Lists keys under `prefix` that sort after `offset`, sorted.
     pub fn list(&self, prefix: &str, offset: Option<&str>) -> Result<Vec<Listed>> {
+        crate::nowait::check()?;
         let prefix_path = Path::from(prefix);
         let offset_path = offset.map(Path::from);
         let metas: Vec<_> = self

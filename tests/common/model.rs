@@ -130,7 +130,7 @@ impl<'e> Core<'e> {
         self.fs = Some(MountFs::new(repo, "ds", Some(staging), opts).unwrap());
     }
 
-    fn fs(&self) -> &MountFs {
+    pub fn fs(&self) -> &MountFs {
         self.fs.as_ref().unwrap()
     }
 

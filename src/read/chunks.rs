@@ -1,4 +1,5 @@
-//! In-memory cache of verified file chunks for the mount, bounded in bytes.
+//! In-memory cache of verified file chunks for readers (the mount, the
+//! gateway), bounded in bytes.
 //! A miss fetches a whole run of neighbouring chunks with one range read;
 //! concurrent readers of a run being fetched wait for it instead of fetching
 //! it again, and the next run can be fetched ahead in the background.

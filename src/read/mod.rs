@@ -1,4 +1,8 @@
-//! Reading versions: file contents (streamed, verified) and whole-tree export.
+//! Reading versions: file contents (streamed, verified) and whole-tree export;
+//! `chunks.rs` keeps verified chunks in memory for readers that come back
+//! (the mount, the gateway).
+
+pub mod chunks;
 
 use crate::error::{Error, Result};
 use crate::progress::Progress;
