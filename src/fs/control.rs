@@ -4,6 +4,7 @@
 use super::{Attr, DirEntry, FileKind, Handle, MountFs, Opened, lock};
 use crate::error::{Error, FsError, Result};
 use crate::snapshot::Record;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,20 @@ const PROGRESS: u64 = 13;
 const BASE: u64 = 14;
 const CANCEL: u64 = 15;
 const REFRESH: u64 = 16;
+
+/// `.detafs/`'s state.
+#[derive(Default)]
+pub(super) struct Control {
+    pub(super) last_error: Mutex<String>,
+    /// The log entry of the last commit made through this mount.
+    pub(super) last_commit: Mutex<Vec<u8>>,
+    /// The commit through this mount under way, if one is.
+    pub(super) committing: Mutex<Option<UnderWay>>,
+    /// Control files' content as last sized, by inode (`attr`).
+    pub(super) texts: Mutex<HashMap<u64, SizedText>>,
+    /// `.detafs/status` as last made, with staging's generation then.
+    pub(super) status: Mutex<Option<MadeStatus>>,
+}
 
 /// A control file's content, and when it was made.
 pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
@@ -123,13 +138,13 @@ fn fresh_text(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
     if matches!(ino, STATUS | PROGRESS | BASE) {
         return Ok(Arc::new(content(fs, ino)?));
     }
-    if let Some((at, text)) = lock(&fs.control_texts).get(&ino)
+    if let Some((at, text)) = lock(&fs.control.texts).get(&ino)
         && at.elapsed() < SIZED_TEXT_LIFE
     {
         return Ok(text.clone());
     }
     let text = Arc::new(content(fs, ino)?);
-    lock(&fs.control_texts).insert(ino, (Instant::now(), text.clone()));
+    lock(&fs.control.texts).insert(ino, (Instant::now(), text.clone()));
     Ok(text)
 }
 
@@ -149,7 +164,7 @@ pub(super) fn text_now(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
 /// After a commit through the mount: `last-commit`, `last-error` and the
 /// log are read anew.
 fn forget_texts(fs: &MountFs) {
-    lock(&fs.control_texts).clear();
+    lock(&fs.control.texts).clear();
 }
 
 fn content(fs: &MountFs, ino: u64) -> Result<Vec<u8>> {
@@ -157,8 +172,8 @@ fn content(fs: &MountFs, ino: u64) -> Result<Vec<u8>> {
         STATUS => status(fs)?,
         LOG => log(fs),
         HEALTH => health(fs, None),
-        LAST_ERROR => lock(&fs.last_error).clone().into_bytes(),
-        LAST_COMMIT => lock(&fs.last_commit).clone(),
+        LAST_ERROR => lock(&fs.control.last_error).clone().into_bytes(),
+        LAST_COMMIT => lock(&fs.control.last_commit).clone(),
         PROGRESS => progress(fs),
         BASE => base(fs)?,
         _ => Vec::new(),
@@ -257,8 +272,8 @@ pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32) -> Result<Record> {
     match fs.commit_staging(&message, uid) {
         Ok(record) => {
             tracing::info!("committed v{} ({})", record.version, record.message);
-            lock(&fs.last_error).clear();
-            *lock(&fs.last_commit) = log_line(&record);
+            lock(&fs.control.last_error).clear();
+            *lock(&fs.control.last_commit) = log_line(&record);
             forget_texts(fs);
             Ok(record)
         }
@@ -335,7 +350,7 @@ fn order(fs: &MountFs, ino: u64, data: &[u8], caller: Option<&super::Caller>) ->
 pub(super) fn failed<T>(fs: &MountFs, e: Error) -> Result<T> {
     tracing::warn!("{e}");
     // One line, whatever names the error quotes.
-    *lock(&fs.last_error) = format!("{}\n", crate::escape::line(e.to_string().as_bytes()));
+    *lock(&fs.control.last_error) = format!("{}\n", crate::escape::line(e.to_string().as_bytes()));
     forget_texts(fs);
     Err(e)
 }
@@ -355,7 +370,7 @@ pub(super) type MadeStatus = ((u64, u64), Vec<u8>);
 fn status(fs: &MountFs) -> Result<Vec<u8>> {
     let st = fs.staging()?;
     let now = st.generation();
-    if let Some((made, text)) = &*lock(&fs.status_text)
+    if let Some((made, text)) = &*lock(&fs.control.status)
         && *made == now
     {
         return Ok(text.clone());
@@ -366,7 +381,7 @@ fn status(fs: &MountFs) -> Result<Vec<u8>> {
         out.push_str(&format!("{tag} {}\n", crate::escape::line(&path)));
     }
     let text = out.into_bytes();
-    *lock(&fs.status_text) = Some((now, text.clone()));
+    *lock(&fs.control.status) = Some((now, text.clone()));
     Ok(text)
 }
 
@@ -375,7 +390,7 @@ fn status(fs: &MountFs) -> Result<Vec<u8>> {
 /// stays as it was); past that it completes. Without a commit under way
 /// (it may have just ended) there is nothing to do.
 fn cancel(fs: &MountFs) -> Result<()> {
-    if let Some(c) = &*lock(&fs.committing) {
+    if let Some(c) = &*lock(&fs.control.committing) {
         c.progress.cancel();
     }
     Ok(())
@@ -399,7 +414,7 @@ impl UnderWay {
         meta: &crate::commit::CommitMeta,
         progress: Arc<crate::progress::Counters>,
     ) -> Told<'a> {
-        *lock(&fs.committing) = Some(UnderWay {
+        *lock(&fs.control.committing) = Some(UnderWay {
             message: meta.message.to_string(),
             author: meta.author.to_string(),
             started: Instant::now(),
@@ -411,14 +426,14 @@ impl UnderWay {
 
 impl Drop for Told<'_> {
     fn drop(&mut self) {
-        *lock(&self.0.committing) = None;
+        *lock(&self.0.control.committing) = None;
     }
 }
 
 /// One JSON line: whether a commit is under way, and how far it got
 /// (bytes of staged copies read of those to read).
 fn progress(fs: &MountFs) -> Vec<u8> {
-    let body = match &*lock(&fs.committing) {
+    let body = match &*lock(&fs.control.committing) {
         None => serde_json::json!({"committing": false}),
         Some(c) => {
             let (done, total) = c.progress.read();
@@ -443,7 +458,7 @@ fn progress(fs: &MountFs) -> Vec<u8> {
 /// commit, or without staging), read from staging itself: exact where
 /// health's `staging_version` may be a second old.
 fn base(fs: &MountFs) -> Result<Vec<u8>> {
-    let version = match &fs.staging {
+    let version = match &fs.staging.area {
         Some(st) => lock(st).base_version()?,
         None => 0,
     };
@@ -455,7 +470,11 @@ fn base(fs: &MountFs) -> Result<Vec<u8>> {
 
 /// Oldest first, one JSON line per version, as a log file grows.
 fn log(fs: &MountFs) -> Vec<u8> {
-    let versions = fs.versions.read().unwrap_or_else(|p| p.into_inner());
+    let versions = fs
+        .versions
+        .records
+        .read()
+        .unwrap_or_else(|p| p.into_inner());
     versions.iter().flat_map(log_line).collect()
 }
 
@@ -465,7 +484,11 @@ fn log(fs: &MountFs) -> Vec<u8> {
 /// (the versions it may see, counted).
 fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
     let store = fs.repo.store.health();
-    let versions = fs.versions.read().unwrap_or_else(|p| p.into_inner());
+    let versions = fs
+        .versions
+        .records
+        .read()
+        .unwrap_or_else(|p| p.into_inner());
     let seen = match judge {
         Some(j) => versions
             .iter()
@@ -486,7 +509,7 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
         "versions": seen,
         "version_inodes": fs.version_inodes(),
         "cache_bytes": fs.repo.disk.used_bytes(),
-        "staging": fs.staging.is_some(),
+        "staging": fs.staging.area.is_some(),
         // Whether the kernel opens files without asking (read-only, no policy).
         "opens_skipped": fs.opens_skipped(),
         // Whether versions/ has a kernel connection of its own (read-write

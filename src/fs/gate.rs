@@ -194,7 +194,7 @@ impl MountFs {
         // Checked under the lock `skip_opens` takes: where the kernel opens
         // files without asking, no open could apply a policy (`unopened.rs`).
         if next.version != SHUT
-            && self.versions_apart.swap(false, Ordering::Relaxed)
+            && self.versions.apart.swap(false, Ordering::Relaxed)
             && let Some(k) = self.kernel.get()
         {
             k.versions_judged();
@@ -287,7 +287,11 @@ impl MountFs {
         let mut names: Vec<Vec<u8>> = match only {
             Some(vs) => vs.iter().map(|v| format!("v{v}").into_bytes()).collect(),
             None => {
-                let versions = self.versions.read().unwrap_or_else(|p| p.into_inner());
+                let versions = self
+                    .versions
+                    .records
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner());
                 versions
                     .iter()
                     .map(|r| format!("v{}", r.version).into_bytes())
@@ -462,7 +466,7 @@ impl MountFs {
     }
 
     fn tags_of(&self, version: u64) -> Vec<String> {
-        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.versions.tags.read().unwrap_or_else(|p| p.into_inner());
         table.tags_of(version)
     }
 }
@@ -562,7 +566,12 @@ impl Judge<'_> {
     /// The newest version this caller may see: `latest`'s target.
     pub fn latest(&self) -> Option<u64> {
         let versions: Vec<u64> = {
-            let v = self.fs.versions.read().unwrap_or_else(|p| p.into_inner());
+            let v = self
+                .fs
+                .versions
+                .records
+                .read()
+                .unwrap_or_else(|p| p.into_inner());
             v.iter().rev().map(|r| r.version).collect()
         };
         versions.into_iter().find(|&v| self.sees_version(v))
@@ -590,7 +599,12 @@ impl Judge<'_> {
                     return Ok(self.latest().is_some());
                 }
                 let version = version_name(name).or_else(|| {
-                    let tags = self.fs.tags.read().unwrap_or_else(|p| p.into_inner());
+                    let tags = self
+                        .fs
+                        .versions
+                        .tags
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner());
                     std::str::from_utf8(name)
                         .ok()
                         .and_then(|t| tags.version_of(t))
@@ -722,6 +736,7 @@ impl Judge<'_> {
         let versions = self
             .fs
             .versions
+            .records
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();

@@ -161,44 +161,22 @@ pub struct MountOptions {
     pub gid: u32,
 }
 
+/// The mounted file system: a router over its namespaces, each owning its
+/// state (`versions::Versions`, `overlay::StagingArea`, `control::Control`),
+/// and what they share: open handles, the policy, the kernel's notifier.
 pub struct MountFs {
     repo: Arc<Repo>,
     dataset: String,
-    versions: RwLock<Vec<Record>>,
-    tags: RwLock<tags::TagTable>,
-    inodes: Mutex<VersionInodes>,
-    staging: Option<Mutex<Staging>>,
-    /// The version staging was last seen built on, for what must answer
-    /// without waiting on staging's lock (`staging_version_now`).
-    staging_base: AtomicU64,
-    /// Writes to staged copies, told to a commit without staging's lock.
-    writes: Arc<Writes>,
-    /// Which staged files the kernel reads and writes itself.
-    passthrough: passthrough::Passthrough,
+    versions: versions::Versions,
+    staging: overlay::StagingArea,
+    control: control::Control,
     requests: requests::Requests,
-    /// One commit at a time; others wait their turn.
-    commit_turn: Mutex<()>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
-    /// Whether the kernel opens files without asking (`unopened.rs`), and
-    /// the handles of version files it read so.
+    /// Whether the kernel opens files without asking on the mount's main
+    /// connection (`unopened.rs`).
     opens_skipped: AtomicBool,
-    /// Whether `versions/` has a connection of its own where the kernel
-    /// opens files without asking (`skip_version_opens`).
-    versions_apart: AtomicBool,
-    unopened: Mutex<lru::LruCache<u64, Arc<StoredFile>>>,
-    chunks: Arc<ChunkCache>,
-    read_ahead: ReadAhead,
     listings: Mutex<Listings>,
-    last_error: Mutex<String>,
-    /// The log entry of the last commit made through this mount.
-    last_commit: Mutex<Vec<u8>>,
-    /// The commit through this mount under way, if one is.
-    committing: Mutex<Option<control::UnderWay>>,
-    /// Control files' content as last sized, by inode (`control::attr`).
-    control_texts: Mutex<HashMap<u64, control::SizedText>>,
-    /// `.detafs/status` as last made, with staging's generation then.
-    status_text: Mutex<Option<control::MadeStatus>>,
     /// When the mount started: the time of its root and control folder.
     started: Mtime,
     opts: MountOptions,
@@ -290,34 +268,34 @@ impl MountFs {
         let fs = MountFs {
             repo,
             dataset: dataset.to_string(),
-            versions: RwLock::new(versions),
-            tags: RwLock::default(),
-            inodes: Mutex::new(VersionInodes::default()),
-            writes: staging.as_ref().map(|s| s.writes()).unwrap_or_default(),
-            staging_base: AtomicU64::new(
-                staging
-                    .as_ref()
-                    .map_or(0, |s| s.base_version().unwrap_or(0)),
-            ),
-            staging: staging.map(Mutex::new),
-            passthrough: passthrough::Passthrough::default(),
+            versions: versions::Versions {
+                records: RwLock::new(versions),
+                tags: RwLock::default(),
+                inodes: Mutex::new(VersionInodes::default()),
+                unopened: Mutex::new(lru::LruCache::new(
+                    unopened::UNOPENED.try_into().expect("not zero"),
+                )),
+                chunks,
+                read_ahead,
+                apart: AtomicBool::new(false),
+            },
+            staging: overlay::StagingArea {
+                writes: staging.as_ref().map(|s| s.writes()).unwrap_or_default(),
+                base: AtomicU64::new(
+                    staging
+                        .as_ref()
+                        .map_or(0, |s| s.base_version().unwrap_or(0)),
+                ),
+                area: staging.map(Mutex::new),
+                passthrough: passthrough::Passthrough::default(),
+                commit_turn: Mutex::new(()),
+            },
+            control: control::Control::default(),
             requests: requests::Requests::default(),
-            commit_turn: Mutex::new(()),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             opens_skipped: AtomicBool::new(false),
-            versions_apart: AtomicBool::new(false),
-            unopened: Mutex::new(lru::LruCache::new(
-                unopened::UNOPENED.try_into().expect("not zero"),
-            )),
-            chunks,
-            read_ahead,
             listings: Mutex::new(Listings::new(listings::LISTING_ENTRIES)),
-            last_error: Mutex::new(String::new()),
-            last_commit: Mutex::new(Vec::new()),
-            committing: Mutex::default(),
-            control_texts: Mutex::default(),
-            status_text: Mutex::default(),
             started: staging::now(),
             opts,
             gate: RwLock::default(),
@@ -330,13 +308,14 @@ impl MountFs {
         // Staging shows the latest base before the mount's first answer,
         // not one poll later (a commit made elsewhere while it was down).
         let latest = fs.latest_record();
-        if let (Some(st), Some(latest)) = (&fs.staging, latest) {
+        if let (Some(st), Some(latest)) = (&fs.staging.area, latest) {
             let st = lock(st);
             // Not fatal: the polls try again.
             if let Err(e) = st.fast_forward(&fs.repo, &latest) {
                 tracing::warn!("staging stays on its version until the next poll: {e}");
             }
-            fs.staging_base
+            fs.staging
+                .base
                 .store(st.base_version().unwrap_or(0), Ordering::Relaxed);
         }
         Ok(fs)
@@ -363,7 +342,7 @@ impl MountFs {
     /// files, extended attributes) gets at inode `ino`: EROFS outside
     /// staging, where nothing may change, `in_staging` inside it.
     pub fn refuse(&self, ino: u64, in_staging: FsError, op: &str) -> Error {
-        if is_staging(ino) && self.staging.is_some() {
+        if is_staging(ino) && self.staging.area.is_some() {
             Error::fs(in_staging, format!("{op} in staging/"))
         } else {
             read_only()
@@ -374,6 +353,7 @@ impl MountFs {
     /// The newest version known.
     fn latest_record(&self) -> Option<Record> {
         self.versions
+            .records
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .last()
@@ -385,7 +365,11 @@ impl MountFs {
         let new_records = self.repo.fetch_new_records(&self.dataset)? > self.latest().unwrap_or(0);
         if new_records {
             let records = self.repo.index.records(&self.dataset)?;
-            *self.versions.write().unwrap_or_else(|p| p.into_inner()) = records;
+            *self
+                .versions
+                .records
+                .write()
+                .unwrap_or_else(|p| p.into_inner()) = records;
         }
         let tagged = self.refresh_tags()?;
         if new_records || !tagged.is_empty() {
@@ -399,7 +383,7 @@ impl MountFs {
         } else if !tagged.is_empty() && self.gated() {
             self.forget_names(Some(&tagged));
         }
-        if let (Some(st), Some(latest)) = (&self.staging, self.latest_record())
+        if let (Some(st), Some(latest)) = (&self.staging.area, self.latest_record())
             && let Ok(st) = st.try_lock()
         {
             st.fast_forward(&self.repo, &latest)?;
@@ -409,6 +393,7 @@ impl MountFs {
 
     fn latest(&self) -> Option<u64> {
         self.versions
+            .records
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .last()
@@ -417,6 +402,7 @@ impl MountFs {
 
     fn record(&self, version: u64) -> Option<Record> {
         self.versions
+            .records
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
@@ -431,7 +417,11 @@ impl MountFs {
         if self.gated() {
             return self.started;
         }
-        let versions = self.versions.read().unwrap_or_else(|p| p.into_inner());
+        let versions = self
+            .versions
+            .records
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
         versions.last().map_or(self.started, Record::mtime)
     }
 
@@ -465,7 +455,9 @@ impl MountFs {
             Ino::Staged(id) => self.staging_lookup(id, name),
             Ino::Root => match name {
                 b"versions" => self.getattr(VERSIONS),
-                b"staging" if self.staging.is_some() => self.getattr(Ino::staged(staging::ROOT)),
+                b"staging" if self.staging.area.is_some() => {
+                    self.getattr(Ino::staged(staging::ROOT))
+                }
                 b".detafs" => self.getattr(CONTROL),
                 _ => Err(not_found(name)),
             },
@@ -560,7 +552,7 @@ impl MountFs {
                     kind: FileKind::Dir,
                     name: b"versions".to_vec(),
                 });
-                if self.staging.is_some() {
+                if self.staging.area.is_some() {
                     out.push(DirEntry {
                         ino: Ino::staged(staging::ROOT),
                         kind: FileKind::Dir,
@@ -587,13 +579,13 @@ impl MountFs {
     /// when its lock is free, else as last read (a commit or a copy-up may
     /// hold the lock for seconds; what answers from memory must not wait).
     fn staging_version_now(&self) -> Option<u64> {
-        let st = self.staging.as_ref()?;
+        let st = self.staging.area.as_ref()?;
         // Read from staging's database: not where nothing may wait.
         let free = (!crate::nowait::refused()).then(|| try_lock(st)).flatten();
         if let Some(v) = free.and_then(|s| s.base_version().ok()) {
-            self.staging_base.store(v, Ordering::Relaxed);
+            self.staging.base.store(v, Ordering::Relaxed);
         }
-        Some(self.staging_base.load(Ordering::Relaxed))
+        Some(self.staging.base.load(Ordering::Relaxed))
     }
 
     /// A directory's entries with their attributes (READDIRPLUS), so `ls -l`
@@ -668,7 +660,7 @@ impl MountFs {
     /// once before it writes, through the copy it made.)
     pub fn release(&self, fh: u64) {
         let handle = lock(&self.handles).remove(&fh);
-        self.passthrough.release(fh);
+        self.staging.passthrough.release(fh);
         match handle {
             Some(Handle::Commit(c)) if lock(&c).is_none() => {
                 let _: Result<()> = control::failed(
@@ -733,13 +725,13 @@ impl MountFs {
 
     /// The kernel agreed to pass staged files' I/O through to their copies.
     pub fn enable_passthrough(&self) {
-        self.passthrough.enable(true);
+        self.staging.passthrough.enable(true);
     }
 
     /// It would not take handle `fh`'s copy: `fh` and later opens go
     /// through the daemon.
     pub fn passthrough_refused(&self, fh: u64) {
-        self.passthrough.refused(fh);
+        self.staging.passthrough.refused(fh);
     }
 
     /// The requests the kernel sent, by kind.
@@ -749,7 +741,7 @@ impl MountFs {
 
     /// How staged files' reads and writes are done (health).
     pub fn staged_io(&self) -> &'static str {
-        match self.passthrough.enabled() {
+        match self.staging.passthrough.enabled() {
             true => "passthrough",
             false => "daemon",
         }

@@ -4,6 +4,21 @@
 use super::stored::{Origin, StoredFile};
 use super::*;
 
+/// `staging/`'s state.
+pub(super) struct StagingArea {
+    /// None on a read-only mount.
+    pub(super) area: Option<Mutex<Staging>>,
+    /// The version staging was last seen built on, for what must answer
+    /// without waiting on staging's lock (`staging_version_now`).
+    pub(super) base: AtomicU64,
+    /// Writes to staged copies, told to a commit without staging's lock.
+    pub(super) writes: Arc<Writes>,
+    /// Which staged files the kernel reads and writes itself.
+    pub(super) passthrough: super::passthrough::Passthrough,
+    /// One commit at a time; others wait their turn.
+    pub(super) commit_turn: Mutex<()>,
+}
+
 impl MountFs {
     /// Row `id`'s staged copy, made if it has none, with staging's lock
     /// `st` let go while the copy is written (a copy-up of a large file
@@ -38,7 +53,7 @@ impl MountFs {
     pub(super) fn staging(&self) -> Result<MutexGuard<'_, Staging>> {
         // Staging's database is on disk, and its lock is held across I/O.
         crate::nowait::check()?;
-        match &self.staging {
+        match &self.staging.area {
             Some(s) => Ok(lock(s)),
             None => Err(Error::fs(
                 FsError::ReadOnly,
@@ -118,7 +133,7 @@ impl MountFs {
             _ => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
         };
         let fd = std::os::fd::AsRawFd::as_raw_fd(&*file);
-        let _writing = self.writes.begin(node, offset);
+        let _writing = self.staging.writes.begin(node, offset);
         // SAFETY: fd is open for the duration of the call.
         if unsafe { libc::fallocate(fd, mode, offset as i64, length as i64) } != 0 {
             return Err(Error::io("staged file", std::io::Error::last_os_error()));
@@ -263,7 +278,7 @@ impl MountFs {
             drop(st);
             if let Some(Handle::Upper { file, .. }) = lock(&self.handles).get(&fh) {
                 if let Some(size) = size {
-                    let _writing = self.writes.begin(id, 0);
+                    let _writing = self.staging.writes.begin(id, 0);
                     file.set_len(size)
                         .map_err(|e| Error::io("staged file", e))?;
                 }
@@ -292,7 +307,7 @@ impl MountFs {
                     Arc::new(f)
                 }
             };
-            let _writing = self.writes.begin(id, 0);
+            let _writing = self.staging.writes.begin(id, 0);
             file.set_len(size)
                 .map_err(|e| Error::io("staged file", e))?;
         }
@@ -308,7 +323,7 @@ impl MountFs {
             message: message.trim(),
             author: &author,
         };
-        let _turn = lock(&self.commit_turn);
+        let _turn = lock(&self.staging.commit_turn);
         let progress = Arc::new(crate::progress::Counters::default());
         let _told = control::UnderWay::begin(self, &meta, progress.clone());
         // The commit hashes and compresses on a thread of its own at a lower
@@ -401,11 +416,11 @@ impl MountFs {
                 n.chunks.unwrap_or_default(),
                 None,
                 Origin::Said(path),
-                self.read_ahead.bytes,
+                self.versions.read_ahead.bytes,
             );
-            let through = self.passthrough.choose(id, false);
+            let through = self.staging.passthrough.choose(id, false);
             let fh = self.add_handle(Handle::Stored(Arc::new(file)));
-            self.passthrough.bind(fh, id, through, None);
+            self.staging.passthrough.bind(fh, id, through, None);
             return Ok(Opened {
                 fh,
                 keep_cache: false,
@@ -417,7 +432,7 @@ impl MountFs {
         // Held until the handle is added: a commit lists open writers
         // under the lock, so none is missed.
         let (_held, path) = self.copied_up(st, id, !truncate)?;
-        let _writing = (truncate && writing).then(|| self.writes.begin(id, 0));
+        let _writing = (truncate && writing).then(|| self.staging.writes.begin(id, 0));
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(writing)
@@ -425,7 +440,7 @@ impl MountFs {
             .open(&path)
             .map_err(|e| Error::io(path.display(), e))?;
         let file = Arc::new(file);
-        let through = self.passthrough.choose(id, true);
+        let through = self.staging.passthrough.choose(id, true);
         let fh = self.add_handle(Handle::Upper {
             file: file.clone(),
             node: id,
@@ -433,8 +448,8 @@ impl MountFs {
         });
         // Told before the kernel can write: a commit must know the copy
         // may change under it.
-        let direct = (through && writing).then(|| self.writes.direct(id));
-        self.passthrough.bind(fh, id, through, direct);
+        let direct = (through && writing).then(|| self.staging.writes.direct(id));
+        self.staging.passthrough.bind(fh, id, through, direct);
         Ok(Opened {
             fh,
             keep_cache: false,
@@ -537,7 +552,7 @@ impl MountFs {
             Target::Commit(c) => return self.commit_write(c, data, uid),
             Target::Order(text) => return control::write_order(&text, data),
         };
-        let _writing = self.writes.begin(node, offset);
+        let _writing = self.staging.writes.begin(node, offset);
         file.write_all_at(data, offset)
             .map_err(|e| Error::io("staged file", e))?;
         Ok(data.len())

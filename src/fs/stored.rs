@@ -108,14 +108,16 @@ impl MountFs {
                         .iter()
                         .position(|r| r.id == f.chunks[i].id)
                         .expect("run holds the chunk");
-                    self.chunks.get(run, at)?
+                    self.versions.chunks.get(run, at)?
                 }
                 None => {
                     let r = f.run_starts.partition_point(|&s| s <= i) - 1;
-                    for ahead in r + 1..(r + 1 + self.read_ahead.runs).min(f.run_starts.len()) {
-                        self.chunks.prefetch(f.run(ahead).to_vec());
+                    for ahead in
+                        r + 1..(r + 1 + self.versions.read_ahead.runs).min(f.run_starts.len())
+                    {
+                        self.versions.chunks.prefetch(f.run(ahead).to_vec());
                     }
-                    self.chunks.get(f.run(r), i - f.run_starts[r])?
+                    self.versions.chunks.get(f.run(r), i - f.run_starts[r])?
                 }
             };
             let from = offset.max(f.starts[i]) - f.starts[i];

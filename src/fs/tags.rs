@@ -50,7 +50,11 @@ impl MountFs {
     pub(super) fn refresh_tags(&self) -> Result<Vec<u64>> {
         let tags = self.repo.tags(&self.dataset)?;
         let mut tagged = Vec::new();
-        let mut table = self.tags.write().unwrap_or_else(|p| p.into_inner());
+        let mut table = self
+            .versions
+            .tags
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
         for t in tags {
             if table.by_name.contains_key(&t.tag) {
                 continue;
@@ -81,13 +85,13 @@ impl MountFs {
         let Ino::Tag(index) = Ino::of(ino) else {
             return None;
         };
-        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.versions.tags.read().unwrap_or_else(|p| p.into_inner());
         table.tags.get(index).cloned()
     }
 
     /// The symlink `versions/TAG`, if there is such a tag.
     pub(super) fn lookup_tag(&self, name: &[u8]) -> Option<Attr> {
-        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.versions.tags.read().unwrap_or_else(|p| p.into_inner());
         let index = *table.by_name.get(std::str::from_utf8(name).ok()?)?;
         drop(table);
         self.tag_attr(Ino::tag(index)).ok()
@@ -118,7 +122,7 @@ impl MountFs {
 
     /// `versions/`' entries for tags, in the order seen.
     pub(super) fn list_tags(&self) -> Vec<DirEntry> {
-        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.versions.tags.read().unwrap_or_else(|p| p.into_inner());
         table
             .tags
             .iter()

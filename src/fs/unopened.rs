@@ -61,18 +61,18 @@ impl MountFs {
     pub fn skip_version_opens(&self) -> bool {
         let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
         let skip = gate.is_none();
-        self.versions_apart.store(skip, Ordering::Relaxed);
+        self.versions.apart.store(skip, Ordering::Relaxed);
         skip
     }
 
     /// Whether `versions/` is served on a connection of its own (health).
     pub fn versions_apart(&self) -> bool {
-        self.versions_apart.load(Ordering::Relaxed)
+        self.versions.apart.load(Ordering::Relaxed)
     }
 
     /// A mount without staging: nothing of it is written.
     pub fn read_only(&self) -> bool {
-        self.staging.is_none()
+        self.staging.area.is_none()
     }
 
     /// Whether the kernel opens files without asking (`skip_opens`).
@@ -148,12 +148,12 @@ impl MountFs {
     }
 
     fn unopened_file(&self, ino: u64) -> Result<Arc<StoredFile>> {
-        if let Some(f) = lock(&self.unopened).get(&ino) {
+        if let Some(f) = lock(&self.versions.unopened).get(&ino) {
             return Ok(f.clone());
         }
         // Made outside the lock: finding the file may read trees.
         let file = Arc::new(self.version_file(ino)?);
-        lock(&self.unopened).put(ino, file.clone());
+        lock(&self.versions.unopened).put(ino, file.clone());
         Ok(file)
     }
 }

@@ -3,6 +3,21 @@
 use super::stored::{Origin, StoredFile};
 use super::*;
 
+/// `versions/`'s state: the versions and tags known, their inodes, the
+/// files the kernel reads without opening, and the chunks read.
+pub(super) struct Versions {
+    pub(super) records: RwLock<Vec<Record>>,
+    pub(super) tags: RwLock<tags::TagTable>,
+    pub(super) inodes: Mutex<VersionInodes>,
+    /// Handles of version files read without an open (`unopened.rs`).
+    pub(super) unopened: Mutex<lru::LruCache<u64, Arc<StoredFile>>>,
+    pub(super) chunks: Arc<ChunkCache>,
+    pub(super) read_ahead: ReadAhead,
+    /// Whether `versions/` has a connection of its own where the kernel
+    /// opens files without asking (`skip_version_opens`).
+    pub(super) apart: AtomicBool,
+}
+
 impl MountFs {
     /// A tree of version `version` (the folder `ino`, or the one holding
     /// it): a tree that cannot be read is logged with the version and path
@@ -79,6 +94,7 @@ impl MountFs {
     pub(super) fn list_versions(&self) -> Result<Vec<DirEntry>> {
         let records = self
             .versions
+            .records
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
@@ -163,7 +179,7 @@ impl MountFs {
                     chunks,
                     siblings.as_deref(),
                     Origin::Version(ino),
-                    self.read_ahead.bytes,
+                    self.versions.read_ahead.bytes,
                 ))
             }
             _ => Err(Error::fs(FsError::IsDir, format!("inode {ino}"))),
