@@ -233,16 +233,20 @@ fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resu
         });
     }
     let mut child = cmd.spawn()?;
+    // Only what this daemon wrote: the log is appended to.
+    let ours = || {
+        let log = std::fs::read(&log_path).unwrap_or_default();
+        String::from_utf8_lossy(log.get(start as usize..).unwrap_or_default()).into_owned()
+    };
     loop {
-        if is_mounted(&args.mountpoint) {
+        // Ready once it says so (`serve`'s `ready`): its connections are
+        // all mounted (versions/ on its own is mounted inside the first).
+        if ours().contains(&format!("mounted {} at ", args.name)) && is_mounted(&args.mountpoint) {
             println!("{}", child.id());
             return Ok(());
         }
         if let Some(status) = child.try_wait()? {
-            // Only what this daemon wrote: the log is appended to.
-            let log = std::fs::read(&log_path).unwrap_or_default();
-            let ours = String::from_utf8_lossy(log.get(start as usize..).unwrap_or_default());
-            bail!("mount daemon exited ({status}): {}", ours.trim());
+            bail!("mount daemon exited ({status}): {}", ours().trim());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
