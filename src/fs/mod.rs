@@ -725,7 +725,7 @@ impl MountFs {
 
     /// The kernel agreed to pass staged files' I/O through to their copies.
     pub fn enable_passthrough(&self) {
-        self.staging.passthrough.enable(true);
+        self.staging.passthrough.enable();
     }
 
     /// It would not take handle `fh`'s copy: `fh` and later opens go

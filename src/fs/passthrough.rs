@@ -38,8 +38,8 @@ pub(super) struct Passthrough {
 }
 
 impl Passthrough {
-    pub(super) fn enable(&self, on: bool) {
-        self.on.store(on, Ordering::Relaxed);
+    pub(super) fn enable(&self) {
+        self.on.store(true, Ordering::Relaxed);
     }
 
     pub(super) fn enabled(&self) -> bool {
@@ -94,7 +94,6 @@ impl Passthrough {
     /// daemon without CAP_SYS_ADMIN): it goes through the daemon, and so
     /// does every later open.
     pub(super) fn refused(&self, fh: u64) {
-        tracing::warn!("staged files go through the daemon: the kernel refused passthrough");
         self.on.store(false, Ordering::Relaxed);
         let mut handles = super::lock(&self.handles);
         if let Some(o) = handles.get_mut(&fh)
@@ -119,7 +118,7 @@ mod tests {
         let p = Passthrough::default();
         assert!(!p.choose(7, true), "off until the kernel agrees");
         p.unchoose(7, false);
-        p.enable(true);
+        p.enable();
         // Open through the daemon (no local copy yet): later opens too.
         assert!(!p.choose(7, false));
         p.bind(1, 7, false, None);

@@ -74,7 +74,7 @@ pub struct Writing<'a> {
 
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
-        self.writes.end(self.id, |c| c.running -= 1);
+        self.writes.end(self.id, false);
     }
 }
 
@@ -87,13 +87,7 @@ pub struct Direct {
 
 impl Drop for Direct {
     fn drop(&mut self) {
-        // Its close may follow its last write: that counts as a write too.
-        self.writes.lock().begun += 1;
-        self.writes.end(self.id, |c| {
-            c.direct -= 1;
-            c.begun += 1;
-            c.low = 0;
-        });
+        self.writes.end(self.id, true);
     }
 }
 
@@ -128,11 +122,22 @@ impl Writes {
         }
     }
 
-    fn end(&self, id: u64, change: impl FnOnce(&mut Counts)) {
+    /// A write on copy `id` ended, or (`direct`) a handle that writes it
+    /// unseen closed: its close may follow its last write, so it counts
+    /// as a write over the whole copy.
+    fn end(&self, id: u64, direct: bool) {
         let mut inner = self.lock();
+        inner.begun += u64::from(direct);
         let committing = inner.committing;
         if let Some(c) = inner.files.get_mut(&id) {
-            change(c);
+            match direct {
+                false => c.running -= 1,
+                true => {
+                    c.direct -= 1;
+                    c.begun += 1;
+                    c.low = 0;
+                }
+            }
             if c.running == 0 && c.direct == 0 && !committing {
                 inner.files.remove(&id);
             }
@@ -204,6 +209,26 @@ mod tests {
         let mut written: Vec<_> = w.written().into_iter().collect();
         written.sort();
         assert_eq!(written, [2, 3]);
+        w.stop();
+        assert!(w.written().is_empty());
+    }
+
+    #[test]
+    fn a_copy_written_unseen_is_kept_staged_and_read_with_care() {
+        let w = Arc::new(Writes::default());
+        // Open across a freeze: the copy stays staged after the commit.
+        let open = w.direct(5);
+        w.start();
+        assert!(w.written().contains(&5));
+        // Opened and closed while the commit read a copy: unseen writes
+        // may have come.
+        let before = w.watch(4);
+        assert!(!before.written_unseen(w.counts(4)));
+        drop(w.direct(4));
+        assert!(before.written_unseen(w.counts(4)));
+        assert!(!before.unchanged_below(1, w.counts(4)));
+        assert!(w.watch(5).direct_open());
+        drop(open);
         w.stop();
         assert!(w.written().is_empty());
     }
