@@ -446,9 +446,12 @@ fn fill_dir_plus(
             &attr(ids, a),
             Generation(0),
         );
-        // Every entry but . and .. counts as a lookup for the kernel.
-        if !full && !dots && fresh.is_none() {
-            fs.remember(a.ino);
+        // Every entry but . and .. counts as a lookup for the kernel; a
+        // fresh lookup of one that did not fit was never told to it.
+        match (full, &fresh) {
+            (false, None) if !dots => fs.remember(a.ino),
+            (true, Some(f)) => fs.forget(f.ino, 1),
+            _ => {}
         }
         full
     });
