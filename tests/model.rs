@@ -160,3 +160,79 @@ fn where_nothing_may_wait_staging_is_refused_and_memory_answers() {
     assert_eq!(fs.lookup(staging, b"x").unwrap().size, 10);
     assert!(fs.getattr(status).is_ok());
 }
+
+/// `.detafs/status` is read on a connection of its own: it answers, with
+/// what staging holds, while staging's lock is held (here by an fsync
+/// held at `staging-sync`), and sees changes made after it was read.
+#[cfg(feature = "failpoints")]
+#[test]
+fn status_is_read_while_staging_is_locked() {
+    use detafs::fs::{Caller, ROOT};
+    let env = Env::new_local();
+    let mut core = Core::open(&env);
+    for op in [
+        Op::Write {
+            path: "a".into(),
+            offset: 0,
+            len: 10,
+            seed: 1,
+        },
+        Op::Commit,
+        Op::Write {
+            path: "b".into(),
+            offset: 0,
+            len: 10,
+            seed: 2,
+        },
+    ] {
+        core.apply(&op).unwrap();
+    }
+    let fs = core.fs();
+    let root = Caller {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+    };
+    let status = || {
+        let control = fs.lookup(ROOT, b".detafs").unwrap().ino;
+        let ino = fs.lookup(control, b"status").unwrap().ino;
+        let fh = fs.open(ino, libc::O_RDONLY, &root).unwrap().fh;
+        let text = fs.read(fh, 0, 4096).unwrap();
+        fs.release(fh);
+        String::from_utf8(text).unwrap()
+    };
+    assert_eq!(status(), "A b\n");
+    let staging = fs.lookup(ROOT, b"staging").unwrap().ino;
+    let b = fs.lookup(staging, b"b").unwrap().ino;
+    let fh = fs.open(b, libc::O_RDWR, &root).unwrap().fh;
+    let release = env.path("release-sync");
+    fail::cfg("staging-sync", &format!("return({})", release.display())).unwrap();
+    std::thread::scope(|s| {
+        let syncing = s.spawn(|| fs.fsync(fh));
+        let held = env.path("release-sync.held");
+        while !held.exists() {
+            std::thread::yield_now();
+        }
+        // Staging's lock is held now: status answers anyway.
+        let (tx, rx) = std::sync::mpsc::channel();
+        s.spawn(move || tx.send(status()).unwrap());
+        let seen = rx.recv_timeout(std::time::Duration::from_secs(120));
+        std::fs::write(&release, b"").unwrap();
+        assert_eq!(seen.expect("status waited on staging's lock"), "A b\n");
+        syncing.join().unwrap().unwrap();
+    });
+    fail::cfg("staging-sync", "off").unwrap();
+    fs.release(fh);
+    core.apply(&Op::Write {
+        path: "a".into(),
+        offset: 0,
+        len: 3,
+        seed: 3,
+    })
+    .unwrap();
+    let fs = core.fs();
+    let control = fs.lookup(ROOT, b".detafs").unwrap().ino;
+    let ino = fs.lookup(control, b"status").unwrap().ino;
+    let fh = fs.open(ino, libc::O_RDONLY, &root).unwrap().fh;
+    assert_eq!(fs.read(fh, 0, 4096).unwrap(), b"M a\nA b\n");
+}

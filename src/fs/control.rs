@@ -33,8 +33,6 @@ pub(super) struct Control {
     pub(super) committing: Mutex<Option<UnderWay>>,
     /// Control files' content as last sized, by inode (`attr`).
     pub(super) texts: Mutex<HashMap<u64, SizedText>>,
-    /// `.detafs/status` as last made, with staging's generation then.
-    pub(super) status: Mutex<Option<MadeStatus>>,
 }
 
 /// A control file's content, and when it was made.
@@ -362,27 +360,15 @@ pub(super) fn log_line(record: &Record) -> Vec<u8> {
     line
 }
 
-/// `.detafs/status` as made, with staging's generation then.
-pub(super) type MadeStatus = ((u64, u64), Vec<u8>);
-
-/// Made again only when staging changed since it was last made: a `cat`
-/// asks for its size (lookup, stat) and its content.
+/// `.detafs/status`: one change, one line, escaped (`escape::unescape`
+/// reads it back).
 fn status(fs: &MountFs) -> Result<Vec<u8>> {
-    let st = fs.staging()?;
-    let now = st.generation();
-    if let Some((made, text)) = &*lock(&fs.control.status)
-        && *made == now
-    {
-        return Ok(text.clone());
-    }
+    let (_, lines) = fs.staging.status()?;
     let mut out = String::new();
-    // Escaped: one change, one line (`escape::unescape` reads it back).
-    for (tag, path) in st.status(&fs.repo)? {
-        out.push_str(&format!("{tag} {}\n", crate::escape::line(&path)));
+    for (tag, path) in lines.iter() {
+        out.push_str(&format!("{tag} {}\n", crate::escape::line(path)));
     }
-    let text = out.into_bytes();
-    *lock(&fs.control.status) = Some((now, text.clone()));
-    Ok(text)
+    Ok(out.into_bytes())
 }
 
 /// `.detafs/cancel`: the commit under way through the mount stops if it
@@ -458,9 +444,9 @@ fn progress(fs: &MountFs) -> Vec<u8> {
 /// commit, or without staging), read from staging itself: exact where
 /// health's `staging_version` may be a second old.
 fn base(fs: &MountFs) -> Result<Vec<u8>> {
-    let version = match &fs.staging.area {
-        Some(st) => lock(st).base_version()?,
-        None => 0,
+    let version = match fs.staging.present() {
+        true => fs.staging.lock()?.base_version()?,
+        false => 0,
     };
     Ok(match version {
         0 => b"none\n".to_vec(),
@@ -507,9 +493,9 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
         "store_latency_ms": store.latency_ms,
         "dataset": fs.dataset,
         "versions": seen,
-        "version_inodes": fs.version_inodes(),
+        "version_inodes": fs.versions.version_inodes(),
         "cache_bytes": fs.repo.disk.used_bytes(),
-        "staging": fs.staging.area.is_some(),
+        "staging": fs.staging.present(),
         // Whether the kernel opens files without asking (read-only, no policy).
         "opens_skipped": fs.opens_skipped(),
         // Whether versions/ has a kernel connection of its own (read-write
@@ -522,7 +508,7 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
         "requests": fs.requests().to_json(),
         "policy": fs.policy_in_force(),
         // The version staging is built on (what `.detafs/status` compares with).
-        "staging_version": fs.staging_version_now(),
+        "staging_version": fs.staging.base_now(),
     });
     let mut v = serde_json::to_vec_pretty(&body).expect("serializable");
     v.push(b'\n');

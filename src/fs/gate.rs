@@ -5,11 +5,16 @@
 //! a name that does not exist, everywhere: lookups, listings, `latest`,
 //! tags and `.detafs/log`.
 
-use super::*;
+use super::{Attr, FileKind, Ino, Listing, MountFs, ROOT, VERSIONS, control, lock, version_name};
 use crate::access::caller::{self, UnixId};
 use crate::access::policy::{Glob, GlobSet};
 use crate::access::{self, Action, Policy, Who};
+use crate::error::{Error, Result};
 use crate::relpath::RelPath;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 use std::time::Instant;
 
 /// Who a request comes from, as the kernel tells it.
@@ -300,7 +305,7 @@ impl MountFs {
         };
         if only.is_none() {
             names.push(b"latest".to_vec());
-            names.extend(self.list_tags().into_iter().map(|e| e.name));
+            names.extend(self.versions.list_tags().into_iter().map(|e| e.name));
             kernel.forget_name(ROOT, b"staging");
         }
         for name in names {
@@ -348,10 +353,10 @@ impl MountFs {
     /// None where it cannot be found (judged as hidden); an error only if
     /// finding it must wait where nothing may.
     fn folder(&self, ino: u64) -> Result<Option<Folder>> {
-        let Ok(version) = self.version_entry_version(ino) else {
+        let Ok(version) = self.versions.version_entry_version(ino) else {
             return Ok(None);
         };
-        let full = self.version_path_or_wait(ino)?;
+        let full = self.versions.version_path_or_wait(ino)?;
         let Ok(path) = RelPath::parse(full.split_once('/').map_or("", |(_, p)| p)) else {
             return Ok(None);
         };
@@ -596,7 +601,7 @@ impl Judge<'_> {
             Ino::Root | Ino::Control => true,
             Ino::Versions => {
                 if name == b"latest" {
-                    return Ok(self.latest().is_some());
+                    return Ok(self.fs.versions.latest().is_some());
                 }
                 let version = version_name(name).or_else(|| {
                     let tags = self

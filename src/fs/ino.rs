@@ -70,11 +70,6 @@ pub(super) fn is_staging(ino: u64) -> bool {
     matches!(Ino::of(ino), Ino::Staged(_))
 }
 
-/// Staging row `ino`'s id (`ino` is a staging inode number).
-pub(super) fn staged_id(ino: u64) -> u64 {
-    ino & !STAGING_BIT
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,7 +85,6 @@ mod tests {
             Ino::Version(FIRST_VERSION_INO + 5)
         );
         assert_eq!(Ino::of(Ino::staged(42)), Ino::Staged(42));
-        assert_eq!(staged_id(Ino::staged(42)), 42);
         assert_eq!(Ino::of(0), Ino::Unknown);
         assert_eq!(Ino::of(17), Ino::Unknown);
         assert_eq!(Ino::of(FIRST_TAG_INO - 1), Ino::Unknown);

@@ -6,7 +6,8 @@
 //! attributes, about a hundred bytes; what else it is (chunks, a symlink's
 //! target, its path) is read from its folder's tree when needed.
 
-use super::{Attr, FIRST_VERSION_INO, IMMUTABLE_TTL, MountFs, VERSIONS, is_staging, lock};
+use super::versions::Versions;
+use super::{Attr, FIRST_VERSION_INO, IMMUTABLE_TTL, VERSIONS, is_staging, lock};
 use crate::error::{Error, FsError, Result};
 use crate::snapshot::diff::TreeSource;
 use crate::snapshot::{Mtime, Node};
@@ -141,7 +142,7 @@ impl VersionInodes {
     }
 }
 
-impl MountFs {
+impl Versions {
     /// The inode of entry `index` of version directory `parent` (of `vN`
     /// when `parent` is `VERSIONS`: index N), allocated if new.
     /// `looked_up`: it is for a lookup reply, counted here under the same
@@ -153,7 +154,7 @@ impl MountFs {
         node: &Node,
         looked_up: bool,
     ) -> u64 {
-        let mut t = lock(&self.versions.inodes);
+        let mut t = lock(&self.inodes);
         let folder = match place.0 {
             VERSIONS => ROOTS,
             ino => t.slot(ino).map_or(UNHELD, |s| s as u32),
@@ -246,7 +247,7 @@ impl MountFs {
 
     /// The kernel was handed `ino` in a READDIRPLUS entry.
     pub fn remember(&self, ino: u64) {
-        if let Some(h) = lock(&self.versions.inodes).get_mut(ino) {
+        if let Some(h) = lock(&self.inodes).get_mut(ino) {
             h.lookups += 1;
         }
     }
@@ -255,7 +256,7 @@ impl MountFs {
     /// inode is let go.
     pub fn forget(&self, ino: u64, n: u64) {
         let parent = {
-            let mut t = lock(&self.versions.inodes);
+            let mut t = lock(&self.inodes);
             let Some(h) = t.get_mut(ino) else {
                 return;
             };
@@ -289,17 +290,17 @@ impl MountFs {
     /// Whether a version inode is still allocated (a kept listing may name
     /// one the kernel has since forgotten: the caller looks its name up again).
     pub fn is_live(&self, ino: u64) -> bool {
-        ino < FIRST_VERSION_INO || is_staging(ino) || lock(&self.versions.inodes).get(ino).is_some()
+        ino < FIRST_VERSION_INO || is_staging(ino) || lock(&self.inodes).get(ino).is_some()
     }
 
     /// Version inodes in memory (for `.detafs/health`).
     pub fn version_inodes(&self) -> usize {
-        lock(&self.versions.inodes).live
+        lock(&self.inodes).live
     }
 
     /// A version inode's attributes, from memory alone.
     pub(super) fn version_attr(&self, ino: u64) -> Result<Attr> {
-        let t = lock(&self.versions.inodes);
+        let t = lock(&self.inodes);
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         let special = matches!(h.kind, super::FileKind::Special(_));
         let mtime = Mtime(h.mtime_s, h.mtime_ns);
@@ -318,8 +319,8 @@ impl MountFs {
             } else {
                 names
             },
-            uid: self.opts.uid,
-            gid: self.opts.gid,
+            uid: self.owner.0,
+            gid: self.owner.1,
             mtime,
             atime: atime.copied().unwrap_or(mtime),
             ctime: mtime,
@@ -330,13 +331,13 @@ impl MountFs {
 
     /// The version an inode belongs to.
     pub(super) fn version_entry_version(&self, ino: u64) -> Result<u64> {
-        let t = lock(&self.versions.inodes);
+        let t = lock(&self.inodes);
         Ok(t.get(ino).ok_or_else(|| gone(ino))?.version as u64)
     }
 
     /// A version folder's tree.
     pub(super) fn version_dir_tree(&self, ino: u64) -> Result<BlobRef> {
-        let t = lock(&self.versions.inodes);
+        let t = lock(&self.inodes);
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         h.tree
             .as_deref()
@@ -346,7 +347,7 @@ impl MountFs {
 
     /// Where `ino`'s entry is read from.
     fn version_place(&self, ino: u64) -> Result<Place> {
-        let t = lock(&self.versions.inodes);
+        let t = lock(&self.inodes);
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         let (folder, index) = ((h.place >> 32) as u32, h.place as u32);
         if folder == ROOTS {

@@ -24,7 +24,7 @@ impl MountFs {
     /// until it changes (`versions_changed`).
     pub(super) fn dir_listing(&self, ino: u64) -> Result<Listing> {
         let kept = self.dir_is_immutable(ino) || ino == VERSIONS;
-        if kept && let Some(l) = lock(&self.listings).get(&ino) {
+        if kept && let Some(l) = lock(&self.versions.listings).get(&ino) {
             return Ok(l.clone());
         }
         let me = self.getattr(ino)?;
@@ -38,7 +38,7 @@ impl MountFs {
         let listing = Arc::new(listing);
         if kept {
             let weight = listing.len();
-            lock(&self.listings).put(ino, listing.clone(), weight);
+            lock(&self.versions.listings).put(ino, listing.clone(), weight);
         }
         Ok(listing)
     }
@@ -73,13 +73,13 @@ impl MountFs {
 
     /// Whether `ino`'s whole listing is kept.
     pub(super) fn listing_kept(&self, ino: u64) -> bool {
-        lock(&self.listings).contains(&ino)
+        lock(&self.versions.listings).contains(&ino)
     }
 
     /// Drops what is kept of `versions/`' listing, here and in the kernel:
     /// a version or tag came, or what its entries show changed.
     pub(super) fn versions_changed(&self) {
-        lock(&self.listings).remove(&VERSIONS);
+        lock(&self.versions.listings).remove(&VERSIONS);
         if let Some(kernel) = self.kernel.get() {
             kernel.forget_listing(VERSIONS);
         }

@@ -31,18 +31,15 @@ use crate::commit::{CommitMeta, user_name};
 use crate::error::{Error, FsError, Result};
 use crate::read::chunks::ChunkCache;
 use crate::repo::Repo;
-use crate::snapshot::diff::TreeSource;
-use crate::snapshot::{Mtime, Node, Record, Special, Tree};
-use crate::staging::{self, Kind, SNode, Staging, Writes};
-use crate::store::pack::BlobRef;
-use std::collections::{HashMap, HashSet};
+use crate::snapshot::{Mtime, Node, Record, Special};
+use crate::staging::{self, Kind, Staging};
+use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use ino::{CONTROL, FIRST_VERSION_INO, Ino, LATEST, is_staging, staged_id};
+use ino::{CONTROL, FIRST_VERSION_INO, Ino, LATEST, is_staging};
 pub use ino::{ROOT, VERSIONS};
 
 /// Versions never change: let the kernel keep what it learns.
@@ -141,11 +138,6 @@ enum Handle {
     /// then page through it).
     Dir(Listing),
     Stored(Arc<StoredFile>),
-    Upper {
-        file: Arc<File>,
-        node: u64,
-        writable: bool,
-    },
     Text(Arc<Vec<u8>>),
     /// `.detafs/commit` open for writing: what the last write committed
     /// (its log entry), readable on the same handle; None until written.
@@ -176,7 +168,6 @@ pub struct MountFs {
     /// Whether the kernel opens files without asking on the mount's main
     /// connection (`unopened.rs`).
     opens_skipped: AtomicBool,
-    listings: Mutex<Listings>,
     /// When the mount started: the time of its root and control folder.
     started: Mtime,
     opts: MountOptions,
@@ -265,10 +256,15 @@ impl MountFs {
         }
         let read_ahead = ReadAhead::for_store(repo.store.is_remote());
         let chunks = ChunkCache::new(repo.clone(), read_ahead.cache_bytes());
+        let staging = overlay::StagingArea::new(repo.clone(), staging)?;
         let fs = MountFs {
-            repo,
+            repo: repo.clone(),
             dataset: dataset.to_string(),
             versions: versions::Versions {
+                repo: repo.clone(),
+                dataset: dataset.to_string(),
+                owner: (opts.uid, opts.gid),
+                listings: Mutex::new(Listings::new(listings::LISTING_ENTRIES)),
                 records: RwLock::new(versions),
                 tags: RwLock::default(),
                 inodes: Mutex::new(VersionInodes::default()),
@@ -279,23 +275,12 @@ impl MountFs {
                 read_ahead,
                 apart: AtomicBool::new(false),
             },
-            staging: overlay::StagingArea {
-                writes: staging.as_ref().map(|s| s.writes()).unwrap_or_default(),
-                base: AtomicU64::new(
-                    staging
-                        .as_ref()
-                        .map_or(0, |s| s.base_version().unwrap_or(0)),
-                ),
-                area: staging.map(Mutex::new),
-                passthrough: passthrough::Passthrough::default(),
-                commit_turn: Mutex::new(()),
-            },
+            staging,
             control: control::Control::default(),
             requests: requests::Requests::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             opens_skipped: AtomicBool::new(false),
-            listings: Mutex::new(Listings::new(listings::LISTING_ENTRIES)),
             started: staging::now(),
             opts,
             gate: RwLock::default(),
@@ -303,20 +288,13 @@ impl MountFs {
             trail: None,
             kernel: std::sync::OnceLock::new(),
         };
-        fs.refresh_tags()?;
+        fs.versions.refresh_tags()?;
         fs.refresh_policy()?;
         // Staging shows the latest base before the mount's first answer,
         // not one poll later (a commit made elsewhere while it was down).
-        let latest = fs.latest_record();
-        if let (Some(st), Some(latest)) = (&fs.staging.area, latest) {
-            let st = lock(st);
+        if let Err(e) = fs.staging.follow(&fs.versions.records()) {
             // Not fatal: the polls try again.
-            if let Err(e) = st.fast_forward(&fs.repo, &latest) {
-                tracing::warn!("staging stays on its version until the next poll: {e}");
-            }
-            fs.staging
-                .base
-                .store(st.base_version().unwrap_or(0), Ordering::Relaxed);
+            tracing::warn!("staging stays on its version until the next poll: {e}");
         }
         Ok(fs)
     }
@@ -342,7 +320,7 @@ impl MountFs {
     /// files, extended attributes) gets at inode `ino`: EROFS outside
     /// staging, where nothing may change, `in_staging` inside it.
     pub fn refuse(&self, ino: u64, in_staging: FsError, op: &str) -> Error {
-        if is_staging(ino) && self.staging.area.is_some() {
+        if is_staging(ino) && self.staging.present() {
             Error::fs(in_staging, format!("{op} in staging/"))
         } else {
             read_only()
@@ -350,19 +328,10 @@ impl MountFs {
     }
 
     /// Reads records committed elsewhere; moves a clean staging area along.
-    /// The newest version known.
-    fn latest_record(&self) -> Option<Record> {
-        self.versions
-            .records
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .last()
-            .cloned()
-    }
-
     pub fn poll(&self) -> Result<()> {
         // Most polls find nothing new: only then re-read the index's records.
-        let new_records = self.repo.fetch_new_records(&self.dataset)? > self.latest().unwrap_or(0);
+        let new_records =
+            self.repo.fetch_new_records(&self.dataset)? > self.versions.latest().unwrap_or(0);
         if new_records {
             let records = self.repo.index.records(&self.dataset)?;
             *self
@@ -371,7 +340,7 @@ impl MountFs {
                 .write()
                 .unwrap_or_else(|p| p.into_inner()) = records;
         }
-        let tagged = self.refresh_tags()?;
+        let tagged = self.versions.refresh_tags()?;
         if new_records || !tagged.is_empty() {
             self.versions_changed();
         }
@@ -383,31 +352,7 @@ impl MountFs {
         } else if !tagged.is_empty() && self.gated() {
             self.forget_names(Some(&tagged));
         }
-        if let (Some(st), Some(latest)) = (&self.staging.area, self.latest_record())
-            && let Ok(st) = st.try_lock()
-        {
-            st.fast_forward(&self.repo, &latest)?;
-        }
-        Ok(())
-    }
-
-    fn latest(&self) -> Option<u64> {
-        self.versions
-            .records
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .last()
-            .map(|r| r.version)
-    }
-
-    fn record(&self, version: u64) -> Option<Record> {
-        self.versions
-            .records
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .find(|r| r.version == version)
-            .cloned()
+        self.staging.follow(&self.versions.records())
     }
 
     /// When the newest version was committed (the mount's start if none):
@@ -423,11 +368,6 @@ impl MountFs {
             .read()
             .unwrap_or_else(|p| p.into_inner());
         versions.last().map_or(self.started, Record::mtime)
-    }
-
-    /// When version `version` was committed: the time of `versions/vN`.
-    fn commit_time(&self, version: u64) -> Mtime {
-        self.record(version).map_or(Mtime(0, 0), |r| r.mtime())
     }
 
     fn dir_attr(&self, ino: u64, mtime: Mtime, ttl: Duration) -> Attr {
@@ -452,18 +392,16 @@ impl MountFs {
             return Err(Error::fs(FsError::NameTooLong, name_str(name)));
         }
         match Ino::of(parent) {
-            Ino::Staged(id) => self.staging_lookup(id, name),
+            Ino::Staged(id) => self.staging.lookup(id, name),
             Ino::Root => match name {
                 b"versions" => self.getattr(VERSIONS),
-                b"staging" if self.staging.area.is_some() => {
-                    self.getattr(Ino::staged(staging::ROOT))
-                }
+                b"staging" if self.staging.present() => self.getattr(Ino::staged(staging::ROOT)),
                 b".detafs" => self.getattr(CONTROL),
                 _ => Err(not_found(name)),
             },
-            Ino::Versions => self.lookup_version(name),
+            Ino::Versions => self.versions.lookup_version(name, self.latest_time()),
             Ino::Control => control::lookup(self, name),
-            Ino::Version(_) => self.lookup_in_version(parent, name),
+            Ino::Version(_) => self.versions.lookup_in_version(parent, name),
             Ino::Latest | Ino::Tag(_) | Ino::ControlFile(_) | Ino::Unknown => {
                 Err(Error::fs(FsError::NotDir, name_str(name)))
             }
@@ -480,7 +418,7 @@ impl MountFs {
             // of this attempt, if judging it must wait: it comes again).
             let seen = j.sees_entry(parent, name, attr.kind);
             if !matches!(seen, Ok(true)) {
-                self.forget(attr.ino, 1);
+                self.versions.forget(attr.ino, 1);
                 seen?;
                 return Err(not_found(name));
             }
@@ -492,23 +430,15 @@ impl MountFs {
     /// through an open handle (POSIX: the file lives until closed; `fstat`
     /// comes with no handle).
     pub fn getattr_open(&self, ino: u64, fh: Option<u64>) -> Result<Attr> {
-        match self.getattr(ino) {
-            Err(
-                e @ Error::Fs {
-                    kind: FsError::NotFound,
-                    ..
-                },
-            ) if is_staging(ino) => match fh.or_else(|| self.handle_of(staged_id(ino))) {
-                Some(fh) => self.orphan_attr(ino, fh),
-                None => Err(e),
-            },
-            other => other,
+        match Ino::of(ino) {
+            Ino::Staged(id) => self.staging.getattr_open(id, fh),
+            _ => self.getattr(ino),
         }
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         match Ino::of(ino) {
-            Ino::Staged(id) => self.staging_getattr(id),
+            Ino::Staged(id) => self.staging.getattr(id),
             Ino::Root | Ino::Control => Ok(self.dir_attr(ino, self.started, MUTABLE_TTL)),
             Ino::Versions => {
                 let mut a = self.dir_attr(ino, self.latest_time(), MUTABLE_TTL);
@@ -517,27 +447,10 @@ impl MountFs {
                 }
                 Ok(a)
             }
-            Ino::Latest => {
-                let target = format!("v{}", self.latest().ok_or_else(|| not_found(b"latest"))?);
-                let mtime = self.latest_time();
-                Ok(Attr {
-                    ino,
-                    kind: FileKind::Symlink,
-                    size: target.len() as u64,
-                    perm: 0o777,
-                    nlink: 1,
-                    uid: self.opts.uid,
-                    gid: self.opts.gid,
-                    mtime,
-                    atime: mtime,
-                    ctime: mtime,
-                    rdev: 0,
-                    ttl: Duration::ZERO,
-                })
-            }
+            Ino::Latest => self.versions.latest_attr(self.latest_time()),
             Ino::ControlFile(i) => control::attr(self, i),
-            Ino::Tag(_) => self.tag_attr(ino),
-            Ino::Version(_) => self.version_attr(ino),
+            Ino::Tag(_) => self.versions.tag_attr(ino),
+            Ino::Version(_) => self.versions.version_attr(ino),
             Ino::Unknown => Err(Error::fs(FsError::NotFound, format!("inode {ino}"))),
         }
     }
@@ -545,14 +458,21 @@ impl MountFs {
     pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>> {
         let mut out = vec![];
         match Ino::of(ino) {
-            Ino::Staged(id) => return self.staging_readdir(id),
+            Ino::Staged(id) => {
+                return Ok(self
+                    .staging
+                    .readdir_plus(id)?
+                    .into_iter()
+                    .map(|(e, _)| e)
+                    .collect());
+            }
             Ino::Root => {
                 out.push(DirEntry {
                     ino: VERSIONS,
                     kind: FileKind::Dir,
                     name: b"versions".to_vec(),
                 });
-                if self.staging.area.is_some() {
+                if self.staging.present() {
                     out.push(DirEntry {
                         ino: Ino::staged(staging::ROOT),
                         kind: FileKind::Dir,
@@ -565,9 +485,9 @@ impl MountFs {
                     name: b".detafs".to_vec(),
                 });
             }
-            Ino::Versions => out = self.list_versions()?,
+            Ino::Versions => out = self.versions.list_versions()?,
             Ino::Control => out.extend(control::entries()),
-            Ino::Version(_) => out = self.list_version_dir(ino)?,
+            Ino::Version(_) => out = self.versions.list_version_dir(ino)?,
             Ino::Latest | Ino::Tag(_) | Ino::ControlFile(_) | Ino::Unknown => {
                 return Err(Error::fs(FsError::NotDir, format!("inode {ino}")));
             }
@@ -575,24 +495,11 @@ impl MountFs {
         Ok(out)
     }
 
-    /// The version staging is built on, without waiting: read from staging
-    /// when its lock is free, else as last read (a commit or a copy-up may
-    /// hold the lock for seconds; what answers from memory must not wait).
-    fn staging_version_now(&self) -> Option<u64> {
-        let st = self.staging.area.as_ref()?;
-        // Read from staging's database: not where nothing may wait.
-        let free = (!crate::nowait::refused()).then(|| try_lock(st)).flatten();
-        if let Some(v) = free.and_then(|s| s.base_version().ok()) {
-            self.staging.base.store(v, Ordering::Relaxed);
-        }
-        Some(self.staging.base.load(Ordering::Relaxed))
-    }
-
     /// A directory's entries with their attributes (READDIRPLUS), so `ls -l`
     /// needs no lookup per file.
     pub fn readdir_plus(&self, ino: u64) -> Result<Vec<(DirEntry, Attr)>> {
         if let Ino::Staged(id) = Ino::of(ino) {
-            return self.staging_readdir_plus(id);
+            return self.staging.readdir_plus(id);
         }
         self.readdir(ino)?
             .into_iter()
@@ -609,13 +516,13 @@ impl MountFs {
             Ino::Latest => {
                 let latest = match self.judge(c)? {
                     Some(j) => j.latest(),
-                    None => self.latest(),
+                    None => self.versions.latest(),
                 };
                 Ok(format!("v{}", latest.ok_or_else(|| not_found(b"latest"))?).into_bytes())
             }
-            Ino::Tag(_) => self.tag_target(ino),
-            Ino::Staged(id) => Ok(self.staging()?.node(id)?.target),
-            Ino::Version(_) => match self.version_entry(ino)?.node {
+            Ino::Tag(_) => self.versions.tag_target(ino),
+            Ino::Staged(id) => self.staging.readlink(id),
+            Ino::Version(_) => match self.versions.version_entry(ino)?.node {
                 Node::Symlink { target, .. } => Ok(target),
                 _ => Err(not_a_link()),
             },
@@ -637,7 +544,23 @@ impl MountFs {
         let judge = self.judge(c)?;
         match Ino::of(ino) {
             Ino::ControlFile(_) => return control::open(self, ino, writing, c, judge.as_ref()),
-            Ino::Staged(id) => return self.open_staged(id, flags, writing),
+            Ino::Staged(id) => {
+                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                let bytes = self.versions.read_ahead.bytes;
+                return match self.staging.open(id, flags, writing, fh, bytes)? {
+                    overlay::StagedOpen::Copy(opened) => Ok(opened),
+                    overlay::StagedOpen::Stored(file) => {
+                        lock(&self.handles).insert(fh, Handle::Stored(Arc::new(file)));
+                        Ok(Opened {
+                            fh,
+                            keep_cache: false,
+                            direct_io: false,
+                            flush: false,
+                            backing: None,
+                        })
+                    }
+                };
+            }
             _ => {}
         }
         if writing {
@@ -651,7 +574,31 @@ impl MountFs {
                 "the policy does not let you read this file",
             ));
         }
-        self.open_version_file(ino)
+        let file = self.versions.version_file(ino)?;
+        Ok(Opened {
+            fh: self.add_handle(Handle::Stored(Arc::new(file))),
+            keep_cache: true,
+            direct_io: false,
+            flush: false,
+            backing: None,
+        })
+    }
+
+    /// The kernel was handed `ino` in a READDIRPLUS entry.
+    pub fn remember(&self, ino: u64) {
+        self.versions.remember(ino)
+    }
+
+    /// The kernel dropped `n` of its references to `ino`.
+    pub fn forget(&self, ino: u64, n: u64) {
+        self.versions.forget(ino, n)
+    }
+
+    /// Whether an inode is still allocated (a kept listing may name a
+    /// version inode the kernel has since forgotten: the caller looks its
+    /// name up again).
+    pub fn is_live(&self, ino: u64) -> bool {
+        self.versions.is_live(ino)
     }
 
     /// The last close of a handle. A commit handle never written to
@@ -660,7 +607,7 @@ impl MountFs {
     /// once before it writes, through the copy it made.)
     pub fn release(&self, fh: u64) {
         let handle = lock(&self.handles).remove(&fh);
-        self.staging.passthrough.release(fh);
+        self.staging.release(fh);
         match handle {
             Some(Handle::Commit(c)) if lock(&c).is_none() => {
                 let _: Result<()> = control::failed(
@@ -694,26 +641,19 @@ impl MountFs {
     }
 
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+        if let Some(c) = self.staging.copy(fh) {
+            return self.staging.read(&c, offset, size);
+        }
         let h = match lock(&self.handles).get(&fh) {
             Some(Handle::Stored(f)) => Handle::Stored(f.clone()),
             Some(Handle::Dir(_)) => return Err(Error::fs(FsError::IsDir, "directory")),
-            Some(Handle::Upper {
-                file,
-                node,
-                writable,
-            }) => Handle::Upper {
-                file: file.clone(),
-                node: *node,
-                writable: *writable,
-            },
             Some(Handle::Text(t)) => Handle::Text(t.clone()),
             Some(Handle::Commit(c)) => Handle::Text(Arc::new(lock(c).clone().unwrap_or_default())),
             Some(Handle::Order(..)) => return Ok(vec![]),
             None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
         };
         match h {
-            Handle::Stored(f) => self.read_stored(&f, offset, size as u64),
-            Handle::Upper { file, .. } => overlay::read_staged(&file, offset, size),
+            Handle::Stored(f) => self.versions.read_stored(&f, offset, size as u64),
             Handle::Text(t) => {
                 let start = (offset as usize).min(t.len());
                 let end = (start + size as usize).min(t.len());
@@ -741,14 +681,14 @@ impl MountFs {
 
     /// How staged files' reads and writes are done (health).
     pub fn staged_io(&self) -> &'static str {
-        match self.staging.passthrough.enabled() {
-            true => "passthrough",
-            false => "daemon",
-        }
+        self.staging.io()
     }
 
     /// What an open handle reads, for error messages (version and path).
     pub fn describe(&self, fh: u64) -> String {
+        if let Some(said) = self.staging.describe(fh) {
+            return said;
+        }
         // The version inode is taken out first: its path is not worked out
         // under the handles' lock.
         let version = match lock(&self.handles).get(&fh) {
@@ -756,10 +696,222 @@ impl MountFs {
                 Origin::Version(ino) => *ino,
                 Origin::Said(s) => return s.clone(),
             },
-            Some(Handle::Upper { node, .. }) => return format!("staged file (node {node})"),
             _ => return format!("handle {fh}"),
         };
-        format!("versions/{}", self.version_path(version))
+        format!("versions/{}", self.versions.version_path(version))
+    }
+
+    /// Staging's row id for folder `parent`: changes happen only there.
+    fn staging_parent(parent: u64) -> Result<u64> {
+        match Ino::of(parent) {
+            Ino::Staged(id) => Ok(id),
+            _ => Err(read_only()),
+        }
+    }
+
+    /// Creates a staged entry: `target` is a symlink's, `rdev` a device's.
+    #[allow(clippy::too_many_arguments)]
+    pub fn make(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        target: &[u8],
+        rdev: u64,
+    ) -> Result<Attr> {
+        let parent = Self::staging_parent(parent)?;
+        self.staging
+            .make(parent, name, kind, mode, (uid, gid), target, rdev)
+    }
+
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+        uid: u32,
+        gid: u32,
+    ) -> Result<(Attr, Opened)> {
+        let attr = self.make(parent, name, FileKind::File, mode, uid, gid, b"", 0)?;
+        let opened = self.open(
+            attr.ino,
+            flags & !libc::O_TRUNC,
+            &Caller { uid, gid, pid: 0 },
+        )?;
+        Ok((attr, opened))
+    }
+
+    /// A further name for staged file `ino`.
+    pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
+        let parent = Self::staging_parent(parent)?;
+        let Ino::Staged(id) = Ino::of(ino) else {
+            return Err(Error::fs(
+                FsError::NotPermitted,
+                "a link across file systems",
+            ));
+        };
+        self.staging.link(id, parent, name)
+    }
+
+    pub fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<()> {
+        self.staging
+            .remove(Self::staging_parent(parent)?, name, dir)
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        no_replace: bool,
+    ) -> Result<()> {
+        self.staging.rename(
+            (Self::staging_parent(parent)?, name),
+            (Self::staging_parent(new_parent)?, new_name),
+            no_replace,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn setattr(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        times: (Option<Mtime>, Option<Mtime>),
+        fh: Option<u64>,
+    ) -> Result<Attr> {
+        match Ino::of(ino) {
+            // `echo > commit` truncates first
+            Ino::ControlFile(_) => control::attr(self, ino),
+            Ino::Staged(id) => self.staging.setattr(id, mode, uid, gid, size, times, fh),
+            _ => Err(read_only()),
+        }
+    }
+
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8], uid: u32) -> Result<usize> {
+        if let Some(c) = self.staging.copy(fh) {
+            return self.staging.write(&c, offset, data);
+        }
+        // The handles' lock is let go before the commit runs.
+        let target = match lock(&self.handles).get(&fh) {
+            Some(Handle::Commit(c)) => Handle::Commit(c.clone()),
+            Some(Handle::Order(ino, text, caller)) => Handle::Order(*ino, text.clone(), *caller),
+            Some(Handle::Stored(_)) => return Err(read_only()),
+            Some(_) => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
+            // A file the kernel opened without asking: this mount is read-only.
+            None if self.opens_skipped() => return Err(read_only()),
+            None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
+        };
+        match target {
+            Handle::Commit(c) => self.commit_write(c, data, uid),
+            Handle::Order(_, text, _) => control::write_order(&text, data),
+            _ => unreachable!("only control files are taken above"),
+        }
+    }
+
+    pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
+        match (self.staging.copy(fh), lock(&self.handles).get(&fh)) {
+            (Some(c), _) => self.staging.fallocate(&c, offset, length, mode),
+            (None, Some(Handle::Stored(_))) => Err(read_only()),
+            _ => Err(Error::fs(FsError::Invalid, "file not open for writing")),
+        }
+    }
+
+    pub fn fsync(&self, fh: u64) -> Result<()> {
+        match self.staging.copy(fh) {
+            Some(c) => self.staging.fsync(&c),
+            None => Ok(()),
+        }
+    }
+
+    /// A write to `.detafs/commit`: its message committed; the handle then
+    /// reads the new version's log entry (empty if the commit failed).
+    fn commit_write(
+        &self,
+        outcome: Arc<Mutex<Option<Vec<u8>>>>,
+        data: &[u8],
+        uid: u32,
+    ) -> Result<usize> {
+        let res = control::commit(self, data, uid);
+        *lock(&outcome) = Some(match &res {
+            Ok(record) => control::log_line(record),
+            Err(_) => Vec::new(),
+        });
+        res.map(|_| data.len())
+    }
+
+    /// Commits staging (`.detafs/commit`), then reads the new version.
+    fn commit_staging(&self, message: &str, uid: u32) -> Result<Record> {
+        let author = user_name(uid);
+        let meta = CommitMeta {
+            dataset: &self.dataset,
+            message: message.trim(),
+            author: &author,
+        };
+        let record = self.staging.commit(&meta, |progress| {
+            control::UnderWay::begin(self, &meta, progress)
+        })?;
+        self.poll()?;
+        Ok(record)
+    }
+
+    /// Puts staged `paths` back as the base version (`version` None) or
+    /// version `version` has them (`detafs restore`, `detafs checkout`).
+    /// Under a policy, `caller` reaches only versions and paths it may
+    /// see: another is as one that does not exist.
+    fn checkout(
+        &self,
+        version: Option<&str>,
+        paths: &[&str],
+        caller: Option<&Caller>,
+    ) -> Result<()> {
+        let parsed = paths
+            .iter()
+            .map(|p| staging::asked_path(p))
+            .collect::<Result<Vec<_>>>()?;
+        let names: Vec<Vec<Vec<u8>>> = parsed
+            .iter()
+            .map(|p| p.names().map(<[u8]>::to_vec).collect())
+            .collect();
+        let record = match version {
+            Some(spec) => self.repo.version(&self.dataset, spec)?,
+            None => {
+                let base = self.staging.lock()?.base_version()?;
+                self.versions.record(base).ok_or_else(|| {
+                    Error::InvalidInput("staging has no version to restore from".into())
+                })?
+            }
+        };
+        let judge = match caller {
+            Some(c) => self.judge(c)?,
+            None => None,
+        };
+        if let Some(j) = judge {
+            if !j.sees_version(record.version) {
+                return Err(Error::NoVersion {
+                    dataset: self.dataset.clone(),
+                    version: version.unwrap_or("base").to_string(),
+                });
+            }
+            if let Some(hidden) = parsed
+                .iter()
+                .find(|p| !p.is_root() && !j.sees_version_path(record.version, p))
+            {
+                return Err(Error::fs(
+                    FsError::NotFound,
+                    format!("{hidden} is neither staged nor in that version"),
+                ));
+            }
+        }
+        self.staging.checkout(&record.tree, &names)
     }
 
     /// Free space where staged data lives.

@@ -1,25 +1,173 @@
 //! `staging/`: the writable overlay, as the kernel sees it (inode numbers
-//! are staging row ids: `ino.rs`); `crate::staging` does the work.
+//! are staging row ids: `ino.rs`); `crate::staging` does the work. The
+//! staged copies open are this namespace's handles.
 
 use super::stored::{Origin, StoredFile};
-use super::*;
+use super::{
+    Attr, DirEntry, FileKind, Ino, MUTABLE_TTL, Opened, lock, name_str, not_found, staging_kind,
+    try_lock,
+};
+use crate::commit::CommitMeta;
+use crate::error::{Error, FsError, Result};
+use crate::repo::Repo;
+use crate::snapshot::{Mtime, Record};
+use crate::staging::{Kind, SNode, Staging, Writes};
+use crate::store::pack::BlobRef;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// `staging/`'s state.
 pub(super) struct StagingArea {
+    repo: Arc<Repo>,
     /// None on a read-only mount.
-    pub(super) area: Option<Mutex<Staging>>,
+    area: Option<Mutex<Staging>>,
     /// The version staging was last seen built on, for what must answer
-    /// without waiting on staging's lock (`staging_version_now`).
-    pub(super) base: AtomicU64,
+    /// without waiting on staging's lock (`base_now`).
+    base: AtomicU64,
     /// Writes to staged copies, told to a commit without staging's lock.
-    pub(super) writes: Arc<Writes>,
+    writes: Arc<Writes>,
     /// Which staged files the kernel reads and writes itself.
     pub(super) passthrough: super::passthrough::Passthrough,
     /// One commit at a time; others wait their turn.
-    pub(super) commit_turn: Mutex<()>,
+    commit_turn: Mutex<()>,
+    /// Staged copies open, by handle.
+    copies: Mutex<HashMap<u64, Copy>>,
+    /// Staging read on a connection of its own (status), so that reading
+    /// it at length never holds staging's lock.
+    reader: Option<Mutex<Staging>>,
+    /// The status last read, with staging's state then.
+    made: Mutex<Option<((u64, u64), Status)>>,
 }
 
-impl MountFs {
+/// Staged changes against the base version (`Staging::status`).
+pub(super) type Status = Arc<Vec<(char, Vec<u8>)>>;
+
+/// A staged file's own copy, open.
+#[derive(Clone)]
+pub(super) struct Copy {
+    file: Arc<File>,
+    node: u64,
+    writable: bool,
+}
+
+/// What opening a staged file gave: its own copy, or (read-only and
+/// unchanged) the stored file it still is.
+pub(super) enum StagedOpen {
+    Copy(Opened),
+    Stored(StoredFile),
+}
+
+impl StagingArea {
+    pub(super) fn new(repo: Arc<Repo>, staging: Option<Staging>) -> Result<StagingArea> {
+        let reader = staging.as_ref().map(Staging::reader).transpose()?;
+        Ok(StagingArea {
+            repo,
+            writes: staging.as_ref().map(|s| s.writes()).unwrap_or_default(),
+            base: AtomicU64::new(
+                staging
+                    .as_ref()
+                    .map_or(0, |s| s.base_version().unwrap_or(0)),
+            ),
+            area: staging.map(Mutex::new),
+            passthrough: super::passthrough::Passthrough::default(),
+            commit_turn: Mutex::new(()),
+            copies: Mutex::default(),
+            reader: reader.map(Mutex::new),
+            made: Mutex::default(),
+        })
+    }
+
+    /// Whether the mount has a `staging/` (not `--read-only`).
+    pub(super) fn present(&self) -> bool {
+        self.area.is_some()
+    }
+
+    /// Staging itself, locked.
+    pub(super) fn lock(&self) -> Result<MutexGuard<'_, Staging>> {
+        // Staging's database is on disk, and its lock is held across I/O.
+        crate::nowait::check()?;
+        match &self.area {
+            Some(s) => Ok(lock(s)),
+            None => Err(Error::fs(
+                FsError::ReadOnly,
+                "staging/ (mounted --read-only)",
+            )),
+        }
+    }
+
+    /// The version staging is built on, without waiting: read from staging
+    /// when its lock is free, else as last read (a commit may hold the lock
+    /// for a moment; what answers from memory must not wait).
+    pub(super) fn base_now(&self) -> Option<u64> {
+        let st = self.area.as_ref()?;
+        // Read from staging's database: not where nothing may wait.
+        let free = (!crate::nowait::refused()).then(|| try_lock(st)).flatten();
+        if let Some(v) = free.and_then(|s| s.base_version().ok()) {
+            self.base.store(v, Ordering::Relaxed);
+        }
+        Some(self.base.load(Ordering::Relaxed))
+    }
+
+    /// Staged changes against the base version, read without staging's
+    /// lock (on the reader), and made again only when staging changed
+    /// since: a `cat .detafs/status` asks for its size and its content.
+    /// Also the state they were read in, if nothing changed meanwhile.
+    pub(super) fn status(&self) -> Result<(Option<(u64, u64)>, Status)> {
+        crate::nowait::check()?;
+        let Some(reader) = &self.reader else {
+            return Ok((None, Status::default()));
+        };
+        let reader = lock(reader);
+        let before = reader.generation()?;
+        if let Some((made, status)) = &*lock(&self.made)
+            && Some(*made) == before
+        {
+            return Ok((before, status.clone()));
+        }
+        let status = Status::new(reader.status(&self.repo)?);
+        let seen = before.filter(|_| matches!(reader.generation(), Ok(now) if now == before));
+        if let Some(seen) = seen {
+            *lock(&self.made) = Some((seen, status.clone()));
+        }
+        Ok((seen, status))
+    }
+
+    /// Moves a clean staging area along to the newest of `records` (a
+    /// version committed elsewhere): found clean without staging's lock,
+    /// moved under it if nothing changed since. Skipped while staging is
+    /// busy or changing: the next poll tries again.
+    pub(super) fn follow(&self, records: &[Record]) -> Result<()> {
+        let (Some(area), Some(latest)) = (&self.area, records.last()) else {
+            return Ok(());
+        };
+        // Staging's base only moves forward.
+        if self.base.load(Ordering::Relaxed) >= latest.version {
+            return Ok(());
+        }
+        let (Some(seen), status) = self.status()? else {
+            return Ok(());
+        };
+        if !status.is_empty() {
+            return Ok(());
+        }
+        let Some(st) = try_lock(area) else {
+            return Ok(());
+        };
+        // Rows change only under the lock held now: unchanged since read?
+        let reader = self.reader.as_ref().map(lock);
+        if reader.map(|r| r.generation()).transpose()?.flatten() != Some(seen) {
+            return Ok(());
+        }
+        st.fast_forward(&self.repo, records, latest)?;
+        self.base
+            .store(st.base_version().unwrap_or(0), Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Row `id`'s staged copy, made if it has none, with staging's lock
     /// `st` let go while the copy is written (a copy-up of a large file
     /// reads it whole: every other request to staging, `.detafs/status`
@@ -38,7 +186,7 @@ impl MountFs {
             };
             drop(st);
             let written = plan.write(&self.repo);
-            st = self.staging()?;
+            st = self.lock()?;
             if let Err(e) = written {
                 plan.discard();
                 return Err(e);
@@ -50,19 +198,7 @@ impl MountFs {
         }
     }
 
-    pub(super) fn staging(&self) -> Result<MutexGuard<'_, Staging>> {
-        // Staging's database is on disk, and its lock is held across I/O.
-        crate::nowait::check()?;
-        match &self.staging.area {
-            Some(s) => Ok(lock(s)),
-            None => Err(Error::fs(
-                FsError::ReadOnly,
-                "staging/ (mounted --read-only)",
-            )),
-        }
-    }
-
-    pub(super) fn staging_attr(&self, st: &Staging, n: &SNode) -> Result<Attr> {
+    fn attr(&self, st: &Staging, n: &SNode) -> Result<Attr> {
         let seen = st.seen(n);
         // A folder's `..` and each subfolder's link to it count, as POSIX
         // file systems count them.
@@ -90,21 +226,35 @@ impl MountFs {
         })
     }
 
-    /// An open handle of staged file `node`: what is left of a file
-    /// unlinked while open (POSIX: it lives until its last close).
-    pub(super) fn handle_of(&self, node: u64) -> Option<u64> {
-        lock(&self.handles).iter().find_map(|(fh, h)| match h {
-            Handle::Upper { node: n, .. } if *n == node => Some(*fh),
-            _ => None,
-        })
+    /// Handle `fh`'s staged copy, if it is one.
+    pub(super) fn copy(&self, fh: u64) -> Option<Copy> {
+        lock(&self.copies).get(&fh).cloned()
     }
 
-    pub(super) fn orphan_attr(&self, ino: u64, fh: u64) -> Result<Attr> {
-        let file = match lock(&self.handles).get(&fh) {
-            Some(Handle::Upper { file, .. }) => file.clone(),
-            _ => return Err(Error::fs(FsError::NotFound, format!("inode {ino}"))),
-        };
-        let m = file.metadata().map_err(|e| Error::io("staged file", e))?;
+    /// An open copy of staged file `node`: what is left of a file unlinked
+    /// while open (POSIX: it lives until its last close).
+    fn open_copy_of(&self, node: u64) -> Option<Copy> {
+        lock(&self.copies)
+            .values()
+            .find(|c| c.node == node)
+            .cloned()
+    }
+
+    /// Staged files open for writing: a commit keeps them staged.
+    fn open_writers(&self) -> HashSet<u64> {
+        lock(&self.copies)
+            .values()
+            .filter(|c| c.writable)
+            .map(|c| c.node)
+            .collect()
+    }
+
+    /// A staged file unlinked while open, through its open copy.
+    fn orphan_attr(ino: u64, copy: &Copy) -> Result<Attr> {
+        let m = copy
+            .file
+            .metadata()
+            .map_err(|e| Error::io("staged file", e))?;
         use std::os::unix::fs::MetadataExt;
         Ok(Attr {
             ino,
@@ -122,264 +272,47 @@ impl MountFs {
         })
     }
 
-    pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
-        let (file, node) = match lock(&self.handles).get(&fh) {
-            Some(Handle::Upper {
-                file,
-                node,
-                writable: true,
-            }) => (file.clone(), *node),
-            Some(Handle::Stored(_)) => return Err(read_only()),
-            _ => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
-        };
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&*file);
-        let _writing = self.staging.writes.begin(node, offset);
-        // SAFETY: fd is open for the duration of the call.
-        if unsafe { libc::fallocate(fd, mode, offset as i64, length as i64) } != 0 {
-            return Err(Error::io("staged file", std::io::Error::last_os_error()));
-        }
-        Ok(())
-    }
-
-    /// An acknowledged fsync of a staged file survives a crash: its data,
-    /// its name in staging's folder and its row.
-    pub fn fsync(&self, fh: u64) -> Result<()> {
-        let file = match lock(&self.handles).get(&fh) {
-            Some(Handle::Upper { file, .. }) => file.clone(),
-            _ => return Ok(()),
-        };
-        file.sync_all().map_err(|e| Error::io("staged file", e))?;
-        self.staging()?.sync()
-    }
-
-    /// Staging inodes open for writing: a commit keeps them staged.
-    pub(super) fn open_writers(&self) -> HashSet<u64> {
-        lock(&self.handles)
-            .values()
-            .filter_map(|h| match h {
-                Handle::Upper {
-                    node,
-                    writable: true,
-                    ..
-                } => Some(*node),
-                _ => None,
-            })
-            .collect()
-    }
-
-    pub(super) fn staging_parent(&self, parent: u64) -> Result<u64> {
-        match Ino::of(parent) {
-            Ino::Staged(id) => Ok(id),
-            _ => Err(read_only()),
-        }
-    }
-
-    /// Creates a staged entry: `target` is a symlink's, `rdev` a device's.
-    #[allow(clippy::too_many_arguments)]
-    pub fn make(
-        &self,
-        parent: u64,
-        name: &[u8],
-        kind: FileKind,
-        mode: u32,
-        uid: u32,
-        gid: u32,
-        target: &[u8],
-        rdev: u64,
-    ) -> Result<Attr> {
-        let parent = self.staging_parent(parent)?;
-        let st = self.staging()?;
-        let kind = match kind {
-            FileKind::File => Kind::File,
-            FileKind::Dir => Kind::Dir,
-            FileKind::Symlink => Kind::Symlink,
-            FileKind::Special(s) => Kind::Special(s),
-        };
-        let n = st.create(&self.repo, parent, name, kind, mode, uid, gid, target, rdev)?;
-        self.staging_attr(&st, &n)
-    }
-
-    pub fn create(
-        &self,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        flags: i32,
-        uid: u32,
-        gid: u32,
-    ) -> Result<(Attr, Opened)> {
-        let attr = self.make(parent, name, FileKind::File, mode, uid, gid, b"", 0)?;
-        let opened = self.open(
-            attr.ino,
-            flags & !libc::O_TRUNC,
-            &Caller { uid, gid, pid: 0 },
-        )?;
-        Ok((attr, opened))
-    }
-
-    /// A further name for staged file `ino`.
-    pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
-        let parent = self.staging_parent(parent)?;
-        let Ino::Staged(id) = Ino::of(ino) else {
-            return Err(Error::fs(
-                FsError::NotPermitted,
-                "a link across file systems",
-            ));
-        };
-        let st = self.staging()?;
-        let n = st.link(&self.repo, id, parent, name)?;
-        self.staging_attr(&st, &n)
-    }
-
-    pub fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<()> {
-        let parent = self.staging_parent(parent)?;
-        self.staging()?.remove(&self.repo, parent, name, dir)
-    }
-
-    pub fn rename(
-        &self,
-        parent: u64,
-        name: &[u8],
-        new_parent: u64,
-        new_name: &[u8],
-        no_replace: bool,
-    ) -> Result<()> {
-        let (p, np) = (
-            self.staging_parent(parent)?,
-            self.staging_parent(new_parent)?,
-        );
-        self.staging()?
-            .rename(&self.repo, p, name, np, new_name, no_replace)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn setattr(
-        &self,
-        ino: u64,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        (atime, mtime): (Option<Mtime>, Option<Mtime>),
-        fh: Option<u64>,
-    ) -> Result<Attr> {
-        let id = match Ino::of(ino) {
-            // `echo > commit` truncates first
-            Ino::ControlFile(_) => return control::attr(self, ino),
-            Ino::Staged(id) => id,
-            _ => return Err(read_only()),
-        };
-        let mut st = self.staging()?;
-        if st.get(id)?.is_none()
-            && let Some(fh) = fh.or_else(|| self.handle_of(id))
-        {
-            // Unlinked while open: only the open file is left to change
-            // (`fchmod` and `ftruncate` come with no handle, or another's).
-            drop(st);
-            if let Some(Handle::Upper { file, .. }) = lock(&self.handles).get(&fh) {
-                if let Some(size) = size {
-                    let _writing = self.staging.writes.begin(id, 0);
-                    file.set_len(size)
-                        .map_err(|e| Error::io("staged file", e))?;
-                }
-                if let Some(mode) = mode {
-                    use std::os::unix::fs::PermissionsExt;
-                    file.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
-                        .map_err(|e| Error::io("staged file", e))?;
-                }
-            }
-            return self.orphan_attr(ino, fh);
-        }
-        if let Some(size) = size {
-            let open = fh.and_then(|fh| match lock(&self.handles).get(&fh) {
-                Some(Handle::Upper { file, .. }) => Some(file.clone()),
-                _ => None,
-            });
-            let file = match open {
-                Some(f) => f,
-                None => {
-                    let (held, path) = self.copied_up(st, id, size > 0)?;
-                    st = held;
-                    let f = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(&path)
-                        .map_err(|e| Error::io(path.display(), e))?;
-                    Arc::new(f)
-                }
-            };
-            let _writing = self.staging.writes.begin(id, 0);
-            file.set_len(size)
-                .map_err(|e| Error::io("staged file", e))?;
-        }
-        st.set_attr(id, mode, (uid, gid), atime, mtime)?;
-        let n = st.node(id)?;
-        self.staging_attr(&st, &n)
-    }
-
-    pub(super) fn commit_staging(&self, message: &str, uid: u32) -> Result<Record> {
-        let author = user_name(uid);
-        let meta = CommitMeta {
-            dataset: &self.dataset,
-            message: message.trim(),
-            author: &author,
-        };
-        let _turn = lock(&self.staging.commit_turn);
-        let progress = Arc::new(crate::progress::Counters::default());
-        let _told = control::UnderWay::begin(self, &meta, progress.clone());
-        // The commit hashes and compresses on a thread of its own at a lower
-        // priority, so the threads answering readers get the cores first.
-        let record = std::thread::scope(|s| {
-            std::thread::Builder::new()
-                .name("commit".into())
-                // Building trees recurses once per directory level (up to
-                // limits::MAX_DEPTH); a default 2 MiB stack is not enough.
-                .stack_size(64 << 20)
-                .spawn_scoped(s, || {
-                    lower_priority();
-                    // Files open for writing are listed under the staging lock:
-                    // an open adds its handle before it lets the lock go, so none
-                    // is missed (its staged copy would be deleted under the writer).
-                    crate::commit::staged::commit_staging(
-                        &self.repo,
-                        &meta,
-                        || self.staging(),
-                        || self.open_writers(),
-                        &*progress,
-                    )
-                })
-                .map_err(|e| Error::io("starting the commit's thread", e))?
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        })?;
-        self.poll()?;
-        Ok(record)
-    }
-
-    pub(super) fn staging_lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
-        let st = self.staging()?;
+    pub(super) fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        let st = self.lock()?;
         let n = st
             .lookup(&self.repo, parent, name)?
             .ok_or_else(|| not_found(name))?;
-        self.staging_attr(&st, &n)
+        self.attr(&st, &n)
     }
 
-    pub(super) fn staging_getattr(&self, id: u64) -> Result<Attr> {
-        let st = self.staging()?;
+    pub(super) fn getattr(&self, id: u64) -> Result<Attr> {
+        let st = self.lock()?;
         let n = st.node(id)?;
-        self.staging_attr(&st, &n)
+        self.attr(&st, &n)
     }
 
-    pub(super) fn staging_readdir(&self, id: u64) -> Result<Vec<DirEntry>> {
-        Ok(self
-            .staging_readdir_plus(id)?
-            .into_iter()
-            .map(|(e, _)| e)
-            .collect())
+    /// Like `getattr`, but a staged file unlinked while open still answers
+    /// through an open handle, `fh` or another.
+    pub(super) fn getattr_open(&self, id: u64, fh: Option<u64>) -> Result<Attr> {
+        match self.getattr(id) {
+            Err(
+                e @ Error::Fs {
+                    kind: FsError::NotFound,
+                    ..
+                },
+            ) => match fh
+                .and_then(|fh| self.copy(fh))
+                .or_else(|| self.open_copy_of(id))
+            {
+                Some(c) => Self::orphan_attr(Ino::staged(id), &c),
+                None => Err(e),
+            },
+            other => other,
+        }
+    }
+
+    pub(super) fn readlink(&self, id: u64) -> Result<Vec<u8>> {
+        Ok(self.lock()?.node(id)?.target)
     }
 
     /// A staging folder's entries and attributes, under one hold of the lock.
-    pub(super) fn staging_readdir_plus(&self, id: u64) -> Result<Vec<(DirEntry, Attr)>> {
-        let st = self.staging()?;
+    pub(super) fn readdir_plus(&self, id: u64) -> Result<Vec<(DirEntry, Attr)>> {
+        let st = self.lock()?;
         let children = st.children(&self.repo, id)?;
         // Subfolders not listed yet are counted in their trees: read
         // together, not one by one (best effort: a failure shows below).
@@ -388,7 +321,7 @@ impl MountFs {
         children
             .into_iter()
             .map(|n| {
-                let attr = self.staging_attr(&st, &n)?;
+                let attr = self.attr(&st, &n)?;
                 let entry = DirEntry {
                     ino: Ino::staged(n.id),
                     kind: staging_kind(n.kind),
@@ -399,8 +332,116 @@ impl MountFs {
             .collect()
     }
 
-    pub(super) fn open_staged(&self, id: u64, flags: i32, writing: bool) -> Result<Opened> {
-        let st = self.staging()?;
+    /// Creates a staged entry in folder `parent` (a row id): `target` is a
+    /// symlink's, `rdev` a device's.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn make(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        mode: u32,
+        (uid, gid): (u32, u32),
+        target: &[u8],
+        rdev: u64,
+    ) -> Result<Attr> {
+        let st = self.lock()?;
+        let kind = match kind {
+            FileKind::File => Kind::File,
+            FileKind::Dir => Kind::Dir,
+            FileKind::Symlink => Kind::Symlink,
+            FileKind::Special(s) => Kind::Special(s),
+        };
+        let n = st.create(&self.repo, parent, name, kind, mode, uid, gid, target, rdev)?;
+        self.attr(&st, &n)
+    }
+
+    /// A further name in folder `parent` for staged file `id`.
+    pub(super) fn link(&self, id: u64, parent: u64, name: &[u8]) -> Result<Attr> {
+        let st = self.lock()?;
+        let n = st.link(&self.repo, id, parent, name)?;
+        self.attr(&st, &n)
+    }
+
+    pub(super) fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<()> {
+        self.lock()?.remove(&self.repo, parent, name, dir)
+    }
+
+    pub(super) fn rename(
+        &self,
+        (parent, name): (u64, &[u8]),
+        (new_parent, new_name): (u64, &[u8]),
+        no_replace: bool,
+    ) -> Result<()> {
+        self.lock()?
+            .rename(&self.repo, parent, name, new_parent, new_name, no_replace)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn setattr(
+        &self,
+        id: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        (atime, mtime): (Option<Mtime>, Option<Mtime>),
+        fh: Option<u64>,
+    ) -> Result<Attr> {
+        let mut st = self.lock()?;
+        let open = fh.and_then(|fh| self.copy(fh));
+        if st.get(id)?.is_none()
+            && let Some(copy) = open.clone().or_else(|| self.open_copy_of(id))
+        {
+            // Unlinked while open: only the open file is left to change
+            // (`fchmod` and `ftruncate` come with no handle, or another's).
+            drop(st);
+            if let Some(size) = size {
+                let _writing = self.writes.begin(id, 0);
+                copy.file
+                    .set_len(size)
+                    .map_err(|e| Error::io("staged file", e))?;
+            }
+            if let Some(mode) = mode {
+                use std::os::unix::fs::PermissionsExt;
+                copy.file
+                    .set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
+                    .map_err(|e| Error::io("staged file", e))?;
+            }
+            return Self::orphan_attr(Ino::staged(id), &copy);
+        }
+        if let Some(size) = size {
+            let file = match open {
+                Some(c) => c.file,
+                None => {
+                    let (held, path) = self.copied_up(st, id, size > 0)?;
+                    st = held;
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&path)
+                        .map_err(|e| Error::io(path.display(), e))?;
+                    Arc::new(f)
+                }
+            };
+            let _writing = self.writes.begin(id, 0);
+            file.set_len(size)
+                .map_err(|e| Error::io("staged file", e))?;
+        }
+        st.set_attr(id, mode, (uid, gid), atime, mtime)?;
+        let n = st.node(id)?;
+        self.attr(&st, &n)
+    }
+
+    /// Opens staged file `id` as handle `fh`.
+    pub(super) fn open(
+        &self,
+        id: u64,
+        flags: i32,
+        writing: bool,
+        fh: u64,
+        read_ahead: u64,
+    ) -> Result<StagedOpen> {
+        let st = self.lock()?;
         let n = st.node(id)?;
         if n.kind == Kind::Dir {
             return Err(Error::fs(FsError::IsDir, name_str(&n.name)));
@@ -416,23 +457,16 @@ impl MountFs {
                 n.chunks.unwrap_or_default(),
                 None,
                 Origin::Said(path),
-                self.versions.read_ahead.bytes,
+                read_ahead,
             );
-            let through = self.staging.passthrough.choose(id, false);
-            let fh = self.add_handle(Handle::Stored(Arc::new(file)));
-            self.staging.passthrough.bind(fh, id, through, None);
-            return Ok(Opened {
-                fh,
-                keep_cache: false,
-                direct_io: false,
-                flush: false,
-                backing: None,
-            });
+            let through = self.passthrough.choose(id, false);
+            self.passthrough.bind(fh, id, through, None);
+            return Ok(StagedOpen::Stored(file));
         }
         // Held until the handle is added: a commit lists open writers
         // under the lock, so none is missed.
         let (_held, path) = self.copied_up(st, id, !truncate)?;
-        let _writing = (truncate && writing).then(|| self.staging.writes.begin(id, 0));
+        let _writing = (truncate && writing).then(|| self.writes.begin(id, 0));
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(writing)
@@ -440,122 +474,125 @@ impl MountFs {
             .open(&path)
             .map_err(|e| Error::io(path.display(), e))?;
         let file = Arc::new(file);
-        let through = self.staging.passthrough.choose(id, true);
-        let fh = self.add_handle(Handle::Upper {
+        let through = self.passthrough.choose(id, true);
+        let copy = Copy {
             file: file.clone(),
             node: id,
             writable: writing,
-        });
+        };
+        lock(&self.copies).insert(fh, copy);
         // Told before the kernel can write: a commit must know the copy
         // may change under it.
-        let direct = (through && writing).then(|| self.staging.writes.direct(id));
-        self.staging.passthrough.bind(fh, id, through, direct);
-        Ok(Opened {
+        let direct = (through && writing).then(|| self.writes.direct(id));
+        self.passthrough.bind(fh, id, through, direct);
+        Ok(StagedOpen::Copy(Opened {
             fh,
             keep_cache: false,
             direct_io: false,
             flush: false,
             backing: through.then_some(file),
+        }))
+    }
+
+    /// Handle `fh` closed (whatever it was: a staged file read unchanged is
+    /// counted by passthrough too).
+    pub(super) fn release(&self, fh: u64) {
+        lock(&self.copies).remove(&fh);
+        self.passthrough.release(fh);
+    }
+
+    pub(super) fn read(&self, c: &Copy, offset: u64, size: u32) -> Result<Vec<u8>> {
+        read_staged(&c.file, offset, size)
+    }
+
+    pub(super) fn write(&self, c: &Copy, offset: u64, data: &[u8]) -> Result<usize> {
+        if !c.writable {
+            return Err(Error::fs(FsError::Invalid, "file not open for writing"));
+        }
+        let _writing = self.writes.begin(c.node, offset);
+        c.file
+            .write_all_at(data, offset)
+            .map_err(|e| Error::io("staged file", e))?;
+        Ok(data.len())
+    }
+
+    pub(super) fn fallocate(&self, c: &Copy, offset: u64, length: u64, mode: i32) -> Result<()> {
+        if !c.writable {
+            return Err(Error::fs(FsError::Invalid, "file not open for writing"));
+        }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&*c.file);
+        let _writing = self.writes.begin(c.node, offset);
+        // SAFETY: fd is open for the duration of the call.
+        if unsafe { libc::fallocate(fd, mode, offset as i64, length as i64) } != 0 {
+            return Err(Error::io("staged file", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// An acknowledged fsync of a staged file survives a crash: its data,
+    /// its name in staging's folder and its row.
+    pub(super) fn fsync(&self, c: &Copy) -> Result<()> {
+        c.file.sync_all().map_err(|e| Error::io("staged file", e))?;
+        let st = self.lock()?;
+        crate::hold::hold("staging-sync");
+        st.sync()
+    }
+
+    /// What handle `fh` reads, for error messages, if it is a staged copy.
+    pub(super) fn describe(&self, fh: u64) -> Option<String> {
+        self.copy(fh)
+            .map(|c| format!("staged file (node {})", c.node))
+    }
+
+    /// Commits what staging holds, one commit at a time; `told` runs once
+    /// it is this commit's turn and what it returns lives until the commit
+    /// ends (`.detafs/progress`).
+    pub(super) fn commit<T>(
+        &self,
+        meta: &CommitMeta,
+        told: impl FnOnce(Arc<crate::progress::Counters>) -> T,
+    ) -> Result<Record> {
+        let _turn = lock(&self.commit_turn);
+        let progress = Arc::new(crate::progress::Counters::default());
+        let _told = told(progress.clone());
+        // The commit hashes and compresses on a thread of its own at a lower
+        // priority, so the threads answering readers get the cores first.
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("commit".into())
+                // Building trees recurses once per directory level (up to
+                // limits::MAX_DEPTH); a default 2 MiB stack is not enough.
+                .stack_size(64 << 20)
+                .spawn_scoped(s, || {
+                    lower_priority();
+                    // Files open for writing are listed under the staging lock:
+                    // an open adds its handle before it lets the lock go, so none
+                    // is missed (its staged copy would be deleted under the writer).
+                    crate::commit::staged::commit_staging(
+                        &self.repo,
+                        meta,
+                        || self.lock(),
+                        || self.open_writers(),
+                        &*progress,
+                    )
+                })
+                .map_err(|e| Error::io("starting the commit's thread", e))?
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         })
     }
 
-    /// Puts staged `paths` back as the base version (`version` None) or
-    /// version `version` has them (`detafs restore`, `detafs checkout`).
-    /// Under a policy, `caller` reaches only versions and paths it may
-    /// see: another is as one that does not exist.
-    pub(super) fn checkout(
-        &self,
-        version: Option<&str>,
-        paths: &[&str],
-        caller: Option<&Caller>,
-    ) -> Result<()> {
-        let parsed = paths
-            .iter()
-            .map(|p| staging::asked_path(p))
-            .collect::<Result<Vec<_>>>()?;
-        let names: Vec<Vec<Vec<u8>>> = parsed
-            .iter()
-            .map(|p| p.names().map(<[u8]>::to_vec).collect())
-            .collect();
-        let record = match version {
-            Some(spec) => self.repo.version(&self.dataset, spec)?,
-            None => {
-                let base = self.staging()?.base_version()?;
-                self.record(base).ok_or_else(|| {
-                    Error::InvalidInput("staging has no version to restore from".into())
-                })?
-            }
-        };
-        let judge = match caller {
-            Some(c) => self.judge(c)?,
-            None => None,
-        };
-        if let Some(j) = judge {
-            if !j.sees_version(record.version) {
-                return Err(Error::NoVersion {
-                    dataset: self.dataset.clone(),
-                    version: version.unwrap_or("base").to_string(),
-                });
-            }
-            if let Some(hidden) = parsed
-                .iter()
-                .find(|p| !p.is_root() && !j.sees_version_path(record.version, p))
-            {
-                return Err(Error::fs(
-                    FsError::NotFound,
-                    format!("{hidden} is neither staged nor in that version"),
-                ));
-            }
-        }
-        self.staging()?.checkout(&self.repo, &record.tree, &names)
+    /// Puts the staged paths `names` back as tree `source` has them.
+    pub(super) fn checkout(&self, source: &BlobRef, names: &[Vec<Vec<u8>>]) -> Result<()> {
+        self.lock()?.checkout(&self.repo, source, names)
     }
 
-    /// A write to `.detafs/commit`: its message committed; the handle then
-    /// reads the new version's log entry (empty if the commit failed).
-    fn commit_write(
-        &self,
-        outcome: Arc<Mutex<Option<Vec<u8>>>>,
-        data: &[u8],
-        uid: u32,
-    ) -> Result<usize> {
-        let res = control::commit(self, data, uid);
-        *lock(&outcome) = Some(match &res {
-            Ok(record) => control::log_line(record),
-            Err(_) => Vec::new(),
-        });
-        res.map(|_| data.len())
-    }
-
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8], uid: u32) -> Result<usize> {
-        enum Target {
-            Upper(Arc<File>, u64),
-            Commit(Arc<Mutex<Option<Vec<u8>>>>),
-            Order(Arc<Mutex<Vec<u8>>>),
+    /// How staged files' reads and writes are done (health).
+    pub(super) fn io(&self) -> &'static str {
+        match self.passthrough.enabled() {
+            true => "passthrough",
+            false => "daemon",
         }
-        // The handles' lock is let go before the write (or the commit) runs:
-        // those take staging's lock, under which the handles' is taken.
-        let target = match lock(&self.handles).get(&fh) {
-            Some(Handle::Upper {
-                file,
-                node,
-                writable: true,
-            }) => Target::Upper(file.clone(), *node),
-            Some(Handle::Commit(c)) => Target::Commit(c.clone()),
-            Some(Handle::Order(_, text, _)) => Target::Order(text.clone()),
-            Some(_) => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
-            // A file the kernel opened without asking: this mount is read-only.
-            None if self.opens_skipped() => return Err(read_only()),
-            None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
-        };
-        let (file, node) = match target {
-            Target::Upper(file, node) => (file, node),
-            Target::Commit(c) => return self.commit_write(c, data, uid),
-            Target::Order(text) => return control::write_order(&text, data),
-        };
-        let _writing = self.staging.writes.begin(node, offset);
-        file.write_all_at(data, offset)
-            .map_err(|e| Error::io("staged file", e))?;
-        Ok(data.len())
     }
 }
 

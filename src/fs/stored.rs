@@ -2,7 +2,6 @@
 //! staging not written yet): chunk offsets, runs fetched with one range
 //! read, and the read path through the chunk cache.
 
-use super::MountFs;
 use crate::error::Result;
 use crate::snapshot::{Node, Tree};
 use crate::store::pack::{self, BlobRef};
@@ -90,7 +89,7 @@ impl StoredFile {
     }
 }
 
-impl MountFs {
+impl super::versions::Versions {
     /// Bytes `[offset, offset+size)` of a stored file, every chunk verified.
     /// While one run of chunks is read, the next one is fetched ahead.
     pub(super) fn read_stored(&self, f: &StoredFile, offset: u64, size: u64) -> Result<Vec<u8>> {
@@ -108,16 +107,14 @@ impl MountFs {
                         .iter()
                         .position(|r| r.id == f.chunks[i].id)
                         .expect("run holds the chunk");
-                    self.versions.chunks.get(run, at)?
+                    self.chunks.get(run, at)?
                 }
                 None => {
                     let r = f.run_starts.partition_point(|&s| s <= i) - 1;
-                    for ahead in
-                        r + 1..(r + 1 + self.versions.read_ahead.runs).min(f.run_starts.len())
-                    {
-                        self.versions.chunks.prefetch(f.run(ahead).to_vec());
+                    for ahead in r + 1..(r + 1 + self.read_ahead.runs).min(f.run_starts.len()) {
+                        self.chunks.prefetch(f.run(ahead).to_vec());
                     }
-                    self.versions.chunks.get(f.run(r), i - f.run_starts[r])?
+                    self.chunks.get(f.run(r), i - f.run_starts[r])?
                 }
             };
             let from = offset.max(f.starts[i]) - f.starts[i];

@@ -1,7 +1,12 @@
 //! `versions/TAG`: a symlink to `vN` for each tag of the dataset. Tags never
 //! move or go, so each keeps the inode it got when first seen.
 
-use super::*;
+use super::{
+    Attr, DirEntry, FIRST_VERSION_INO, FileKind, IMMUTABLE_TTL, Ino, not_found, version_name,
+};
+use crate::error::Result;
+use crate::snapshot::Mtime;
+use std::collections::HashMap;
 
 use super::ino::FIRST_TAG_INO;
 
@@ -44,17 +49,13 @@ pub(super) fn versions_offset(e: &DirEntry) -> u64 {
     }
 }
 
-impl MountFs {
+impl super::versions::Versions {
     /// Reads tags made elsewhere (one listing of the store; bodies once).
     /// Returns the versions that gained a tag.
     pub(super) fn refresh_tags(&self) -> Result<Vec<u64>> {
         let tags = self.repo.tags(&self.dataset)?;
         let mut tagged = Vec::new();
-        let mut table = self
-            .versions
-            .tags
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut table = self.tags.write().unwrap_or_else(|p| p.into_inner());
         for t in tags {
             if table.by_name.contains_key(&t.tag) {
                 continue;
@@ -85,13 +86,13 @@ impl MountFs {
         let Ino::Tag(index) = Ino::of(ino) else {
             return None;
         };
-        let table = self.versions.tags.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
         table.tags.get(index).cloned()
     }
 
     /// The symlink `versions/TAG`, if there is such a tag.
     pub(super) fn lookup_tag(&self, name: &[u8]) -> Option<Attr> {
-        let table = self.versions.tags.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
         let index = *table.by_name.get(std::str::from_utf8(name).ok()?)?;
         drop(table);
         self.tag_attr(Ino::tag(index)).ok()
@@ -105,8 +106,8 @@ impl MountFs {
             size: format!("v{version}").len() as u64,
             perm: 0o777,
             nlink: 1,
-            uid: self.opts.uid,
-            gid: self.opts.gid,
+            uid: self.owner.0,
+            gid: self.owner.1,
             mtime,
             atime: mtime,
             ctime: mtime,
@@ -122,7 +123,7 @@ impl MountFs {
 
     /// `versions/`' entries for tags, in the order seen.
     pub(super) fn list_tags(&self) -> Vec<DirEntry> {
-        let table = self.versions.tags.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
         table
             .tags
             .iter()

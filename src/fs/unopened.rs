@@ -72,7 +72,7 @@ impl MountFs {
 
     /// A mount without staging: nothing of it is written.
     pub fn read_only(&self) -> bool {
-        self.staging.area.is_none()
+        !self.staging.present()
     }
 
     /// Whether the kernel opens files without asking (`skip_opens`).
@@ -95,7 +95,7 @@ impl MountFs {
             return Err(shut_out());
         }
         let file = self.unopened_file(ino)?;
-        self.read_stored(&file, offset, u64::from(size))
+        self.versions.read_stored(&file, offset, u64::from(size))
     }
 
     /// The listing of a directory the kernel reads without opening it, for
@@ -113,7 +113,7 @@ impl MountFs {
         }
         if ino >= FIRST_VERSION_INO
             && !self.listing_kept(ino)
-            && self.version_dir_entries(ino)?.entries.len() > PART
+            && self.versions.version_dir_entries(ino)?.entries.len() > PART
         {
             // Positions 0 and 1 are `.` and `..`, then the folder's entries.
             let from = offset.saturating_sub(2) as usize;
@@ -130,7 +130,10 @@ impl MountFs {
                 }
             }
             // Any offset may come: `seekdir` to one never handed out.
-            for e in self.list_version_dir_part(ino, from..from.saturating_add(PART))? {
+            for e in self
+                .versions
+                .list_version_dir_part(ino, from..from.saturating_add(PART))?
+            {
                 let a = self.getattr(e.ino)?;
                 part.push((e, a));
             }
@@ -143,7 +146,7 @@ impl MountFs {
     pub fn describe_unopened(&self, ino: u64) -> String {
         match control::is_control(ino) {
             true => format!(".detafs/ file (inode {ino})"),
-            false => format!("versions/{}", self.version_path(ino)),
+            false => format!("versions/{}", self.versions.version_path(ino)),
         }
     }
 
@@ -152,7 +155,7 @@ impl MountFs {
             return Ok(f.clone());
         }
         // Made outside the lock: finding the file may read trees.
-        let file = Arc::new(self.version_file(ino)?);
+        let file = Arc::new(self.versions.version_file(ino)?);
         lock(&self.versions.unopened).put(ino, file.clone());
         Ok(file)
     }

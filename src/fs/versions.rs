@@ -1,11 +1,28 @@
 //! `versions/`: one read-only directory per version, served from trees.
 
+use super::inodes::VersionInodes;
+use super::listings::Listings;
 use super::stored::{Origin, StoredFile};
-use super::*;
+use super::{
+    Attr, DirEntry, FileKind, LATEST, PREFETCH_TREES, ReadAhead, VERSIONS, name_str, node_kind,
+    not_found, tags, version_name,
+};
+use crate::error::{Error, FsError, Result};
+use crate::read::chunks::ChunkCache;
+use crate::repo::Repo;
+use crate::snapshot::diff::TreeSource;
+use crate::snapshot::{Mtime, Node, Record, Tree};
+use crate::store::pack::BlobRef;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, RwLock};
 
 /// `versions/`'s state: the versions and tags known, their inodes, the
 /// files the kernel reads without opening, and the chunks read.
 pub(super) struct Versions {
+    pub(super) repo: Arc<Repo>,
+    pub(super) dataset: String,
+    /// Who owns what versions/ holds (the mount's user and group).
+    pub(super) owner: (u32, u32),
     pub(super) records: RwLock<Vec<Record>>,
     pub(super) tags: RwLock<tags::TagTable>,
     pub(super) inodes: Mutex<VersionInodes>,
@@ -16,9 +33,61 @@ pub(super) struct Versions {
     /// Whether `versions/` has a connection of its own where the kernel
     /// opens files without asking (`skip_version_opens`).
     pub(super) apart: AtomicBool,
+    /// Listings kept of version folders and of `versions/` (`listings.rs`).
+    pub(super) listings: Mutex<Listings>,
 }
 
-impl MountFs {
+impl Versions {
+    /// The versions known.
+    pub(super) fn records(&self) -> Vec<Record> {
+        self.records
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The newest version known.
+    pub(super) fn latest(&self) -> Option<u64> {
+        self.records
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .last()
+            .map(|r| r.version)
+    }
+
+    pub(super) fn record(&self, version: u64) -> Option<Record> {
+        self.records
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|r| r.version == version)
+            .cloned()
+    }
+
+    /// When version `version` was committed: the time of `versions/vN`.
+    pub(super) fn commit_time(&self, version: u64) -> Mtime {
+        self.record(version).map_or(Mtime(0, 0), |r| r.mtime())
+    }
+
+    /// `versions/latest`, a symlink to the newest version, from `mtime`.
+    pub(super) fn latest_attr(&self, mtime: Mtime) -> Result<Attr> {
+        let target = format!("v{}", self.latest().ok_or_else(|| not_found(b"latest"))?);
+        Ok(Attr {
+            ino: LATEST,
+            kind: FileKind::Symlink,
+            size: target.len() as u64,
+            perm: 0o777,
+            nlink: 1,
+            uid: self.owner.0,
+            gid: self.owner.1,
+            mtime,
+            atime: mtime,
+            ctime: mtime,
+            rdev: 0,
+            ttl: std::time::Duration::ZERO,
+        })
+    }
+
     /// A tree of version `version` (the folder `ino`, or the one holding
     /// it): a tree that cannot be read is logged with the version and path
     /// it breaks.
@@ -53,10 +122,10 @@ impl MountFs {
         self.version_attr(ino)
     }
 
-    /// `versions/NAME`: `latest`, `vN` or a tag.
-    pub(super) fn lookup_version(&self, name: &[u8]) -> Result<Attr> {
+    /// `versions/NAME`: `latest` (its time `latest_time`), `vN` or a tag.
+    pub(super) fn lookup_version(&self, name: &[u8], latest_time: Mtime) -> Result<Attr> {
         if name == b"latest" && self.latest().is_some() {
-            return self.getattr(LATEST);
+            return self.latest_attr(latest_time);
         }
         if let Some(attr) = self.lookup_tag(name) {
             return Ok(attr);
@@ -93,7 +162,6 @@ impl MountFs {
     /// later do not disturb.
     pub(super) fn list_versions(&self) -> Result<Vec<DirEntry>> {
         let records = self
-            .versions
             .records
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -153,18 +221,6 @@ impl MountFs {
         self.version_tree(version, ino, &tree)
     }
 
-    pub(super) fn open_version_file(&self, ino: u64) -> Result<Opened> {
-        let file = self.version_file(ino)?;
-        let fh = self.add_handle(Handle::Stored(Arc::new(file)));
-        Ok(Opened {
-            fh,
-            keep_cache: true,
-            direct_io: false,
-            flush: false,
-            backing: None,
-        })
-    }
-
     /// A version's file, ready to read.
     pub(super) fn version_file(&self, ino: u64) -> Result<StoredFile> {
         let entry = self.version_entry(ino)?;
@@ -179,7 +235,7 @@ impl MountFs {
                     chunks,
                     siblings.as_deref(),
                     Origin::Version(ino),
-                    self.versions.read_ahead.bytes,
+                    self.read_ahead.bytes,
                 ))
             }
             _ => Err(Error::fs(FsError::IsDir, format!("inode {ino}"))),

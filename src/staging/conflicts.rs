@@ -46,7 +46,7 @@ impl Staging {
         for (path, theirs, mark) in noted {
             if self.mark(repo, &path)? == mark {
                 open.push((path, theirs));
-            } else {
+            } else if self.owns() {
                 self.db
                     .execute("DELETE FROM conflicts WHERE path = ?1", [&path])?;
             }

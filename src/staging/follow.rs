@@ -133,19 +133,18 @@ impl Staging {
         Ok(self.rows_under(id)?.is_empty())
     }
 
-    /// Follows a version committed elsewhere when staging has no changes of
-    /// its own. Not while a commit of ours runs: it moves staging when it ends.
-    pub fn fast_forward(&self, repo: &Repo, latest: &Record) -> Result<bool> {
+    /// Follows `latest`, a version committed elsewhere, for a staging area
+    /// with no changes of its own (the caller found none, maybe through a
+    /// `reader`); `records` are the dataset's versions (the base among them).
+    /// Not while a commit of ours runs: it moves staging when it ends.
+    pub fn fast_forward(&self, repo: &Repo, records: &[Record], latest: &Record) -> Result<bool> {
         let base_version = self.base_version()?;
-        if self.committing() || latest.version <= base_version || !self.status(repo)?.is_empty() {
+        if self.committing() || latest.version <= base_version {
             return Ok(false);
         }
-        let base = repo
-            .sync(&self.dataset)?
-            .into_iter()
-            .find(|r| r.version == base_version);
+        let base = records.iter().find(|r| r.version == base_version);
         let tx = self.db.unchecked_transaction()?;
-        self.apply(repo, ROOT, base.as_ref().map(|b| &b.tree), &latest.tree, 0)?;
+        self.apply(repo, ROOT, base.map(|b| &b.tree), &latest.tree, 0)?;
         self.set_base(latest.version)?;
         tx.commit()?;
         Ok(true)

@@ -76,7 +76,8 @@ pub struct Staging {
     /// Its store's versions hold atimes (format 2): else the atime is the
     /// mtime here too, so that status shows what a commit would store.
     keeps_atime: bool,
-    _lock: File,
+    /// The owner's lock; None on a reader (`reader`), which never writes.
+    lock: Option<File>,
 }
 
 impl Staging {
@@ -99,9 +100,8 @@ impl Staging {
             return Err(Error::StagingBusy(dataset.to_string()));
         }
         let db = Connection::open(dir.join("staging.sqlite"))?;
-        // Only the holder of the flock above ever opens this database:
-        // skip SQLite's per-transaction file locking.
-        db.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
+        // Only the holder of the flock above writes this database; its
+        // readers (`reader`) read alongside, as WAL lets them.
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "NORMAL")?;
         db.execute_batch(SCHEMA)?;
@@ -130,7 +130,7 @@ impl Staging {
             dropping: RefCell::new(None),
             sweeper: sweep::Sweeper::new(dir.join("data")),
             keeps_atime: repo.codec.format() >= 2,
-            _lock: lock,
+            lock: Some(lock),
         };
         if st.get(ROOT)?.is_none() {
             let base = records.last();
@@ -262,10 +262,48 @@ impl Staging {
         Ok(())
     }
 
-    /// Staging's state as of now: it changed if this did (rows changed, or
-    /// a write to a staged copy began).
-    pub fn generation(&self) -> (u64, u64) {
-        (self.db.total_changes(), self.writes.begun())
+    /// A read-only view of this staging area on a connection of its own,
+    /// for what reads staging at length (status) without holding up its
+    /// owner: each call reads one consistent state (WAL).
+    pub fn reader(&self) -> Result<Staging> {
+        use rusqlite::OpenFlags;
+        let db = Connection::open_with_flags(
+            self.dir.join("staging.sqlite"),
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        Ok(Staging {
+            db,
+            dir: self.dir.clone(),
+            dataset: self.dataset.clone(),
+            writes: self.writes.clone(),
+            deferred: RefCell::new(None),
+            dropping: RefCell::new(None),
+            sweeper: sweep::Sweeper::new(self.dir.join("data")),
+            keeps_atime: self.keeps_atime,
+            lock: None,
+        })
+    }
+
+    /// Whether this is the owner, which may write (not a `reader`).
+    fn owns(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    /// Staging's state as this connection sees it now: it changed if this
+    /// did (rows changed through any connection, or a write to a staged
+    /// copy began). None while a copy may change unseen (open for writing
+    /// through passthrough): no state can be named then.
+    pub fn generation(&self) -> Result<Option<(u64, u64)>> {
+        if self.writes.direct_open() {
+            return Ok(None);
+        }
+        let others: u64 = self
+            .db
+            .pragma_query_value(None, "data_version", |r| r.get(0))?;
+        Ok(Some((
+            others.wrapping_add(self.db.total_changes()),
+            self.writes.begun(),
+        )))
     }
 
     /// Where writes to staged copies are told (they do not take the lock).

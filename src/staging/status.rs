@@ -18,6 +18,11 @@ impl Staging {
     /// Walks without recursion (a folder's items, in order, on an explicit
     /// stack), so staging as deep as a version may be needs no deep stack.
     pub fn status(&self, repo: &Repo) -> Result<Vec<(char, Vec<u8>)>> {
+        // A reader reads one state throughout (its owner may write meanwhile).
+        let _one_state = match self.owns() {
+            true => None,
+            false => Some(self.db.unchecked_transaction()?),
+        };
         let base = repo
             .index
             .records(&self.dataset)?

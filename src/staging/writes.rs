@@ -144,6 +144,11 @@ impl Writes {
         }
     }
 
+    /// Whether any copy is open for writing through passthrough.
+    pub fn direct_open(&self) -> bool {
+        self.lock().files.values().any(Counts::direct_open)
+    }
+
     /// Writes begun so far on any staged copy.
     pub fn begun(&self) -> u64 {
         self.lock().begun
