@@ -601,7 +601,7 @@ impl Judge<'_> {
             Ino::Root | Ino::Control => true,
             Ino::Versions => {
                 if name == b"latest" {
-                    return Ok(self.fs.versions.latest().is_some());
+                    return Ok(self.latest().is_some());
                 }
                 let version = version_name(name).or_else(|| {
                     let tags = self

@@ -414,47 +414,98 @@ fn fill_dir(
     reply.ok();
 }
 
+/// Entries a READDIRPLUS reply can hold at most (each takes more than
+/// 150 bytes; the kernel's buffer is at most `max_pages` pages).
+const PLUS_ENTRIES: usize = 8192;
+
+/// A READDIRPLUS page as it will be told: for each entry from `offset`
+/// on, its position after it, its index in the listing, and the
+/// attributes and lifetime of a fresh lookup if it needed one (a listing
+/// taken before the kernel forgot one of its inodes: `forget` drops kept
+/// listings, but a handle keeps its own). Made where `answer` runs it:
+/// a lookup that must wait sends the whole page to a worker, the lookups
+/// made so far given back.
+type PlusPage = Vec<(u64, usize, Option<(Attr, Duration)>)>;
+
+fn plus_page(
+    fs: &MountFs,
+    dir: u64,
+    (listing, first): (&Listing, u64),
+    offset: u64,
+) -> Result<PlusPage, Error> {
+    let mut out = PlusPage::new();
+    let mut looked_up = Vec::new();
+    for (k, (e, a)) in listing.iter().enumerate() {
+        let next = fs.resume_after(dir, first as usize + k, e);
+        if next <= offset {
+            continue;
+        }
+        if out.len() == PLUS_ENTRIES {
+            break;
+        }
+        let dots = e.name == b"." || e.name == b"..";
+        let fresh = match dots || fs.is_live(a.ino) {
+            true => None,
+            false => match fs.lookup(dir, &e.name) {
+                Ok(f) => {
+                    looked_up.push(f.ino);
+                    // Under a policy, the listing's lifetimes are the
+                    // names' (`Judge::filter`); a fresh lookup's are asked for.
+                    let ttl = fs.name_ttl(dir, &e.name, &f);
+                    Some((f, ttl))
+                }
+                Err(Error::WouldBlock) => {
+                    for ino in looked_up {
+                        fs.forget(ino, 1);
+                    }
+                    return Err(Error::WouldBlock);
+                }
+                // Gone meanwhile: told as listed, as before.
+                Err(_) => None,
+            },
+        };
+        out.push((next, k, fresh));
+    }
+    Ok(out)
+}
+
 fn fill_dir_plus(
     ids: Ids,
     fs: &MountFs,
-    dir: u64,
-    listing: (&Listing, u64),
-    offset: u64,
+    listing: &Listing,
+    page: PlusPage,
     mut reply: fuser::ReplyDirectoryPlus,
 ) {
-    page(fs, dir, listing, offset, |next, (e, a)| {
-        let name = OsStr::from_bytes(&e.name);
+    let mut full = false;
+    for (next, k, fresh) in page {
+        let (e, a) = &listing[k];
         let dots = e.name == b"." || e.name == b"..";
-        // A listing taken before the kernel forgot one of its
-        // inodes (a handle opened earlier: `forget` drops kept
-        // listings) gets a live one by a lookup, counted there.
-        let fresh = match dots || fs.is_live(a.ino) {
-            true => None,
-            false => fs.lookup(dir, &e.name).ok(),
-        };
-        // Under a policy, the listing's lifetimes are the names'
-        // (`Judge::filter`); a fresh lookup's are asked for.
+        // Every entry but . and .. counts as a lookup for the kernel; a
+        // fresh lookup of one that did not fit was never told to it.
+        if full {
+            if let Some((f, _)) = fresh {
+                fs.forget(f.ino, 1);
+            }
+            continue;
+        }
         let (a, ttl) = match &fresh {
-            Some(f) => (f, fs.name_ttl(dir, &e.name, f)),
+            Some((f, ttl)) => (f, *ttl),
             None => (a, a.ttl),
         };
-        let full = reply.add(
+        full = reply.add(
             ids.outward(a.ino),
             next,
-            name,
+            OsStr::from_bytes(&e.name),
             &ttl,
             &attr(ids, a),
             Generation(0),
         );
-        // Every entry but . and .. counts as a lookup for the kernel; a
-        // fresh lookup of one that did not fit was never told to it.
         match (full, &fresh) {
             (false, None) if !dots => fs.remember(a.ino),
-            (true, Some(f)) => fs.forget(f.ino, 1),
+            (true, Some(f)) => fs.forget(f.0.ino, 1),
             _ => {}
         }
-        full
-    });
+    }
     reply.ok();
 }
 
@@ -944,21 +995,21 @@ impl Filesystem for Fuse {
         self.fs.requests().seen(Op::Readdirplus);
         let ids = self.ids;
         let ino = self.ids.inward(ino);
-        if fh.0 == 0 {
-            return self.answer(
-                move |fs| fs.listing_unopened(ino, offset),
-                move |fs, res| match res {
-                    Ok((listing, first)) => {
-                        fill_dir_plus(ids, fs, ino, (&listing, first), offset, reply)
-                    }
-                    Err(e) => reply.error(fail("readdirplus", &e)),
-                },
-            );
-        }
-        match self.fs.listing(fh.0) {
-            Ok(listing) => fill_dir_plus(ids, &self.fs, ino, (&listing, 0), offset, reply),
-            Err(e) => reply.error(fail("readdirplus", &e)),
-        }
+        let fh = fh.0;
+        self.answer(
+            move |fs| {
+                let (listing, first) = match fh {
+                    0 => fs.listing_unopened(ino, offset)?,
+                    fh => (fs.listing(fh)?, 0),
+                };
+                let page = plus_page(fs, ino, (&listing, first), offset)?;
+                Ok((listing, page))
+            },
+            move |fs, res| match res {
+                Ok((listing, page)) => fill_dir_plus(ids, fs, &listing, page, reply),
+                Err(e) => reply.error(fail("readdirplus", &e)),
+            },
+        );
     }
 
     fn releasedir(
