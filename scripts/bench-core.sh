@@ -110,14 +110,20 @@ for d in range(1000):
     t=$(now)
     /usr/bin/time -f "%M" -o "$ROOT/mlrss" "$BIN" commit million --from "$src" -m v2 >/dev/null
     local one_s; one_s=$(since "$t"); local one_rss; one_rss=$(cat "$ROOT/mlrss")
-    local pid; pid=$("$BIN" mount million "$mnt" --daemon --read-only)
-    drop_caches; local find_n find_m ls_n ls_m
-    find_n=$(timed find "$src"); find_m=$(timed find "$mnt/versions/v1")
-    local rss_find; rss_find=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-    ls_n=$(timed ls -lR "$src"); ls_m=$(timed ls -lR "$mnt/versions/v1")
-    local rss; rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-    "$BIN" umount "$mnt"
-    echo "$run $commit_s $commit_rss $one_s $one_rss $find_n $find_m $rss_find $ls_n $ls_m $rss" | tee -a "$res" >&2
+    # Read-only (one connection), then the default mount (read-write:
+    # versions/ on a connection of its own), each beside a cold native run.
+    local walks=""
+    for mode in --read-only ""; do
+      local pid; pid=$("$BIN" mount million "$mnt" --daemon $mode)
+      drop_caches; local find_n find_m ls_n ls_m
+      find_n=$(timed find "$src"); drop_caches; find_m=$(timed find "$mnt/versions/v1")
+      local rss_find; rss_find=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+      ls_n=$(timed ls -lR "$src"); ls_m=$(timed ls -lR "$mnt/versions/v1")
+      local rss; rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+      "$BIN" umount "$mnt"
+      walks="$walks $find_n $find_m $rss_find $ls_n $ls_m $rss"
+    done
+    echo "$run $commit_s $commit_rss $one_s $one_rss$walks" | tee -a "$res" >&2
   done
   python3 - "$res" <<'PY'
 import statistics, sys
@@ -129,7 +135,8 @@ print(f"| 1,000,000 files (1,000 folders; runs: {len(rows)}, medians, spread) | 
 print("|---|---|---|")
 print(f"| commit --from | | {med(1):.1f} s ({sp(1)}), peak RSS {mib(2)} |")
 print(f"| commit --from after 1 file changed | | {med(3):.2f} s ({sp(3)}), peak RSS {mib(4)} |")
-print(f"| `find` (cold) | {med(5):.2f} s ({sp(5)}) | {med(6):.2f} s ({sp(6)}) = {med(6) / med(5):.2f}x, daemon peak RSS {mib(7)} |")
-print(f"| `ls -lR` (after find) | {med(8):.2f} s ({sp(8)}) | {med(9):.2f} s ({sp(9)}), daemon peak RSS {mib(10)} |")
+for mode, i in (("--read-only mount", 5), ("default mount", 11)):
+    print(f"| `find` (cold), {mode} | {med(i):.2f} s ({sp(i)}) | {med(i + 1):.2f} s ({sp(i + 1)}) = {med(i + 1) / med(i):.2f}x, daemon peak RSS {mib(i + 2)} |")
+    print(f"| `ls -lR` (after find), {mode} | {med(i + 3):.2f} s ({sp(i + 3)}) | {med(i + 4):.2f} s ({sp(i + 4)}) = {med(i + 4) / med(i + 3):.2f}x, daemon peak RSS {mib(i + 5)} |")
 PY
 }

@@ -156,6 +156,8 @@ pub enum FsError {
     Denied,
     #[error("too many links")]
     TooManyLinks,
+    #[error("busy")]
+    Busy,
 }
 
 impl Error {

@@ -1566,3 +1566,47 @@ fn a_rename_flag_staging_does_not_implement_is_refused() {
     rename(0).unwrap();
     assert_eq!(std::fs::read_to_string(&b).unwrap(), "a");
 }
+
+/// The kernel passes a staged inode through to one file at a time. A copy
+/// held open across a commit stays staged (a later open passes through to
+/// it too, with the committed bytes); a copy replaced by a restore while a
+/// program holds it open makes later opens EBUSY until that program
+/// closes it (never EIO, never a write into the replaced copy).
+#[test]
+fn staged_files_held_open_across_a_commit_or_a_restore() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    assert!(health(&m).contains("\"staged_io\": \"passthrough\""));
+    let p = m.path("staging/held.txt");
+    std::fs::write(&p, b"first\n").unwrap();
+    let reader = std::fs::File::open(&p).unwrap();
+    commit_via_control(&m, "held open").unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), b"first\n");
+    assert_eq!(std::fs::read(m.path("versions/latest/held.txt")).unwrap(), b"first\n");
+    let status = std::fs::read_to_string(m.path(".detafs/status")).unwrap();
+    assert_eq!(status, "", "kept staged, unchanged: {status}");
+    drop(reader);
+
+    // Changed, held open by a writer, restored to what was committed.
+    let mut writer = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    writer.write_all(b"second\n").unwrap();
+    std::fs::write(m.path(".detafs/restore"), b"held.txt\n").unwrap();
+    let busy = std::fs::read(&p).unwrap_err();
+    assert_eq!(busy.raw_os_error(), Some(libc::EBUSY), "{busy}");
+    let busy = std::fs::OpenOptions::new().write(true).open(&p).unwrap_err();
+    assert_eq!(busy.raw_os_error(), Some(libc::EBUSY), "{busy}");
+    // The old handle writes into the file it has; staging holds v3's.
+    writer.write_all(b"lost\n").unwrap();
+    drop(writer);
+    assert_eq!(std::fs::read(&p).unwrap(), b"first\n");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&p)
+        .unwrap()
+        .write_all(b"third\n")
+        .unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), b"first\nthird\n");
+    let status = std::fs::read_to_string(m.path(".detafs/status")).unwrap();
+    assert_eq!(status, "M held.txt\n");
+}

@@ -23,14 +23,14 @@ use std::os::unix::fs::MetadataExt;
 const STABLE_READS: usize = 3;
 
 /// Commits staging as the next version. `staging` takes its lock (held
-/// only while freezing and finishing); `open_writers`, called under it,
-/// lists staged copies open for writing, which stay staged. On failure
+/// only while freezing and finishing); `open_copies`, called under it,
+/// lists staged copies open (`Staging::finish`), which stay staged. On failure
 /// staging keeps every change.
 pub fn commit_staging<G: Deref<Target = Staging>>(
     repo: &Repo,
     meta: &CommitMeta,
     staging: impl Fn() -> Result<G>,
-    open_writers: impl Fn() -> HashSet<u64>,
+    open_copies: impl Fn() -> HashSet<u64>,
     progress: &dyn Progress,
 ) -> Result<Record> {
     meta.check()?;
@@ -39,7 +39,7 @@ pub fn commit_staging<G: Deref<Target = Staging>>(
     let frozen = staging()?.freeze(repo, &records)?;
     tracing::debug!("commit: synced and frozen in {:?}", t.elapsed());
     fail::fail_point!("staging-frozen");
-    let result = build_and_publish(repo, meta, &frozen, &staging, &open_writers, progress);
+    let result = build_and_publish(repo, meta, &frozen, &staging, &open_copies, progress);
     let result = match result {
         Err(Error::Conflict { winner, paths, .. }) => Err(conflict(
             repo,
@@ -92,7 +92,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     meta: &CommitMeta,
     frozen: &Frozen,
     staging: &impl Fn() -> Result<G>,
-    open_writers: &impl Fn() -> HashSet<u64>,
+    open_copies: &impl Fn() -> HashSet<u64>,
     progress: &dyn Progress,
 ) -> Result<Record> {
     let base = frozen.base.clone();
@@ -127,7 +127,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
         && b.tree.id == ours.id
     {
         let st = staging()?;
-        st.finish(repo, &ours, read, b, &open_writers())?;
+        st.finish(repo, &ours, read, b, &open_copies())?;
         return Err(Error::NothingToCommit(b.version));
     }
     staging()?.set_pending(Some(&ours))?;
@@ -139,7 +139,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     // leave staged data in place (it is in the version too).
     let t = std::time::Instant::now();
     let st = staging()?;
-    st.finish(repo, &ours, read, &record, &open_writers())?;
+    st.finish(repo, &ours, read, &record, &open_copies())?;
     tracing::debug!("commit: staging finished in {:?}", t.elapsed());
     Ok(record)
 }

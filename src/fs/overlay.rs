@@ -240,13 +240,11 @@ impl StagingArea {
             .cloned()
     }
 
-    /// Staged files open for writing: a commit keeps them staged.
-    fn open_writers(&self) -> HashSet<u64> {
-        lock(&self.copies)
-            .values()
-            .filter(|c| c.writable)
-            .map(|c| c.node)
-            .collect()
+    /// Staged files open with their copy: a commit keeps them staged (a
+    /// writer's next bytes must land in staging; a reader's copy may be
+    /// the one the kernel passes its inode through to).
+    fn open_copies(&self) -> HashSet<u64> {
+        lock(&self.copies).values().map(|c| c.node).collect()
     }
 
     /// A staged file unlinked while open, through its open copy.
@@ -459,22 +457,26 @@ impl StagingArea {
                 Origin::Said(path),
                 read_ahead,
             );
-            let through = self.passthrough.choose(id, false);
+            let through = self.passthrough.choose(id, None)?;
             self.passthrough.bind(fh, id, through, None);
             return Ok(StagedOpen::Stored(file));
         }
         // Held until the handle is added: a commit lists open writers
         // under the lock, so none is missed.
         let (_held, path) = self.copied_up(st, id, !truncate)?;
+        // Chosen before the open: an open refused changes nothing (truncates nothing).
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&path).map_err(|e| Error::io(path.display(), e))?;
+        let through = self.passthrough.choose(id, Some((m.dev(), m.ino())))?;
         let _writing = (truncate && writing).then(|| self.writes.begin(id, 0));
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(writing)
             .truncate(truncate && writing)
             .open(&path)
-            .map_err(|e| Error::io(path.display(), e))?;
+            .map_err(|e| Error::io(path.display(), e))
+            .inspect_err(|_| self.passthrough.unchoose(id, through))?;
         let file = Arc::new(file);
-        let through = self.passthrough.choose(id, true);
         let copy = Copy {
             file: file.clone(),
             node: id,
@@ -572,7 +574,7 @@ impl StagingArea {
                         &self.repo,
                         meta,
                         || self.lock(),
-                        || self.open_writers(),
+                        || self.open_copies(),
                         &*progress,
                     )
                 })

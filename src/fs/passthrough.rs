@@ -4,21 +4,27 @@
 //!
 //! The kernel does a file's I/O one way at a time: a passthrough open of
 //! an inode that is open through the daemon (or the reverse) fails with
-//! EIO. So each open of a staged file takes the way of the opens of it
-//! still open; passthrough where none is open through the daemon. Writes
+//! EIO, and one backing file per inode at a time. So each open of a staged
+//! file takes the way of the opens of it still open; passthrough where
+//! none is open through the daemon. While an inode is open through a copy
+//! that staging no longer holds there (a restore or checkout replaced it),
+//! it cannot be opened again until those handles close (EBUSY). Writes
 //! that pass through are not seen here: `staging::Writes::direct` tells a
 //! commit that the copy may change under it.
 
+use crate::error::{Error, FsError, Result};
 use crate::staging::Direct;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The ways a staged inode is open.
+/// The ways a staged inode is open, and the copy the opens that pass
+/// through use (its device and inode number).
 #[derive(Default, Clone, Copy)]
 struct Ways {
     daemon: u32,
     through: u32,
+    copy: Option<(u64, u64)>,
 }
 
 /// An open handle of a staged file: its inode, whether it passes through,
@@ -46,18 +52,30 @@ impl Passthrough {
         self.on.load(Ordering::Relaxed)
     }
 
-    /// Chooses how a new open of staged inode `node` does its I/O
-    /// (`wanted`: it has a local copy) and counts it; `bind` then names its
-    /// handle, or `unchoose` takes it back if the open fails.
-    pub(super) fn choose(&self, node: u64, wanted: bool) -> bool {
+    /// Chooses how a new open of staged inode `node` does its I/O (`copy`:
+    /// the identity of its local copy, if it has one) and counts it;
+    /// `bind` then names its handle, or `unchoose` takes it back if the
+    /// open fails. Busy where the kernel would refuse any way: the inode is
+    /// open through another file than the one this open would read.
+    pub(super) fn choose(&self, node: u64, copy: Option<(u64, u64)>) -> Result<bool> {
         let mut ways = super::lock(&self.ways);
         let w = ways.entry(node).or_default();
-        let through = wanted && self.enabled() && w.daemon == 0;
+        if w.through > 0 && w.copy != copy {
+            return Err(Error::fs(
+                FsError::Busy,
+                "a staged file that was restored or checked out while still open: \
+                 it opens again once those programs close it",
+            ));
+        }
+        let through = copy.is_some() && self.enabled() && w.daemon == 0;
         match through {
-            true => w.through += 1,
+            true => {
+                w.through += 1;
+                w.copy = copy;
+            }
             false => w.daemon += 1,
         }
-        through
+        Ok(through)
     }
 
     pub(super) fn unchoose(&self, node: u64, through: bool) {
@@ -116,27 +134,36 @@ mod tests {
     #[test]
     fn an_inode_is_open_one_way_at_a_time() {
         let p = Passthrough::default();
-        assert!(!p.choose(7, true), "off until the kernel agrees");
+        let (copy, other) = (Some((1, 70)), Some((1, 71)));
+        assert!(!p.choose(7, copy).unwrap(), "off until the kernel agrees");
         p.unchoose(7, false);
         p.enable();
         // Open through the daemon (no local copy yet): later opens too.
-        assert!(!p.choose(7, false));
+        assert!(!p.choose(7, None).unwrap());
         p.bind(1, 7, false, None);
-        assert!(!p.choose(7, true));
+        assert!(!p.choose(7, copy).unwrap());
         p.bind(2, 7, false, None);
         p.release(1);
         p.release(2);
         // Nothing open: the next open with a copy passes through, and so
         // do the ones while it is open.
-        assert!(p.choose(7, true));
+        assert!(p.choose(7, copy).unwrap());
         p.bind(3, 7, true, None);
-        assert!(p.choose(7, true));
+        assert!(p.choose(7, copy).unwrap());
         p.bind(4, 7, true, None);
+        // While it is open through that copy, neither another copy nor
+        // no copy (the kernel keeps one backing file per inode) opens.
+        assert!(p.choose(7, other).is_err());
+        assert!(p.choose(7, None).is_err());
+        p.release(3);
+        p.release(4);
+        assert!(p.choose(7, other).unwrap());
+        p.bind(6, 7, true, None);
         // Another inode is its own.
-        assert!(!p.choose(8, false));
+        assert!(!p.choose(8, None).unwrap());
         p.bind(5, 8, false, None);
         // A refused backing file turns passthrough off for later opens.
-        p.refused(4);
-        assert!(!p.choose(9, true));
+        p.refused(6);
+        assert!(!p.choose(9, copy).unwrap());
     }
 }

@@ -204,6 +204,7 @@ pub fn errno(e: &Error) -> Errno {
             FsError::NotPermitted => libc::EPERM,
             FsError::Unsupported => libc::EOPNOTSUPP,
             FsError::TooManyLinks => libc::EMLINK,
+            FsError::Busy => libc::EBUSY,
             FsError::Denied => libc::EACCES,
         }),
         Error::Io { source, .. } => Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO)),

@@ -138,9 +138,11 @@ impl Staging {
     /// Brings staging to `record`, the version made from `ours` (different
     /// if the commit was rebased onto versions that landed meanwhile, or the
     /// base itself when there was nothing to commit). A staged copy becomes
-    /// a read-through file of the version unless it is open for writing
-    /// (`open`, listed under the lock) or was written since the freeze:
-    /// those stay staged, so no write is lost. Ends the commit.
+    /// a read-through file of the version unless it is open (`open`, listed
+    /// under the lock: a writer's next bytes must land in staging, and a
+    /// mount may pass an open copy's inode through to it) or was written
+    /// since the freeze: those stay staged, so no write is lost. Ends the
+    /// commit.
     pub fn finish(
         &self,
         repo: &Repo,
