@@ -76,8 +76,18 @@ impl Serialize for ObjectId {
 
 impl<'de> Deserialize<'de> for ObjectId {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
+        // Parsed from the string where it lies: a tree holds thousands.
+        struct Hex;
+        impl serde::de::Visitor<'_> for Hex {
+            type Value = ObjectId;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("64 lowercase hex digits")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<ObjectId, E> {
+                s.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_str(Hex)
     }
 }
 

@@ -1583,7 +1583,10 @@ fn staged_files_held_open_across_a_commit_or_a_restore() {
     let reader = std::fs::File::open(&p).unwrap();
     commit_via_control(&m, "held open").unwrap();
     assert_eq!(std::fs::read(&p).unwrap(), b"first\n");
-    assert_eq!(std::fs::read(m.path("versions/latest/held.txt")).unwrap(), b"first\n");
+    assert_eq!(
+        std::fs::read(m.path("versions/latest/held.txt")).unwrap(),
+        b"first\n"
+    );
     let status = std::fs::read_to_string(m.path(".detafs/status")).unwrap();
     assert_eq!(status, "", "kept staged, unchanged: {status}");
     drop(reader);
@@ -1594,7 +1597,10 @@ fn staged_files_held_open_across_a_commit_or_a_restore() {
     std::fs::write(m.path(".detafs/restore"), b"held.txt\n").unwrap();
     let busy = std::fs::read(&p).unwrap_err();
     assert_eq!(busy.raw_os_error(), Some(libc::EBUSY), "{busy}");
-    let busy = std::fs::OpenOptions::new().write(true).open(&p).unwrap_err();
+    let busy = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .unwrap_err();
     assert_eq!(busy.raw_os_error(), Some(libc::EBUSY), "{busy}");
     // The old handle writes into the file it has; staging holds v3's.
     writer.write_all(b"lost\n").unwrap();

@@ -577,11 +577,45 @@ struct WireTree {
 /// `[blob id, index into packs, offset, length]`, and the data size after
 /// them where it is not `length - 1` (a raw blob's, as every format 1
 /// chunk is: format 1 trees are unchanged).
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 #[serde(untagged)]
 enum WireRef {
     Raw(ObjectId, usize, u64, u32),
     Sized(ObjectId, usize, u64, u32, u32),
+}
+
+/// Read as the array it is, four or five long (serde's untagged enums
+/// buffer every value first: a tree's references took most of its decoding).
+impl<'de> Deserialize<'de> for WireRef {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Seq;
+        impl<'de> serde::de::Visitor<'de> for Seq {
+            type Value = WireRef;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("[id, pack, offset, length] or [id, pack, offset, length, size]")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<WireRef, A::Error> {
+                use serde::de::Error;
+                let short = |n| A::Error::invalid_length(n, &self);
+                let id = a.next_element()?.ok_or_else(|| short(0))?;
+                let pack = a.next_element()?.ok_or_else(|| short(1))?;
+                let offset = a.next_element()?.ok_or_else(|| short(2))?;
+                let len = a.next_element()?.ok_or_else(|| short(3))?;
+                let r = match a.next_element()? {
+                    None => WireRef::Raw(id, pack, offset, len),
+                    Some(size) => WireRef::Sized(id, pack, offset, len, size),
+                };
+                match a.next_element::<serde::de::IgnoredAny>()? {
+                    None => Ok(r),
+                    Some(_) => Err(A::Error::invalid_length(6, &self)),
+                }
+            }
+        }
+        d.deserialize_seq(Seq)
+    }
 }
 
 impl WireRef {
@@ -602,7 +636,7 @@ impl WireRef {
     }
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 enum WireEntry {
     File {
@@ -648,6 +682,85 @@ enum WireEntry {
     },
 }
 
+/// Every field an entry of any kind has, as read: a flat struct is read
+/// as it comes, where an internally tagged enum is buffered whole first
+/// (most of a tree's decoding time went there).
+#[derive(Deserialize)]
+struct FlatEntry {
+    #[serde(rename = "type")]
+    ty: EntryType,
+    name: Bytes,
+    mode: Option<u32>,
+    mtime: Mtime,
+    size: Option<u64>,
+    chunks: Option<Vec<WireRef>>,
+    tree: Option<WireRef>,
+    target: Option<Bytes>,
+    #[serde(rename = "kind")]
+    special: Option<Special>,
+    rdev: Option<u64>,
+    #[serde(default)]
+    atime: Option<Mtime>,
+    #[serde(default)]
+    link: Option<WireLink>,
+    #[serde(default)]
+    links: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum EntryType {
+    File,
+    Dir,
+    Symlink,
+    Special,
+}
+
+impl<'de> Deserialize<'de> for WireEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error;
+        let f = FlatEntry::deserialize(d)?;
+        fn need<T, E: Error>(v: Option<T>, field: &'static str) -> std::result::Result<T, E> {
+            v.ok_or_else(|| E::missing_field(field))
+        }
+        Ok(match f.ty {
+            EntryType::File => WireEntry::File {
+                name: f.name,
+                mode: need(f.mode, "mode")?,
+                mtime: f.mtime,
+                size: need(f.size, "size")?,
+                chunks: need(f.chunks, "chunks")?,
+                atime: f.atime,
+                link: f.link,
+            },
+            EntryType::Dir => WireEntry::Dir {
+                name: f.name,
+                mode: need(f.mode, "mode")?,
+                mtime: f.mtime,
+                tree: need(f.tree, "tree")?,
+                atime: f.atime,
+                links: f.links,
+            },
+            EntryType::Symlink => WireEntry::Symlink {
+                name: f.name,
+                mtime: f.mtime,
+                target: need(f.target, "target")?,
+                atime: f.atime,
+                link: f.link,
+            },
+            EntryType::Special => WireEntry::Special {
+                name: f.name,
+                kind: need(f.special, "kind")?,
+                mode: need(f.mode, "mode")?,
+                mtime: f.mtime,
+                rdev: need(f.rdev, "rdev")?,
+                atime: f.atime,
+                link: f.link,
+            },
+        })
+    }
+}
+
 /// `[group, names]`.
 #[derive(Clone, Copy, Serialize, Deserialize)]
 struct WireLink(u64, u32);
@@ -668,11 +781,42 @@ impl From<WireLink> for Link {
 }
 
 /// Bytes as a JSON string when they are UTF-8, else as an array of numbers.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize)]
 #[serde(untagged)]
 enum Bytes {
     Utf8(String),
     Raw(Vec<u8>),
+}
+
+/// A string or an array of numbers, read as it comes (not buffered first,
+/// as serde's untagged enums are).
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Either;
+        impl<'de> serde::de::Visitor<'de> for Either {
+            type Value = Bytes;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or an array of bytes")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<Bytes, E> {
+                Ok(Bytes::Utf8(s.to_string()))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> std::result::Result<Bytes, E> {
+                Ok(Bytes::Utf8(s))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<Bytes, A::Error> {
+                let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0).min(4096));
+                while let Some(b) = a.next_element::<u8>()? {
+                    v.push(b);
+                }
+                Ok(Bytes::Raw(v))
+            }
+        }
+        d.deserialize_any(Either)
+    }
 }
 
 impl Bytes {
