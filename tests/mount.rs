@@ -423,25 +423,28 @@ fn a_file_opened_for_append_while_a_commit_starts_loses_no_write() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("big.log"), noise(200 << 20, 3)).unwrap();
     env.commit(&src, "a big log");
-    let m = env.mount(&[]);
+    // The commit is held once it froze staging and reads a staged copy:
+    // half the lines are appended before it starts, half while it runs.
+    let hold = common::Hold::new(&env, "staged-copy-read");
+    let m = env.mount_failing(&[], &hold.spec);
     std::fs::write(m.path("staging/other.txt"), b"something to commit").unwrap();
     let log = m.path("staging/big.log");
+    // The open copies 200 MiB up to staging.
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    for i in 0..1000 {
+        writeln!(f, "line {i}").unwrap();
+    }
     std::thread::scope(|s| {
-        // The open copies 200 MiB up to staging while the commit is asked for.
-        let appender = s.spawn(|| {
-            let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
-            for i in 0..2000 {
-                writeln!(f, "line {i}").unwrap();
-                if i % 100 == 0 {
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-            }
-            f.sync_all().unwrap();
-        });
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        commit_via_control(&m, "while appending").unwrap();
-        appender.join().unwrap();
+        let committing = s.spawn(|| commit_via_control(&m, "while appending"));
+        hold.reached();
+        for i in 1000..2000 {
+            writeln!(f, "line {i}").unwrap();
+        }
+        f.sync_all().unwrap();
+        hold.release();
+        committing.join().unwrap().unwrap();
     });
+    drop(f);
     // Every appended line is in staging, after the bytes the version took
     // (all of them, if the commit read the file after the last append).
     let staged = std::fs::read(&log).unwrap();
