@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting, lints, unit, property and end-to-end
-# tests, first on a local folder store (format 2, sealed), then the
+# tests (the Python package's too), first on a local folder store (format 2, sealed), then the
 # end-to-end suites again on S3 (LocalStack on 127.0.0.1:4566, started here)
 # with plaintext stores (format 1) and on Azure Blob Storage (Azurite on
 # 127.0.0.1:10000, started here) with sealed ones, so each format and each
@@ -24,7 +24,15 @@ fi
 cargo fmt --all -- --check
 # The tests inject failures (crate feature `failpoints`); releases cannot.
 cargo clippy --all-targets --features failpoints -- -D warnings
+cargo clippy -p detafs-python -- -D warnings
 cargo test --all-targets --features failpoints
+# The Python package (python/): a wheel from the same build's dependencies,
+# installed in the test environment, tested against a local store and S3
+# on LocalStack by pytest (its summary line ends the output).
+rm -rf target/wheels
+maturin build --quiet -m python/Cargo.toml --out target/wheels
+pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/detafs-*.whl
+DETAFS_BIN="$PWD/target/debug/detafs" python3 -m pytest -q -p no:cacheprovider python/tests
 DETAFS_TEST_STORE=s3 DETAFS_TEST_PLAINTEXT=1 cargo test --features failpoints --test cli --test crash --test race --test mount --test workflow
 DETAFS_TEST_STORE=azure cargo test --features failpoints --test cli --test crash --test race --test mount --test workflow
 ./scripts/fuzz.sh "${DETAFS_FUZZ_SECONDS:-45}"

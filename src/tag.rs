@@ -146,6 +146,35 @@ impl Repo {
 
     /// Resolves a version spec: `latest`, `v3`, `3` or a tag, each
     /// optionally followed by `~N` (N versions before it).
+    /// The versions of `dataset`, oldest first, each as `detafs log --json`
+    /// shows it (docs/cli.md names the fields): its record's log entry and
+    /// its tags.
+    pub fn log_entries(&self, dataset: &str) -> Result<Vec<serde_json::Value>> {
+        self.check_dataset(dataset)?;
+        let records = self.sync(dataset)?;
+        self.log_entries_of(dataset, &records)
+    }
+
+    /// `log_entries` of `records` (some of `dataset`'s versions).
+    pub fn log_entries_of(
+        &self,
+        dataset: &str,
+        records: &[Record],
+    ) -> Result<Vec<serde_json::Value>> {
+        let mut tags: std::collections::HashMap<u64, Vec<String>> = Default::default();
+        for t in self.tags(dataset)? {
+            tags.entry(t.version).or_default().push(t.tag);
+        }
+        Ok(records
+            .iter()
+            .map(|r| {
+                let mut e = r.log_entry();
+                e["tags"] = serde_json::json!(tags.remove(&r.version).unwrap_or_default());
+                e
+            })
+            .collect())
+    }
+
     pub fn version(&self, dataset: &str, spec: &str) -> Result<Record> {
         self.check_dataset(dataset)?;
         let records = self.sync(dataset)?;

@@ -22,23 +22,16 @@ pub fn log(repo: &Repo, name: &str, as_json: bool, path: Option<&str>) -> anyhow
     if let Some(path) = path {
         records = changed_at(repo, records, path)?;
     }
+    // Newest first, as text and as JSON (docs/cli.md names the fields).
+    if as_json {
+        let mut rows = repo.log_entries_of(name, &records)?;
+        rows.reverse();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
     let mut tags: std::collections::HashMap<u64, Vec<String>> = Default::default();
     for t in repo.tags(name)? {
         tags.entry(t.version).or_default().push(t.tag);
-    }
-    // Newest first, as text and as JSON (docs/cli.md names the fields).
-    if as_json {
-        let rows: Vec<_> = records
-            .iter()
-            .rev()
-            .map(|r| {
-                let mut e = r.log_entry();
-                e["tags"] = serde_json::json!(tags.get(&r.version).cloned().unwrap_or_default());
-                e
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
     }
     for r in records.iter().rev() {
         let named = match tags.get(&r.version) {

@@ -778,51 +778,6 @@ fn range(headers: &HeaderMap, size: u64) -> Option<Result<(u64, u64), ()>> {
     })
 }
 
-/// The bytes `[start, end)` of a file of `chunks`, reading only the chunks
-/// that hold them, through the gateway's chunk cache; with `memory_only`,
-/// `None` unless every one is in memory.
-fn read_span(
-    cache: &ChunkCache,
-    chunks: &[BlobRef],
-    start: u64,
-    end: u64,
-    memory_only: bool,
-) -> crate::Result<Option<Vec<u8>>> {
-    let mut at = 0u64;
-    let mut wanted = Vec::new();
-    let mut first_at = 0;
-    for c in chunks {
-        let len = c.data_size();
-        if at + len > start && at < end {
-            if wanted.is_empty() {
-                first_at = at;
-            }
-            wanted.push(*c);
-        }
-        at += len;
-    }
-    let mut out = Vec::with_capacity((end - start) as usize);
-    // A miss reads the whole run of chunks lying back to back in a pack.
-    for run in crate::store::pack::runs(&wanted, WINDOW) {
-        for i in 0..run.len() {
-            let data = match memory_only {
-                true => match cache.cached(&run[i].id) {
-                    Some(d) => d,
-                    None => return Ok(None),
-                },
-                false => cache.get(run, i)?,
-            };
-            out.extend_from_slice(&data);
-        }
-    }
-    // The chunks' sizes say where the bytes are; a store whose chunks
-    // disagree with them is refused, never sliced out of bounds.
-    let from = (start - first_at) as usize;
-    out.get(from..from + (end - start) as usize)
-        .map(|b| Some(b.to_vec()))
-        .ok_or_else(|| crate::Error::malformed("file", "its chunks hold fewer bytes than its size"))
-}
-
 /// Bytes of a whole file sent in windows of this many (a large file never
 /// lives in memory whole).
 const WINDOW: u64 = 4 << 20;
@@ -973,7 +928,8 @@ async fn serve_path(
                 let (window, cache) = (chunks.clone(), cache.clone());
                 let read = reader
                     .run(move |_| {
-                        Ok(read_span(&cache, &window, at, to, false)?
+                        Ok(cache
+                            .span(&window, at, to, false)?
                             .expect("all is read when not memory-only"))
                     })
                     .await
@@ -1066,13 +1022,7 @@ fn file_part(
         Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, a, b),
         Some(Err(())) => return Ok(Some(Served::BadRange(size))),
     };
-    let first = read_span(
-        cache,
-        &chunks,
-        start,
-        (start + WINDOW).min(end),
-        memory_only,
-    )?;
+    let first = cache.span(&chunks, start, (start + WINDOW).min(end), memory_only)?;
     let Some(first) = first else {
         return Ok(None);
     };

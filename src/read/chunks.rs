@@ -82,6 +82,9 @@ impl State {
     }
 }
 
+/// Largest run of chunks one miss reads.
+const RUN_BYTES: u64 = 4 << 20;
+
 pub struct ChunkCache {
     repo: Arc<Repo>,
     max_bytes: usize,
@@ -119,6 +122,57 @@ impl ChunkCache {
             self.fetch(run, Some(at))?;
             st = self.state();
         }
+    }
+
+    /// The bytes `[start, end)` of a file of `chunks`, reading only the
+    /// chunks that hold them (a miss reads the whole run of them lying back
+    /// to back in a pack, up to `RUN_BYTES`); with `memory_only`, `None`
+    /// unless every one is in memory. Readers of ranges (the gateway,
+    /// Python) go through here.
+    pub fn span(
+        &self,
+        chunks: &[BlobRef],
+        start: u64,
+        end: u64,
+        memory_only: bool,
+    ) -> Result<Option<Vec<u8>>> {
+        if start >= end {
+            return Ok(Some(Vec::new()));
+        }
+        let mut at = 0u64;
+        let mut wanted = Vec::new();
+        let mut first_at = 0;
+        for c in chunks {
+            let len = c.data_size();
+            if at + len > start && at < end {
+                if wanted.is_empty() {
+                    first_at = at;
+                }
+                wanted.push(*c);
+            }
+            at += len;
+        }
+        let mut out = Vec::with_capacity(end.saturating_sub(start) as usize);
+        for run in crate::store::pack::runs(&wanted, RUN_BYTES) {
+            for i in 0..run.len() {
+                let data = match memory_only {
+                    true => match self.cached(&run[i].id) {
+                        Some(d) => d,
+                        None => return Ok(None),
+                    },
+                    false => self.get(run, i)?,
+                };
+                out.extend_from_slice(&data);
+            }
+        }
+        // The chunks' sizes say where the bytes are; a store whose chunks
+        // disagree with them is refused, never sliced out of bounds.
+        let from = (start - first_at) as usize;
+        out.get(from..from + end.saturating_sub(start) as usize)
+            .map(|b| Some(b.to_vec()))
+            .ok_or_else(|| {
+                crate::Error::malformed("file", "its chunks hold fewer bytes than its size")
+            })
     }
 
     /// Chunk `id` if it is in memory (no I/O).

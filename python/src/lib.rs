@@ -1,0 +1,433 @@
+//! `detafs._detafs`: the store as Python sees it, on detafs's own library
+//! (no second implementation of the format or the crypto). Every call
+//! that may wait on the store or the disk lets go of the GIL; a `Store` is
+//! shared between threads as it is. `detafs/__init__.py` wraps it.
+
+mod errors;
+
+use detafs::commit::edit::{Content, Edit, commit_edits, edit_path};
+use detafs::commit::{CommitMeta, commit_dir, current_user};
+use detafs::read::chunks::ChunkCache;
+use detafs::relpath::RelPath;
+use detafs::repo::{Options, Passphrase, Repo};
+use detafs::snapshot::diff::{ChangeKind, TreeSource, diff};
+use detafs::snapshot::{Node, Record, walk};
+use detafs::store::pack::BlobRef;
+use detafs::{Error, Result};
+use errors::to_py;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Verified chunks kept in memory for a store's readers.
+const CHUNK_CACHE_BYTES: usize = 64 << 20;
+
+/// What `ls`, `info` and `find` tell of an entry: its path (relative to
+/// the folder asked), kind, size, mode, mtime (seconds, nanoseconds) and a
+/// symlink's target.
+type EntryInfo = (String, &'static str, u64, u32, (i64, u32), Option<String>);
+
+/// A detafs store, opened as the CLI opens it.
+#[pyclass(frozen, module = "detafs._detafs")]
+struct Store {
+    repo: Arc<Repo>,
+    chunks: Arc<ChunkCache>,
+}
+
+fn kind(node: &Node) -> &'static str {
+    match node {
+        Node::File { .. } => "file",
+        Node::Dir { .. } => "directory",
+        Node::Symlink { .. } => "link",
+        Node::Special { .. } => "other",
+    }
+}
+
+fn info(path: String, node: &Node) -> EntryInfo {
+    let (mode, target) = match node {
+        Node::File { mode, .. } | Node::Dir { mode, .. } | Node::Special { mode, .. } => {
+            (*mode, None)
+        }
+        Node::Symlink { target, .. } => (0o777, Some(String::from_utf8_lossy(target).into())),
+    };
+    let m = node.mtime();
+    (path, kind(node), node.size(), mode, (m.0, m.1), target)
+}
+
+fn name(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn env_path(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var).map(PathBuf::from)
+}
+
+impl Store {
+    /// The record `spec` names: a version number (`v3`, `3`) known locally
+    /// is taken without asking the store; anything else (`latest`, a tag,
+    /// `latest~1`) is resolved against the store's newest records.
+    fn record(&self, dataset: &str, spec: &str) -> Result<Record> {
+        let number = spec.strip_prefix('v').unwrap_or(spec).parse::<u64>().ok();
+        if let Some(n) = number
+            && let Some(r) = self
+                .repo
+                .index
+                .records(dataset)?
+                .into_iter()
+                .find(|r| r.version == n)
+        {
+            return Ok(r);
+        }
+        self.repo.version(dataset, spec)
+    }
+
+    /// The node at `path` of version `spec`, and the version's name.
+    fn node(&self, dataset: &str, spec: &str, path: &str) -> Result<(Node, RelPath, u64)> {
+        let record = self.record(dataset, spec)?;
+        let rel = RelPath::parse(path)?;
+        let root = || Node::Dir {
+            mode: 0o755,
+            mtime: record.mtime(),
+            tree: record.tree,
+            atime: None,
+            links: false,
+        };
+        let node = match rel.is_root() {
+            true => Some(root()),
+            false => self.repo.lookup(&record.tree, &rel)?,
+        };
+        let node = node.ok_or_else(|| Error::NoPath {
+            version: format!("v{}", record.version),
+            path: rel.to_string(),
+        })?;
+        Ok((node, rel, record.version))
+    }
+
+    fn dir_tree(&self, dataset: &str, spec: &str, path: &str) -> Result<BlobRef> {
+        match self.node(dataset, spec, path)? {
+            (Node::Dir { tree, .. }, _, _) => Ok(tree),
+            (_, rel, _) => Err(Error::fs(
+                detafs::error::FsError::NotDir,
+                format!("{rel} is not a folder"),
+            )),
+        }
+    }
+}
+
+#[pymethods]
+impl Store {
+    /// Opens the store at `url` (a folder, `s3://…`, `gs://…`, `az://…`;
+    /// default `$DETAFS_STORE`, else the embedded store), with the key file
+    /// `key_file` (default `$DETAFS_KEY_FILE`, else the one `detafs init`
+    /// wrote) or `passphrase` (default `$DETAFS_PASSWORD`, or the first
+    /// line of `$DETAFS_PASSWORD_FILE`).
+    #[new]
+    #[pyo3(signature = (url=None, *, key_file=None, passphrase=None, cache_dir=None, timeout=None))]
+    fn new(
+        py: Python<'_>,
+        url: Option<String>,
+        key_file: Option<PathBuf>,
+        passphrase: Option<String>,
+        cache_dir: Option<PathBuf>,
+        timeout: Option<f64>,
+    ) -> PyResult<Store> {
+        let passphrase: Passphrase = Arc::new(move || {
+            let given = passphrase
+                .clone()
+                .or_else(|| std::env::var("DETAFS_PASSWORD").ok())
+                .or_else(|| {
+                    let f = std::fs::read_to_string(env_path("DETAFS_PASSWORD_FILE")?).ok()?;
+                    Some(f.lines().next()?.to_string())
+                });
+            given.map(zeroize::Zeroizing::new)
+        });
+        let timeout = match timeout {
+            Some(t) if !(t > 0.0 && t <= 3600.0) => {
+                return Err(to_py(Error::InvalidInput(format!(
+                    "timeout {t} s: between 0 and 3600 s"
+                ))));
+            }
+            Some(t) => Duration::from_secs_f64(t),
+            None => Duration::from_secs(60),
+        };
+        let sse = match std::env::var("DETAFS_SSE") {
+            Ok(s) => Some(detafs::store::sse::Sse::parse(&s).map_err(to_py)?),
+            Err(_) => None,
+        };
+        let opts = Options {
+            store: url.or_else(|| std::env::var("DETAFS_STORE").ok()),
+            cache_dir: cache_dir.or_else(|| env_path("DETAFS_CACHE")),
+            cache_size: 1 << 30,
+            store_timeout: timeout,
+            key_file: key_file.or_else(|| env_path("DETAFS_KEY_FILE")),
+            passphrase: Some(passphrase),
+            sse,
+        };
+        let repo = Arc::new(py.detach(|| Repo::open(&opts)).map_err(to_py)?);
+        let chunks = ChunkCache::new(repo.clone(), CHUNK_CACHE_BYTES);
+        Ok(Store { repo, chunks })
+    }
+
+    /// The store's URL.
+    #[getter]
+    fn url(&self) -> String {
+        self.repo.store.url().to_string()
+    }
+
+    /// The datasets, by name.
+    fn datasets(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        py.detach(|| self.repo.datasets()).map_err(to_py)
+    }
+
+    fn create_dataset(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        py.detach(|| self.repo.create_dataset(name)).map_err(to_py)
+    }
+
+    /// The versions of `dataset`, oldest first, each as `detafs log
+    /// --json` shows it (JSON text).
+    fn versions_json(&self, py: Python<'_>, dataset: &str) -> PyResult<String> {
+        py.detach(|| {
+            let rows = self.repo.log_entries(dataset)?;
+            Ok(serde_json::to_string(&rows).expect("serializable"))
+        })
+        .map_err(to_py)
+    }
+
+    /// The version number `spec` names now.
+    fn resolve(&self, py: Python<'_>, dataset: &str, spec: &str) -> PyResult<u64> {
+        py.detach(|| self.record(dataset, spec).map(|r| r.version))
+            .map_err(to_py)
+    }
+
+    /// What `path` of version `spec` is (see `EntryInfo`).
+    fn info(&self, py: Python<'_>, dataset: &str, spec: &str, path: &str) -> PyResult<EntryInfo> {
+        py.detach(|| {
+            let (node, rel, _) = self.node(dataset, spec, path)?;
+            Ok(info(rel.to_string(), &node))
+        })
+        .map_err(to_py)
+    }
+
+    /// The entries of folder `path` of version `spec`, in name order.
+    fn ls(
+        &self,
+        py: Python<'_>,
+        dataset: &str,
+        spec: &str,
+        path: &str,
+    ) -> PyResult<Vec<EntryInfo>> {
+        py.detach(|| {
+            let tree = self.repo.tree(&self.dir_tree(dataset, spec, path)?)?;
+            Ok(tree
+                .entries
+                .iter()
+                .map(|e| info(name(&e.name), &e.node))
+                .collect())
+        })
+        .map_err(to_py)
+    }
+
+    /// Every entry below folder `path` of version `spec`, paths relative
+    /// to it, folders before what they hold. A version whose walk would
+    /// visit more than detafs's limit of paths is refused.
+    fn walk(
+        &self,
+        py: Python<'_>,
+        dataset: &str,
+        spec: &str,
+        path: &str,
+    ) -> PyResult<Vec<EntryInfo>> {
+        py.detach(|| {
+            let top = self.dir_tree(dataset, spec, path)?;
+            walk::expansion(&*self.repo, &top)?;
+            let mut out = Vec::new();
+            let mut stack = vec![(top, String::new())];
+            while let Some((tree, prefix)) = stack.pop() {
+                let tree = self.repo.tree(&tree)?;
+                for e in &tree.entries {
+                    let p = format!("{prefix}{}", name(&e.name));
+                    if let Node::Dir { tree, .. } = &e.node {
+                        stack.push((*tree, format!("{p}/")));
+                    }
+                    out.push(info(p, &e.node));
+                }
+            }
+            Ok(out)
+        })
+        .map_err(to_py)
+    }
+
+    /// A reader of file `path` of version `spec`.
+    fn open(&self, py: Python<'_>, dataset: &str, spec: &str, path: &str) -> PyResult<Reader> {
+        py.detach(|| match self.node(dataset, spec, path)? {
+            (Node::File { chunks, size, .. }, _, _) => Ok(Reader {
+                cache: self.chunks.clone(),
+                chunks,
+                size,
+            }),
+            (node, rel, _) => Err(Error::fs(
+                detafs::error::FsError::IsDir,
+                format!("{rel} is a {}, not a file", kind(&node)),
+            )),
+        })
+        .map_err(to_py)
+    }
+
+    /// What changed from version `from` to version `to`: (`A`, `M` or `D`,
+    /// path) in path order.
+    fn diff(
+        &self,
+        py: Python<'_>,
+        dataset: &str,
+        from: &str,
+        to: &str,
+    ) -> PyResult<Vec<(char, String)>> {
+        py.detach(|| {
+            let (a, b) = (self.record(dataset, from)?, self.record(dataset, to)?);
+            Ok(diff(&*self.repo, Some(&a.tree), Some(&b.tree))?
+                .into_iter()
+                .map(|c| {
+                    let tag = match c.kind {
+                        ChangeKind::Added => 'A',
+                        ChangeKind::Modified => 'M',
+                        ChangeKind::Removed => 'D',
+                    };
+                    (tag, name(&c.path))
+                })
+                .collect())
+        })
+        .map_err(to_py)
+    }
+
+    /// The tags of `dataset`: (tag, version number).
+    fn tags(&self, py: Python<'_>, dataset: &str) -> PyResult<Vec<(String, u64)>> {
+        py.detach(|| {
+            Ok(self
+                .repo
+                .tags(dataset)?
+                .into_iter()
+                .map(|t| (t.tag, t.version))
+                .collect())
+        })
+        .map_err(to_py)
+    }
+
+    /// Names version `spec` `tag` (tags never move).
+    fn tag(&self, py: Python<'_>, dataset: &str, spec: &str, tag: &str) -> PyResult<u64> {
+        py.detach(|| {
+            let t = self.repo.create_tag(dataset, spec, tag, &current_user())?;
+            Ok(t.version)
+        })
+        .map_err(to_py)
+    }
+
+    /// Commits local folder `folder` as the next version of `dataset`
+    /// (JSON text of its log entry).
+    #[pyo3(signature = (dataset, folder, message, author=None))]
+    fn commit(
+        &self,
+        py: Python<'_>,
+        dataset: &str,
+        folder: PathBuf,
+        message: &str,
+        author: Option<String>,
+    ) -> PyResult<String> {
+        py.detach(|| {
+            let author = author.unwrap_or_else(current_user);
+            let meta = CommitMeta {
+                dataset,
+                message,
+                author: &author,
+            };
+            let record = commit_dir(&self.repo, &meta, &folder, &detafs::progress::Quiet)?;
+            Ok(record.log_entry().to_string())
+        })
+        .map_err(to_py)
+    }
+
+    /// Commits changes to version `parent` (None: the newest; a dataset
+    /// without versions gets its first): `puts` are (path in the dataset,
+    /// local file to take its bytes from), `deletes` paths to remove. A
+    /// version committed meanwhile that changed none of them is built
+    /// upon; one that changed any is a conflict naming them. JSON text of
+    /// the new version's log entry.
+    #[pyo3(signature = (dataset, parent, puts, deletes, message, author=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn commit_changes(
+        &self,
+        py: Python<'_>,
+        dataset: &str,
+        parent: Option<String>,
+        puts: Vec<(String, PathBuf)>,
+        deletes: Vec<String>,
+        message: &str,
+        author: Option<String>,
+    ) -> PyResult<String> {
+        py.detach(|| {
+            let mut edits = Vec::with_capacity(puts.len() + deletes.len());
+            for (path, file) in puts {
+                edits.push(Edit {
+                    path: edit_path(&path)?,
+                    content: Some(Content::File(file)),
+                });
+            }
+            for path in deletes {
+                edits.push(Edit {
+                    path: edit_path(&path)?,
+                    content: None,
+                });
+            }
+            let author = author.unwrap_or_else(current_user);
+            let meta = CommitMeta {
+                dataset,
+                message,
+                author: &author,
+            };
+            let record = commit_edits(&self.repo, &meta, parent.as_deref(), edits)?;
+            Ok(record.log_entry().to_string())
+        })
+        .map_err(to_py)
+    }
+}
+
+/// One file of a version: its bytes read in ranges, each chunk fetched
+/// only when a read needs it and verified before it is returned.
+#[pyclass(frozen, module = "detafs._detafs")]
+struct Reader {
+    cache: Arc<ChunkCache>,
+    chunks: Vec<BlobRef>,
+    size: u64,
+}
+
+#[pymethods]
+impl Reader {
+    #[getter]
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Bytes `[start, end)` (clipped to the file).
+    fn read_range<'py>(
+        &self,
+        py: Python<'py>,
+        start: u64,
+        end: u64,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let end = end.min(self.size);
+        let data = py
+            .detach(|| self.cache.span(&self.chunks, start.min(end), end, false))
+            .map_err(to_py)?
+            .unwrap_or_default();
+        Ok(PyBytes::new(py, &data))
+    }
+}
+
+#[pymodule]
+fn _detafs(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Store>()?;
+    m.add_class::<Reader>()?;
+    errors::register(m)?;
+    Ok(())
+}

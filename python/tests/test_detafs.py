@@ -1,0 +1,226 @@
+"""The Python package against real stores (a local folder and S3 on the
+test server), with the clients users read through: pandas, pyarrow,
+polars and DuckDB on detafs:// paths."""
+
+import json
+import os
+import threading
+
+import duckdb
+import fsspec
+import pandas as pd
+import polars as pl
+import pyarrow.dataset as pads
+import pytest
+
+import detafs
+
+
+def frame(n, k=1):
+    return pd.DataFrame({"id": range(n), "value": [i * k for i in range(n)]})
+
+
+@pytest.fixture
+def two_versions(cli, tmp_path):
+    """`ds` with v1 (a CSV, a Parquet file, a partitioned folder) and v2
+    (the Parquet file changed, a file added), v1 tagged `first`."""
+    src = tmp_path / "src"
+    (src / "part" / "year=2023").mkdir(parents=True)
+    (src / "part" / "year=2024").mkdir(parents=True)
+    frame(100).to_csv(src / "table.csv", index=False)
+    frame(1000).to_parquet(src / "table.parquet")
+    frame(10).to_parquet(src / "part" / "year=2023" / "a.parquet")
+    frame(20).to_parquet(src / "part" / "year=2024" / "b.parquet")
+    cli("commit", "ds", "--from", str(src), "-m", "one")
+    frame(1000, 3).to_parquet(src / "table.parquet")
+    (src / "notes.txt").write_bytes(b"hello\n")
+    cli("commit", "ds", "--from", str(src), "-m", "two")
+    cli("tag", "ds", "v1", "first")
+    return cli
+
+
+def fs_of(cli, **kw):
+    return fsspec.filesystem("detafs", store=cli.store, skip_instance_cache=True, **kw)
+
+
+def test_the_api_reads_every_version(two_versions):
+    store = detafs.Store(two_versions.store)
+    assert "ds" in store.datasets()
+    ds = store.dataset("ds")
+    log = ds.log()
+    assert [v["version"] for v in log] == [2, 1]
+    # Shaped as `detafs log --json` shows them.
+    assert log == json.loads(two_versions("log", "ds", "--json"))
+    assert ds.versions()[0]["tags"] == ["first"]
+    assert ds.tags() == {"first": 1}
+    names = [e["name"] for e in ds.ls()]
+    assert names == ["notes.txt", "part", "table.csv", "table.parquet"]
+    assert [e["name"] for e in ds.ls(version="first")] == ["part", "table.csv", "table.parquet"]
+    assert ds.diff("v1", "v2") == [("A", "notes.txt"), ("M", "table.parquet")]
+    for spec in ("v1", "1", "first", "latest~1"):
+        assert ds.resolve(spec) == 1
+    # A seekable file that reads ranges.
+    with ds.open("table.csv", version="v1") as f:
+        whole = f.read()
+        f.seek(3)
+        assert f.read(5) == whole[3:8]
+        f.seek(-4, os.SEEK_END)
+        assert f.read() == whole[-4:]
+    assert ds.tag("latest", "second") == 2
+    assert ds.tags() == {"first": 1, "second": 2}
+
+
+def test_fsspec_paths_for_pandas_pyarrow_polars_and_duckdb(two_versions):
+    fs = fs_of(two_versions)
+    opts = {"store": two_versions.store}
+    # Two versions side by side.
+    v1 = pd.read_parquet("detafs://ds@v1/table.parquet", storage_options=opts)
+    v2 = pd.read_parquet("detafs://ds/table.parquet", storage_options=opts)
+    assert v1["value"].sum() * 3 == v2["value"].sum()
+    assert len(pd.read_csv("detafs://ds@first/table.csv", storage_options=opts)) == 100
+    # A partitioned folder of a version.
+    table = pads.dataset("ds@v1/part", filesystem=fs, format="parquet", partitioning="hive").to_table()
+    assert table.num_rows == 30
+    assert sorted(set(table.column("year").to_pylist())) == [2023, 2024]
+    with fs.open("detafs://ds@2/table.parquet") as f:
+        assert pl.read_parquet(f)["value"].sum() == v2["value"].sum()
+    con = duckdb.connect()
+    con.register_filesystem(fs)
+    got = con.sql("select count(*), sum(value) from read_parquet('detafs://ds@v1/table.parquet')").fetchall()
+    assert got == [(1000, v1["value"].sum())]
+
+
+def test_listing_and_ranges(two_versions):
+    fs = fs_of(two_versions)
+    assert fs.exists("detafs://ds@v1/table.csv")
+    assert not fs.exists("detafs://ds@v1/notes.txt")
+    assert fs.isdir("detafs://ds/part")
+    assert fs.info("detafs://ds/notes.txt")["size"] == 6
+    assert fs.glob("detafs://ds@v1/part/*/*.parquet") == [
+        "ds@v1/part/year=2023/a.parquet",
+        "ds@v1/part/year=2024/b.parquet",
+    ]
+    assert [p.replace("@v2", "@v1") for p in fs.find("detafs://ds@v2/part")] == fs.find(
+        "detafs://ds@v1/part"
+    )
+    assert fs.find("detafs://ds@v1", maxdepth=1) == ["ds@v1/table.csv", "ds@v1/table.parquet"]
+    assert fs.cat_file("detafs://ds/notes.txt", start=1, end=4) == b"ell"
+    assert fs.cat_file("detafs://ds/notes.txt", start=-3) == b"lo\n"
+    assert fs.cat_file("detafs://ds/notes.txt") == b"hello\n"
+
+
+def test_a_transaction_is_one_commit_and_nothing_if_it_raises(local_cli):
+    fs = fs_of(local_cli, message="from pandas")
+    with fs.transaction:
+        frame(50).to_parquet("detafs://ds/out/a.parquet", filesystem=fs)
+        with fs.open("detafs://ds/out/b.txt", "wb") as f:
+            f.write(b"b")
+    ds = detafs.Store(local_cli.store).dataset("ds")
+    assert [(v["version"], v["message"], v["files_added"]) for v in ds.versions()] == [(1, "from pandas", 2)]
+    assert len(pd.read_parquet("detafs://ds/out/a.parquet", filesystem=fs)) == 50
+    with pytest.raises(RuntimeError):
+        with fs.transaction:
+            with fs.open("detafs://ds/out/c.txt", "wb") as f:
+                f.write(b"c")
+            fs.rm("detafs://ds/out/b.txt")
+            raise RuntimeError("the block failed")
+    assert len(ds.versions()) == 1
+    assert fs.cat_file("detafs://ds/out/b.txt") == b"b"
+    # Deleting inside a transaction; writing outside one is refused.
+    with fs.transaction:
+        fs.rm("detafs://ds/out/b.txt")
+    assert not fs.exists("detafs://ds/out/b.txt")
+    with pytest.raises(detafs.InvalidInputError, match="transaction"):
+        fs.open("detafs://ds/x.txt", "wb")
+    with pytest.raises(detafs.InvalidInputError):
+        with fs.transaction:
+            fs.open("detafs://ds@v1/x.txt", "wb")
+    assert len(ds.versions()) == 2
+
+
+def test_two_writers_of_the_same_path_conflict(local_cli):
+    ds = detafs.Store(local_cli.store).dataset("ds")
+    with ds.stage("base") as s:
+        s.write("shared.txt", b"0")
+        s.write("other.txt", b"0")
+    first, second = ds.stage("first"), ds.stage("second")
+    with first:
+        with second:
+            second.write("shared.txt", b"2")
+            first.write("shared.txt", b"1")
+            first.write("mine.txt", b"1")
+            first.commit()
+            with pytest.raises(detafs.ConflictError) as e:
+                second.commit()
+            assert e.value.paths == ["shared.txt"]
+            second.discard()
+    assert ds.read("shared.txt") == b"1"
+    assert [v["message"] for v in ds.versions()] == ["base", "first"]
+    # Writers of different paths both land.
+    a, b = ds.stage("a"), ds.stage("b")
+    with a, b:
+        a.write("a.txt", b"a")
+        b.write("b.txt", b"b")
+    assert ds.read("a.txt") == b"a" and ds.read("b.txt") == b"b"
+
+
+def test_readers_on_eight_threads(two_versions):
+    store = detafs.Store(two_versions.store)
+    ds = store.dataset("ds")
+    want = {v: ds.read("table.parquet", v) for v in ("v1", "v2")}
+    errors = []
+
+    def read(i):
+        try:
+            for _ in range(10):
+                v = ("v1", "v2")[i % 2]
+                with ds.open("table.parquet", v) as f:
+                    f.seek(100)
+                    assert f.read(1000) == want[v][100:1100]
+                    f.seek(0)
+                    assert f.read() == want[v]
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_bad_input_is_a_clear_exception_and_changes_nothing(two_versions, tmp_path):
+    fs = fs_of(two_versions)
+    store = detafs.Store(two_versions.store)
+    ds = store.dataset("ds")
+    with pytest.raises(detafs.InvalidInputError, match="names no dataset"):
+        fs.info("detafs://")
+    with pytest.raises(FileNotFoundError, match="no dataset"):
+        fs.ls("detafs://nope@v1")
+    with pytest.raises(FileNotFoundError, match="no version"):
+        fs.info("detafs://ds@v9/table.csv")
+    with pytest.raises((FileNotFoundError, detafs.InvalidInputError)):
+        fs.info("detafs://ds@latest~7/table.csv")
+    with pytest.raises(detafs.InvalidInputError):
+        fs.info("detafs://ds@v1/../../etc/passwd")
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        fs.cat_file("detafs://ds/missing.csv")
+    with pytest.raises(detafs.InvalidInputError):
+        with ds.stage("escape") as s:
+            s.write("../outside.txt", b"x")
+    # Another store's key file.
+    from conftest import Cli
+
+    other = Cli(str(tmp_path / "other"), tmp_path / "home", {})
+    keys = tmp_path / "home" / ".config" / "detafs" / "keys"
+    ours = set(keys.iterdir())
+    other("init")
+    (wrong,) = set(keys.iterdir()) - ours
+    with pytest.raises(detafs.WrongKeyError, match="does not open"):
+        detafs.Store(two_versions.store, key_file=wrong)
+    with pytest.raises(detafs.InvalidInputError, match="not a detafs key file"):
+        detafs.Store(two_versions.store, key_file=__file__)
+    with pytest.raises(detafs.Error):
+        detafs.Store(str(tmp_path / "not-a-store"))
+    assert [v["version"] for v in ds.versions()] == [1, 2]
