@@ -19,6 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Verified chunks kept in memory for a store's readers.
@@ -266,6 +267,7 @@ impl Store {
                 cache: self.chunks.clone(),
                 chunks,
                 size,
+                last_end: AtomicU64::new(0),
             }),
             (node, rel, _) => Err(Error::fs(
                 detafs::error::FsError::IsDir,
@@ -393,13 +395,20 @@ impl Store {
 }
 
 /// One file of a version: its bytes read in ranges, each chunk fetched
-/// only when a read needs it and verified before it is returned.
+/// only when a read needs it and verified before it is returned. A read
+/// that starts where the last one ended has the next `READ_AHEAD` bytes
+/// fetched beside it.
 #[pyclass(frozen, module = "detafs._detafs")]
 struct Reader {
     cache: Arc<ChunkCache>,
     chunks: Vec<BlobRef>,
     size: u64,
+    /// Where the last read ended.
+    last_end: AtomicU64,
 }
+
+/// Bytes fetched ahead of a sequential reader.
+const READ_AHEAD: u64 = 16 << 20;
 
 #[pymethods]
 impl Reader {
@@ -416,6 +425,11 @@ impl Reader {
         end: u64,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let end = end.min(self.size);
+        let sequential = self.last_end.swap(end, Ordering::Relaxed) == start && start > 0;
+        if sequential {
+            self.cache
+                .prefetch_span(&self.chunks, end, (end + READ_AHEAD).min(self.size));
+        }
         let data = py
             .detach(|| self.cache.span(&self.chunks, start.min(end), end, false))
             .map_err(to_py)?

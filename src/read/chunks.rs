@@ -82,6 +82,25 @@ impl State {
     }
 }
 
+/// The chunks of a file of `chunks` that hold bytes `[start, end)`, and
+/// where the first of them starts.
+fn covering(chunks: &[BlobRef], start: u64, end: u64) -> (u64, Vec<BlobRef>) {
+    let mut at = 0u64;
+    let mut wanted = Vec::new();
+    let mut first_at = 0;
+    for c in chunks {
+        let len = c.data_size();
+        if at + len > start && at < end {
+            if wanted.is_empty() {
+                first_at = at;
+            }
+            wanted.push(*c);
+        }
+        at += len;
+    }
+    (first_at, wanted)
+}
+
 /// Largest run of chunks one miss reads.
 const RUN_BYTES: u64 = 4 << 20;
 
@@ -139,19 +158,7 @@ impl ChunkCache {
         if start >= end {
             return Ok(Some(Vec::new()));
         }
-        let mut at = 0u64;
-        let mut wanted = Vec::new();
-        let mut first_at = 0;
-        for c in chunks {
-            let len = c.data_size();
-            if at + len > start && at < end {
-                if wanted.is_empty() {
-                    first_at = at;
-                }
-                wanted.push(*c);
-            }
-            at += len;
-        }
+        let (first_at, wanted) = covering(chunks, start, end);
         let mut out = Vec::with_capacity(end.saturating_sub(start) as usize);
         for run in crate::store::pack::runs(&wanted, RUN_BYTES) {
             for i in 0..run.len() {
@@ -173,6 +180,16 @@ impl ChunkCache {
             .ok_or_else(|| {
                 crate::Error::malformed("file", "its chunks hold fewer bytes than its size")
             })
+    }
+
+    /// Starts fetching, in the background, the chunks holding bytes
+    /// `[start, end)` of a file of `chunks`: what a sequential reader reads
+    /// next, decrypted and verified beside its reads.
+    pub fn prefetch_span(self: &Arc<Self>, chunks: &[BlobRef], start: u64, end: u64) {
+        let (_, wanted) = covering(chunks, start, end);
+        for run in crate::store::pack::runs(&wanted, RUN_BYTES) {
+            self.prefetch(run.to_vec());
+        }
     }
 
     /// Chunk `id` if it is in memory (no I/O).
