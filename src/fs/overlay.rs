@@ -586,6 +586,14 @@ impl StagingArea {
 
     /// Puts the staged paths `names` back as tree `source` has them.
     pub(super) fn checkout(&self, source: &BlobRef, names: &[Vec<Vec<u8>>]) -> Result<()> {
+        // The trees on the way to each path are read before the lock is
+        // taken, so that under it they come from memory (errors are met
+        // again, and reported, under the lock).
+        for n in names {
+            if let Ok(path) = crate::relpath::RelPath::from_names(n) {
+                let _ = self.repo.lookup(source, &path);
+            }
+        }
         self.lock()?.checkout(&self.repo, source, names)
     }
 
