@@ -304,6 +304,11 @@ class Store:
     ``cache_dir`` (default ``$DETAFS_CACHE``); ``timeout`` in seconds for a
     remote store's retries (default 60). S3 and Azure credentials come from
     the usual environment variables, as for the CLI.
+
+    ``url`` ``https://host:port`` is a gateway (``detafs serve``), for
+    hosts without store credentials: ``api_key`` (default
+    ``$DETAFS_API_KEY``) or an OAuth2 ``token``, and ``ca``, the PEM file of
+    its certificate or CA (default: the system's). Its policy applies.
     """
 
     def __init__(
@@ -314,7 +319,17 @@ class Store:
         passphrase: Optional[str] = None,
         cache_dir: Optional[PathLike] = None,
         timeout: Optional[float] = None,
+        api_key: Optional[str] = None,
+        token: Optional[str] = None,
+        ca: Optional[PathLike] = None,
     ) -> None:
+        if url is not None and url.startswith("https://"):
+            from .remote import Remote
+
+            self._s: Any = Remote(
+                url, api_key=api_key, token=token, ca=None if ca is None else os.fspath(ca), timeout=timeout
+            )
+            return
         self._s = _Store(
             url,
             key_file=None if key_file is None else os.fspath(key_file),

@@ -120,12 +120,16 @@ class DetafsFileSystem(AbstractFileSystem):
         passphrase: Optional[str] = None,
         cache_dir: Optional[str] = None,
         timeout: Optional[float] = None,
+        api_key: Optional[str] = None,
+        token: Optional[str] = None,
+        ca: Optional[str] = None,
         message: str = "committed through fsspec",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.store = Store(
-            store, key_file=key_file, passphrase=passphrase, cache_dir=cache_dir, timeout=timeout
+            store, key_file=key_file, passphrase=passphrase, cache_dir=cache_dir, timeout=timeout,
+            api_key=api_key, token=token, ca=ca,
         )
         self.message = message
 

@@ -87,3 +87,32 @@ def local_cli(tmp_path, home):
     c("init")
     c("dataset", "create", "ds")
     return c
+
+
+class Gateway:
+    def __init__(self, url, cert, writer, reader):
+        self.url, self.cert, self.writer, self.reader = url, cert, writer, reader
+
+
+@pytest.fixture
+def gateway(local_cli, tmp_path):
+    """`detafs serve` on 127.0.0.1 (TLS, its self-signed certificate) over
+    the local store, with a key that reads and commits and one that reads."""
+    import threading
+
+    writer = local_cli("apikey", "create", "writer", "--scopes", "read,commit,create").strip()
+    reader = local_cli("apikey", "create", "reader", "--scopes", "read").strip()
+    proc = subprocess.Popen(
+        [binary(), "serve", "--listen", "127.0.0.1:0"], env=local_cli.env, stderr=subprocess.PIPE, text=True
+    )
+    url = None
+    for line in proc.stderr:
+        if line.startswith("serving "):
+            url = line.split()[1].rstrip("/")
+            break
+    assert url, "the gateway did not start"
+    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    cert = next(Path(local_cli.env["DETAFS_CACHE"]).rglob("gateway-cert.pem"))
+    yield Gateway(url, str(cert), writer, reader)
+    proc.kill()
+    proc.wait()

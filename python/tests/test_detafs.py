@@ -224,3 +224,59 @@ def test_bad_input_is_a_clear_exception_and_changes_nothing(two_versions, tmp_pa
     with pytest.raises(detafs.Error):
         detafs.Store(str(tmp_path / "not-a-store"))
     assert [v["version"] for v in ds.versions()] == [1, 2]
+
+
+def test_through_the_gateway(gateway, local_cli, tmp_path):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    frame(500).to_parquet(src / "t.parquet")
+    (src / "sub" / "a.txt").write_bytes(b"alpha\n")
+    local_cli("commit", "ds", "--from", str(src), "-m", "one")
+    opts = {"store": gateway.url, "api_key": gateway.writer, "ca": gateway.cert}
+    store = detafs.Store(gateway.url, api_key=gateway.writer, ca=gateway.cert)
+    assert "ds" in store.datasets()
+    ds = store.dataset("ds")
+    assert [v["version"] for v in ds.versions()] == [1]
+    assert [e["name"] for e in ds.ls()] == ["sub", "t.parquet"]
+    with ds.open("sub/a.txt") as f:
+        f.seek(2)
+        assert f.read() == b"pha\n"
+    assert len(pd.read_parquet("detafs://ds@v1/t.parquet", storage_options=opts)) == 500
+    fs = fsspec.filesystem("detafs", skip_instance_cache=True, message="remote", **opts)
+    assert fs.find("detafs://ds") == ["ds/sub/a.txt", "ds/t.parquet"]
+    assert fs.cat_file("detafs://ds/sub/a.txt", start=1, end=3) == b"lp"
+    # A transaction commits through the gateway's uploads, as the key's author.
+    with fs.transaction:
+        with fs.open("detafs://ds/sub/b.txt", "wb") as f:
+            f.write(b"beta\n" * 100_000)
+        fs.rm("detafs://ds/sub/a.txt")
+    log = ds.log()
+    assert (log[0]["version"], log[0]["message"], log[0]["author"]) == (2, "remote", "key:writer")
+    assert local_cli("cat", "ds", "v2", "sub/b.txt") == "beta\n" * 100_000
+    assert not fs.exists("detafs://ds/sub/a.txt")
+    # Two writers of one path: the second is a conflict naming it.
+    first, second = ds.stage("first"), ds.stage("second")
+    with first, second:
+        first.write("c.txt", b"1")
+        second.write("c.txt", b"2")
+        first.commit()
+        with pytest.raises(detafs.ConflictError) as e:
+            second.commit()
+        assert e.value.paths == ["c.txt"]
+        second.discard()
+    # What the key may not do, a key the gateway does not know, a
+    # certificate not trusted: each a clear exception, nothing changed.
+    read_only = detafs.Store(gateway.url, api_key=gateway.reader, ca=gateway.cert).dataset("ds")
+    assert read_only.read("c.txt") == b"1"
+    with pytest.raises(PermissionError):
+        with read_only.stage("not allowed") as s:
+            s.write("d.txt", b"d")
+    with pytest.raises(PermissionError):
+        detafs.Store(gateway.url, api_key="dtfs_nope_nope", ca=gateway.cert).datasets()
+    with pytest.raises(detafs.StoreError, match="CERTIFICATE"):
+        detafs.Store(gateway.url, api_key=gateway.writer).datasets()
+    with pytest.raises(FileNotFoundError):
+        ds.read("missing.txt")
+    with pytest.raises(FileNotFoundError):
+        ds.read("c.txt", version="v9")
+    assert [v["version"] for v in ds.versions()] == [1, 2, 3]
