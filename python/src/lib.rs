@@ -7,7 +7,7 @@ mod errors;
 
 use detafs::commit::edit::{Content, Edit, commit_edits, edit_path};
 use detafs::commit::{CommitMeta, commit_dir, current_user};
-use detafs::read::chunks::ChunkCache;
+use detafs::read::chunks::{ChunkCache, copy_pieces};
 use detafs::relpath::RelPath;
 use detafs::repo::{Options, Passphrase, Repo};
 use detafs::snapshot::diff::{ChangeKind, TreeSource, diff};
@@ -430,11 +430,17 @@ impl Reader {
             self.cache
                 .prefetch_span(&self.chunks, end, (end + READ_AHEAD).min(self.size));
         }
-        let data = py
-            .detach(|| self.cache.span(&self.chunks, start.min(end), end, false))
+        let start = start.min(end);
+        // Fetched and verified without the GIL; then copied once, into
+        // the bytes object itself.
+        let (skip, pieces) = py
+            .detach(|| self.cache.pieces(&self.chunks, start, end, false))
             .map_err(to_py)?
             .unwrap_or_default();
-        Ok(PyBytes::new(py, &data))
+        PyBytes::new_with(py, (end - start) as usize, |buf| {
+            copy_pieces(skip, &pieces, buf);
+            Ok(())
+        })
     }
 }
 

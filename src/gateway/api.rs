@@ -798,7 +798,7 @@ impl Asked {
     fn served(
         &self,
         repo: &Repo,
-        cache: &ChunkCache,
+        cache: &Arc<ChunkCache>,
         memory_only: bool,
     ) -> Result<Option<Served>, ApiError> {
         let (clean, versions, caller) = (&self.path, &self.versions, &self.caller);
@@ -1003,7 +1003,7 @@ fn listing(
 /// sent, so a missing or damaged object is an error status, not a cut-off
 /// body.
 fn file_part(
-    cache: &ChunkCache,
+    cache: &Arc<ChunkCache>,
     headers: &HeaderMap,
     chunks: Vec<BlobRef>,
     size: u64,

@@ -101,6 +101,19 @@ fn covering(chunks: &[BlobRef], start: u64, end: u64) -> (u64, Vec<BlobRef>) {
     (first_at, wanted)
 }
 
+/// Fills `out` with the bytes of `pieces` from `skip` on (what `pieces`
+/// gave: they hold at least that much).
+pub fn copy_pieces(mut skip: usize, pieces: &[Bytes], out: &mut [u8]) {
+    let mut at = 0;
+    for p in pieces {
+        let take = &p[skip.min(p.len())..];
+        let take = &take[..(out.len() - at).min(take.len())];
+        out[at..at + take.len()].copy_from_slice(take);
+        at += take.len();
+        skip = skip.saturating_sub(p.len());
+    }
+}
+
 /// Largest run of chunks one miss reads.
 const RUN_BYTES: u64 = 4 << 20;
 
@@ -143,43 +156,68 @@ impl ChunkCache {
         }
     }
 
-    /// The bytes `[start, end)` of a file of `chunks`, reading only the
-    /// chunks that hold them (a miss reads the whole run of them lying back
-    /// to back in a pack, up to `RUN_BYTES`); with `memory_only`, `None`
-    /// unless every one is in memory. Readers of ranges (the gateway,
-    /// Python) go through here.
-    pub fn span(
-        &self,
+    /// The chunks holding bytes `[start, end)` of a file of `chunks`, each
+    /// verified, and where `start` lies in the first of them. Only those
+    /// chunks are read (a miss reads the whole run of them lying back to
+    /// back in a pack, up to `RUN_BYTES`); the runs after the first are
+    /// fetched in the background beside it, so a long range is read on
+    /// every core. With `memory_only`, `None` unless every one is in
+    /// memory. Readers of ranges (the gateway, Python) go through here.
+    pub fn pieces(
+        self: &Arc<Self>,
         chunks: &[BlobRef],
         start: u64,
         end: u64,
         memory_only: bool,
-    ) -> Result<Option<Vec<u8>>> {
+    ) -> Result<Option<(usize, Vec<Bytes>)>> {
         if start >= end {
-            return Ok(Some(Vec::new()));
+            return Ok(Some((0, Vec::new())));
         }
         let (first_at, wanted) = covering(chunks, start, end);
-        let mut out = Vec::with_capacity(end.saturating_sub(start) as usize);
-        for run in crate::store::pack::runs(&wanted, RUN_BYTES) {
+        let runs = crate::store::pack::runs(&wanted, RUN_BYTES);
+        if !memory_only {
+            for run in runs.iter().skip(1) {
+                self.prefetch(run.to_vec());
+            }
+        }
+        let mut out = Vec::with_capacity(wanted.len());
+        for run in runs {
             for i in 0..run.len() {
-                let data = match memory_only {
+                out.push(match memory_only {
                     true => match self.cached(&run[i].id) {
                         Some(d) => d,
                         None => return Ok(None),
                     },
                     false => self.get(run, i)?,
-                };
-                out.extend_from_slice(&data);
+                });
             }
         }
         // The chunks' sizes say where the bytes are; a store whose chunks
         // disagree with them is refused, never sliced out of bounds.
-        let from = (start - first_at) as usize;
-        out.get(from..from + end.saturating_sub(start) as usize)
-            .map(|b| Some(b.to_vec()))
-            .ok_or_else(|| {
-                crate::Error::malformed("file", "its chunks hold fewer bytes than its size")
-            })
+        let held: u64 = out.iter().map(|b| b.len() as u64).sum();
+        if held < end - first_at {
+            return Err(crate::Error::malformed(
+                "file",
+                "its chunks hold fewer bytes than its size",
+            ));
+        }
+        Ok(Some(((start - first_at) as usize, out)))
+    }
+
+    /// `pieces`, as the bytes `[start, end)` in one buffer.
+    pub fn span(
+        self: &Arc<Self>,
+        chunks: &[BlobRef],
+        start: u64,
+        end: u64,
+        memory_only: bool,
+    ) -> Result<Option<Vec<u8>>> {
+        let Some((skip, pieces)) = self.pieces(chunks, start, end, memory_only)? else {
+            return Ok(None);
+        };
+        let mut out = vec![0; end.saturating_sub(start) as usize];
+        copy_pieces(skip, &pieces, &mut out);
+        Ok(Some(out))
     }
 
     /// Starts fetching, in the background, the chunks holding bytes
