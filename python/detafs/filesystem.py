@@ -146,7 +146,7 @@ class DetafsFileSystem(AbstractFileSystem):
         return parse_url(self._strip_protocol(path))
 
     @staticmethod
-    def _full(dataset: str, version: str, path: str, spec: Optional[str]) -> str:
+    def _full(dataset: str, path: str, spec: Optional[str]) -> str:
         head = dataset if spec is None else f"{dataset}@{spec}"
         return f"{head}/{path}" if path else head
 
@@ -155,10 +155,10 @@ class DetafsFileSystem(AbstractFileSystem):
         return head.split("@", 1)[1] if "@" in head else None
 
     def _info_of(self, path: str, row: Dict[str, Any]) -> Dict[str, Any]:
-        dataset, version, _ = self._split(path)
+        dataset, _, _ = self._split(path)
         kind = row["type"]
         out = dict(row)
-        out["name"] = self._full(dataset, version, row["name"], self._spec(path))
+        out["name"] = self._full(dataset, row["name"], self._spec(path))
         out["type"] = {"directory": "directory", "file": "file"}.get(kind, "other")
         if kind == "link":
             out["islink"] = True
@@ -245,9 +245,6 @@ class DetafsFileSystem(AbstractFileSystem):
     def rm_file(self, path: str) -> None:
         dataset, _, inner = self._split(path)
         self._stage_for(path, dataset).delete(inner)
-
-    def _rm(self, path: str) -> None:
-        self.rm_file(path)
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: Optional[int] = None) -> None:
         paths = path if isinstance(path, list) else [path]
