@@ -280,3 +280,41 @@ def test_through_the_gateway(gateway, local_cli, tmp_path):
     with pytest.raises(FileNotFoundError):
         ds.read("c.txt", version="v9")
     assert [v["version"] for v in ds.versions()] == [1, 2, 3]
+
+
+def test_the_gateways_policy_applies(gateway, local_cli, tmp_path):
+    import time
+
+    src = tmp_path / "src"
+    (src / "secret").mkdir(parents=True)
+    (src / "open.txt").write_bytes(b"open\n")
+    (src / "secret" / "s.txt").write_bytes(b"hidden\n")
+    local_cli("commit", "ds", "--from", str(src), "-m", "one")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "policies:\n"
+        '  - {name: admins, effect: allow, principals: ["user:root", "key:writer"], actions: ["dataset:*"], resources: ["*"]}\n'
+        '  - {name: readers, effect: allow, principals: ["key:reader"], actions: ["dataset:read", "dataset:versions"], resources: ["datasets/ds"]}\n'
+        '  - {name: no_secret, effect: deny, principals: ["key:reader"], actions: ["dataset:read"], resources: ["datasets/ds/versions/*/files/secret/*"]}\n'
+    )
+    local_cli("policy", "set", str(policy), "-m", "readers see no secret")
+    reader = detafs.Store(gateway.url, api_key=gateway.reader, ca=gateway.cert).dataset("ds")
+    # Gateways read the policy again within 2 s: wait for it, not for a time.
+    deadline = time.monotonic() + 60
+    while "secret" in [e["name"] for e in reader.ls()]:
+        assert time.monotonic() < deadline, "the gateway never applied the policy"
+        time.sleep(0.1)
+    assert reader.read("open.txt") == b"open\n"
+    # What the policy hides does not exist for the caller.
+    with pytest.raises(FileNotFoundError):
+        reader.read("secret/s.txt")
+    with pytest.raises(FileNotFoundError):
+        fsspec.filesystem(
+            "detafs", skip_instance_cache=True, store=gateway.url, api_key=gateway.reader, ca=gateway.cert
+        ).cat_file("detafs://ds/secret/s.txt")
+    with pytest.raises(PermissionError):
+        with reader.stage("not allowed") as s:
+            s.write("x.txt", b"x")
+    writer = detafs.Store(gateway.url, api_key=gateway.writer, ca=gateway.cert).dataset("ds")
+    assert writer.read("secret/s.txt") == b"hidden\n"
+    assert [v["version"] for v in writer.versions()] == [1]
