@@ -7,12 +7,12 @@ exist for it (``FileNotFoundError``), what it may not do is a
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import ssl
-import urllib.error
+import threading
 import urllib.parse
-import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
 from ._detafs import ConflictError, Error, InvalidInputError, StoreError
@@ -55,23 +55,50 @@ class Remote:
             raise InvalidInputError("a gateway needs an API key (api_key=, or $DETAFS_API_KEY) or a token")
         self._auth = {"Authorization": f"Bearer {secret}"}
         self._ssl = ssl.create_default_context(cafile=ca)
+        self._where = urllib.parse.urlsplit(self.url)
+        self._local = threading.local()
         self._timeout = timeout or 60.0
         self._ids: Dict[str, str] = {}
 
     # -- HTTP ---------------------------------------------------------
 
+    def _conn(self) -> http.client.HTTPSConnection:
+        # One kept-alive connection per thread: a TLS handshake per range
+        # read would cost more than most reads.
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPSConnection(
+                self._where.hostname, self._where.port or 443, context=self._ssl, timeout=self._timeout
+            )
+            self._local.conn = conn
+        return conn
+
     def _call(self, method: str, path: str, body: Any = None,
               headers: Optional[Dict[str, str]] = None, raw: bool = True) -> Any:
-        req = urllib.request.Request(self.url + path, data=body, method=method,
-                                     headers={**self._auth, **(headers or {})})
-        try:
-            with urllib.request.urlopen(req, context=self._ssl, timeout=self._timeout) as r:
-                data = r.read()
-                kind = r.headers.get("Content-Type", "")
-        except urllib.error.HTTPError as e:
-            raise self._error(e) from None
-        except (urllib.error.URLError, OSError) as e:
-            raise StoreError(f"{self.url}: {getattr(e, 'reason', e)}") from None
+        hdrs = {**self._auth, **(headers or {})}
+        for attempt in (1, 2):
+            conn = self._conn()
+            try:
+                conn.request(method, self._where.path.rstrip("/") + path, body=body, headers=hdrs)
+                r = conn.getresponse()
+                data, status, reason = r.read(), r.status, r.reason
+                kind = r.getheader("Content-Type", "")
+                break
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as e:
+                # A kept connection the gateway closed meanwhile: once more
+                # on a new one (a file body from its start).
+                conn.close()
+                self._local.conn = None
+                if attempt == 2 or (body is not None and not hasattr(body, "seek") and not isinstance(body, bytes)):
+                    raise StoreError(f"{self.url}: {e}") from None
+                if hasattr(body, "seek"):
+                    body.seek(0)
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                self._local.conn = None
+                raise StoreError(f"{self.url}: {e}") from None
+        if status >= 400:
+            raise self._error(status, reason, data)
         if raw:
             return data
         return json.loads(data) if kind.startswith("application/json") else data
@@ -82,23 +109,23 @@ class Remote:
         return json.loads(data) if data else None
 
     @staticmethod
-    def _error(e: urllib.error.HTTPError) -> Exception:
+    def _error(status: int, reason: str, body: bytes) -> Exception:
         try:
-            err = json.loads(e.read())["error"]
+            err = json.loads(body)["error"]
             message, details = err.get("message", ""), err.get("details") or {}
         except Exception:  # noqa: BLE001 - a body that is not the gateway's
-            message, details = e.reason, {}
-        if e.code == 404:
+            message, details = f"{status} {reason}", {}
+        if status == 404:
             return FileNotFoundError(message)
-        if e.code in (401, 403):
+        if status in (401, 403):
             return PermissionError(message)
-        if e.code == 409 and "paths" in details:
+        if status == 409 and "paths" in details:
             c = ConflictError(message)
             c.paths = details["paths"]
             return c
-        if e.code in (400, 409, 413, 416):
+        if status in (400, 409, 413, 416):
             return InvalidInputError(message)
-        if e.code >= 500:
+        if status >= 500:
             return StoreError(message)
         return Error(message)
 
