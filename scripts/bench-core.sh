@@ -13,7 +13,7 @@ bench_core() {
   "$BIN" init >/dev/null; "$BIN" dataset create core >/dev/null
   mkdir -p "$ROOT/cwork"; cp -a "$ROOT/data/small" "$ROOT/cwork/"
   "$BIN" commit core --from "$ROOT/cwork" -m v1 >/dev/null
-  local pid; pid=$("$BIN" mount core "$mnt" --daemon)
+  local pid; pid=$("$BIN" mount core "$mnt" --daemon | sed -n "s/.*(pid \([0-9]*\),.*/\1/p")
   local sample; sample=$(cd "$mnt/versions/v1" && find small -type f -print -quit)
   cat "$mnt/versions/v1/$sample" >/dev/null
   for run in $(seq "$RUNS"); do
@@ -114,7 +114,7 @@ for d in range(1000):
     # versions/ on a connection of its own), each beside a cold native run.
     local walks=""
     for mode in --read-only ""; do
-      local pid; pid=$("$BIN" mount million "$mnt" --daemon $mode)
+      local pid; pid=$("$BIN" mount million "$mnt" --daemon $mode | sed -n "s/.*(pid \([0-9]*\),.*/\1/p")
       drop_caches; local find_n find_m ls_n ls_m
       find_n=$(timed find "$src"); drop_caches; find_m=$(timed find "$mnt/versions/v1")
       local rss_find; rss_find=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")

@@ -126,7 +126,7 @@ for i in range(100000):
   t=$(now); "$BIN" commit wide --from "$ROOT/wide" -m wide >/dev/null; local wcommit; wcommit=$(since "$t")
   for run in $(seq "$RUNS"); do
     rm -rf "$ROOT/scache-w"; export DETAFS_CACHE=$ROOT/scache-w
-    local pid; pid=$("$BIN" mount wide "$mnt" --daemon --read-only)
+    local pid; pid=$("$BIN" mount wide "$mnt" --daemon --read-only | sed -n "s/.*(pid \([0-9]*\),.*/\1/p")
     local lsf lsl nn; t=$(now); nn=$(ls -f "$mnt/versions/v1/dir" | wc -l); lsf=$(since "$t")
     lsl=$(timed ls -l "$mnt/versions/v1/dir")
     local lsn; lsn=$(timed ls -l "$ROOT/wide/dir")

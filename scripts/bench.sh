@@ -92,7 +92,7 @@ bench_mount() {
   for run in $(seq "$RUNS"); do
     mountpoint -q "$mnt" && "$BIN" umount "$mnt"
     rm -rf "$ROOT/mcopy" "$ROOT/mstaging"; sync; sleep "${BENCH_SETTLE:-40}"
-    local pid ready; ready=$(now); pid=$("$BIN" mount bench "$mnt" --daemon)
+    local pid ready; ready=$(now); pid=$("$BIN" mount bench "$mnt" --daemon | sed -n "s/.*(pid \([0-9]*\),.*/\1/p")
     ls "$mnt/versions" >/dev/null; ready=$(since "$ready")
     local v=$mnt/versions/v1
     drop_caches; local cold_n; cold_n=$(timed cat "$src/big.bin")

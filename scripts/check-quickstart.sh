@@ -52,6 +52,10 @@ for suite in ${DETAFS_CHECK_SUITES:-bookworm trixie}; do
     bash -euc "mkdir -p /home/new && cd '$repo' && ./scripts/quickstart.sh >/home/new/quickstart.log 2>&1 || { cat /home/new/quickstart.log; exit 1; }
       grep -q Nairobi $demo/versions/latest/tables/weather.csv
       ls $demo/versions | grep -qx v2
+      grep -q 'created the embedded store' /home/new/quickstart.log
+      grep -q 'back it up' /home/new/quickstart.log
+      test -s /home/new/.local/share/man/man1/detafs-commit.1
+      grep -q _detafs /home/new/.local/share/bash-completion/completions/detafs
       '$target/release/detafs' umount $demo"
   echo "quickstart on a fresh Debian $suite: ok"
   passed=$((passed + 1))

@@ -9,6 +9,14 @@ cargo build --release -q
 TARGET=${CARGO_TARGET_DIR:-target}
 [[ $TARGET = /* ]] || TARGET=$PWD/$TARGET
 BIN=$TARGET/release/detafs
+# Shell completion and man pages, where bash, zsh, fish and man look.
+data=${XDG_DATA_HOME:-$HOME/.local/share}
+fish=${XDG_CONFIG_HOME:-$HOME/.config}/fish/completions
+mkdir -p "$data/bash-completion/completions" "$data/zsh/site-functions" "$fish"
+"$BIN" completions bash > "$data/bash-completion/completions/detafs"
+"$BIN" completions zsh > "$data/zsh/site-functions/_detafs"
+"$BIN" completions fish > "$fish/detafs.fish"
+"$BIN" man "$data/man/man1" 2>/dev/null
 demo=$(mktemp -d)
 trap 'rm -rf "$demo"' EXIT
 mkdir -p "$demo/tables"
@@ -21,7 +29,8 @@ if [ -z "$("$BIN" log demo)" ]; then
   printf '3,Nairobi,24.1\n' >> "$demo/tables/weather.csv"
   "$BIN" commit demo --from "$demo" -m "add Nairobi"
 fi
-echo "--- the embedded store is encrypted (AES-256); back up its key file: $(ls "${XDG_CONFIG_HOME:-$HOME/.config}"/detafs/keys/*.key 2>/dev/null | head -1)"
+echo "--- the embedded store is encrypted (AES-256); back up its key file (detafs key list names it):"
+"$BIN" key list
 echo "--- detafs log demo"
 "$BIN" log demo
 echo "--- detafs diff demo v1 latest --stat"
@@ -48,4 +57,6 @@ Try:
   echo "my change" > $mnt/.detafs/commit
   ls $mnt/versions
 Unmount with: $BIN umount $mnt   (the binary: $BIN)
+Shell completion (bash, zsh, fish) and man pages (man detafs; MANPATH=$data/man
+if man does not find them) are installed under $data.
 EOF

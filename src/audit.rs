@@ -51,14 +51,19 @@ impl Problem {
     }
 }
 
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match self.kind {
+impl ProblemKind {
+    pub fn name(self) -> &'static str {
+        match self {
             ProblemKind::Missing => "missing",
             ProblemKind::Corrupt => "corrupt",
             ProblemKind::BrokenChain => "broken chain",
-        };
-        write!(f, "{kind}: {}: {}", self.object, self.detail)?;
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.kind.name(), self.object, self.detail)?;
         if !self.affects.is_empty() {
             write!(f, "; affects {}", self.affects.join(", "))?;
             if self.more > 0 {

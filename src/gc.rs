@@ -88,15 +88,20 @@ fn reachable_packs(repo: &Repo, datasets: &[String]) -> Result<HashSet<ObjectId>
     Ok(packs)
 }
 
+/// What gc deleted (or would delete), and the unreachable packs it spared
+/// because they are younger than the grace (an interrupted or running
+/// commit's, or a crash's: deletable once the grace has passed).
+pub struct GcReport {
+    pub doomed: Vec<Listed>,
+    pub young: Vec<Listed>,
+    /// When the youngest of `young` is older than the grace.
+    pub young_until: Option<SystemTime>,
+}
+
 /// Unreachable packs older than `grace`, and the records and tags of
 /// datasets deleted longer ago than `grace` (`deletion.rs`); deleted
 /// unless `dry_run`.
-pub fn gc(
-    repo: &Repo,
-    grace: Duration,
-    dry_run: bool,
-    progress: &dyn Progress,
-) -> Result<Vec<Listed>> {
+pub fn gc(repo: &Repo, grace: Duration, dry_run: bool, progress: &dyn Progress) -> Result<GcReport> {
     if grace < min_grace() {
         return Err(Error::InvalidInput(format!(
             "a grace of {} could delete objects of a commit still running; gc needs at least {}",
@@ -124,13 +129,13 @@ pub fn gc(
         leave_note(repo)?;
     }
     let reachable = reachable_packs(repo, &kept)?;
-    let mut doomed: Vec<Listed> = repo
+    let (mut doomed, young): (Vec<Listed>, Vec<Listed>) = repo
         .store
         .list(keys::PACKS, None)?
         .into_iter()
         .filter(|l| keys::pack_id(&l.key).is_some_and(|id| !reachable.contains(&id)))
-        .filter(|l| l.modified < cutoff)
-        .collect();
+        .partition(|l| l.modified < cutoff);
+    let young_until = young.iter().map(|l| l.modified + grace).max();
     // Their history goes after the packs it reached: an interrupted gc
     // leaves a dataset that is still deleted, never one half there. The
     // tombstone and `dataset.json` stay (the name is never reused).
@@ -146,5 +151,9 @@ pub fn gc(
             progress.advance(l.size);
         }
     }
-    Ok(doomed)
+    Ok(GcReport {
+        doomed,
+        young,
+        young_until,
+    })
 }

@@ -52,6 +52,8 @@ pub struct Repo {
     pub(crate) tags: Mutex<std::collections::BTreeMap<String, Option<crate::tag::Tag>>>,
     /// Policy records read so far, oldest first (`access::history`).
     pub(crate) policy: Mutex<Vec<crate::access::history::Stored>>,
+    /// The key file written when this open created the embedded store.
+    created_key_file: Option<PathBuf>,
 }
 
 /// Local state belongs to one store: its id (from the marker, checked to be
@@ -174,7 +176,8 @@ pub fn default_store() -> PathBuf {
         .join("detafs/store")
 }
 
-fn default_cache() -> PathBuf {
+/// Where local indexes and caches go unless `--cache-dir` says otherwise.
+pub fn default_cache() -> PathBuf {
     dirs::cache_dir()
         .unwrap_or_else(|| PathBuf::from("."))
         .join("detafs")
@@ -205,6 +208,7 @@ impl Repo {
     /// Opens an initialised store. The embedded default store is created on
     /// first use, so a new user needs no configuration.
     pub fn open(opts: &Options) -> Result<Repo> {
+        let mut created_key_file = None;
         let store = match &opts.store {
             Some(url) => Store::open(url, false, opts.store_timeout, opts.sse.as_ref())?,
             None => {
@@ -216,7 +220,7 @@ impl Repo {
                 )?;
                 // A local folder: its create is atomic, nothing to probe.
                 // Sealed, like every new store, with a key file.
-                store.init(
+                let created = store.init(
                     false,
                     &NewStore::Sealed {
                         key_file: opts.key_file.as_deref(),
@@ -224,10 +228,19 @@ impl Repo {
                         by: &crate::commit::current_user(),
                     },
                 )?;
+                created_key_file = created.key_file.filter(|_| created.created);
                 store
             }
         };
-        Repo::with_store(store, opts)
+        let mut repo = Repo::with_store(store, opts)?;
+        repo.created_key_file = created_key_file;
+        Ok(repo)
+    }
+
+    /// The key file this open wrote when it created the embedded store
+    /// (the caller tells the user to back it up, once).
+    pub fn created_key_file(&self) -> Option<&std::path::Path> {
+        self.created_key_file.as_deref()
     }
 
     /// A repo over an already opened store (`opts.store` is not used).
@@ -257,6 +270,7 @@ impl Repo {
             trees: Mutex::new(WeighedLru::new(TREE_ENTRIES)),
             tags: Mutex::default(),
             policy: Mutex::default(),
+            created_key_file: None,
         })
     }
 

@@ -641,7 +641,7 @@ fn gc_refuses_a_grace_below_the_safe_minimum() {
             .args(["gc", "--grace", grace])
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{grace}");
+        assert_eq!(out.status.code(), Some(2), "{grace}: a usage error");
         assert!(String::from_utf8_lossy(&out.stderr).contains("at least 13h"));
         assert!(env.objects.exists(debris));
     }

@@ -628,7 +628,9 @@ fn a_read_only_mount_beside_the_read_write_one_sees_its_commits() {
     std::fs::create_dir_all(&other).unwrap();
     let (code, err) = env.fails(&["mount", "ds", other.to_str().unwrap(), "--daemon"]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("in use by another detafs process"), "{err}");
+    assert!(err.contains("already mounted read-write at"), "{err}");
+    assert!(err.contains(rw.dir.to_str().unwrap()), "names where: {err}");
+    assert!(err.contains("--read-only"), "suggests --read-only: {err}");
     assert!(
         !err.contains("mounted ds at"),
         "earlier mounts' log lines: {err}"

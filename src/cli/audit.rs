@@ -9,6 +9,14 @@ fn short(h: &detafs::id::ObjectId) -> String {
     h.to_hex()[..16].to_string()
 }
 
+/// A problem `verify` or `audit` found, for `--json`.
+pub fn problem_json(p: &audit::Problem) -> Value {
+    json!({
+        "kind": p.kind.name(), "object": p.object, "detail": p.detail,
+        "affects": p.affects, "more": p.more, "text": p.to_string(),
+    })
+}
+
 /// Returns whether everything holds.
 pub fn audit(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<bool> {
     repo.check_dataset(name)?;

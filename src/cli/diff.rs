@@ -28,6 +28,7 @@ pub enum Format {
     Names,
     Stat,
     Patch,
+    Json,
 }
 
 pub fn diff(
@@ -66,6 +67,20 @@ pub fn diff(
             }
         }
         Format::Stat => stat(&mut out, &deltas)?,
+        Format::Json => {
+            let rows: Vec<_> = deltas
+                .iter()
+                .map(|d| {
+                    serde_json::json!({
+                        "change": letter(d.kind).to_string(),
+                        "path": line(&d.path),
+                        "old_size": d.old.as_ref().map(Side::size),
+                        "new_size": d.new.as_ref().map(Side::size),
+                    })
+                })
+                .collect();
+            writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
+        }
         Format::Patch => {
             for d in &deltas {
                 patch(repo, &mut out, d)?;

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, bail};
 use detafs::repo::{Options, Passphrase, Repo};
-use detafs::store::slots::SlotKind;
+use detafs::store::slots::{KeyFile, SlotKind};
 use detafs::store::{NewStore, Store};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -98,21 +98,51 @@ pub fn tell_key_file(path: &Path) {
     );
 }
 
-pub fn list(repo: &Repo) -> anyhow::Result<()> {
+/// `detafs key list`: one line per slot (or a JSON array); the slot this
+/// host's key file opens names the file, so the user knows what to back up.
+pub fn list(repo: &Repo, opts: &Options, json: bool) -> anyhow::Result<()> {
     if !repo.codec.is_sealed() {
         bail!("this store is not encrypted (format 1): it has no key slots");
     }
+    let store_id = repo.store.info()?.store_id;
+    let here = opts
+        .key_file
+        .clone()
+        .unwrap_or_else(|| detafs::store::slots::default_key_file(&store_id));
+    let here_slot = KeyFile::read(&here)
+        .ok()
+        .filter(|k| k.store_id == store_id)
+        .map(|k| k.slot);
+    let mut rows = Vec::new();
     for s in repo.store.slots()? {
         let kind = match s.kind {
             SlotKind::Keyfile => "key-file",
             SlotKind::Passphrase => "passphrase",
         };
+        let file = (here_slot.as_deref() == Some(s.id.as_str())).then(|| here.clone());
+        if json {
+            rows.push(serde_json::json!({
+                "id": s.id,
+                "kind": kind,
+                "created": s.created,
+                "by": s.by,
+                "key_file": file,
+            }));
+            continue;
+        }
+        let file = file
+            .map(|f| format!(" (this host's key file: {})", f.display()))
+            .unwrap_or_default();
         println!(
-            "{} {kind:<10} {} {}",
+            "{} {kind:<10} {} {}{}",
             s.id,
             s.created,
-            detafs::escape::line(s.by.as_bytes())
+            detafs::escape::line(s.by.as_bytes()),
+            detafs::escape::line(file.as_bytes())
         );
+    }
+    if json {
+        println!("{}", serde_json::Value::Array(rows));
     }
     Ok(())
 }

@@ -61,7 +61,8 @@ struct Cli {
         global = true,
         env = "DETAFS_STORE_TIMEOUT",
         default_value = "60s",
-        help_heading = GLOBAL
+        help_heading = GLOBAL,
+        value_parser = parse_store_timeout
     )]
     store_timeout: humantime::Duration,
     /// Key file of an encrypted store. Default: the one `init` wrote for
@@ -79,6 +80,30 @@ struct Cli {
     sse: Option<detafs::store::sse::Sse>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `gc --grace`: a usage error (exit 2) below the safe minimum.
+fn parse_grace(s: &str) -> Result<humantime::Duration, String> {
+    let grace: humantime::Duration = s.parse().map_err(|e| format!("{e}"))?;
+    if std::time::Duration::from(grace) < gc::min_grace() {
+        return Err(format!(
+            "a grace of {grace} could delete objects of a commit still running; gc needs at least {}",
+            humantime::format_duration(gc::min_grace())
+        ));
+    }
+    Ok(grace)
+}
+
+/// `--store-timeout`: at most `MAX_STORE_TIMEOUT` (a usage error, exit 2).
+fn parse_store_timeout(s: &str) -> Result<humantime::Duration, String> {
+    let timeout: humantime::Duration = s.parse().map_err(|e| format!("{e}"))?;
+    if std::time::Duration::from(timeout) > MAX_STORE_TIMEOUT {
+        return Err(format!(
+            "{timeout} is longer than the {} allowed",
+            humantime::format_duration(MAX_STORE_TIMEOUT)
+        ));
+    }
+    Ok(timeout)
 }
 
 fn parse_sse(s: &str) -> Result<detafs::store::sse::Sse, String> {
@@ -179,6 +204,9 @@ enum Command {
         version: Option<String>,
         /// The new tag: letters, digits, '-', '_', '.'; not starting with 'v'.
         tag: Option<String>,
+        /// The list as one JSON array: tag, version.
+        #[arg(long, conflicts_with = "version")]
+        json: bool,
     },
     /// Show a dataset's history, newest first (`-- PATH`: only the
     /// versions that changed that file or folder).
@@ -196,14 +224,19 @@ enum Command {
         path: Option<String>,
     },
     /// List a directory (or show a file) of a version.
-    #[command(after_help = "Example: detafs ls weather latest~1 tables\nExit codes: 0, 1 error.")]
+    #[command(
+        after_help = "Examples:\n  detafs ls weather latest~1 tables\n  detafs ls weather v3 --json\nExit codes: 0, 1 error."
+    )]
     Ls {
         /// Dataset name.
         name: String,
-        /// v3, 3 or latest.
+        /// The version: v3, 3, latest, a tag, each with ~N for N versions back.
         version: String,
         /// Path inside the version (default: its root).
         path: Option<String>,
+        /// One JSON array: name, type, mode, size, mtime (and target, rdev).
+        #[arg(long)]
+        json: bool,
     },
     /// Print a file of a version to stdout.
     #[command(
@@ -212,7 +245,7 @@ enum Command {
     Cat {
         /// Dataset name.
         name: String,
-        /// v3, 3 or latest.
+        /// The version: v3, 3, latest, a tag, each with ~N for N versions back.
         version: String,
         /// Path inside the version.
         path: String,
@@ -234,6 +267,9 @@ enum Command {
         /// Text files line by line, as `diff -u` (binary files as one line).
         #[arg(short = 'u', long = "patch")]
         patch: bool,
+        /// One JSON array: change, path, old_size, new_size.
+        #[arg(long, conflicts_with_all = ["stat", "patch"])]
+        json: bool,
     },
     /// Write a version's files to a new or empty directory.
     #[command(
@@ -242,7 +278,7 @@ enum Command {
     Export {
         /// Dataset name.
         name: String,
-        /// v3, 3 or latest.
+        /// The version: v3, 3, latest, a tag, each with ~N for N versions back.
         version: String,
         /// New or empty directory to write into.
         dir: PathBuf,
@@ -258,6 +294,7 @@ enum Command {
     Audit {
         /// Dataset name.
         name: String,
+        /// One JSON object: dataset, ok, versions, tags, policy, problems.
         #[arg(long)]
         json: bool,
     },
@@ -268,6 +305,9 @@ enum Command {
     Verify {
         /// Only this dataset (default: all, and report garbage).
         name: Option<String>,
+        /// One JSON object: versions, objects, problems, garbage.
+        #[arg(long)]
+        json: bool,
     },
     /// Delete objects no version reaches, older than the grace period.
     #[command(after_help = "Example: detafs gc --dry-run\nExit codes: 0, 1 error.")]
@@ -275,7 +315,7 @@ enum Command {
         /// Spare unreachable objects younger than this, e.g. 24h or 2d; at
         /// least 13h, so no commit still running here or on another host
         /// loses objects.
-        #[arg(long, default_value = "24h")]
+        #[arg(long, default_value = "24h", value_parser = parse_grace)]
         grace: humantime::Duration,
         /// List what would be deleted, delete nothing.
         #[arg(long)]
@@ -310,10 +350,16 @@ enum Command {
         poll_interval: humantime::Duration,
     },
     /// Unmount a detafs mount (also a stale one whose daemon was killed).
-    #[command(after_help = "Example: detafs umount ~/weather\nExit codes: 0 unmounted, 1 error.")]
+    #[command(
+        after_help = "Examples:\n  detafs umount ~/weather\n  detafs umount --lazy ~/weather   (while a shell is still inside)\nExit codes: 0 unmounted, 1 error."
+    )]
     Umount {
         /// Where it is mounted.
         mountpoint: PathBuf,
+        /// Detach it now even while something inside uses it; the daemon
+        /// ends once nothing does.
+        #[arg(long)]
+        lazy: bool,
     },
     /// Discard staged changes: PATHs (default: all) become as in the version
     /// staging is based on (through its mount if one is up).
@@ -338,11 +384,32 @@ enum Command {
         /// Paths inside the dataset (default: everything).
         paths: Vec<String>,
     },
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  detafs completions bash > ~/.local/share/bash-completion/completions/detafs\n  detafs completions zsh > ~/.zfunc/_detafs\n  detafs completions fish > ~/.config/fish/completions/detafs.fish\nExit codes: 0, 2 usage (an unknown shell)."
+    )]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (detafs.1 and one per command) into a folder.
+    #[command(
+        after_help = "Example: detafs man ~/.local/share/man/man1 && man detafs-commit\nExit codes: 0, 1 error."
+    )]
+    Man {
+        /// The folder (created if missing), e.g. ~/.local/share/man/man1.
+        dir: PathBuf,
+    },
     /// Show staged changes of a dataset (like `git status --porcelain`).
-    #[command(after_help = "Example: detafs status weather\nExit codes: 0, 1 error.")]
+    #[command(
+        after_help = "Examples:\n  detafs status weather\n  detafs status weather --json\nExit codes: 0, 1 error."
+    )]
     Status {
         /// Dataset name.
         name: String,
+        /// One JSON array: status (A, M, D), path.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -398,16 +465,30 @@ enum ApikeyCmd {
         after_help = "Examples:\n  detafs apikey create dashboard --scopes read\n  detafs apikey create pipeline --scopes read,commit,tag\nScopes: read (dataset:read, dataset:versions), commit, tag, create, admin, or actions.\nExit codes: 0, 1 error."
     )]
     Create {
+        /// The key's name: how it is listed and revoked.
         name: String,
+        /// What it may do, comma-separated: read (dataset:read and
+        /// dataset:versions), commit, tag, create, admin (every action), or
+        /// actions by name (dataset:read, dataset:versions, dataset:commit,
+        /// dataset:tag, dataset:create, dataset:admin).
         #[arg(long, required = true, value_delimiter = ',')]
         scopes: Vec<String>,
     },
     /// List the keys (names, scopes; never secrets).
-    #[command(after_help = "Example: detafs apikey list\nExit codes: 0, 1 error.")]
-    List,
+    #[command(
+        after_help = "Examples:\n  detafs apikey list\n  detafs apikey list --json\nExit codes: 0, 1 error."
+    )]
+    List {
+        /// One JSON array: name, created, author, scopes, revoked.
+        #[arg(long)]
+        json: bool,
+    },
     /// Revoke a key: every gateway refuses it within seconds.
     #[command(after_help = "Example: detafs apikey revoke dashboard\nExit codes: 0, 1 error.")]
-    Revoke { name: String },
+    Revoke {
+        /// The key's name, as `apikey list` shows it.
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -427,6 +508,7 @@ enum PolicyCmd {
         after_help = "Example: detafs policy set policy.yaml -m \"analysts read published versions\"\nExit codes: 0 set (prints its version), 1 error (nothing changed)."
     )]
     Set {
+        /// The policy, in YAML (docs/access.md).
         file: PathBuf,
         /// Why it changed, kept in the policy's history.
         #[arg(short, long, default_value = "")]
@@ -437,6 +519,7 @@ enum PolicyCmd {
         after_help = "Examples:\n  detafs policy log\n  detafs policy log --json\nExit codes: 0, 1 error."
     )]
     Log {
+        /// One JSON array: version, time, author, message, parent, hash.
         #[arg(long)]
         json: bool,
     },
@@ -445,17 +528,29 @@ enum PolicyCmd {
         after_help = "Examples:\n  detafs policy check ann dataset:read datasets/weather/versions/v3/files/raw/a.csv\n  detafs policy check key:dashboard dataset:versions datasets/weather/versions/v3\nUSER: a login name (with all of its groups) or a principal (user:, group:, key:, token:).\nExit codes: 0 allowed, 5 denied, 1 error."
     )]
     Check {
+        /// A login name (with all of its groups) or a principal: user:NAME,
+        /// group:NAME, key:NAME, token:SUBJECT.
         user: String,
+        /// dataset:read, dataset:versions, dataset:commit, dataset:tag,
+        /// dataset:create or dataset:admin.
         action: String,
+        /// What it acts on: datasets/NAME, datasets/NAME/versions/vN, or
+        /// datasets/NAME/versions/vN/files/PATH.
         resource: String,
     },
 }
 
 #[derive(Subcommand)]
 enum KeyCmd {
-    /// List the key slots.
-    #[command(after_help = "Example: detafs key list\nExit codes: 0, 1 error.")]
-    List,
+    /// List the key slots (the one this host's key file opens names it).
+    #[command(
+        after_help = "Examples:\n  detafs key list\n  detafs key list --json\nExit codes: 0, 1 error."
+    )]
+    List {
+        /// One JSON array: id, kind, created, by, key_file (this host's, or null).
+        #[arg(long)]
+        json: bool,
+    },
     /// Add a slot: a new key file, or a passphrase.
     #[command(
         after_help = "Examples:\n  detafs key add --file ~/weather-host2.key\n  DETAFS_NEW_PASSWORD=... detafs key add --passphrase\nExit codes: 0 added, 1 error."
@@ -505,9 +600,16 @@ pub fn run() -> ExitCode {
         // SAFETY: setting a signal's disposition to its default.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
+    let local = (
+        cli.staging_dir.clone().unwrap_or_else(mount::default_staging),
+        cli.cache_dir.clone().unwrap_or_else(repo::default_cache),
+    );
     match execute(cli) {
         Ok(code) => code,
         Err(err) => {
+            let full = err
+                .chain()
+                .any(|c| c.downcast_ref::<Error>().is_some_and(Error::is_disk_full));
             let through_mount = err.downcast_ref::<mount::ThroughMount>().map(|t| t.errno);
             let code = match (err.downcast_ref::<Error>(), through_mount) {
                 _ if err.downcast_ref::<mount::Interrupted>().is_some() => 130,
@@ -516,7 +618,15 @@ pub fn run() -> ExitCode {
                 (Some(Error::NothingToCommit(_)), _) | (_, Some(libc::ENODATA)) => EXIT_NOTHING,
                 _ => 1,
             };
-            eprintln!("detafs: {}", line(report(&err).as_bytes()));
+            let advice = match full {
+                true => format!(
+                    "; a local disk is full: free space where detafs keeps staged files ({}) and its cache ({}), or move them with --staging-dir and --cache-dir",
+                    local.0.display(),
+                    local.1.display()
+                ),
+                false => String::new(),
+            };
+            eprintln!("detafs: {}{advice}", line(report(&err).as_bytes()));
             ExitCode::from(code)
         }
     }
@@ -572,20 +682,12 @@ fn options(cli: &Cli) -> Options {
 const MAX_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 
 fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
-    if std::time::Duration::from(cli.store_timeout) > MAX_STORE_TIMEOUT {
-        return Err(Error::InvalidInput(format!(
-            "--store-timeout {} is longer than the {} allowed",
-            cli.store_timeout,
-            humantime::format_duration(MAX_STORE_TIMEOUT)
-        ))
-        .into());
-    }
     let opts = options(&cli);
     let staging = cli
         .staging_dir
         .clone()
         .unwrap_or_else(mount::default_staging);
-    let open = || Repo::open(&opts).context("cannot open the store");
+    let open = || open_store(&opts);
     match cli.command {
         Command::Init {
             plaintext,
@@ -623,7 +725,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             policy::require(&repo, Action::Admin, ALL_DATASETS)?;
             serve::create(&repo, &name, &scopes)?
         }
-        Command::Apikey(ApikeyCmd::List) => serve::list(&open()?)?,
+        Command::Apikey(ApikeyCmd::List { json }) => serve::list(&open()?, json)?,
         Command::Apikey(ApikeyCmd::Revoke { name }) => {
             let repo = open()?;
             policy::require(&repo, Action::Admin, ALL_DATASETS)?;
@@ -644,7 +746,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(5));
             }
         }
-        Command::Key(KeyCmd::List) => keys::list(&open()?)?,
+        Command::Key(KeyCmd::List { json }) => keys::list(&open()?, &opts, json)?,
         Command::Key(KeyCmd::Add { file, passphrase }) => {
             keys::add(&open()?, &opts, file.as_deref(), passphrase)?
         }
@@ -652,6 +754,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dataset(DatasetCmd::Create { name }) => {
             repo::validate_name(&name)?;
             let repo = match Repo::open(&opts) {
+                Ok(repo) => announce(repo),
                 // The first dataset of a new local store creates the store,
                 // as it does for the embedded default one.
                 Err(Error::NotAStore(_)) if is_local(&opts) => {
@@ -730,7 +833,12 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("v{}", record.version);
         }
         Command::Log { name, json, path } => show::log(&open()?, &name, json, path.as_deref())?,
-        Command::Tag { name, version, tag } => {
+        Command::Tag {
+            name,
+            version,
+            tag,
+            json,
+        } => {
             let repo = open()?;
             match (version, tag) {
                 (Some(version), Some(tag)) => {
@@ -741,7 +849,15 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 _ => {
                     repo.check_dataset(&name)?;
-                    for t in repo.tags(&name)? {
+                    let tags = repo.tags(&name)?;
+                    if json {
+                        let rows: Vec<_> = tags
+                            .iter()
+                            .map(|t| serde_json::json!({"tag": t.tag, "version": t.version}))
+                            .collect();
+                        println!("{}", serde_json::to_string_pretty(&rows)?);
+                    }
+                    for t in tags.iter().filter(|_| !json) {
                         println!("{} v{}", t.tag, t.version);
                     }
                 }
@@ -751,7 +867,8 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             name,
             version,
             path,
-        } => show::ls(&open()?, &name, &version, path.as_deref().unwrap_or(""))?,
+            json,
+        } => show::ls(&open()?, &name, &version, path.as_deref().unwrap_or(""), json)?,
         Command::Cat {
             name,
             version,
@@ -763,10 +880,12 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             to,
             stat,
             patch,
+            json,
         } => {
-            let format = match (stat, patch) {
-                (true, _) => diff::Format::Stat,
-                (_, true) => diff::Format::Patch,
+            let format = match (stat, patch, json) {
+                (true, _, _) => diff::Format::Stat,
+                (_, true, _) => diff::Format::Patch,
+                (_, _, true) => diff::Format::Json,
                 _ => diff::Format::Names,
             };
             diff::diff(&open()?, &staging, &name, &from, &to, format)?
@@ -798,11 +917,23 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(1));
             }
         }
-        Command::Verify { name } => {
+        Command::Verify { name, json } => {
             let repo = open()?;
             let pb = bar(0, "verify");
             let report = verify::verify(&repo, name.as_deref(), &pb)?;
             drop(pb);
+            if json {
+                let out = serde_json::json!({
+                    "versions": report.versions,
+                    "objects": report.blobs,
+                    "problems": report.problems.iter().map(audit::problem_json).collect::<Vec<_>>(),
+                    "garbage": report.garbage.iter().map(|g| serde_json::json!({
+                        "key": line(g.key.as_bytes()), "size": g.size,
+                    })).collect::<Vec<_>>(),
+                });
+                println!("{}", serde_json::to_string_pretty(&out)?);
+                return Ok(ExitCode::from(u8::from(!report.problems.is_empty())));
+            }
             // Paths and keys in problems are escaped by verify.
             for p in &report.problems {
                 println!("{p}");
@@ -826,21 +957,24 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             let repo = open()?;
             policy::require(&repo, Action::Admin, ALL_DATASETS)?;
             let pb = bar(0, "gc");
-            let doomed = gc::gc(&repo, grace.into(), dry_run, &pb)?;
+            let report = gc::gc(&repo, grace.into(), dry_run, &pb)?;
             drop(pb);
+            let doomed = &report.doomed;
             let bytes: u64 = doomed.iter().map(|l| l.size).sum();
-            for l in &doomed {
-                println!(
-                    "{} {}",
-                    if dry_run { "would delete" } else { "deleted" },
-                    l.key
+            let did = if dry_run { "would delete" } else { "deleted" };
+            for l in doomed {
+                println!("{did} {}", line(l.key.as_bytes()));
+            }
+            eprintln!("{did} {} unreachable objects ({bytes} bytes)", doomed.len());
+            if let Some(until) = report.young_until {
+                let young: u64 = report.young.iter().map(|l| l.size).sum();
+                let until = humantime::format_rfc3339_seconds(until);
+                eprintln!(
+                    "kept {} unreachable objects ({young} bytes) younger than the grace: \
+                     a commit still running or interrupted; deletable after {until}",
+                    report.young.len()
                 );
             }
-            eprintln!(
-                "{} {} unreachable objects ({bytes} bytes)",
-                if dry_run { "would delete" } else { "deleted" },
-                doomed.len()
-            );
         }
         Command::Mount {
             name,
@@ -863,7 +997,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             mount::tune_allocator();
             mount::mount(open()?, &staging, &args)?;
         }
-        Command::Umount { mountpoint } => mount::umount(&mountpoint)?,
+        Command::Umount { mountpoint, lazy } => mount::umount(&mountpoint, lazy)?,
         Command::Restore { name, paths } => {
             mount::checkout(&open()?, &staging, &name, None, &paths)?;
         }
@@ -872,10 +1006,29 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             version,
             paths,
         } => mount::checkout(&open()?, &staging, &name, Some(&version), &paths)?,
-        Command::Status { name } => {
-            for (tag, path) in mount::status(&open()?, &staging, &name)? {
-                println!("{tag} {}", detafs::escape::line(&path));
+        Command::Status { name, json } => {
+            let changes = mount::status(&open()?, &staging, &name)?;
+            if json {
+                let rows: Vec<_> = changes
+                    .iter()
+                    .map(|(tag, path)| serde_json::json!({"status": tag, "path": line(path)}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
             }
+            for (tag, path) in changes.iter().filter(|_| !json) {
+                println!("{tag} {}", line(path));
+            }
+        }
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "detafs", &mut std::io::stdout());
+        }
+        Command::Man { dir } => {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            clap_mangen::generate_to(<Cli as clap::CommandFactory>::command(), &dir)
+                .with_context(|| format!("cannot write man pages into {}", dir.display()))?;
+            eprintln!("wrote man pages into {} (man detafs)", dir.display());
         }
         Command::Reindex => {
             repo::reset_local_state(open()?).context("cannot reset the local index")?;
@@ -891,6 +1044,24 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Opens the store (the embedded default one is made on first use).
+fn open_store(opts: &Options) -> anyhow::Result<Repo> {
+    Ok(announce(Repo::open(opts).context("cannot open the store")?))
+}
+
+/// The first command on a new machine creates the embedded store and its
+/// key file: say so once, with what to back up.
+fn announce(repo: Repo) -> Repo {
+    if let Some(key_file) = repo.created_key_file() {
+        eprintln!(
+            "created the embedded store at {}",
+            repo::default_store().display()
+        );
+        keys::tell_key_file(key_file);
+    }
+    repo
 }
 
 /// A store in a local folder (a path or file://), not a service.

@@ -82,6 +82,20 @@ pub fn check_unused(repo: &Repo, staging_base: &Path, name: &str) -> anyhow::Res
     }
 }
 
+/// One read-write mount per dataset on a host (it owns staging): a second
+/// is refused with where the first one is.
+fn refuse_second_mount(dir: &Path, name: &str) -> anyhow::Result<()> {
+    let Ok(at) = std::fs::read_to_string(dir.join(MOUNT_FILE)) else {
+        return Ok(());
+    };
+    if is_mounted(Path::new(&at)) {
+        bail!(
+            "dataset {name} is already mounted read-write at {at} (one read-write mount per dataset on a host: it owns staging); use that mount, or mount this one with --read-only"
+        );
+    }
+    Ok(())
+}
+
 /// The daemon allocates and frees multi-MiB read buffers on many threads:
 /// keep them out of per-thread heaps (which glibc does not give back), so its
 /// memory stays near what its caches hold; and let the heap grow in large
@@ -138,20 +152,30 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
         // Commits through this mount rely on conditional create.
         repo.check_store(true)?;
     }
+    let dir = staging_root(&repo, staging_base, &args.name)?;
+    if !args.read_only {
+        refuse_second_mount(&dir, &args.name)?;
+    }
     if args.daemon {
         return daemonize(&repo, staging_base, args);
     }
-    let dir = staging_root(&repo, staging_base, &args.name)?;
     let staging = if args.read_only {
         None
     } else {
-        Some(Staging::open(&repo, &dir, &args.name)?)
+        match Staging::open(&repo, &dir, &args.name) {
+            Err(Error::StagingBusy(_)) => {
+                refuse_second_mount(&dir, &args.name)?;
+                return Err(Error::StagingBusy(args.name.clone()).into());
+            }
+            other => Some(other?),
+        }
     };
+    let files = mount_files(&dir, args)?;
     let opts = MountOptions {
         uid: unsafe { libc::getuid() },
         gid: unsafe { libc::getgid() },
+        log: std::env::var_os(super::log::DAEMON_LOG_ENV).map(PathBuf::from),
     };
-    let files = mount_files(&dir, args)?;
     let trail = Trail::open(&files.audit, AUDIT_TRAIL_BYTES)?;
     let fs = Arc::new(MountFs::new(repo, &args.name, staging, opts)?.with_trail(trail));
     let session = SessionOptions {
@@ -165,7 +189,18 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
         let _ = std::fs::write(&marker, absolute.as_os_str().as_encoded_bytes());
         eprintln!("mounted {} at {}", args.name, mp.display());
     })
-    .with_context(|| format!("cannot mount at {}", mp.display()));
+    .map_err(|e| {
+        let denied = e.kind() == std::io::ErrorKind::PermissionDenied;
+        // SAFETY: geteuid has no preconditions.
+        let hint = if denied && unsafe { libc::geteuid() } != 0 {
+            "; on this host only root may mount FUSE file systems (/dev/fuse is root-only, \
+             or fusermount3 is not allowed for you): ask an administrator, or read without \
+             a mount (detafs ls, cat, export; Python's detafs:// paths, docs/python.md)"
+        } else {
+            ""
+        };
+        anyhow::Error::new(e).context(format!("cannot mount at {}{hint}", mp.display()))
+    });
     fs.flush_trail();
     super::log::flush();
     served?;
@@ -242,7 +277,13 @@ fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resu
         // Ready once it says so (`serve`'s `ready`): its connections are
         // all mounted (versions/ on its own is mounted inside the first).
         if ours().contains(&format!("mounted {} at ", args.name)) && is_mounted(&args.mountpoint) {
-            println!("{}", child.id());
+            println!(
+                "mounted {} at {} (pid {}, log {})",
+                args.name,
+                args.mountpoint.display(),
+                child.id(),
+                log_path.display()
+            );
             return Ok(());
         }
         if let Some(status) = child.try_wait()? {
@@ -252,13 +293,14 @@ fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resu
     }
 }
 
-pub fn umount(mountpoint: &Path) -> anyhow::Result<()> {
+pub fn umount(mountpoint: &Path, lazy: bool) -> anyhow::Result<()> {
     let was_stale = stale(mountpoint);
     if !was_stale && !is_mounted(mountpoint) {
         bail!("{} is not mounted", mountpoint.display());
     }
-    // A stale mount is detached with what is mounted inside it.
-    if was_stale {
+    // A stale mount, or one asked to go lazily, is detached with what is
+    // mounted inside it.
+    if was_stale || lazy {
         return fusermount(mountpoint, &["-u", "-z"]);
     }
     // versions/ on a connection of its own is mounted inside: it goes
@@ -282,11 +324,16 @@ fn fusermount(at: &Path, args: &[&str]) -> anyhow::Result<()> {
         .output()
         .context("cannot run fusermount3 (install fuse3)")?;
     if !out.status.success() {
-        bail!(
-            "cannot unmount {}: {}",
-            at.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        let said = String::from_utf8_lossy(&out.stderr);
+        let hint = match said.contains("busy") {
+            true => format!(
+                "; something inside still uses it (a shell's working folder, an open file; `fuser -vm {}` lists them): leave it and try again, or detach it now with `detafs umount --lazy {}`",
+                at.display(),
+                at.display()
+            ),
+            false => String::new(),
+        };
+        bail!("cannot unmount {}: {}{hint}", at.display(), said.trim());
     }
     Ok(())
 }

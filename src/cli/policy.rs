@@ -58,7 +58,10 @@ pub fn log(repo: &Repo, json: bool) -> anyhow::Result<()> {
         let r = &s.record;
         println!(
             "v{:<4} {}  {:<12} {}",
-            r.version, r.time, r.author, r.message
+            r.version,
+            r.time,
+            detafs::escape::line(r.author.as_bytes()),
+            detafs::escape::line(r.message.as_bytes())
         );
     }
     Ok(())

@@ -80,8 +80,22 @@ pub fn create(repo: &Repo, name: &str, scopes: &[String]) -> anyhow::Result<()> 
     Ok(())
 }
 
-pub fn list(repo: &Repo) -> anyhow::Result<()> {
-    for k in repo.api_keys()? {
+pub fn list(repo: &Repo, json: bool) -> anyhow::Result<()> {
+    let keys = repo.api_keys()?;
+    if json {
+        let rows: Vec<_> = keys
+            .iter()
+            .map(|k| {
+                serde_json::json!({
+                    "name": k.name, "created": k.created, "author": k.author,
+                    "scopes": k.scopes, "revoked": k.revoked,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    for k in keys {
         println!(
             "{:<20} {}  {}  {}{}",
             k.name,

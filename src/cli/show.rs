@@ -111,23 +111,26 @@ fn no_path(version: u64, path: &str) -> Error {
     }
 }
 
-/// The letter `ls -l` gives a special entry.
-fn special_letter(kind: Special) -> char {
-    match kind {
-        Special::Fifo => 'p',
-        Special::Socket => 's',
-        Special::Char => 'c',
-        Special::Block => 'b',
+/// The letter `ls -l` gives an entry, and its mode bits.
+fn kind_and_mode(node: &Node) -> (char, u32) {
+    match node {
+        Node::File { mode, .. } => ('-', *mode),
+        Node::Dir { mode, .. } => ('d', *mode),
+        Node::Symlink { .. } => ('l', 0o777),
+        Node::Special { kind, mode, .. } => (
+            match kind {
+                Special::Fifo => 'p',
+                Special::Socket => 's',
+                Special::Char => 'c',
+                Special::Block => 'b',
+            },
+            *mode,
+        ),
     }
 }
 
 fn entry(out: &mut impl Write, node: &Node, name: &[u8]) -> std::io::Result<()> {
-    let (kind, mode) = match node {
-        Node::File { mode, .. } => ('-', *mode),
-        Node::Dir { mode, .. } => ('d', *mode),
-        Node::Symlink { .. } => ('l', 0o777),
-        Node::Special { kind, mode, .. } => (special_letter(*kind), *mode),
-    };
+    let (kind, mode) = kind_and_mode(node);
     write!(
         out,
         "{kind}{:04o} {:>12} {} ",
@@ -146,20 +149,59 @@ fn entry(out: &mut impl Write, node: &Node, name: &[u8]) -> std::io::Result<()> 
     writeln!(out)
 }
 
-pub fn ls(repo: &Repo, name: &str, version: &str, path: &str) -> anyhow::Result<()> {
+/// One entry of `ls --json`.
+fn entry_json(node: &Node, name: &[u8]) -> serde_json::Value {
+    let (kind, mode) = kind_and_mode(node);
+    let kind = match kind {
+        '-' => "file",
+        'd' => "dir",
+        'l' => "symlink",
+        'p' => "fifo",
+        's' => "socket",
+        'c' => "char",
+        _ => "block",
+    };
+    let mut row = serde_json::json!({
+        "name": line(name),
+        "type": kind,
+        "mode": format!("{mode:04o}"),
+        "size": node.size(),
+        "mtime": when(node.mtime()),
+    });
+    match node {
+        Node::Symlink { target, .. } => row["target"] = line(target).into(),
+        Node::Special { kind, rdev, .. } if kind.has_rdev() => {
+            row["rdev"] = serde_json::json!([libc::major(*rdev), libc::minor(*rdev)])
+        }
+        _ => {}
+    }
+    row
+}
+
+pub fn ls(repo: &Repo, name: &str, version: &str, path: &str, as_json: bool) -> anyhow::Result<()> {
     let record = repo.version(name, version)?;
     let node = repo
         .lookup(&record.tree, &RelPath::parse(path)?)?
         .ok_or_else(|| no_path(record.version, path))?;
-    let mut out = std::io::stdout().lock();
-    match &node {
+    let listed: Vec<(Node, Vec<u8>)> = match &node {
         Node::Dir { tree, .. } => {
             use detafs::snapshot::diff::TreeSource;
-            for e in &repo.tree(tree)?.entries {
-                entry(&mut out, &e.node, &e.name)?;
-            }
+            let tree = repo.tree(tree)?;
+            tree.entries
+                .iter()
+                .map(|e| (e.node.clone(), e.name.clone()))
+                .collect()
         }
-        other => entry(&mut out, other, path.as_bytes())?,
+        other => vec![(other.clone(), path.as_bytes().to_vec())],
+    };
+    let mut out = std::io::stdout().lock();
+    if as_json {
+        let rows: Vec<_> = listed.iter().map(|(n, name)| entry_json(n, name)).collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
+        return Ok(());
+    }
+    for (n, name) in &listed {
+        entry(&mut out, n, name)?;
     }
     Ok(())
 }

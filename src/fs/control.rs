@@ -492,6 +492,7 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
         "store_last_ok_secs_ago": store.last_ok_secs_ago,
         "store_latency_ms": store.latency_ms,
         "dataset": fs.dataset,
+        "log": fs.opts.log,
         "versions": seen,
         "version_inodes": fs.versions.version_inodes(),
         "cache_bytes": fs.repo.disk.used_bytes(),

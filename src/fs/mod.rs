@@ -151,6 +151,9 @@ enum Handle {
 pub struct MountOptions {
     pub uid: u32,
     pub gid: u32,
+    /// Where the daemon logs (named by `.detafs/health`); None in the
+    /// foreground, which logs to its terminal.
+    pub log: Option<std::path::PathBuf>,
 }
 
 /// The mounted file system: a router over its namespaces, each owning its

@@ -1253,6 +1253,21 @@ fn config(opts: &SessionOptions, read_only: bool) -> Config {
 }
 
 /// Runs a session's request loop on a thread of its own; its unmounter.
+/// `fusermount3 -u -z`: takes the mount (and what is mounted inside it)
+/// out of the tree now; the kernel ends it once nothing uses it.
+fn detach_lazily(at: &Path) -> std::io::Result<()> {
+    let out = std::process::Command::new("fusermount3")
+        .args(["-u", "-z"])
+        .arg(at)
+        .output()?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(std::io::Error::other(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        )),
+    }
+}
+
 fn run(
     mut session: Session<Fuse>,
     name: &str,
@@ -1327,15 +1342,32 @@ pub fn serve(
     });
     fs.on_kernel_cache(kernel.clone());
     let store = fs.clone();
+    let at = mountpoint.to_path_buf();
     std::thread::spawn(move || {
-        store.repo().store.block_on(async {
-            tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
-        });
+        let mut signalled = || {
+            store.repo().store.block_on(async {
+                tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+            })
+        };
+        signalled();
         tracing::info!("signal received: unmounting");
         // The inner mount first: the outer one is busy while it is there.
-        let ended = kernel.end_versions().and_then(|()| unmounter.unmount());
-        if let Err(e) = ended {
-            tracing::error!("unmount failed: {e}");
+        let Err(e) = kernel.end_versions().and_then(|()| unmounter.unmount()) else {
+            return;
+        };
+        tracing::error!(
+            "cannot unmount {}: {e}; something inside still uses it (a shell's working folder, an open file): leave it, or interrupt again (Ctrl-C) to detach the mount now",
+            at.display()
+        );
+        signalled();
+        // Detached from the file-system tree at once (with versions/
+        // inside it); the daemon ends when the last user lets go.
+        match detach_lazily(&at) {
+            Ok(()) => tracing::warn!(
+                "second signal: detached {} lazily; this process ends once nothing inside uses it",
+                at.display()
+            ),
+            Err(e) => tracing::error!("cannot detach {}: {e}", at.display()),
         }
     });
     let poller = fs.clone();

@@ -388,11 +388,13 @@ impl Env {
             "mount failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let pid = String::from_utf8(out.stdout)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        // "mounted ds at MNT (pid N, log PATH)"
+        let said = String::from_utf8(out.stdout).unwrap();
+        let pid = said
+            .split_once("(pid ")
+            .and_then(|(_, rest)| rest.split_once(','))
+            .and_then(|(pid, _)| pid.parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {said:?}"));
         Mount {
             env: self,
             dir,

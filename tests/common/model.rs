@@ -126,7 +126,11 @@ impl<'e> Core<'e> {
         };
         let repo = Repo::open(&opts).unwrap();
         let staging = Staging::open(&repo, &self.env.path("staging"), "ds").unwrap();
-        let opts = MountOptions { uid: 0, gid: 0 };
+        let opts = MountOptions {
+            uid: 0,
+            gid: 0,
+            log: None,
+        };
         self.fs = Some(MountFs::new(repo, "ds", Some(staging), opts).unwrap());
     }
 
