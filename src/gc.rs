@@ -101,7 +101,12 @@ pub struct GcReport {
 /// Unreachable packs older than `grace`, and the records and tags of
 /// datasets deleted longer ago than `grace` (`deletion.rs`); deleted
 /// unless `dry_run`.
-pub fn gc(repo: &Repo, grace: Duration, dry_run: bool, progress: &dyn Progress) -> Result<GcReport> {
+pub fn gc(
+    repo: &Repo,
+    grace: Duration,
+    dry_run: bool,
+    progress: &dyn Progress,
+) -> Result<GcReport> {
     if grace < min_grace() {
         return Err(Error::InvalidInput(format!(
             "a grace of {} could delete objects of a commit still running; gc needs at least {}",

@@ -601,7 +601,9 @@ pub fn run() -> ExitCode {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     let local = (
-        cli.staging_dir.clone().unwrap_or_else(mount::default_staging),
+        cli.staging_dir
+            .clone()
+            .unwrap_or_else(mount::default_staging),
         cli.cache_dir.clone().unwrap_or_else(repo::default_cache),
     );
     match execute(cli) {
@@ -868,7 +870,13 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             version,
             path,
             json,
-        } => show::ls(&open()?, &name, &version, path.as_deref().unwrap_or(""), json)?,
+        } => show::ls(
+            &open()?,
+            &name,
+            &version,
+            path.as_deref().unwrap_or(""),
+            json,
+        )?,
         Command::Cat {
             name,
             version,

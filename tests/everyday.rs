@@ -1,0 +1,437 @@
+//! Everyday use without surprises: what the CLI says and prints when a new
+//! user meets it (the embedded store's key, machine-readable output, where
+//! a daemon mounted and logs, why an unmount or a mount failed and what to
+//! do next).
+
+mod common;
+
+use common::{Env, run_ok, within};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// `detafs ARGS` for a new user: HOME is `home`, nothing of the caller's
+/// detafs settings.
+fn new_user(home: &Path, args: &[&str]) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_detafs"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("DETAFS_") || k.starts_with("XDG_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("HOME", home).args(args).output().unwrap()
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[test]
+fn the_embedded_store_is_announced_once_with_its_key_file() {
+    let home = tempfile::tempdir().unwrap();
+    // The very first command, even one that fails, makes the store: it says so.
+    let first = new_user(home.path(), &["log", "nothing"]);
+    assert_eq!(first.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&first.stderr);
+    let keys = home.path().join(".config/detafs/keys");
+    let key_file = std::fs::read_dir(&keys)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert!(said.contains("created the embedded store at"), "{said}");
+    assert!(
+        said.contains(&format!("key file: {}", key_file.display())),
+        "{said}"
+    );
+    assert!(said.contains("back it up"), "{said}");
+    // Once.
+    let second = new_user(home.path(), &["dataset", "list"]);
+    assert!(second.status.success());
+    assert!(!String::from_utf8_lossy(&second.stderr).contains("created"));
+    // `key list` names this host's key file, as text and as JSON.
+    let list = new_user(home.path(), &["key", "list"]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        text.contains(&format!("this host's key file: {}", key_file.display())),
+        "{text}"
+    );
+    let list = new_user(home.path(), &["key", "list", "--json"]);
+    let rows = json(&String::from_utf8_lossy(&list.stdout));
+    assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
+    assert_eq!(rows[0]["kind"], "key-file");
+    assert_eq!(rows[0]["key_file"], key_file.to_str().unwrap());
+}
+
+#[test]
+fn every_command_that_prints_data_prints_json() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("tables")).unwrap();
+    std::fs::write(src.join("a.csv"), "x\n1\n").unwrap();
+    std::fs::write(src.join("tables/b.csv"), "y\n2\n").unwrap();
+    std::os::unix::fs::symlink("a.csv", src.join("link")).unwrap();
+    env.commit(&src, "one");
+    std::fs::write(src.join("a.csv"), "x\n1\n2\n").unwrap();
+    std::fs::remove_file(src.join("tables/b.csv")).unwrap();
+    std::fs::write(src.join("c.txt"), "new").unwrap();
+    env.commit(&src, "two");
+    env.ok(&["tag", "ds", "v1", "first"]);
+
+    let diff = json(&env.ok(&["diff", "ds", "v1", "v2", "--json"]));
+    let by_path = |rows: &Value, path: &str| -> Value {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["path"] == path)
+            .cloned()
+            .unwrap_or_else(|| panic!("{path} not in {rows}"))
+    };
+    assert_eq!(diff.as_array().unwrap().len(), 3, "{diff}");
+    let a = by_path(&diff, "a.csv");
+    assert_eq!(
+        (
+            a["change"].as_str(),
+            a["old_size"].as_u64(),
+            a["new_size"].as_u64()
+        ),
+        (Some("M"), Some(4), Some(6))
+    );
+    assert_eq!(by_path(&diff, "tables/b.csv")["change"], "D");
+    assert_eq!(by_path(&diff, "tables/b.csv")["new_size"], Value::Null);
+    assert_eq!(by_path(&diff, "c.txt")["change"], "A");
+
+    let ls = json(&env.ok(&["ls", "ds", "first", "--json"]));
+    let names: Vec<&str> = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a.csv", "link", "tables"], "{ls}");
+    assert_eq!(by_name(&ls, "a.csv")["type"], "file");
+    assert_eq!(by_name(&ls, "a.csv")["size"], 4);
+    assert_eq!(by_name(&ls, "link")["type"], "symlink");
+    assert_eq!(by_name(&ls, "link")["target"], "a.csv");
+    assert_eq!(by_name(&ls, "tables")["type"], "dir");
+    assert!(
+        by_name(&ls, "a.csv")["mtime"]
+            .as_str()
+            .unwrap()
+            .ends_with('Z')
+    );
+
+    let tags = json(&env.ok(&["tag", "ds", "--json"]));
+    assert_eq!(tags, serde_json::json!([{"tag": "first", "version": 1}]));
+
+    // Staging: a checkout of v1's a.csv is a change against v2.
+    env.ok(&["checkout", "ds", "v1", "a.csv", "tables/b.csv"]);
+    let status = json(&env.ok(&["status", "ds", "--json"]));
+    assert_eq!(
+        status,
+        serde_json::json!([{"status": "M", "path": "a.csv"}, {"status": "A", "path": "tables/b.csv"}])
+    );
+    let staged = json(&env.ok(&["diff", "ds", "latest", "staging", "--json"]));
+    assert_eq!(by_path(&staged, "a.csv")["new_size"], 4);
+
+    let verify = json(&env.ok(&["verify", "--json"]));
+    assert_eq!(verify["versions"], 2);
+    assert_eq!(verify["problems"], serde_json::json!([]));
+    assert!(verify["objects"].as_u64().unwrap() > 0);
+
+    let audit = json(&env.ok(&["audit", "ds", "--json"]));
+    assert_eq!(audit["ok"], true);
+    assert_eq!(
+        json(&env.ok(&["policy", "log", "--json"])),
+        serde_json::json!([])
+    );
+    env.ok(&["apikey", "create", "dash", "--scopes", "read"]);
+    let keys = json(&env.ok(&["apikey", "list", "--json"]));
+    assert_eq!(keys[0]["name"], "dash");
+    assert_eq!(keys[0]["revoked"], false);
+    assert!(
+        keys[0]["scopes"]
+            .as_array()
+            .unwrap()
+            .contains(&"dataset:read".into())
+    );
+
+    // Text and JSON list the same things.
+    assert_eq!(env.ok(&["status", "ds"]), "M a.csv\nA tables/b.csv\n");
+}
+
+fn by_name(rows: &Value, name: &str) -> Value {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} not in {rows}"))
+}
+
+#[test]
+fn verify_json_lists_garbage_and_gc_dry_run_tells_what_the_grace_keeps() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.csv"), "1").unwrap();
+    env.commit(&src, "one");
+    let debris = "packs/00/00aa000000000000000000000000000000000000000000000000000000000000";
+    env.objects.write(debris, b"DTFSPAK1junk".to_vec());
+    let verify = json(&env.ok(&["verify", "--json"]));
+    assert_eq!(verify["garbage"][0]["key"], debris, "{verify}");
+    assert_eq!(verify["garbage"][0]["size"], 12);
+    // Younger than the default grace (24h): kept, and said so.
+    let out = env
+        .command()
+        .env_remove("DETAFS_TEST_GC_MIN_GRACE")
+        .args(["gc", "--dry-run"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("would delete 0 unreachable objects"),
+        "{said}"
+    );
+    assert!(
+        said.contains("kept 1 unreachable objects (12 bytes) younger than the grace"),
+        "{said}"
+    );
+    assert!(said.contains("deletable after 20"), "a date: {said}");
+    assert!(env.objects.exists(debris));
+}
+
+/// The path in "... (pid N, log PATH)".
+fn said_log(said: &str) -> String {
+    said.split_once(", log ")
+        .and_then(|(_, rest)| rest.trim().strip_suffix(')'))
+        .unwrap_or_else(|| panic!("no log in {said:?}"))
+        .to_string()
+}
+
+#[test]
+fn a_daemon_mount_says_where_it_is_and_where_it_logs() {
+    let env = Env::new();
+    let mnt = env.path("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let said = env.ok(&["mount", "ds", mnt.to_str().unwrap(), "--daemon"]);
+    let _gone = Unmount(&mnt);
+    assert!(
+        said.starts_with(&format!("mounted ds at {} (pid ", mnt.display())),
+        "{said}"
+    );
+    let log = said_log(&said);
+    assert!(Path::new(&log).is_file(), "{log}");
+    let health = json(&std::fs::read_to_string(mnt.join(".detafs/health")).unwrap());
+    assert_eq!(health["log"], log.as_str());
+    // A second read-write mount names the first and what to do instead.
+    let other = env.path("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let (code, err) = env.fails(&["mount", "ds", other.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(&format!("already mounted read-write at {}", mnt.display())),
+        "{err}"
+    );
+    assert!(err.contains("--read-only"), "{err}");
+    env.ok(&["umount", mnt.to_str().unwrap()]);
+}
+
+/// Detaches a mount left behind by a failed assertion.
+struct Unmount<'a>(&'a Path);
+
+impl Drop for Unmount<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3").arg("-uz").arg(self.0).output();
+    }
+}
+
+fn mounted(at: &Path) -> bool {
+    let at = at.to_str().unwrap();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(at))
+}
+
+/// A process whose working folder is `dir`, killed on drop.
+struct Inside(std::process::Child);
+
+impl Inside {
+    fn new(dir: &Path) -> Inside {
+        Inside(
+            Command::new("sleep")
+                .arg("600")
+                .current_dir(dir)
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_busy_unmount_says_what_uses_it_and_lazy_detaches_it() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("d/a.csv"), "1").unwrap();
+    env.commit(&src, "one");
+    let mnt = env.path("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let said = env.ok(&["mount", "ds", mnt.to_str().unwrap(), "--daemon"]);
+    let _gone = Unmount(&mnt);
+    let pid: i32 = said
+        .split_once("(pid ")
+        .unwrap()
+        .1
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    for inside in ["versions/v1/d", "staging/d"] {
+        let shell = Inside::new(&mnt.join(inside));
+        let (code, err) = env.fails(&["umount", mnt.to_str().unwrap()]);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains("something inside still uses it"),
+            "{inside}: {err}"
+        );
+        assert!(err.contains("detafs umount --lazy"), "{err}");
+        drop(shell);
+    }
+    assert!(mounted(&mnt), "a refused unmount leaves it mounted");
+    let shell = Inside::new(&mnt.join("staging/d"));
+    env.ok(&["umount", "--lazy", mnt.to_str().unwrap()]);
+    assert!(!mounted(&mnt), "detached at once");
+    drop(shell);
+    within(Duration::from_secs(20), "the daemon's end", || unsafe {
+        libc::kill(pid, 0) != 0
+    });
+}
+
+#[test]
+fn a_second_interrupt_detaches_a_busy_foreground_mount() {
+    let env = Env::new();
+    let mnt = env.path("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let log = env.path("mount.log");
+    let mut daemon = env
+        .command()
+        .args(["mount", "ds", mnt.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _gone = Unmount(&mnt);
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    within(Duration::from_secs(30), "the mount", || {
+        said().contains("mounted ds at")
+    });
+    let shell = Inside::new(&mnt.join("staging"));
+    let interrupt = || unsafe { libc::kill(daemon.id() as i32, libc::SIGINT) };
+    interrupt();
+    within(
+        Duration::from_secs(30),
+        "the first interrupt's answer",
+        || said().contains("interrupt again"),
+    );
+    assert!(mounted(&mnt), "busy: still mounted after one interrupt");
+    assert!(said().contains("a shell's working folder"), "{}", said());
+    interrupt();
+    within(Duration::from_secs(30), "the lazy detach", || {
+        said().contains("detached") && !mounted(&mnt)
+    });
+    drop(shell);
+    let status = daemon.wait().unwrap();
+    assert!(status.success(), "{status:?}: {}", said());
+}
+
+#[test]
+fn a_full_local_disk_is_named_with_what_to_do() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.csv"), "1").unwrap();
+    env.commit(&src, "one");
+    let area = env.staging();
+    std::fs::create_dir_all(&area).unwrap();
+    run_ok(
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+            .arg(&area),
+    );
+    struct Lazy<'a>(&'a Path);
+    impl Drop for Lazy<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(self.0).status();
+        }
+    }
+    let _tmpfs = Lazy(&area);
+    // Nothing left on it.
+    let _ = std::fs::write(area.join("filler"), vec![0u8; 2 << 20]);
+    let (code, err) = env.fails(&["checkout", "ds", "v1"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("a local disk is full"), "{err}");
+    assert!(err.contains(area.to_str().unwrap()), "names where: {err}");
+    assert!(err.contains("--staging-dir"), "{err}");
+}
+
+#[test]
+fn a_user_who_may_not_mount_is_told_why_and_what_works_without() {
+    // A user of this host with no right to /dev/fuse (root-only here).
+    let dev = std::fs::metadata("/dev/fuse").unwrap();
+    if std::os::unix::fs::PermissionsExt::mode(&dev.permissions()) & 0o006 != 0 {
+        eprintln!("skipped: /dev/fuse is open to every user on this host");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let mnt = home.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    run_ok(
+        Command::new("chown")
+            .args(["-R", "2077:2077"])
+            .arg(home.path()),
+    );
+    let bin = env!("CARGO_BIN_EXE_detafs");
+    let store = home.path().join("store");
+    let script = format!(
+        "{bin} --store {s} dataset create ds && {bin} --store {s} mount ds {m}",
+        s = store.display(),
+        m = mnt.display()
+    );
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=2077",
+            "--regid=2077",
+            "--clear-groups",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env("HOME", home.path())
+        .env_remove("DETAFS_STORE")
+        .env_remove("DETAFS_CACHE")
+        .env_remove("DETAFS_STAGING")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("only root may mount FUSE file systems"),
+        "{err}"
+    );
+    assert!(err.contains("detafs ls, cat, export"), "{err}");
+    assert!(!mounted(&mnt));
+}
