@@ -435,3 +435,43 @@ fn a_user_who_may_not_mount_is_told_why_and_what_works_without() {
     assert!(err.contains("detafs ls, cat, export"), "{err}");
     assert!(!mounted(&mnt));
 }
+
+#[test]
+fn a_commit_that_would_record_no_change_says_nothing_to_commit_on_every_path() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.csv"), "1").unwrap();
+    env.commit(&src, "one");
+    // The same folder again.
+    let (code, err) = env.fails(&[
+        "commit",
+        "ds",
+        "--from",
+        src.to_str().unwrap(),
+        "-m",
+        "again",
+    ]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("nothing to commit"), "{err}");
+    // Staging committed from the side (`commit --from MNT/staging`), then
+    // through the mount: its changes are all in that version already.
+    let m = env.mount(&[]);
+    std::fs::write(m.path("staging/b.csv"), "2").unwrap();
+    let staged = m.path("staging");
+    assert_eq!(env.commit(&staged, "from the side"), "v2");
+    let (code, err) = env.fails(&["commit", "ds", "-m", "through the mount"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("nothing to commit"), "{err}");
+    let e = common::commit_via_control(&m, "the control file").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENODATA), "{e}");
+    assert_eq!(env.log().len(), 2, "no empty version");
+    // Staging is clean, on v2.
+    assert_eq!(env.ok(&["status", "ds"]), "");
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/base"))
+            .unwrap()
+            .trim(),
+        "v2"
+    );
+}

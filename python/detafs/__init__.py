@@ -31,6 +31,7 @@ from ._detafs import (
     DamagedError,
     Error,
     InvalidInputError,
+    NothingToCommitError,
     StoreError,
     WrongKeyError,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "Error",
     "ConflictError",
     "InvalidInputError",
+    "NothingToCommitError",
     "StoreError",
     "DamagedError",
     "WrongKeyError",

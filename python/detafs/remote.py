@@ -15,7 +15,7 @@ import threading
 import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple
 
-from ._detafs import ConflictError, Error, InvalidInputError, StoreError
+from ._detafs import ConflictError, Error, InvalidInputError, NothingToCommitError, StoreError
 
 EntryInfo = Tuple[str, str, int, int, Tuple[int, int], Optional[str]]
 KINDS = {"dir": "directory", "file": "file", "symlink": "link", "special": "other"}
@@ -113,12 +113,15 @@ class Remote:
         try:
             err = json.loads(body)["error"]
             message, details = err.get("message", ""), err.get("details") or {}
+            code = err.get("code", "")
         except Exception:  # noqa: BLE001 - a body that is not the gateway's
-            message, details = f"{status} {reason}", {}
+            message, details, code = f"{status} {reason}", {}, ""
         if status == 404:
             return FileNotFoundError(message)
         if status in (401, 403):
             return PermissionError(message)
+        if status == 409 and code == "nothing_to_commit":
+            return NothingToCommitError(message)
         if status == 409 and "paths" in details:
             c = ConflictError(message)
             c.paths = details["paths"]

@@ -28,6 +28,12 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     detafs,
+    NothingToCommitError,
+    InvalidInputError,
+    "The commit would record no change (its content equals the latest version); nothing was recorded."
+);
+pyo3::create_exception!(
+    detafs,
     StoreError,
     DetafsError,
     "The store could not be reached or answered wrongly."
@@ -73,10 +79,10 @@ pub fn to_py(e: Error) -> PyErr {
             }
             err
         }),
+        Error::NothingToCommit(_) => NothingToCommitError::new_err(msg),
         Error::InvalidInput(_)
         | Error::Policy { .. }
         | Error::DatasetExists(_)
-        | Error::NothingToCommit(_)
         | Error::Fs { .. } => InvalidInputError::new_err(msg),
         Error::Store { .. } | Error::TooManyRetries(_) | Error::Locked(_) => {
             StoreError::new_err(msg)
@@ -99,6 +105,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", py.get_type::<DetafsError>())?;
     m.add("ConflictError", py.get_type::<ConflictError>())?;
     m.add("InvalidInputError", py.get_type::<InvalidInputError>())?;
+    m.add(
+        "NothingToCommitError",
+        py.get_type::<NothingToCommitError>(),
+    )?;
     m.add("StoreError", py.get_type::<StoreError>())?;
     m.add("DamagedError", py.get_type::<DamagedError>())?;
     m.add("WrongKeyError", py.get_type::<WrongKeyError>())?;

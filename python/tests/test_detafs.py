@@ -138,6 +138,20 @@ def test_a_transaction_is_one_commit_and_nothing_if_it_raises(local_cli):
     assert len(ds.versions()) == 2
 
 
+def test_a_commit_of_no_change_says_nothing_to_commit(local_cli):
+    ds = detafs.Store(local_cli.store).dataset("ds")
+    with ds.stage("one") as s:
+        s.write("a.txt", b"a")
+    # The same bytes again: no change, no version.
+    with pytest.raises(detafs.NothingToCommitError, match="nothing to commit"):
+        with ds.stage("same") as s:
+            s.write("a.txt", b"a")
+    assert [v["version"] for v in ds.versions()] == [1]
+    with pytest.raises(detafs.InvalidInputError):
+        with ds.stage("same, as an InvalidInputError") as s:
+            s.write("a.txt", b"a")
+
+
 def test_two_writers_of_the_same_path_conflict(local_cli):
     ds = detafs.Store(local_cli.store).dataset("ds")
     with ds.stage("base") as s:
@@ -279,6 +293,10 @@ def test_through_the_gateway(gateway, local_cli, tmp_path):
         ds.read("missing.txt")
     with pytest.raises(FileNotFoundError):
         ds.read("c.txt", version="v9")
+    # The same bytes again through the gateway: nothing to commit.
+    with pytest.raises(detafs.NothingToCommitError, match="nothing to commit"):
+        with ds.stage("same") as s:
+            s.write("c.txt", b"1")
     assert [v["version"] for v in ds.versions()] == [1, 2, 3]
 
 

@@ -120,7 +120,14 @@ fn apply(
                     Content::Stored(chunks, size) => (chunks.clone(), *size),
                 };
                 // A file that was there keeps its mode; a new one is 0644.
+                // Rewritten with the same bytes, it keeps its time too: no
+                // change (an unchanged dataset records no version).
                 let mode = match entries.get(name) {
+                    Some(Node::File {
+                        chunks: old,
+                        size: was,
+                        ..
+                    }) if *old == chunks && *was == size => continue,
                     Some(Node::File { mode, .. }) => *mode,
                     _ => 0o644,
                 };

@@ -102,6 +102,7 @@ pub fn publish<'r>(
     if let Some(b) = &base
         && b.tree.id == ours.id
     {
+        // Before anything is uploaded.
         return Err(Error::NothingToCommit(b.version));
     }
     repo.check_store(false)?;
@@ -133,6 +134,13 @@ pub fn publish<'r>(
             }
             _ => ours,
         };
+        // Whatever the path here (a folder, staging, the gateway, Python),
+        // a version equal to its parent is not recorded.
+        if let Some(p) = &parent
+            && p.tree.id == root.id
+        {
+            return Err(Error::NothingToCommit(p.version));
+        }
         let version = parent.as_ref().map_or(1, |p| p.version + 1);
         let parent_hash = match &parent {
             Some(p) => Some(record_hash(repo, req.dataset, p.version)?),

@@ -133,7 +133,24 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     staging()?.set_pending(Some(&ours))?;
     fail::fail_point!("staging-pending");
     let t = std::time::Instant::now();
-    let record = publish(repo, meta, scanner, base, ours)?;
+    let record = match publish(repo, meta, scanner, base, ours) {
+        // Every staged change is in a version that landed meanwhile (say,
+        // `commit --from` of the mount's staging): staging is brought to
+        // it, clean, and nothing is recorded.
+        Err(Error::NothingToCommit(v)) => {
+            let landed = repo
+                .sync(meta.dataset)?
+                .into_iter()
+                .find(|r| r.version == v)
+                .ok_or_else(|| Error::NoVersion {
+                    dataset: meta.dataset.to_string(),
+                    version: format!("v{v}"),
+                })?;
+            staging()?.finish(repo, &ours, read, &landed, &open_copies())?;
+            return Err(Error::NothingToCommit(v));
+        }
+        other => other?,
+    };
     tracing::debug!("commit: v{} published in {:?}", record.version, t.elapsed());
     // The version is durable; bring staging to it. Failures from here on
     // leave staged data in place (it is in the version too).
