@@ -475,3 +475,97 @@ fn a_commit_that_would_record_no_change_says_nothing_to_commit_on_every_path() {
         "v2"
     );
 }
+
+/// Sets `path`'s modification time to `secs` after the epoch.
+fn set_mtime(path: &Path, secs: u64) {
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(secs);
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+}
+
+#[test]
+fn time_only_changes_are_their_own_kind_and_content_only_ignores_them() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("a.csv"), "1").unwrap();
+    std::fs::write(src.join("d/b.csv"), "2").unwrap();
+    env.commit(&src, "one");
+    // A pipeline regenerates a.csv with the same bytes, and changes b.csv.
+    set_mtime(&src.join("a.csv"), 1_600_000_000);
+    std::fs::write(src.join("d/b.csv"), "22").unwrap();
+    env.commit(&src, "two");
+    assert_eq!(env.ok(&["diff", "ds", "v1", "v2"]), "T a.csv\nM d/b.csv\n");
+    assert_eq!(
+        env.ok(&["diff", "ds", "v1", "v2", "--content-only"]),
+        "M d/b.csv\n"
+    );
+    let stat = env.ok(&["diff", "ds", "v1", "v2", "--stat"]);
+    assert!(
+        stat.contains("1 modified, 0 removed, 1 in time only"),
+        "{stat}"
+    );
+    let log = env.log();
+    assert_eq!(
+        (
+            log[1]["files_changed"].as_u64(),
+            log[1]["files_touched"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
+    assert!(
+        env.ok(&["log", "ds"])
+            .lines()
+            .next()
+            .unwrap()
+            .contains("+0 ~1 -0 T1")
+    );
+    // Only times changed: with --content-only, nothing to commit.
+    set_mtime(&src.join("a.csv"), 1_500_000_000);
+    let from = src.to_str().unwrap();
+    let (code, err) = env.fails(&["commit", "ds", "--from", from, "-m", "x", "--content-only"]);
+    assert_eq!(code, 4, "{err}");
+    // A content change beside it records the content only: a.csv keeps v2's time.
+    std::fs::write(src.join("c.csv"), "3").unwrap();
+    assert_eq!(
+        env.ok(&[
+            "commit",
+            "ds",
+            "--from",
+            from,
+            "-m",
+            "three",
+            "--content-only"
+        ])
+        .trim(),
+        "v3"
+    );
+    assert_eq!(env.ok(&["diff", "ds", "v2", "v3"]), "A c.csv\n");
+    // Staging: a copy rewritten with the same bytes is T in status (and the
+    // mount's status file), left out with --content-only.
+    let m = env.mount(&[]);
+    std::fs::write(m.path("staging/a.csv"), "1").unwrap();
+    assert_eq!(env.ok(&["status", "ds"]), "T a.csv\n");
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        "T a.csv\n"
+    );
+    assert_eq!(env.ok(&["status", "ds", "--content-only"]), "");
+    let status = json(&env.ok(&["status", "ds", "--json"]));
+    assert_eq!(
+        status,
+        serde_json::json!([{"status": "T", "path": "a.csv"}])
+    );
+    assert_eq!(env.ok(&["diff", "ds", "latest", "staging"]), "T a.csv\n");
+    drop(m);
+    // Without the mount: a commit with --content-only has nothing to record
+    // and leaves staging clean.
+    let (code, err) = env.fails(&["commit", "ds", "-m", "times", "--content-only"]);
+    assert_eq!(code, 4, "{err}");
+    assert_eq!(env.ok(&["status", "ds"]), "");
+    assert_eq!(env.log().len(), 3);
+}

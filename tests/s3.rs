@@ -206,6 +206,7 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
         }
         let versions_before = env.log().len();
         let meta = CommitMeta {
+            content_only: false,
             dataset: "ds",
             message: &format!("round {round}"),
             author: "fault-test",
@@ -285,6 +286,7 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
     )
     .unwrap();
     let meta = CommitMeta {
+        content_only: false,
         dataset: "ds",
         message: "the rest",
         author: "fault-test",

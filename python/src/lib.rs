@@ -10,7 +10,7 @@ use detafs::commit::{CommitMeta, commit_dir, current_user};
 use detafs::read::chunks::{ChunkCache, copy_pieces};
 use detafs::relpath::RelPath;
 use detafs::repo::{Options, Passphrase, Repo};
-use detafs::snapshot::diff::{ChangeKind, TreeSource, diff};
+use detafs::snapshot::diff::{TreeSource, diff};
 use detafs::snapshot::{Node, Record, walk};
 use detafs::store::pack::BlobRef;
 use detafs::{Error, Result};
@@ -291,11 +291,7 @@ impl Store {
             Ok(diff(&*self.repo, Some(&a.tree), Some(&b.tree))?
                 .into_iter()
                 .map(|c| {
-                    let tag = match c.kind {
-                        ChangeKind::Added => 'A',
-                        ChangeKind::Modified => 'M',
-                        ChangeKind::Removed => 'D',
-                    };
+                    let tag = c.kind.letter();
                     (tag, name(&c.path))
                 })
                 .collect())
@@ -339,6 +335,7 @@ impl Store {
         py.detach(|| {
             let author = author.unwrap_or_else(current_user);
             let meta = CommitMeta {
+                content_only: false,
                 dataset,
                 message,
                 author: &author,
@@ -383,6 +380,7 @@ impl Store {
             }
             let author = author.unwrap_or_else(current_user);
             let meta = CommitMeta {
+                content_only: false,
                 dataset,
                 message,
                 author: &author,

@@ -38,8 +38,9 @@ pub fn diff(
     from: &str,
     to: &str,
     format: Format,
+    content_only: bool,
 ) -> anyhow::Result<()> {
-    let deltas = match (from == STAGING, to == STAGING) {
+    let mut deltas: Vec<Delta> = match (from == STAGING, to == STAGING) {
         (true, true) => bail!("diff compares staging with a version: name one, e.g. `latest`"),
         (false, false) => {
             let (a, b) = (repo.version(name, from)?, repo.version(name, to)?);
@@ -59,11 +60,14 @@ pub fn diff(
             .map(reversed)
             .collect(),
     };
+    if content_only {
+        deltas.retain(|d| d.kind != ChangeKind::TimeOnly);
+    }
     let mut out = std::io::stdout().lock();
     match format {
         Format::Names => {
             for d in &deltas {
-                writeln!(out, "{} {}", letter(d.kind), line(&d.path))?;
+                writeln!(out, "{} {}", d.kind.letter(), line(&d.path))?;
             }
         }
         Format::Stat => stat(&mut out, &deltas)?,
@@ -72,7 +76,7 @@ pub fn diff(
                 .iter()
                 .map(|d| {
                     serde_json::json!({
-                        "change": letter(d.kind).to_string(),
+                        "change": d.kind.letter().to_string(),
                         "path": line(&d.path),
                         "old_size": d.old.as_ref().map(Side::size),
                         "new_size": d.new.as_ref().map(Side::size),
@@ -90,20 +94,12 @@ pub fn diff(
     Ok(())
 }
 
-fn letter(kind: ChangeKind) -> char {
-    match kind {
-        ChangeKind::Added => 'A',
-        ChangeKind::Modified => 'M',
-        ChangeKind::Removed => 'D',
-    }
-}
-
 fn reversed(d: Delta) -> Delta {
     Delta {
         kind: match d.kind {
             ChangeKind::Added => ChangeKind::Removed,
             ChangeKind::Removed => ChangeKind::Added,
-            ChangeKind::Modified => ChangeKind::Modified,
+            same => same,
         },
         old: d.new,
         new: d.old,
@@ -223,7 +219,7 @@ fn stat(out: &mut impl Write, deltas: &[Delta]) -> std::io::Result<()> {
         writeln!(
             out,
             "{} {:>12} -> {:<12} {}",
-            letter(d.kind),
+            d.kind.letter(),
             old,
             new,
             line(&d.path)
@@ -232,11 +228,12 @@ fn stat(out: &mut impl Write, deltas: &[Delta]) -> std::io::Result<()> {
     let count = |k| deltas.iter().filter(|d| d.kind == k).count();
     writeln!(
         out,
-        "{} files changed: {} added, {} modified, {} removed; +{} -{} bytes",
+        "{} files changed: {} added, {} modified, {} removed, {} in time only; +{} -{} bytes",
         deltas.len(),
         count(ChangeKind::Added),
         count(ChangeKind::Modified),
         count(ChangeKind::Removed),
+        count(ChangeKind::TimeOnly),
         plus,
         minus
     )

@@ -191,6 +191,10 @@ enum Command {
         /// Author recorded in the version (default: the current user).
         #[arg(long)]
         author: Option<String>,
+        /// Record no time-only change (`T`): a file with the same bytes
+        /// and mode keeps the time the latest version has.
+        #[arg(long)]
+        content_only: bool,
     },
     /// Name a version (immutable: a tag never moves), or list the tags.
     #[command(
@@ -270,6 +274,9 @@ enum Command {
         /// One JSON array: change, path, old_size, new_size.
         #[arg(long, conflicts_with_all = ["stat", "patch"])]
         json: bool,
+        /// Leave out time-only changes (`T`).
+        #[arg(long)]
+        content_only: bool,
     },
     /// Write a version's files to a new or empty directory.
     #[command(
@@ -407,9 +414,12 @@ enum Command {
     Status {
         /// Dataset name.
         name: String,
-        /// One JSON array: status (A, M, D), path.
+        /// One JSON array: status (A, M, D, T, C), path.
         #[arg(long)]
         json: bool,
+        /// Leave out time-only changes (`T`).
+        #[arg(long)]
+        content_only: bool,
     },
 }
 
@@ -799,6 +809,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             from,
             message,
             author,
+            content_only,
         } => {
             let repo = open()?;
             policy::require(&repo, Action::Commit, &dataset_resource(&name))?;
@@ -807,6 +818,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 dataset: &name,
                 message: &message,
                 author: &author.unwrap_or_else(commit::current_user),
+                content_only,
             };
             let record = match from {
                 Some(from) => {
@@ -889,6 +901,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             stat,
             patch,
             json,
+            content_only,
         } => {
             let format = match (stat, patch, json) {
                 (true, _, _) => diff::Format::Stat,
@@ -896,7 +909,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 (_, _, true) => diff::Format::Json,
                 _ => diff::Format::Names,
             };
-            diff::diff(&open()?, &staging, &name, &from, &to, format)?
+            diff::diff(&open()?, &staging, &name, &from, &to, format, content_only)?
         }
         Command::Export {
             name,
@@ -1014,8 +1027,15 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             version,
             paths,
         } => mount::checkout(&open()?, &staging, &name, Some(&version), &paths)?,
-        Command::Status { name, json } => {
-            let changes = mount::status(&open()?, &staging, &name)?;
+        Command::Status {
+            name,
+            json,
+            content_only,
+        } => {
+            let mut changes = mount::status(&open()?, &staging, &name)?;
+            if content_only {
+                changes.retain(|(tag, _)| *tag != 'T');
+            }
             if json {
                 let rows: Vec<_> = changes
                     .iter()

@@ -381,6 +381,14 @@ pub fn commit_staging(
             progress,
         )?),
         Owner::Mount(mp) => {
+            if meta.content_only {
+                return Err(Error::InvalidInput(format!(
+                    "--content-only cannot be asked of a commit through the mount at {}: commit its staging with `detafs commit {name} --from {}/staging --content-only`, or restore the time-only files (`detafs status {name}` lists them as T)",
+                    mp.display(),
+                    mp.display()
+                ))
+                .into());
+            }
             if author_given {
                 return Err(Error::InvalidInput(format!(
                     "--author cannot be set for a commit through the mount at {}: it records the user who commits",

@@ -38,8 +38,13 @@ pub fn log(repo: &Repo, name: &str, as_json: bool, path: Option<&str>) -> anyhow
             Some(t) => format!(" ({})", t.join(", ")),
             None => String::new(),
         };
+        // Time-only changes (`T`) are shown only where there are some.
+        let touched = match r.stats.files_touched {
+            0 => String::new(),
+            n => format!(" T{n}"),
+        };
         println!(
-            "v{:<4} {}  {:<12} +{} ~{} -{}  {:>10}  {}{named}",
+            "v{:<4} {}  {:<12} +{} ~{} -{}{touched}  {:>10}  {}{named}",
             r.version,
             r.time,
             line(r.author.as_bytes()),

@@ -33,6 +33,9 @@ pub struct CommitMeta<'a> {
     pub dataset: &'a str,
     pub message: &'a str,
     pub author: &'a str,
+    /// Files whose content and mode did not change keep the times the
+    /// parent has (`--content-only`): time-only changes are not recorded.
+    pub content_only: bool,
 }
 
 impl CommitMeta<'_> {
@@ -99,6 +102,10 @@ pub fn publish<'r>(
     base: Option<Record>,
     ours: BlobRef,
 ) -> Result<Record> {
+    let ours = match &base {
+        Some(b) if req.content_only => diff::keep_times(repo, &mut scanner, &b.tree, &ours)?,
+        _ => ours,
+    };
     if let Some(b) = &base
         && b.tree.id == ours.id
     {
@@ -208,6 +215,7 @@ fn stats(repo: &dyn TreeSource, parent: Option<&BlobRef>, root: &BlobRef) -> Res
         ChangeKind::Added => s.files_added += 1,
         ChangeKind::Modified => s.files_changed += 1,
         ChangeKind::Removed => s.files_removed += 1,
+        ChangeKind::TimeOnly => s.files_touched += 1,
     })?;
     Ok(s)
 }

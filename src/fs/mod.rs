@@ -855,6 +855,7 @@ impl MountFs {
     fn commit_staging(&self, message: &str, uid: u32) -> Result<Record> {
         let author = user_name(uid);
         let meta = CommitMeta {
+            content_only: false,
             dataset: &self.dataset,
             message: message.trim(),
             author: &author,

@@ -1139,6 +1139,7 @@ async fn commit(
             let tmp = tempdir_in(repo)?;
             let edits = edits_of(repo, &id, &caller, base.as_ref(), &body, tmp.path())?;
             let meta = CommitMeta {
+                content_only: false,
                 dataset: &id,
                 message: &message,
                 author: &author,

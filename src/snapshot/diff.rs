@@ -1,7 +1,7 @@
 //! Comparing trees: a two-way diff (for `log`, `diff` and commit stats) and a
 //! three-way merge (to rebase a commit that lost the race for its number).
 
-use super::tree::{Entry, Node, Tree};
+use super::tree::{Entry, Likeness, Node, Tree};
 use super::walk;
 use crate::error::{Error, Result};
 use crate::limits;
@@ -23,6 +23,21 @@ pub enum ChangeKind {
     Added,
     Removed,
     Modified,
+    /// The same content and mode, other times (a file regenerated with
+    /// the same bytes).
+    TimeOnly,
+}
+
+impl ChangeKind {
+    /// As status, diff and the log print it.
+    pub fn letter(self) -> char {
+        match self {
+            ChangeKind::Added => 'A',
+            ChangeKind::Modified => 'M',
+            ChangeKind::Removed => 'D',
+            ChangeKind::TimeOnly => 'T',
+        }
+    }
 }
 
 /// A file or symlink that differs. Directories are expanded into their contents.
@@ -163,8 +178,11 @@ fn diff_dirs(
             (None, None) => continue,
             (None, Some(_)) => ChangeKind::Added,
             (Some(_), None) => ChangeKind::Removed,
-            (Some(o), Some(n)) if o.same(n) => continue,
-            (Some(_), Some(_)) => ChangeKind::Modified,
+            (Some(o), Some(n)) => match o.likeness(n) {
+                Likeness::Same => continue,
+                Likeness::TimeOnly => ChangeKind::TimeOnly,
+                Likeness::Different => ChangeKind::Modified,
+            },
         };
         out(Change {
             path,
@@ -174,6 +192,77 @@ fn diff_dirs(
         });
     }
     Ok(())
+}
+
+/// `ours` with every entry that differs from `base` only in its times
+/// (files, links, folders whose contents are otherwise the same) as `base`
+/// has it: what `--content-only` commits.
+pub fn keep_times(
+    src: &dyn TreeSource,
+    sink: &mut dyn TreeSink,
+    base: &BlobRef,
+    ours: &BlobRef,
+) -> Result<BlobRef> {
+    let mut budget = Budget::default();
+    keep_times_in(src, sink, base, ours, 0, &mut budget)
+}
+
+fn keep_times_in(
+    src: &dyn TreeSource,
+    sink: &mut dyn TreeSink,
+    base: &BlobRef,
+    ours: &BlobRef,
+    depth: usize,
+    budget: &mut Budget,
+) -> Result<BlobRef> {
+    if base.id == ours.id {
+        return Ok(*ours);
+    }
+    let (tb, to) = (src.tree(base)?, src.tree(ours)?);
+    budget.spend(to.entries.len() as u64, depth)?;
+    let mut entries = Vec::with_capacity(to.entries.len());
+    let mut changed = false;
+    for e in &to.entries {
+        let old = tb.get(&e.name);
+        let node = match (old, &e.node) {
+            (
+                Some(Node::Dir { tree: was, .. }),
+                Node::Dir {
+                    tree,
+                    mode,
+                    mtime,
+                    atime,
+                    links,
+                },
+            ) => {
+                let inner = keep_times_in(src, sink, was, tree, depth + 1, budget)?;
+                let node = Node::Dir {
+                    mode: *mode,
+                    mtime: *mtime,
+                    tree: inner,
+                    atime: *atime,
+                    links: *links,
+                };
+                match old.map(|o| o.likeness(&node)) {
+                    Some(Likeness::TimeOnly) => old.cloned().expect("compared"),
+                    _ => node,
+                }
+            }
+            (Some(o), n) if o.likeness(n) == Likeness::TimeOnly && o.link() == n.link() => {
+                o.clone()
+            }
+            (_, n) => n.clone(),
+        };
+        changed |= node != e.node;
+        entries.push(Entry {
+            name: e.name.clone(),
+            node,
+        });
+    }
+    match changed {
+        true => sink.put_tree(&Tree::new(entries)),
+        false => Ok(*ours),
+    }
 }
 
 /// Entries of two sorted lists side by side, by name.

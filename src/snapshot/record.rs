@@ -9,11 +9,19 @@ use crate::store::FORMAT;
 use crate::store::pack::{self, BlobRef};
 use serde::{Deserialize, Serialize};
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
     pub files_added: u64,
     pub files_changed: u64,
     pub files_removed: u64,
+    /// Files whose content and mode stayed, with other times (absent in
+    /// records made before detafs counted them, and when zero).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub files_touched: u64,
     /// Bytes of new objects this version added to the store (the seed's `delta_size`).
     pub bytes_added: u64,
 }
@@ -57,6 +65,7 @@ impl Record {
             "files_added": self.stats.files_added,
             "files_changed": self.stats.files_changed,
             "files_removed": self.stats.files_removed,
+            "files_touched": self.stats.files_touched,
             "delta_size": self.stats.bytes_added,
         })
     }

@@ -225,6 +225,33 @@ impl Node {
         }
     }
 
+    /// How this node compares with `other` at the same path: the same,
+    /// different only in its times (a file regenerated with the same
+    /// bytes), or different.
+    pub fn likeness(&self, other: &Node) -> Likeness {
+        if self.same(other) {
+            Likeness::Same
+        } else if self.without_times().same(&other.without_times()) {
+            Likeness::TimeOnly
+        } else {
+            Likeness::Different
+        }
+    }
+
+    fn without_times(&self) -> Node {
+        let mut n = self.clone();
+        match &mut n {
+            Node::File { mtime, atime, .. }
+            | Node::Dir { mtime, atime, .. }
+            | Node::Symlink { mtime, atime, .. }
+            | Node::Special { mtime, atime, .. } => {
+                *mtime = Mtime(0, 0);
+                *atime = None;
+            }
+        }
+        n
+    }
+
     /// Equal file content (chunk ids), ignoring metadata.
     pub fn same_data(&self, other: &Node) -> bool {
         match (self, other) {
@@ -256,6 +283,14 @@ impl Node {
             | Node::Special { mtime, .. } => *mtime,
         }
     }
+}
+
+/// `Node::likeness`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Likeness {
+    Same,
+    TimeOnly,
+    Different,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use crate::relpath::RelPath;
 use crate::repo::Repo;
 use crate::snapshot::chunker;
 use crate::snapshot::diff::{self, ChangeKind};
-use crate::snapshot::{Mtime, Node};
+use crate::snapshot::{Likeness, Mtime, Node};
 use crate::store::codec::Codec;
 use crate::store::pack::BlobRef;
 use std::collections::BTreeMap;
@@ -47,12 +47,14 @@ impl Side {
         }
     }
 
-    /// Whether both hold the same thing, as a commit would record it.
-    fn same(&self, other: &Side, codec: &Codec) -> bool {
+    /// How the two compare, as a commit would record them.
+    fn likeness(&self, other: &Side, codec: &Codec) -> Likeness {
         match (self, other) {
-            (Side::Node(a), Side::Node(b)) => a.same(b),
-            (Side::Node(n), Side::File(f)) | (Side::File(f), Side::Node(n)) => holds(f, n, codec),
-            (Side::File(_), Side::File(_)) => false,
+            (Side::Node(a), Side::Node(b)) => a.likeness(b),
+            (Side::Node(n), Side::File(f)) | (Side::File(f), Side::Node(n)) => {
+                likeness(f, n, codec)
+            }
+            (Side::File(_), Side::File(_)) => Likeness::Different,
         }
     }
 }
@@ -113,10 +115,13 @@ pub fn against_staging(
         };
         let kind = match (&old, &new) {
             (None, None) => continue,
-            (Some(a), Some(b)) if a.same(b, &repo.codec) => continue,
             (None, Some(_)) => ChangeKind::Added,
             (Some(_), None) => ChangeKind::Removed,
-            (Some(_), Some(_)) => ChangeKind::Modified,
+            (Some(a), Some(b)) => match a.likeness(b, &repo.codec) {
+                Likeness::Same => continue,
+                Likeness::TimeOnly => ChangeKind::TimeOnly,
+                Likeness::Different => ChangeKind::Modified,
+            },
         };
         out.insert(
             path.clone(),
@@ -134,7 +139,7 @@ pub fn against_staging(
 /// Whether staged file `f` holds exactly `old` (mode, times, bytes), as a
 /// commit would find: a file put back as it was is not a change. Its bytes
 /// are hashed only when the rest already agrees.
-pub fn holds(f: &StagedFile, old: &Node, codec: &Codec) -> bool {
+pub fn likeness(f: &StagedFile, old: &Node, codec: &Codec) -> Likeness {
     let Node::File {
         mode,
         mtime,
@@ -144,23 +149,28 @@ pub fn holds(f: &StagedFile, old: &Node, codec: &Codec) -> bool {
         ..
     } = old
     else {
-        return false;
+        return Likeness::Different;
     };
-    if f.mode != *mode
-        || (f.size, f.mtime) != (*size, *mtime)
-        || Node::atime_apart(Some(f.atime), f.mtime) != *atime
-    {
-        return false;
+    // Bytes are read only where the size and mode agree.
+    if f.mode != *mode || f.size != *size {
+        return Likeness::Different;
     }
     let Ok(file) = std::fs::File::open(&f.path) else {
-        return false;
+        return Likeness::Different;
     };
     let mut ids =
         chunker::chunks(file, *size, codec.chunker_seed()).map(|c| c.map(|c| codec.blob_id(&c)));
-    chunks
+    let same_bytes = chunks
         .iter()
         .all(|c| ids.next().is_some_and(|id| id.is_ok_and(|id| id == c.id)))
-        && ids.next().is_none()
+        && ids.next().is_none();
+    match same_bytes {
+        false => Likeness::Different,
+        true if f.mtime == *mtime && Node::atime_apart(Some(f.atime), f.mtime) == *atime => {
+            Likeness::Same
+        }
+        true => Likeness::TimeOnly,
+    }
 }
 
 impl StagedView for (&Staging, &Repo) {

@@ -7,8 +7,8 @@ use super::{Kind, ROOT, SNode, Staging, by_name, too_deep};
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::repo::Repo;
-use crate::snapshot::diff::{self, ChangeKind, TreeSource};
-use crate::snapshot::{Node, Tree};
+use crate::snapshot::diff::{self, TreeSource};
+use crate::snapshot::{Likeness, Node, Tree};
 use crate::store::pack::BlobRef;
 
 impl Staging {
@@ -72,12 +72,7 @@ impl Staging {
         let node = self.node(id)?;
         if let Some(tree) = &node.tree.or(node.was) {
             for c in diff::diff(repo, base, Some(tree))? {
-                let tag = match c.kind {
-                    ChangeKind::Added => 'A',
-                    ChangeKind::Modified => 'M',
-                    ChangeKind::Removed => 'D',
-                };
-                out.push(Item::Line(tag, [prefix, &c.path].concat()));
+                out.push(Item::Line(c.kind.letter(), [prefix, &c.path].concat()));
             }
             return Ok(out);
         }
@@ -119,18 +114,18 @@ impl Staging {
                             out.push(Item::Line('D', [&path[..], b"/", &c.path].concat()));
                         }
                     }
-                    let same = match (old, r.as_version_node()) {
-                        (Some(o), Some(n)) => o.same(&n),
-                        (Some(o), None) => self.holds(r, o, &repo.codec),
-                        _ => false,
+                    let likeness = match (old, r.as_version_node()) {
+                        (Some(o), Some(n)) => o.likeness(&n),
+                        (Some(o), None) => self.likeness(r, o, &repo.codec),
+                        _ => Likeness::Different,
                     };
-                    if !same {
-                        let tag = if old.is_some_and(|o| !o.is_dir()) {
-                            'M'
-                        } else {
-                            'A'
-                        };
-                        out.push(Item::Line(tag, path));
+                    match likeness {
+                        Likeness::Same => {}
+                        Likeness::TimeOnly => out.push(Item::Line('T', path)),
+                        Likeness::Different if old.is_some_and(|o| !o.is_dir()) => {
+                            out.push(Item::Line('M', path))
+                        }
+                        Likeness::Different => out.push(Item::Line('A', path)),
                     }
                 }
                 None => {
@@ -149,8 +144,8 @@ impl Staging {
 }
 
 impl Staging {
-    /// Whether staged copy `r` holds exactly `old`.
-    fn holds(&self, r: &SNode, old: &Node, codec: &crate::store::codec::Codec) -> bool {
+    /// How staged copy `r` compares with `old`.
+    fn likeness(&self, r: &SNode, old: &Node, codec: &crate::store::codec::Codec) -> Likeness {
         let super::Seen {
             size, mtime, atime, ..
         } = self.seen(r);
@@ -161,7 +156,7 @@ impl Staging {
             mtime,
             atime,
         };
-        super::compare::holds(&file, old, codec)
+        super::compare::likeness(&file, old, codec)
     }
 }
 
