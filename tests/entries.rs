@@ -324,14 +324,14 @@ fn an_atime_set_apart_is_committed_shown_in_versions_and_exported() {
     env.ok(&["export", "ds", "v1", out.to_str().unwrap()]);
     assert_eq!(times(&out.join("f")).0, atime);
     assert_eq!(times(&out.join("d")).0, atime);
-    // Changing only an atime is a change to commit.
+    // Changing only an atime is a change to commit (a time-only one, T).
     run_ok(
         Command::new("touch")
             .args(["-a", "-d", "2002-01-01 UTC"])
             .arg(&f),
     );
     let status = std::fs::read_to_string(m.path(".detafs/status")).unwrap();
-    assert_eq!(status, "M f\n");
+    assert_eq!(status, "T f\n");
     commit_via_control(&m, "atime only").unwrap();
     assert_eq!(times(&m.path("versions/v2/f")).0, 1_009_843_200_000_000_000);
 }
