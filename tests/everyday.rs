@@ -569,3 +569,64 @@ fn time_only_changes_are_their_own_kind_and_content_only_ignores_them() {
     assert_eq!(env.ok(&["status", "ds"]), "");
     assert_eq!(env.log().len(), 3);
 }
+
+#[test]
+fn log_of_a_path_says_what_happened_to_it_in_each_version() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("a.csv"), "1").unwrap();
+    std::fs::write(src.join("d/b.csv"), "22").unwrap();
+    env.commit(&src, "one");
+    std::fs::write(src.join("a.csv"), "111").unwrap();
+    env.commit(&src, "two");
+    std::fs::rename(src.join("a.csv"), src.join("moved.csv")).unwrap();
+    env.commit(&src, "three");
+    set_mtime(&src.join("moved.csv"), 1_600_000_000);
+    std::fs::write(src.join("d/c.csv"), "3").unwrap();
+    env.commit(&src, "four");
+    env.ok(&["tag", "ds", "v2", "grown"]);
+
+    let lines = |path: &str| -> Vec<String> {
+        env.ok(&["log", "ds", "--", path])
+            .lines()
+            .map(|l| {
+                // Version, then what happened (time and author dropped).
+                let (v, rest) = l.split_once(' ').unwrap();
+                let what = rest.split("  ").filter(|p| !p.is_empty()).nth(2).unwrap();
+                format!("{v} {}", what.trim())
+            })
+            .collect()
+    };
+    assert_eq!(
+        lines("a.csv"),
+        [
+            "v3 D 3 B -> - (renamed to moved.csv)",
+            "v2 M 1 B -> 3 B",
+            "v1 A - -> 1 B"
+        ]
+    );
+    assert_eq!(
+        lines("moved.csv"),
+        ["v4 T 3 B -> 3 B", "v3 A - -> 3 B (renamed from a.csv)"]
+    );
+    assert_eq!(lines("d"), ["v4 M folder +1 ~0 -0", "v1 A folder +1 ~0 -0"]);
+    let rows = json(&env.ok(&["log", "ds", "--json", "--", "a.csv"]));
+    assert_eq!(rows.as_array().unwrap().len(), 3);
+    assert_eq!(rows[1]["version"], 2);
+    assert_eq!(rows[1]["tags"], serde_json::json!(["grown"]));
+    assert_eq!(
+        rows[1]["path"],
+        serde_json::json!({"change": "M", "old_size": 1, "new_size": 3, "inside": null,
+                           "renamed_from": null, "renamed_to": null})
+    );
+    assert_eq!(rows[0]["path"]["renamed_to"], "moved.csv");
+    // A path no version holds is said so; a path without `--` is a usage
+    // error that shows the `--` form.
+    let (code, err) = env.fails(&["log", "ds", "--", "never.csv"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("never.csv is in no version of ds"), "{err}");
+    let (code, err) = env.fails(&["log", "ds", "a.csv"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("detafs log ds -- a.csv"), "{err}");
+}

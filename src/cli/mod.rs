@@ -220,10 +220,14 @@ enum Command {
     Log {
         /// Dataset name.
         name: String,
+        /// A path given without `--` (refused, with the `--` form).
+        #[arg(hide = true)]
+        stray: Option<String>,
         /// One JSON array, for scripts.
         #[arg(long)]
         json: bool,
-        /// A path inside the dataset, after `--`.
+        /// A path inside the dataset, after `--`: each version that changed
+        /// it, with what happened to it (A, M, D, T; sizes; renames).
         #[arg(last = true)]
         path: Option<String>,
     },
@@ -846,7 +850,21 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             println!("v{}", record.version);
         }
-        Command::Log { name, json, path } => show::log(&open()?, &name, json, path.as_deref())?,
+        Command::Log {
+            name,
+            stray: Some(path),
+            ..
+        } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            cmd.error(
+                clap::error::ErrorKind::UnknownArgument,
+                format!("a path follows `--` in `log`: detafs log {name} -- {path}",),
+            )
+            .exit()
+        }
+        Command::Log {
+            name, json, path, ..
+        } => show::log(&open()?, &name, json, path.as_deref())?,
         Command::Tag {
             name,
             version,
