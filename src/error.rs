@@ -32,8 +32,14 @@ pub enum Error {
     /// The store's policy does not allow it.
     #[error("not allowed: {0}")]
     Forbidden(String),
-    #[error("{0} is not a detafs store (run `detafs init` to create one)")]
+    #[error(
+        "{0} is not a detafs store: it has no marker detafs.json (if it was a store, it was deleted or moved away; `detafs init` makes a new, empty one)"
+    )]
     NotAStore(String),
+    #[error(
+        "the store at {0} is gone: its marker detafs.json is missing (was the folder or bucket deleted or moved?); nothing was written there. Put it back, or point --store at where it is now"
+    )]
+    StoreGone(String),
     #[error(
         "store {url} uses format {found}, newer than this detafs understands ({supported}); upgrade detafs"
     )]

@@ -630,3 +630,40 @@ fn log_of_a_path_says_what_happened_to_it_in_each_version() {
     assert_eq!(code, 2);
     assert!(err.contains("detafs log ds -- a.csv"), "{err}");
 }
+
+#[test]
+fn a_store_deleted_under_a_mount_is_reported_gone_and_never_made_again() {
+    let env = Env::new_local();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.csv"), "1").unwrap();
+    env.commit(&src, "one");
+    let m = env.mount(&[]);
+    let health = || json(&std::fs::read_to_string(m.path(".detafs/health")).unwrap());
+    assert_eq!(health()["status"], "ok");
+    let store = Path::new(&env.store).to_path_buf();
+    std::fs::remove_dir_all(&store).unwrap();
+    within(Duration::from_secs(20), "health to say gone", || {
+        health()["status"] == "gone"
+    });
+    assert_eq!(health()["store_gone"], true);
+    // A commit through the mount writes nothing: the store stays gone.
+    std::fs::write(m.path("staging/b.csv"), "2").unwrap();
+    assert!(common::commit_via_control(&m, "into nothing").is_err());
+    let why = std::fs::read_to_string(m.path(".detafs/last-error")).unwrap();
+    assert!(why.contains("is gone"), "{why}");
+    assert!(!store.exists(), "a write made the store folder again");
+    // Every command says so, and none makes it again.
+    for args in [
+        &["log", "ds"][..],
+        &["commit", "ds", "--from", src.to_str().unwrap(), "-m", "x"],
+    ] {
+        let (code, err) = env.fails(args);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains("is not a detafs store") && err.contains("deleted or moved"),
+            "{err}"
+        );
+    }
+    assert!(!store.exists());
+}

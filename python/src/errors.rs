@@ -84,7 +84,7 @@ pub fn to_py(e: Error) -> PyErr {
         | Error::Policy { .. }
         | Error::DatasetExists(_)
         | Error::Fs { .. } => InvalidInputError::new_err(msg),
-        Error::Store { .. } | Error::TooManyRetries(_) | Error::Locked(_) => {
+        Error::Store { .. } | Error::StoreGone(_) | Error::TooManyRetries(_) | Error::Locked(_) => {
             StoreError::new_err(msg)
         }
         Error::Missing { .. } | Error::Corrupt { .. } | Error::Malformed { .. } => {

@@ -484,7 +484,12 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
     };
     drop(versions);
     let body = serde_json::json!({
-        "status": if store.reachable { "ok" } else { "degraded" },
+        "status": match (fs.repo.store.is_gone(), store.reachable) {
+            (true, _) => "gone",
+            (false, true) => "ok",
+            (false, false) => "degraded",
+        },
+        "store_gone": fs.repo.store.is_gone(),
         "store": fs.repo.store.url(),
         "store_reachable": store.reachable,
         "store_error": store.error,

@@ -332,6 +332,9 @@ impl MountFs {
 
     /// Reads records committed elsewhere; moves a clean staging area along.
     pub fn poll(&self) -> Result<()> {
+        // A store deleted or moved away is told by health (and refused by
+        // every write), never made again by one.
+        self.repo.store.ensure_present()?;
         // Most polls find nothing new: only then re-read the index's records.
         let new_records =
             self.repo.fetch_new_records(&self.dataset)? > self.versions.latest().unwrap_or(0);

@@ -224,6 +224,7 @@ pub fn errno(e: &Error) -> Errno {
         Error::Store { .. }
         | Error::Index(_)
         | Error::NotAStore(_)
+        | Error::StoreGone(_)
         | Error::Locked(_)
         | Error::WrongKey(_)
         | Error::Downgraded { .. }

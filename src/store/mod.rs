@@ -24,7 +24,7 @@ use retry::{Health, HealthReport, Policy};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Runtime;
 
@@ -189,7 +189,21 @@ pub struct Store {
     /// How objects are encoded: known once the marker is read (format 1),
     /// or once the store is unlocked (format 2).
     codec: std::sync::OnceLock<codec::Codec>,
+    /// Whether the marker is still there (`ensure_present`).
+    presence: Arc<Presence>,
 }
+
+/// What a write knows of the store's marker: when it was last seen, and
+/// whether it was found gone. `init` writes before the marker exists.
+#[derive(Default)]
+struct Presence {
+    seen: Mutex<Option<std::time::Instant>>,
+    gone: std::sync::atomic::AtomicBool,
+    initialising: std::sync::atomic::AtomicBool,
+}
+
+/// How long a sighting of the marker stands for the writes after it.
+const PRESENCE_TTL: Duration = Duration::from_secs(1);
 
 impl Store {
     /// Opens the store at `url`: a path, `file://`, `s3://`, `gs://` or
@@ -260,6 +274,7 @@ impl Store {
             policy,
             health: Arc::new(Health::default()),
             codec: std::sync::OnceLock::new(),
+            presence: Arc::default(),
         })
     }
 
@@ -293,6 +308,10 @@ impl Store {
     /// key slots are written before its marker, the commit point of `init`.
     pub fn init(&self, probe: bool, new: &NewStore) -> Result<Created> {
         let existing = self.try_info()?;
+        // Its probe and key slots are written before the marker.
+        self.presence
+            .initialising
+            .store(existing.is_none(), std::sync::atomic::Ordering::Relaxed);
         if existing.is_none()
             && let Some(first) = self.first_key()?
         {
@@ -395,6 +414,44 @@ impl Store {
                 )
             },
         })
+    }
+
+    /// Refuses to write into a store whose marker is gone: a folder or
+    /// bucket deleted (or moved) under a running mount, gateway or Python
+    /// process would otherwise be made again around the new object, and no
+    /// command would open it. Asks the store at most once a second.
+    pub fn ensure_present(&self) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.presence.initialising.load(Relaxed) {
+            return Ok(());
+        }
+        let mut seen = self.presence.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.is_some_and(|t| t.elapsed() < PRESENCE_TTL) {
+            return Ok(());
+        }
+        let path = Path::from(MARKER);
+        match self
+            .rt
+            .block_on(self.call(MARKER, || self.inner.head(&path)))
+        {
+            Ok(_) => {
+                *seen = Some(std::time::Instant::now());
+                self.presence.gone.store(false, Relaxed);
+                Ok(())
+            }
+            Err(object_store::Error::NotFound { .. }) => {
+                self.presence.gone.store(true, Relaxed);
+                Err(Error::StoreGone(self.url.clone()))
+            }
+            Err(e) => Err(Error::store(MARKER, e)),
+        }
+    }
+
+    /// Whether the last look at the marker found it gone.
+    pub fn is_gone(&self) -> bool {
+        self.presence
+            .gone
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Reads and checks the store marker.
@@ -528,6 +585,7 @@ impl Store {
             false => body,
         };
         crate::nowait::check()?;
+        self.ensure_present()?;
         let path = Path::from(key);
         let res = self.rt.block_on(self.call(key, || async {
             let opts = PutOptions {
@@ -549,6 +607,9 @@ impl Store {
 
     /// Uploads an immutable object on the runtime; the caller awaits the handle.
     pub fn spawn_put(&self, key: String, body: PutPayload) -> tokio::task::JoinHandle<Result<()>> {
+        if let Err(e) = self.ensure_present() {
+            return self.rt.spawn(async move { Err(e) });
+        }
         let (inner, policy, health) = (self.inner.clone(), self.policy, self.health.clone());
         self.rt.spawn(async move {
             let path = Path::from(key.as_str());
