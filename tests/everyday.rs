@@ -667,3 +667,57 @@ fn a_store_deleted_under_a_mount_is_reported_gone_and_never_made_again() {
     }
     assert!(!store.exists());
 }
+
+#[test]
+fn a_commit_killed_at_80_percent_is_resumed_without_uploading_again() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut seed = 7u64;
+    for i in 0..5 {
+        // 16 MiB of bytes that do not compress: about a pack each.
+        let bytes: Vec<u8> = (0..16 << 20)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        std::fs::write(src.join(format!("part-{i}.bin")), bytes).unwrap();
+    }
+    let total: u64 = 5 * (16 << 20);
+    // Killed (SIGKILL) once the fourth pack's chunks are durable and noted.
+    let hold = common::Hold::new(&env, "commit-uploads-noted");
+    let spec = hold.spec.replacen('=', "=3*off->", 1);
+    let mut first = env
+        .commit_command(&src, "first try", &spec)
+        .spawn()
+        .unwrap();
+    hold.reached();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(env.log().is_empty(), "nothing landed");
+    let uploaded: u64 = env
+        .objects
+        .list("packs/")
+        .iter()
+        .map(|(_, size)| size)
+        .sum();
+    assert!(
+        uploaded >= total * 3 / 4,
+        "the first try uploaded {uploaded} of {total}"
+    );
+    // The retry uploads only what the first try had not.
+    assert_eq!(env.commit(&src, "again"), "v1");
+    let added = env.log()[0]["delta_size"].as_u64().unwrap();
+    assert!(
+        added < total / 4,
+        "the retry uploaded {added} bytes again (of {total}; {uploaded} were there)"
+    );
+    let out = env.path("out");
+    env.ok(&["export", "ds", "v1", out.to_str().unwrap()]);
+    assert_eq!(common::fingerprint(&out), common::fingerprint(&src));
+    let verify = json(&env.ok(&["verify", "--json"]));
+    assert_eq!(verify["problems"], serde_json::json!([]));
+}

@@ -50,6 +50,11 @@ CREATE TABLE IF NOT EXISTS stat_cache(
 CREATE TABLE IF NOT EXISTS folder_cache(
     path BLOB PRIMARY KEY, digest BLOB NOT NULL, tree BLOB NOT NULL, links INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cached(id BLOB PRIMARY KEY, size INTEGER NOT NULL, used INTEGER NOT NULL) WITHOUT ROWID;
+-- Blobs in packs a commit uploaded before it landed, and when (unix
+-- seconds): a commit interrupted on this host is resumed from them.
+CREATE TABLE IF NOT EXISTS uploaded(
+    id BLOB PRIMARY KEY, pack BLOB NOT NULL, offset INTEGER NOT NULL, len INTEGER NOT NULL,
+    size INTEGER NOT NULL, at INTEGER NOT NULL) WITHOUT ROWID;
 -- The newest gc note whose run the tables above account for.
 CREATE TABLE IF NOT EXISTS gc_seen(id INTEGER PRIMARY KEY CHECK (id = 0), note TEXT NOT NULL);
 ";
@@ -175,6 +180,55 @@ impl Index {
         Ok(())
     }
 
+    /// Records blobs a commit uploaded (durable, not yet in a version) at
+    /// `at` (unix seconds).
+    pub fn insert_uploaded(&self, blobs: &[BlobRef], at: i64) -> Result<()> {
+        if blobs.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR IGNORE INTO uploaded(id, pack, offset, len, size, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for b in blobs {
+                stmt.execute(params![
+                    b.id.as_bytes(),
+                    b.pack.as_bytes(),
+                    b.offset,
+                    b.len,
+                    b.size,
+                    at
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Where an earlier commit of this host uploaded blob `id` at or after
+    /// `since` (unix seconds), and when.
+    pub fn uploaded_blob(&self, id: &ObjectId, since: i64) -> Result<Option<(BlobRef, i64)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT pack, offset, len, size, at FROM uploaded WHERE id = ?1 AND at >= ?2",
+        )?;
+        Ok(stmt
+            .query_row(params![id.as_bytes(), since], |row| {
+                Ok((blob_row(row, *id)?, row.get(4)?))
+            })
+            .optional()?)
+    }
+
+    /// Forgets uploads from before `before` (unix seconds).
+    pub fn forget_uploaded(&self, before: i64) -> Result<()> {
+        self.conn()
+            .prepare_cached("DELETE FROM uploaded WHERE at < ?1")?
+            .execute([before])?;
+        Ok(())
+    }
+
     pub fn tree_indexed(&self, id: &ObjectId) -> Result<bool> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached("SELECT 1 FROM trees_indexed WHERE id = ?1")?;
@@ -237,7 +291,7 @@ impl Index {
         let tx = conn.transaction()?;
         tx.execute_batch(
             "DELETE FROM blob_refs; DELETE FROM trees_indexed; DELETE FROM stat_cache;
-             DELETE FROM folder_cache;",
+             DELETE FROM folder_cache; DELETE FROM uploaded;",
         )?;
         tx.execute(
             "INSERT OR REPLACE INTO gc_seen(id, note) VALUES (0, ?1)",

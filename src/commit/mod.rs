@@ -115,6 +115,7 @@ pub fn publish<'r>(
     repo.check_store(false)?;
     let stat_rows = std::mem::replace(&mut scanner.stat_rows, PendingStats::new(&repo.index));
     let started = scanner.started;
+    let resumed_since = scanner.resumed_since;
     let gc_mark = scanner.gc_mark.clone();
     // Everything a record reaches must be durable before the record exists.
     let mut bytes_added = scanner.finish()?;
@@ -170,7 +171,11 @@ pub fn publish<'r>(
         let body = record.encode();
         // The create below may retry for the store's deadline: it must land
         // within MAX_COMMIT_AGE of the first upload, or gc may have run.
-        if started.elapsed() + repo.store.deadline() > gc::MAX_COMMIT_AGE {
+        // Counted from the oldest upload it reuses, if it resumed another.
+        let resumed_age = resumed_since.map_or(std::time::Duration::ZERO, |at| {
+            std::time::Duration::from_secs((scan::unix_now() - at).max(0) as u64)
+        });
+        if started.elapsed().max(resumed_age) + repo.store.deadline() > gc::MAX_COMMIT_AGE {
             // gc elsewhere may have collected this commit's first packs.
             return Err(Error::CommitTooLong(gc::MAX_COMMIT_AGE));
         }

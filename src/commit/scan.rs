@@ -30,6 +30,19 @@ const WRITTEN: usize = 1 << 17;
 /// PUTs, small enough to bound memory (a few packs are in flight at once).
 pub const PACK_SIZE: usize = 16 << 20;
 
+/// How long the chunks an interrupted commit uploaded are offered to the
+/// next commit on this host: well within `gc::MAX_COMMIT_AGE`, which the
+/// resumed commit must still land in, counted from those uploads.
+const RESUME_WINDOW: std::time::Duration =
+    std::time::Duration::from_secs(crate::gc::MAX_COMMIT_AGE.as_secs() / 2);
+
+/// Now, in unix seconds.
+pub(super) fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
 pub struct Scanner<'r> {
     repo: &'r Repo,
     data: PackWriter<'r>,
@@ -49,6 +62,9 @@ pub struct Scanner<'r> {
     codec: Codec,
     /// When this commit began uploading (see `gc::MAX_COMMIT_AGE`).
     pub started: std::time::Instant,
+    /// When the oldest chunk it reuses from an interrupted commit was
+    /// uploaded (unix seconds): the commit's age counts from there.
+    pub resumed_since: Option<i64>,
     /// Started at the first new chunk, on the commit's own thread.
     encoder: Option<Encoder>,
     /// Started at the first chunk that can share the hashing; idle
@@ -186,13 +202,21 @@ impl<'r> Scanner<'r> {
 
     pub fn new(repo: &'r Repo, progress: &'r dyn Progress) -> Result<Self> {
         let gc_mark = repo.gc_mark()?;
+        repo.index
+            .forget_uploaded(unix_now() - RESUME_WINDOW.as_secs() as i64)?;
         let now_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as i64)
             .unwrap_or(i64::MAX);
         Ok(Scanner {
             repo,
-            data: PackWriter::new(&repo.store, PACK_SIZE),
+            // Each durable pack's chunks are noted in the index, for a
+            // commit that resumes this one if it is interrupted.
+            data: PackWriter::new(&repo.store, PACK_SIZE).on_durable(Box::new(|blobs| {
+                repo.index.insert_uploaded(blobs, unix_now())?;
+                crate::hold::hold("commit-uploads-noted");
+                Ok(())
+            })),
             trees: PackWriter::new(&repo.store, PACK_SIZE),
             written: lru::LruCache::new(WRITTEN.try_into().expect("not zero")),
             placed: HashMap::new(),
@@ -201,6 +225,7 @@ impl<'r> Scanner<'r> {
             progress,
             codec: repo.codec.clone(),
             started: std::time::Instant::now(),
+            resumed_since: None,
             encoder: None,
             hasher: None,
             names: Names::None,
@@ -222,7 +247,25 @@ impl<'r> Scanner<'r> {
         if let Some(r) = self.written.get(id) {
             return Ok(Some(*r));
         }
-        self.repo.index.blob(id)
+        if let Some(r) = self.repo.index.blob(id)? {
+            return Ok(Some(r));
+        }
+        // Uploaded by a commit of this host that was interrupted.
+        let since = unix_now() - RESUME_WINDOW.as_secs() as i64;
+        Ok(match self.repo.index.uploaded_blob(id, since)? {
+            Some((r, at)) => {
+                self.resumed_since = Some(self.resumed_since.map_or(at, |s| s.min(at)));
+                Some(r)
+            }
+            None => None,
+        })
+    }
+
+    /// Adds a chunk to the data packs.
+    fn place(&mut self, id: ObjectId, bytes: bytes::Bytes, size: usize) -> Result<BlobRef> {
+        let r = self.data.add(id, bytes, size)?;
+        self.written.put(id, r);
+        Ok(r)
     }
 
     /// Places a chunk, or queues it to be encoded. A small one may be
@@ -235,8 +278,7 @@ impl<'r> Scanner<'r> {
         let idle = self.encoder.as_ref().is_none_or(|e| !e.busy());
         if inline && idle && data.len() < chunker::MIN_SIZE {
             let bytes = self.codec.encode_blob(BlobKind::Chunk, &id, &data);
-            let r = self.data.add(id, bytes.into(), data.len())?;
-            self.written.put(id, r);
+            let r = self.place(id, bytes.into(), data.len())?;
             return Ok(Slot::Ready(r));
         }
         if self.encoder.is_none() {
@@ -255,8 +297,7 @@ impl<'r> Scanner<'r> {
     /// Puts encoded chunks into the data packs, in the order they came.
     fn pack(&mut self, done: Vec<Encoded>) -> Result<()> {
         for e in done {
-            let r = self.data.add(e.id, e.bytes.into(), e.size)?;
-            self.written.put(e.id, r);
+            let r = self.place(e.id, e.bytes.into(), e.size)?;
             self.placed.insert(e.id, r);
         }
         Ok(())

@@ -191,10 +191,17 @@ pub struct PackWriter<'s> {
     id: ObjectId,
     blobs: Vec<Bytes>,
     len: usize,
-    inflight: VecDeque<JoinHandle<Result<()>>>,
+    /// Where the blobs of the pack being filled will live.
+    refs: Vec<BlobRef>,
+    inflight: VecDeque<(JoinHandle<Result<()>>, Vec<BlobRef>)>,
     max_inflight: usize,
     written: Vec<(ObjectId, u64)>,
+    /// Told the blobs of each pack once it is durable (`on_durable`).
+    durable: Option<OnDurable<'s>>,
 }
+
+/// What a `PackWriter` tells of each pack once it is durable: its blobs.
+pub type OnDurable<'s> = Box<dyn FnMut(&[BlobRef]) -> Result<()> + Send + 's>;
 
 impl<'s> PackWriter<'s> {
     pub fn new(store: &'s Store, target: usize) -> Self {
@@ -204,10 +211,18 @@ impl<'s> PackWriter<'s> {
             id: random_id(),
             blobs: vec![Bytes::from_static(MAGIC)],
             len: MAGIC.len(),
+            refs: Vec::new(),
             inflight: VecDeque::new(),
             max_inflight: 3,
             written: Vec::new(),
+            durable: None,
         }
+    }
+
+    /// Calls `f` with the blobs of each pack as soon as it is durable.
+    pub fn on_durable(mut self, f: OnDurable<'s>) -> Self {
+        self.durable = Some(f);
+        self
     }
 
     /// Adds a blob of `size` bytes of data, encoded, and returns where it
@@ -222,8 +237,13 @@ impl<'s> PackWriter<'s> {
         };
         self.len += encoded.len();
         self.blobs.push(encoded);
+        self.refs.push(r);
         if self.len >= self.target {
             self.seal()?;
+        }
+        // Uploads that ended meanwhile are told at once.
+        while self.inflight.front().is_some_and(|(h, _)| h.is_finished()) {
+            self.wait_oldest()?;
         }
         Ok(r)
     }
@@ -236,8 +256,9 @@ impl<'s> PackWriter<'s> {
         self.written.push((self.id, self.len as u64));
         self.len = MAGIC.len();
         let key = keys::pack(&self.id);
+        let refs = std::mem::take(&mut self.refs);
         self.inflight
-            .push_back(self.store.spawn_put(key, blobs.into_iter().collect()));
+            .push_back((self.store.spawn_put(key, blobs.into_iter().collect()), refs));
         self.id = random_id();
         // Bound memory: at most `max_inflight` packs are buffered for upload.
         while self.inflight.len() > self.max_inflight {
@@ -247,8 +268,11 @@ impl<'s> PackWriter<'s> {
     }
 
     fn wait_oldest(&mut self) -> Result<()> {
-        if let Some(h) = self.inflight.pop_front() {
+        if let Some((h, refs)) = self.inflight.pop_front() {
             self.store.wait(h)?;
+            if let Some(tell) = &mut self.durable {
+                tell(&refs)?;
+            }
             fail::fail_point!("pack-uploaded");
         }
         Ok(())
