@@ -721,3 +721,43 @@ fn a_commit_killed_at_80_percent_is_resumed_without_uploading_again() {
     let verify = json(&env.ok(&["verify", "--json"]));
     assert_eq!(verify["problems"], serde_json::json!([]));
 }
+
+#[test]
+fn help_completions_and_man_pages_come_from_the_cli_definition() {
+    let env = Env::new();
+    let help = |args: &[&str]| env.ok(&[args, &["--help"]].concat());
+    for cmd in ["ls", "cat", "export"] {
+        let text = help(&[cmd]);
+        assert!(
+            text.contains("latest~1") || text.contains("~N"),
+            "{cmd}: {text}"
+        );
+        assert!(!text.contains("v3, 3 or latest"), "{cmd}: {text}");
+    }
+    let create = help(&["apikey", "create"]);
+    assert!(create.contains("read (dataset:read and"), "{create}");
+    assert!(create.contains("commit, tag, create, admin"), "{create}");
+    let check = help(&["policy", "check"]);
+    assert!(
+        check.contains("group:NAME") && check.contains("dataset:commit"),
+        "{check}"
+    );
+    assert!(help(&["audit"]).contains("One JSON object"));
+    for shell in ["bash", "zsh", "fish"] {
+        let script = env.ok(&["completions", shell]);
+        assert!(
+            script.contains("detafs") && script.contains("commit"),
+            "{shell}"
+        );
+    }
+    let (code, _) = env.fails(&["completions", "tcsh"]);
+    assert_eq!(code, 2);
+    let man = env.path("man1");
+    env.ok(&["man", man.to_str().unwrap()]);
+    let page = std::fs::read_to_string(man.join("detafs-commit.1")).unwrap();
+    assert!(
+        page.contains(".TH") && page.contains("content\\-only"),
+        "{page}"
+    );
+    assert!(man.join("detafs.1").exists());
+}
