@@ -23,6 +23,18 @@ fn new_user(home: &Path, args: &[&str]) -> std::process::Output {
     c.env("HOME", home).args(args).output().unwrap()
 }
 
+/// A folder `src` holding `files` (path, content), committed as v1 of `ds`.
+fn committed(env: &Env, files: &[(&str, &str)]) -> std::path::PathBuf {
+    let src = env.path("src");
+    for (path, content) in files {
+        let at = src.join(path);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(at, content).unwrap();
+    }
+    env.commit(&src, "one");
+    src
+}
+
 fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
@@ -174,10 +186,7 @@ fn by_name(rows: &Value, name: &str) -> Value {
 #[test]
 fn verify_json_lists_garbage_and_gc_dry_run_tells_what_the_grace_keeps() {
     let env = Env::new();
-    let src = env.path("src");
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("a.csv"), "1").unwrap();
-    env.commit(&src, "one");
+    committed(&env, &[("a.csv", "1")]);
     let debris = "packs/00/00aa000000000000000000000000000000000000000000000000000000000000";
     env.objects.write(debris, b"DTFSPAK1junk".to_vec());
     let verify = json(&env.ok(&["verify", "--json"]));
@@ -282,10 +291,7 @@ impl Drop for Inside {
 #[test]
 fn a_busy_unmount_says_what_uses_it_and_lazy_detaches_it() {
     let env = Env::new();
-    let src = env.path("src");
-    std::fs::create_dir_all(src.join("d")).unwrap();
-    std::fs::write(src.join("d/a.csv"), "1").unwrap();
-    env.commit(&src, "one");
+    committed(&env, &[("d/a.csv", "1")]);
     let mnt = env.path("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
     let said = env.ok(&["mount", "ds", mnt.to_str().unwrap(), "--daemon"]);
@@ -360,10 +366,7 @@ fn a_second_interrupt_detaches_a_busy_foreground_mount() {
 #[test]
 fn a_full_local_disk_is_named_with_what_to_do() {
     let env = Env::new();
-    let src = env.path("src");
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("a.csv"), "1").unwrap();
-    env.commit(&src, "one");
+    committed(&env, &[("a.csv", "1")]);
     let area = env.staging();
     std::fs::create_dir_all(&area).unwrap();
     run_ok(
@@ -439,10 +442,7 @@ fn a_user_who_may_not_mount_is_told_why_and_what_works_without() {
 #[test]
 fn a_commit_that_would_record_no_change_says_nothing_to_commit_on_every_path() {
     let env = Env::new();
-    let src = env.path("src");
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("a.csv"), "1").unwrap();
-    env.commit(&src, "one");
+    let src = committed(&env, &[("a.csv", "1")]);
     // The same folder again.
     let (code, err) = env.fails(&[
         "commit",
@@ -490,11 +490,7 @@ fn set_mtime(path: &Path, secs: u64) {
 #[test]
 fn time_only_changes_are_their_own_kind_and_content_only_ignores_them() {
     let env = Env::new();
-    let src = env.path("src");
-    std::fs::create_dir_all(src.join("d")).unwrap();
-    std::fs::write(src.join("a.csv"), "1").unwrap();
-    std::fs::write(src.join("d/b.csv"), "2").unwrap();
-    env.commit(&src, "one");
+    let src = committed(&env, &[("a.csv", "1"), ("d/b.csv", "2")]);
     // A pipeline regenerates a.csv with the same bytes, and changes b.csv.
     set_mtime(&src.join("a.csv"), 1_600_000_000);
     std::fs::write(src.join("d/b.csv"), "22").unwrap();
@@ -573,11 +569,7 @@ fn time_only_changes_are_their_own_kind_and_content_only_ignores_them() {
 #[test]
 fn log_of_a_path_says_what_happened_to_it_in_each_version() {
     let env = Env::new();
-    let src = env.path("src");
-    std::fs::create_dir_all(src.join("d")).unwrap();
-    std::fs::write(src.join("a.csv"), "1").unwrap();
-    std::fs::write(src.join("d/b.csv"), "22").unwrap();
-    env.commit(&src, "one");
+    let src = committed(&env, &[("a.csv", "1"), ("d/b.csv", "22")]);
     std::fs::write(src.join("a.csv"), "111").unwrap();
     env.commit(&src, "two");
     std::fs::rename(src.join("a.csv"), src.join("moved.csv")).unwrap();
@@ -634,10 +626,7 @@ fn log_of_a_path_says_what_happened_to_it_in_each_version() {
 #[test]
 fn a_store_deleted_under_a_mount_is_reported_gone_and_never_made_again() {
     let env = Env::new_local();
-    let src = env.path("src");
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("a.csv"), "1").unwrap();
-    env.commit(&src, "one");
+    let src = committed(&env, &[("a.csv", "1")]);
     let m = env.mount(&[]);
     let health = || json(&std::fs::read_to_string(m.path(".detafs/health")).unwrap());
     assert_eq!(health()["status"], "ok");

@@ -50,11 +50,13 @@ CREATE TABLE IF NOT EXISTS stat_cache(
 CREATE TABLE IF NOT EXISTS folder_cache(
     path BLOB PRIMARY KEY, digest BLOB NOT NULL, tree BLOB NOT NULL, links INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cached(id BLOB PRIMARY KEY, size INTEGER NOT NULL, used INTEGER NOT NULL) WITHOUT ROWID;
--- Blobs in packs a commit uploaded before it landed, and when (unix
--- seconds): a commit interrupted on this host is resumed from them.
-CREATE TABLE IF NOT EXISTS uploaded(
+-- Blobs in packs a commit uploaded before it landed, and when each pack
+-- was (unix seconds): a commit interrupted on this host is resumed from them.
+DROP TABLE IF EXISTS uploaded;
+CREATE TABLE IF NOT EXISTS uploaded_refs(
     id BLOB PRIMARY KEY, pack BLOB NOT NULL, offset INTEGER NOT NULL, len INTEGER NOT NULL,
-    size INTEGER NOT NULL, at INTEGER NOT NULL) WITHOUT ROWID;
+    size INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS uploaded_packs(pack BLOB PRIMARY KEY, at INTEGER NOT NULL) WITHOUT ROWID;
 -- The newest gc note whose run the tables above account for.
 CREATE TABLE IF NOT EXISTS gc_seen(id INTEGER PRIMARY KEY CHECK (id = 0), note TEXT NOT NULL);
 ";
@@ -162,47 +164,22 @@ impl Index {
     pub fn insert_blobs<'a>(&self, blobs: impl IntoIterator<Item = &'a BlobRef>) -> Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        {
-            let mut stmt = tx.prepare_cached(
-                "INSERT OR IGNORE INTO blob_refs(id, pack, offset, len, size) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?;
-            for b in blobs {
-                stmt.execute(params![
-                    b.id.as_bytes(),
-                    b.pack.as_bytes(),
-                    b.offset,
-                    b.len,
-                    b.size
-                ])?;
-            }
-        }
+        insert_refs(&tx, "blob_refs", blobs)?;
         tx.commit()?;
         Ok(())
     }
 
-    /// Records blobs a commit uploaded (durable, not yet in a version) at
-    /// `at` (unix seconds).
+    /// Records the blobs of a pack a commit uploaded (durable, not yet in a
+    /// version) at `at` (unix seconds).
     pub fn insert_uploaded(&self, blobs: &[BlobRef], at: i64) -> Result<()> {
-        if blobs.is_empty() {
+        let Some(first) = blobs.first() else {
             return Ok(());
-        }
+        };
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        {
-            let mut stmt = tx.prepare_cached(
-                "INSERT OR IGNORE INTO uploaded(id, pack, offset, len, size, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
-            for b in blobs {
-                stmt.execute(params![
-                    b.id.as_bytes(),
-                    b.pack.as_bytes(),
-                    b.offset,
-                    b.len,
-                    b.size,
-                    at
-                ])?;
-            }
-        }
+        insert_refs(&tx, "uploaded_refs", blobs)?;
+        tx.prepare_cached("INSERT OR IGNORE INTO uploaded_packs(pack, at) VALUES (?1, ?2)")?
+            .execute(params![first.pack.as_bytes(), at])?;
         tx.commit()?;
         Ok(())
     }
@@ -212,7 +189,8 @@ impl Index {
     pub fn uploaded_blob(&self, id: &ObjectId, since: i64) -> Result<Option<(BlobRef, i64)>> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(
-            "SELECT pack, offset, len, size, at FROM uploaded WHERE id = ?1 AND at >= ?2",
+            "SELECT r.pack, r.offset, r.len, r.size, p.at FROM uploaded_refs r
+             JOIN uploaded_packs p ON p.pack = r.pack WHERE r.id = ?1 AND p.at >= ?2",
         )?;
         Ok(stmt
             .query_row(params![id.as_bytes(), since], |row| {
@@ -223,12 +201,41 @@ impl Index {
 
     /// Forgets uploads from before `before` (unix seconds).
     pub fn forget_uploaded(&self, before: i64) -> Result<()> {
-        self.conn()
-            .prepare_cached("DELETE FROM uploaded WHERE at < ?1")?
-            .execute([before])?;
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "DELETE FROM uploaded_refs WHERE pack IN (SELECT pack FROM uploaded_packs WHERE at < ?1)",
+            [before],
+        )?;
+        tx.execute("DELETE FROM uploaded_packs WHERE at < ?1", [before])?;
+        tx.commit()?;
         Ok(())
     }
+}
 
+/// Inserts blob references into `table` (`blob_refs` or `uploaded_refs`);
+/// the first location known for an id wins.
+fn insert_refs<'a>(
+    tx: &rusqlite::Transaction,
+    table: &str,
+    blobs: impl IntoIterator<Item = &'a BlobRef>,
+) -> Result<()> {
+    let mut stmt = tx.prepare_cached(&format!(
+        "INSERT OR IGNORE INTO {table}(id, pack, offset, len, size) VALUES (?1, ?2, ?3, ?4, ?5)"
+    ))?;
+    for b in blobs {
+        stmt.execute(params![
+            b.id.as_bytes(),
+            b.pack.as_bytes(),
+            b.offset,
+            b.len,
+            b.size
+        ])?;
+    }
+    Ok(())
+}
+
+impl Index {
     pub fn tree_indexed(&self, id: &ObjectId) -> Result<bool> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached("SELECT 1 FROM trees_indexed WHERE id = ?1")?;
@@ -291,7 +298,7 @@ impl Index {
         let tx = conn.transaction()?;
         tx.execute_batch(
             "DELETE FROM blob_refs; DELETE FROM trees_indexed; DELETE FROM stat_cache;
-             DELETE FROM folder_cache; DELETE FROM uploaded;",
+             DELETE FROM folder_cache; DELETE FROM uploaded_refs; DELETE FROM uploaded_packs;",
         )?;
         tx.execute(
             "INSERT OR REPLACE INTO gc_seen(id, note) VALUES (0, ?1)",
