@@ -368,19 +368,7 @@ fn a_full_local_disk_is_named_with_what_to_do() {
     let env = Env::new();
     committed(&env, &[("a.csv", "1")]);
     let area = env.staging();
-    std::fs::create_dir_all(&area).unwrap();
-    run_ok(
-        Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
-            .arg(&area),
-    );
-    struct Lazy<'a>(&'a Path);
-    impl Drop for Lazy<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(self.0).status();
-        }
-    }
-    let _tmpfs = Lazy(&area);
+    let _tmpfs = common::Tmpfs::mount(&area, "1m");
     // Nothing left on it.
     let _ = std::fs::write(area.join("filler"), vec![0u8; 2 << 20]);
     let (code, err) = env.fails(&["checkout", "ds", "v1"]);

@@ -742,20 +742,7 @@ fn a_staged_row_without_its_data_is_repaired_and_named() {
 fn a_full_staging_disk_is_enospc_not_eio() {
     let env = Env::new();
     two_versions(&env);
-    let area = env.staging();
-    std::fs::create_dir_all(&area).unwrap();
-    run_ok(
-        Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"])
-            .arg(&area),
-    );
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg("-l").arg(self.0).status();
-        }
-    }
-    let _tmpfs = Unmount(&area);
+    let _tmpfs = common::Tmpfs::mount(&env.staging(), "16m");
     {
         let m = env.mount(&[]);
         let mut f = std::fs::File::create(m.path("staging/huge.bin")).unwrap();
