@@ -81,11 +81,9 @@ print(f"| daemon peak RSS over all of this | {rows['rss'][0] / 1024:.0f} MiB |")
 PY
 }
 
-# The daemon's peak RSS while `find` and `ls -lR` walk a version of
-# 1,000,000 files (1,000 folders of 1,000), beside the same walk natively.
-bench_million() {
-  local mnt=$ROOT/mmnt src=$ROOT/million; mkdir -p "$mnt"
-  mountpoint -q "$mnt" && "$BIN" umount "$mnt"
+# The scale runs' tree: 1,000 folders of 1,000 files of 100 B, made once.
+million_tree() {
+  local src=$1
   if [ ! -d "$src" ]; then
     python3 -c "
 import os, sys
@@ -96,6 +94,14 @@ for d in range(1000):
         with open(os.path.join(p, f'f{i:03d}'), 'w') as f: f.write('x' * 100)
 " "$src.tmp" && mv "$src.tmp" "$src"
   fi
+}
+
+# The daemon's peak RSS while `find` and `ls -lR` walk a version of
+# 1,000,000 files (1,000 folders of 1,000), beside the same walk natively.
+bench_million() {
+  local mnt=$ROOT/mmnt src=$ROOT/million; mkdir -p "$mnt"
+  mountpoint -q "$mnt" && "$BIN" umount "$mnt"
+  million_tree "$src"
   local res=$ROOT/million-results.txt; : > "$res"
   for run in $(seq "$RUNS"); do
     rm -rf "$ROOT/mlstore" "$ROOT/mlcache" "$ROOT/mlstaging"
@@ -138,5 +144,44 @@ print(f"| commit --from after 1 file changed | | {med(3):.2f} s ({sp(3)}), peak 
 for mode, i in (("--read-only mount", 5), ("default mount", 11)):
     print(f"| `find` (cold), {mode} | {med(i):.2f} s ({sp(i)}) | {med(i + 1):.2f} s ({sp(i + 1)}) = {med(i + 1) / med(i):.2f}x, daemon peak RSS {mib(i + 2)} |")
     print(f"| `ls -lR` (after find), {mode} | {med(i + 3):.2f} s ({sp(i + 3)}) | {med(i + 4):.2f} s ({sp(i + 4)}) = {med(i + 4) / med(i + 3):.2f}x, daemon peak RSS {mib(i + 5)} |")
+PY
+}
+
+# One file of the million changed, then `commit --from` and `status` with
+# the page cache dropped, beside a cold `find` (names only) and a cold
+# `find -printf` that stats every file as the commit must, in the same run.
+bench_million_change() {
+  local src=$ROOT/million mnt=$ROOT/mmnt; mkdir -p "$mnt"
+  million_tree "$src"
+  export DETAFS_STORE=$ROOT/mcstore DETAFS_CACHE=$ROOT/mccache DETAFS_STAGING=$ROOT/mcstaging
+  rm -rf "$DETAFS_STORE" "$DETAFS_CACHE" "$DETAFS_STAGING"
+  "$BIN" init >/dev/null 2>&1; "$BIN" dataset create million >/dev/null
+  "$BIN" commit million --from "$src" -m v1 >/dev/null
+  local res=$ROOT/million-change.txt; : > "$res"
+  for run in $(seq "$RUNS"); do
+    # Changed files younger than 2 s are read again whatever their stat.
+    sleep 3; echo "changed $(date +%s%N)" > "$src/d$((500 + run))/f500"
+    drop_caches; local commit_c; commit_c=$(timed "$BIN" commit million --from "$src" -m "change $run")
+    sleep 3; echo "changed $(date +%s%N)" > "$src/d$((600 + run))/f500"
+    local commit_w; commit_w=$(timed "$BIN" commit million --from "$src" -m "warm $run")
+    "$BIN" mount million "$mnt" --daemon >/dev/null
+    echo "staged $run" > "$mnt/staging/d700/f$run"
+    "$BIN" umount "$mnt"
+    drop_caches; local status_c; status_c=$(timed "$BIN" status million)
+    drop_caches; local find_c; find_c=$(timed find "$src")
+    drop_caches; local stat_c; stat_c=$(timed find "$src" -printf '%s %T@ %C@ %i\n')
+    echo "$run $commit_c $commit_w $status_c $find_c $stat_c" | tee -a "$res" >&2
+  done
+  "$BIN" restore million
+  python3 - "$res" <<'PY'
+import statistics, sys
+rows = [list(map(float, l.split())) for l in open(sys.argv[1])]
+med = lambda i: statistics.median(r[i] for r in rows)
+sp = lambda i: f"{min(r[i] for r in rows):.2f}–{max(r[i] for r in rows):.2f}"
+print(f"| one file of 1,000,000 changed (runs: {len(rows)}, medians, spread) | detafs | beside, same run |")
+print("|---|---|---|")
+print(f"| `commit --from`, page cache dropped | {med(1):.2f} s ({sp(1)}) | `find` {med(4):.2f} s ({sp(4)}); `find -printf` (a stat per file) {med(5):.2f} s ({sp(5)}) |")
+print(f"| `commit --from`, warm | {med(2):.2f} s ({sp(2)}) | |")
+print(f"| `status` (one staged change), page cache dropped | {med(3):.2f} s ({sp(3)}) | |")
 PY
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Store and commit benchmark (docs/benchmarks.md). Medians of RUNS runs, each
 # beside `openssl dgst -sha256` over the same bytes in the same run.
-#   scripts/bench.sh [RUNS] [store|mount|core|million|s3|scale|sealed|policy|gateway|all]
+#   scripts/bench.sh [RUNS] [store|mount|core|million|change|s3|scale|sealed|policy|gateway|all]
 #   (default 3 runs, all; BENCH_DIR default /var/tmp/detafs-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -218,10 +218,11 @@ case "$WHAT" in
   mount) bench_mount ;;
   core) bench_core ;;
   million) bench_million ;;
+  change) bench_million_change ;;
   s3) bench_s3 ;;
   scale) bench_scale ;;
   sealed) bench_sealed ;;
   policy) bench_policy ;;
   gateway) bench_gateway ;;
-  *) bench_store; bench_mount; bench_core; bench_million; bench_s3; bench_scale; bench_sealed; bench_policy; bench_gateway ;;
+  *) bench_store; bench_mount; bench_core; bench_million; bench_million_change; bench_s3; bench_scale; bench_sealed; bench_policy; bench_gateway ;;
 esac
