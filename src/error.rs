@@ -37,7 +37,7 @@ pub enum Error {
     )]
     NotAStore(String),
     #[error(
-        "the store at {0} is gone: its marker detafs.json is missing (was the folder or bucket deleted or moved?); nothing was written there. Put it back, or point --store at where it is now"
+        "the store at {0} is gone: its marker detafs.json is missing (was the folder or bucket deleted or moved?); nothing was written there. Put it back, point --store at where it is now, or make a new, empty store there with `detafs init`"
     )]
     StoreGone(String),
     #[error(

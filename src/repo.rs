@@ -61,8 +61,38 @@ pub struct Repo {
 /// which keeps the id, never shares the original's index or staging.
 fn state_key(store: &Store) -> Result<String> {
     let info = store.info()?;
-    let place = ObjectId::of(store.location().as_bytes()).to_hex();
-    Ok(format!("{}-{}", info.store_id, &place[..16]))
+    Ok(format!("{}-{}", info.store_id, place(store.location())))
+}
+
+/// The part of a local state folder's name that says where its store is.
+fn place(location: &str) -> String {
+    ObjectId::of(location.as_bytes()).to_hex()[..16].to_string()
+}
+
+/// Whether this host keeps local state of a store in the local folder
+/// `path`, which holds no store now: one deleted or moved away, which
+/// nothing may make again as a new, empty store without being asked
+/// (`detafs init`).
+pub fn had_store_at(opts: &Options, path: &str) -> bool {
+    let path = std::path::Path::new(path.strip_prefix("file://").unwrap_or(path));
+    let Ok(path) = std::path::absolute(path) else {
+        return false;
+    };
+    // Its canonical path as it was: the folder itself may be gone.
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return false;
+    };
+    let Ok(parent) = std::fs::canonicalize(parent) else {
+        return false;
+    };
+    let location = format!("file://{}", parent.join(name).to_string_lossy());
+    let suffix = format!("-{}", place(&location));
+    let root = opts.cache_dir.clone().unwrap_or_else(default_cache);
+    std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().ends_with(&suffix))
 }
 
 /// The master key of a format 2 store, from the key file given (or the
@@ -212,12 +242,14 @@ impl Repo {
         let store = match &opts.store {
             Some(url) => Store::open(url, false, opts.store_timeout, opts.sse.as_ref())?,
             None => {
-                let store = Store::open(
-                    &default_store().to_string_lossy(),
-                    true,
-                    opts.store_timeout,
-                    None,
-                )?;
+                let default = default_store().to_string_lossy().into_owned();
+                // Made on first use only: not again once deleted.
+                if !default_store().join(crate::store::MARKER).exists()
+                    && had_store_at(opts, &default)
+                {
+                    return Err(Error::StoreGone(default));
+                }
+                let store = Store::open(&default, true, opts.store_timeout, None)?;
                 // A local folder: its create is atomic, nothing to probe.
                 // Sealed, like every new store, with a key file.
                 let created = store.init(

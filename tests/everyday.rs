@@ -75,6 +75,14 @@ fn the_embedded_store_is_announced_once_with_its_key_file() {
     assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
     assert_eq!(rows[0]["kind"], "key-file");
     assert_eq!(rows[0]["key_file"], key_file.to_str().unwrap());
+    // Made on first use only: deleted, it is reported gone, not made again.
+    let store = home.path().join(".local/share/detafs/store");
+    std::fs::remove_dir_all(&store).unwrap();
+    let out = new_user(home.path(), &["dataset", "list"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("is gone"), "{said}");
+    assert!(!store.exists(), "made again");
 }
 
 #[test]
@@ -642,7 +650,18 @@ fn a_store_deleted_under_a_mount_is_reported_gone_and_never_made_again() {
             "{err}"
         );
     }
+    // Not even the first dataset of what looks like a new local store.
+    let (code, err) = env.fails(&["dataset", "create", "other"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is gone"), "{err}");
     assert!(!store.exists());
+    // Asked for, a new store is made there (with a new key file).
+    run_ok(
+        env.command()
+            .env("DETAFS_KEY_FILE", env.path("new.key"))
+            .arg("init"),
+    );
+    assert!(store.join("detafs.json").exists());
 }
 
 #[test]

@@ -773,6 +773,9 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(repo) => announce(repo),
                 // The first dataset of a new local store creates the store,
                 // as it does for the embedded default one.
+                Err(Error::NotAStore(at)) if is_local(&opts) && repo::had_store_at(&opts, &at) => {
+                    return Err(Error::StoreGone(at).into());
+                }
                 Err(Error::NotAStore(_)) if is_local(&opts) => {
                     let (url, _, key_file) = keys::init(&opts, false, false)?;
                     eprintln!("created store at {url}");

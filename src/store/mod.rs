@@ -31,7 +31,8 @@ use tokio::runtime::Runtime;
 /// The newest store format this build reads and writes: 2, sealed
 /// (`codec.rs`); format 1 stores (in the clear) stay format 1.
 pub const FORMAT: u32 = 2;
-const MARKER: &str = "detafs.json";
+/// The store marker: format, id and sealing; what makes a folder a store.
+pub const MARKER: &str = "detafs.json";
 
 /// Contents of the marker object at the root of every store.
 #[derive(Debug, Clone, Serialize, Deserialize)]
