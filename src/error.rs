@@ -41,6 +41,15 @@ pub enum Error {
     )]
     StoreGone(String),
     #[error(
+        "the {what} at {path} was written by a newer detafs (schema {found}; this one knows up to {current})"
+    )]
+    SchemaTooNew {
+        what: &'static str,
+        path: String,
+        found: u32,
+        current: u32,
+    },
+    #[error(
         "store {url} uses format {found}, newer than this detafs understands ({supported}); upgrade detafs"
     )]
     FormatTooNew {

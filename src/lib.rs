@@ -24,6 +24,7 @@ pub mod progress;
 pub mod read;
 pub mod relpath;
 pub mod repo;
+pub mod schema;
 pub mod snapshot;
 pub mod staging;
 pub mod store;

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Env, fingerprint, noise, sample_tree};
+use common::{Env, fingerprint, noise, run_ok, sample_tree};
 use std::process::Command;
 
 #[test]
@@ -927,4 +927,56 @@ fn a_tree_deeper_than_a_version_may_hold_is_refused_whole() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("deeper than 1024 levels"), "{err}");
     assert!(env.log().is_empty());
+}
+
+#[test]
+fn a_local_database_from_a_newer_detafs_is_refused_and_left_alone() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.csv"), "1").unwrap();
+    env.commit(&src, "one");
+    env.ok(&["checkout", "ds", "v1", "a.csv"]);
+    let find = |name: &str| {
+        let all = common::files_under(&env.cache)
+            .into_iter()
+            .chain(common::files_under(&env.staging()));
+        all.into_iter()
+            .find(|p| p.file_name().is_some_and(|n| n == name))
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    let version = |db: &std::path::Path| {
+        run_ok(Command::new("sqlite3").arg(db).arg("PRAGMA user_version"))
+            .trim()
+            .to_string()
+    };
+    for (name, what) in [
+        ("staging.sqlite", "staging database"),
+        ("index.sqlite", "local index"),
+    ] {
+        let db = find(name);
+        assert_eq!(version(&db), "1", "{name} records its schema");
+        run_ok(
+            Command::new("sqlite3")
+                .arg(&db)
+                .arg("PRAGMA user_version = 7"),
+        );
+        let (code, err) = env.fails(&["status", "ds"]);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains(&format!("the {what} at {}", db.display())),
+            "{err}"
+        );
+        assert!(
+            err.contains("newer detafs (schema 7; this one knows up to 1)"),
+            "{err}"
+        );
+        assert_eq!(version(&db), "7", "left as it was");
+        run_ok(
+            Command::new("sqlite3")
+                .arg(&db)
+                .arg("PRAGMA user_version = 1"),
+        );
+    }
+    assert_eq!(env.ok(&["status", "ds"]), "");
 }

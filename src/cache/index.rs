@@ -30,6 +30,9 @@ pub struct StatKey {
     pub ino: u64,
 }
 
+/// The version of `SCHEMA` (`crate::schema`).
+const SCHEMA_VERSION: u32 = 1;
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS records(
     dataset TEXT NOT NULL, version INTEGER NOT NULL, hash BLOB NOT NULL, body BLOB NOT NULL,
@@ -75,9 +78,11 @@ impl Index {
     pub fn open(path: &Path) -> Result<Index> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(std::time::Duration::from_secs(30))?;
+        crate::schema::check(&conn, "local index", path, SCHEMA_VERSION)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA)?;
+        crate::schema::mark(&conn, SCHEMA_VERSION)?;
         // A commit's stat-cache rows wait in a table of this connection's
         // own, on disk (the bundled SQLite keeps temporary tables in
         // memory unless told), until the commit lands. Appended as they

@@ -225,6 +225,7 @@ pub fn errno(e: &Error) -> Errno {
         | Error::Index(_)
         | Error::NotAStore(_)
         | Error::StoreGone(_)
+        | Error::SchemaTooNew { .. }
         | Error::Locked(_)
         | Error::WrongKey(_)
         | Error::Downgraded { .. }

@@ -26,7 +26,7 @@ mod writes;
 
 pub use freeze::{Frozen, Read};
 pub use restore::{asked_path, path_names};
-pub use row::{COLUMNS, Kind, SCHEMA, SNode, row};
+pub use row::{COLUMNS, Kind, SCHEMA, SCHEMA_VERSION, SNode, row};
 pub use writes::{Direct, Writes, settle};
 
 use crate::error::{Error, FsError, Result};
@@ -99,7 +99,9 @@ impl Staging {
         {
             return Err(Error::StagingBusy(dataset.to_string()));
         }
-        let db = Connection::open(dir.join("staging.sqlite"))?;
+        let path = dir.join("staging.sqlite");
+        let db = Connection::open(&path)?;
+        crate::schema::check(&db, "staging database", &path, SCHEMA_VERSION)?;
         // Only the holder of the flock above writes this database; its
         // readers (`reader`) read alongside, as WAL lets them.
         db.pragma_update(None, "journal_mode", "WAL")?;
@@ -121,6 +123,7 @@ impl Staging {
         db.execute_batch(
             "CREATE INDEX IF NOT EXISTS nodes_link ON nodes(link) WHERE link IS NOT NULL",
         )?;
+        crate::schema::mark(&db, SCHEMA_VERSION)?;
         let st = Staging {
             db,
             dir: dir.to_path_buf(),

@@ -111,6 +111,9 @@ impl SNode {
     }
 }
 
+/// The version of `SCHEMA` with `ADDED_COLUMNS` (`crate::schema`).
+pub const SCHEMA_VERSION: u32 = 1;
+
 pub const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value BLOB) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS nodes(
