@@ -185,9 +185,9 @@ fn a_changed_large_file_is_cut_where_a_first_commit_of_its_bytes_would_cut() {
     let write = |dir: &std::path::Path, data: &[u8]| {
         std::fs::create_dir_all(dir).unwrap();
         std::fs::write(dir.join("big.bin"), data).unwrap();
-        // The stat cache keeps no file changed in the last 2 s: wait, so
-        // that the next commit has this one's chunks to cut along.
-        std::thread::sleep(std::time::Duration::from_millis(2100));
+        // The stat cache keeps no file changed within its racy window:
+        // wait, so that the next commit has this one's chunks to cut along.
+        common::settle(dir);
     };
     write(&src, &data);
     env.commit(&src, "first");
@@ -624,8 +624,8 @@ fn a_file_rewritten_while_cut_again_along_its_chunks_is_never_stored_as_a_mix() 
     std::fs::create_dir_all(&src).unwrap();
     let path = src.join("table.bin");
     std::fs::write(&path, noise(8 << 20, 4)).unwrap();
-    // Older than the stat cache's 2 s window, so the commit keeps its row.
-    std::thread::sleep(std::time::Duration::from_millis(2100));
+    // Older than the stat cache's racy window, so the commit keeps its row.
+    common::settle(&src);
     env.commit(&src, "first");
     let (code, err) = commit_while_rewriting(&env, &src, &path, 128, 64 << 10);
     assert_eq!(code, Some(1), "{err}");
@@ -712,8 +712,8 @@ fn the_stat_cache_takes_a_commits_files_only_once_it_lands() {
             std::fs::write(src.join(format!("d{d}/f{f}")), format!("{d} {f}")).unwrap();
         }
     }
-    // Files changed (ctime) within the last 2 s are never stat-cached.
-    let settle = || std::thread::sleep(std::time::Duration::from_millis(2100));
+    // Files changed (ctime) within the racy window are never stat-cached.
+    let settle = || common::settle(&src);
     settle();
     env.commit(&src, "v1");
     let index = common::files_under(&env.cache)
@@ -756,8 +756,8 @@ fn data_of_a_deleted_and_collected_dataset_is_stored_again_not_referenced() {
     let other = env.other_host();
     let src = env.path("src");
     sample_tree(&src, 8);
-    // Old enough to be stat-cached (files changed in the last 2 s are not).
-    std::thread::sleep(std::time::Duration::from_millis(2100));
+    // Old enough to be stat-cached (files in the racy window are not).
+    common::settle(&src);
     for (host, name) in [(&env, "old-a"), (&other, "old-b")] {
         host.ok(&["dataset", "create", name]);
         host.ok(&[
@@ -773,7 +773,7 @@ fn data_of_a_deleted_and_collected_dataset_is_stored_again_not_referenced() {
     // (it began well before, and waits before its record).
     let racing = other.path("racing");
     sample_tree(&racing, 8);
-    std::thread::sleep(std::time::Duration::from_millis(2100));
+    common::settle(&racing);
     other.ok(&[
         "commit",
         "old-b",
@@ -833,7 +833,7 @@ fn unchanged_folders_are_reused_and_every_kind_of_change_is_seen() {
         }
     }
     std::os::unix::fs::symlink("b0/f0", src.join("a0/link")).unwrap();
-    let settle = || std::thread::sleep(std::time::Duration::from_millis(2100));
+    let settle = || common::settle(&src);
     let check = |n: usize| {
         settle();
         env.commit(&src, &format!("v{n}"));

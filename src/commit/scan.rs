@@ -37,6 +37,23 @@ pub const PACK_SIZE: usize = 16 << 20;
 const RESUME_WINDOW: std::time::Duration =
     std::time::Duration::from_secs(crate::gc::MAX_COMMIT_AGE.as_secs() / 2);
 
+/// Files changed this shortly before a scan are not stat-cached: a later
+/// write within the same timestamp tick would leave the stat as it was.
+const RACY_WINDOW: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `RACY_WINDOW`, or in test builds `DETAFS_TEST_RACY_WINDOW` (tests need
+/// not wait two seconds before each commit they want cached).
+fn racy_window() -> std::time::Duration {
+    #[cfg(feature = "failpoints")]
+    if let Some(d) = std::env::var("DETAFS_TEST_RACY_WINDOW")
+        .ok()
+        .and_then(|v| humantime::parse_duration(&v).ok())
+    {
+        return d;
+    }
+    RACY_WINDOW
+}
+
 /// Now, in unix seconds.
 pub(super) fn unix_now() -> i64 {
     std::time::SystemTime::now()
@@ -222,7 +239,7 @@ impl<'r> Scanner<'r> {
             written: lru::LruCache::new(WRITTEN.try_into().expect("not zero")),
             placed: HashMap::new(),
             stat_rows: PendingStats::new(&repo.index),
-            racy_after_ns: now_ns - 2_000_000_000,
+            racy_after_ns: now_ns - racy_window().as_nanos() as i64,
             progress,
             codec: repo.codec.clone(),
             started: std::time::Instant::now(),

@@ -192,6 +192,11 @@ impl Env {
             // Debris is swept at once here; `gc_refuses_a_grace_below_the_safe_minimum`
             // checks the real minimum.
             .env("DETAFS_TEST_GC_MIN_GRACE", "0s")
+            // The stat cache trusts files older than this (`settle`).
+            .env(
+                "DETAFS_TEST_RACY_WINDOW",
+                format!("{}ms", RACY_WINDOW.as_millis()),
+            )
             .env("DETAFS_TEST_GC_NOTE_WAIT", "0s");
         match &self.password {
             Some(p) => c.env("DETAFS_PASSWORD", p),
@@ -551,5 +556,29 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// The stat cache's racy window in tests (`DETAFS_TEST_RACY_WINDOW`).
+const RACY_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Waits until every file under `dir` was last changed longer ago than
+/// the racy window, so that a commit stat-caches them all.
+pub fn settle(dir: &Path) {
+    let newest = files_under(dir)
+        .iter()
+        .filter_map(|p| std::fs::symlink_metadata(p).ok())
+        .map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            std::time::UNIX_EPOCH
+                + std::time::Duration::new(m.ctime().max(0) as u64, m.ctime_nsec() as u32)
+        })
+        .max();
+    if let Some(newest) = newest {
+        within(
+            std::time::Duration::from_secs(10),
+            "the racy window",
+            || newest.elapsed().is_ok_and(|age| age > RACY_WINDOW),
+        );
     }
 }
