@@ -50,6 +50,8 @@ pub(super) type Status = Arc<Vec<(char, Vec<u8>)>>;
 #[derive(Clone)]
 pub(super) struct Copy {
     file: Arc<File>,
+    /// Where it is, for errors.
+    path: Arc<std::path::Path>,
     node: u64,
     writable: bool,
 }
@@ -252,7 +254,7 @@ impl StagingArea {
         let m = copy
             .file
             .metadata()
-            .map_err(|e| Error::io("staged file", e))?;
+            .map_err(|e| Error::io(copy.path.display(), e))?;
         use std::os::unix::fs::MetadataExt;
         Ok(Attr {
             ino,
@@ -398,19 +400,19 @@ impl StagingArea {
                 let _writing = self.writes.begin(id, 0);
                 copy.file
                     .set_len(size)
-                    .map_err(|e| Error::io("staged file", e))?;
+                    .map_err(|e| Error::io(copy.path.display(), e))?;
             }
             if let Some(mode) = mode {
                 use std::os::unix::fs::PermissionsExt;
                 copy.file
                     .set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
-                    .map_err(|e| Error::io("staged file", e))?;
+                    .map_err(|e| Error::io(copy.path.display(), e))?;
             }
             return Self::orphan_attr(Ino::staged(id), &copy);
         }
         if let Some(size) = size {
-            let file = match open {
-                Some(c) => c.file,
+            let (file, path) = match open {
+                Some(c) => (c.file, c.path),
                 None => {
                     let (held, path) = self.copied_up(st, id, size > 0)?;
                     st = held;
@@ -418,12 +420,12 @@ impl StagingArea {
                         .write(true)
                         .open(&path)
                         .map_err(|e| Error::io(path.display(), e))?;
-                    Arc::new(f)
+                    (Arc::new(f), path.as_path().into())
                 }
             };
             let _writing = self.writes.begin(id, 0);
             file.set_len(size)
-                .map_err(|e| Error::io("staged file", e))?;
+                .map_err(|e| Error::io(path.display(), e))?;
         }
         st.set_attr(id, mode, (uid, gid), atime, mtime)?;
         let n = st.node(id)?;
@@ -479,6 +481,7 @@ impl StagingArea {
         let file = Arc::new(file);
         let copy = Copy {
             file: file.clone(),
+            path: path.as_path().into(),
             node: id,
             writable: writing,
         };
@@ -504,7 +507,7 @@ impl StagingArea {
     }
 
     pub(super) fn read(&self, c: &Copy, offset: u64, size: u32) -> Result<Vec<u8>> {
-        read_staged(&c.file, offset, size)
+        read_staged(&c.file, &c.path, offset, size)
     }
 
     pub(super) fn write(&self, c: &Copy, offset: u64, data: &[u8]) -> Result<usize> {
@@ -514,7 +517,7 @@ impl StagingArea {
         let _writing = self.writes.begin(c.node, offset);
         c.file
             .write_all_at(data, offset)
-            .map_err(|e| Error::io("staged file", e))?;
+            .map_err(|e| Error::io(c.path.display(), e))?;
         Ok(data.len())
     }
 
@@ -526,7 +529,7 @@ impl StagingArea {
         let _writing = self.writes.begin(c.node, offset);
         // SAFETY: fd is open for the duration of the call.
         if unsafe { libc::fallocate(fd, mode, offset as i64, length as i64) } != 0 {
-            return Err(Error::io("staged file", std::io::Error::last_os_error()));
+            return Err(Error::io(c.path.display(), std::io::Error::last_os_error()));
         }
         Ok(())
     }
@@ -534,7 +537,9 @@ impl StagingArea {
     /// An acknowledged fsync of a staged file survives a crash: its data,
     /// its name in staging's folder and its row.
     pub(super) fn fsync(&self, c: &Copy) -> Result<()> {
-        c.file.sync_all().map_err(|e| Error::io("staged file", e))?;
+        c.file
+            .sync_all()
+            .map_err(|e| Error::io(c.path.display(), e))?;
         let st = self.lock()?;
         crate::hold::hold("staging-sync");
         st.sync()
@@ -607,7 +612,12 @@ impl StagingArea {
 }
 
 /// Bytes `[offset, offset+size)` of a staged copy (fewer at its end).
-pub(super) fn read_staged(file: &File, offset: u64, size: u32) -> Result<Vec<u8>> {
+pub(super) fn read_staged(
+    file: &File,
+    path: &std::path::Path,
+    offset: u64,
+    size: u32,
+) -> Result<Vec<u8>> {
     let mut buf = vec![0; size as usize];
     let mut got = 0;
     while got < buf.len() {
@@ -615,7 +625,7 @@ pub(super) fn read_staged(file: &File, offset: u64, size: u32) -> Result<Vec<u8>
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::io("staged file", e)),
+            Err(e) => return Err(Error::io(path.display(), e)),
         }
     }
     buf.truncate(got);
