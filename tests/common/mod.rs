@@ -184,7 +184,12 @@ impl Env {
 
     /// Points a command at this store (and, for S3, the test server).
     pub fn configure<'c>(&self, c: &'c mut Command) -> &'c mut Command {
-        c.env("DETAFS_STORE", &self.store)
+        // Nothing a test runs writes into the user's own folders.
+        c.env("HOME", self.dir.path().join("home"))
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("XDG_CACHE_HOME")
+            .env("DETAFS_STORE", &self.store)
             .env("DETAFS_CACHE", &self.cache)
             .env("DETAFS_STAGING", self.staging())
             .env("DETAFS_KEY_FILE", &self.key_file)
