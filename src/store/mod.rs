@@ -395,8 +395,8 @@ impl Store {
     pub fn probe(&self) -> Result<()> {
         let key = format!("probes/{}", hex::encode(rand::random::<[u8; 16]>()));
         let first = Bytes::from(format!("{key} first\n"));
-        let created = self.put_create(&key, first.clone())?;
-        let overwrote = self.put_create(&key, Bytes::from(format!("{key} second\n")))?;
+        let created = self.create_object(&key, first.clone())?;
+        let overwrote = self.create_object(&key, Bytes::from(format!("{key} second\n")))?;
         let kept = self.get(&key)?;
         if let Err(e) = self.delete(&key) {
             tracing::warn!("could not delete probe object {key}: {e}");
@@ -581,12 +581,20 @@ impl Store {
     /// finding our own bytes under `key` means an earlier attempt whose answer
     /// was lost did create it.
     pub fn put_create(&self, key: &str, body: Bytes) -> Result<bool> {
+        crate::nowait::check()?;
+        self.ensure_present()?;
+        self.create_object(key, body)
+    }
+
+    /// `put_create` without asking whether the store is there: for the
+    /// probe, which `init` runs before the marker exists and a mount after
+    /// it was read.
+    fn create_object(&self, key: &str, body: Bytes) -> Result<bool> {
         let body = match codec::sealed_key(key) {
             true => self.codec()?.seal_object(key, body),
             false => body,
         };
         crate::nowait::check()?;
-        self.ensure_present()?;
         let path = Path::from(key);
         let res = self.rt.block_on(self.call(key, || async {
             let opts = PutOptions {
