@@ -89,15 +89,16 @@ impl Staging {
         let lock_path = dir.join("lock");
         let lock = crate::private::create_file(&lock_path)
             .map_err(|e| Error::io(lock_path.display(), e))?;
-        // SAFETY: flock on a file descriptor we own.
-        if unsafe {
-            libc::flock(
-                std::os::fd::AsRawFd::as_raw_fd(&lock),
-                libc::LOCK_EX | libc::LOCK_NB,
-            )
-        } != 0
-        {
-            return Err(Error::StagingBusy(dataset.to_string()));
+        // One owner at a time: a mount, or a command (flock, let go when
+        // the file closes, also when the process dies).
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::StagingBusy(dataset.to_string()));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::io(lock_path.display(), e));
+            }
         }
         let path = dir.join("staging.sqlite");
         let db = Connection::open(&path)?;
