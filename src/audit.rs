@@ -201,7 +201,7 @@ fn check_tags(
         let Some(bytes) = repo.store.get(&listed.key)? else {
             continue;
         };
-        match crate::tag::Tag::decode(&bytes, &listed.key, dataset) {
+        match crate::repo::tag::Tag::decode(&bytes, &listed.key, dataset) {
             Ok(t) => {
                 let holds = records.get(&t.version) == Some(&t.record);
                 if !holds {

@@ -7,30 +7,11 @@ use crate::id::ObjectId;
 use crate::progress::Progress;
 use crate::repo::Repo;
 use crate::snapshot::Node;
-use crate::snapshot::diff::TreeSource;
+use crate::snapshot::tree::TreeSource;
+use crate::store::grace::{MAX_COMMIT_AGE, min_grace};
 use crate::store::{Listed, keys};
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
-
-/// A commit whose first upload is older than this (counting the time its
-/// record create may still retry) gives up before its commit point, so gc
-/// with a grace at least this long never deletes objects of a commit that
-/// then lands.
-pub const MAX_COMMIT_AGE: Duration = Duration::from_secs(12 * 3600);
-
-/// The shortest grace gc accepts: `MAX_COMMIT_AGE` plus an hour for clocks
-/// of hosts and store that disagree.
-pub fn min_grace() -> Duration {
-    #[cfg(feature = "failpoints")]
-    if let Some(d) = std::env::var("DETAFS_TEST_GC_MIN_GRACE")
-        .ok()
-        .and_then(|v| humantime::parse_duration(&v).ok())
-    {
-        // Test builds only: the crash tests sweep debris at once.
-        return d;
-    }
-    MAX_COMMIT_AGE + Duration::from_secs(3600)
-}
 
 /// How long gc waits between leaving its note and reading the records: a
 /// commit that checked for notes just before the note appeared has landed

@@ -8,7 +8,6 @@ pub mod access;
 pub mod audit;
 pub mod cache;
 pub mod commit;
-pub mod datasets;
 pub mod error;
 pub mod escape;
 pub mod fs;
@@ -28,7 +27,6 @@ pub mod schema;
 pub mod snapshot;
 pub mod staging;
 pub mod store;
-pub mod tag;
 pub mod verify;
 
 pub use error::{Error, Result};

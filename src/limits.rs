@@ -3,16 +3,15 @@
 //! decoder checks these before it allocates or walks, and a version that
 //! breaks one is refused with an error naming it, never half served.
 
-use crate::snapshot::Mtime;
-
 /// Largest data chunk (the chunker's maximum). Chunks are stored raw, so
 /// their encoded length is this plus the encoding byte.
-pub const MAX_CHUNK: u64 = crate::snapshot::chunker::MAX_SIZE as u64;
+pub const MAX_CHUNK: u64 = 256 << 10;
 /// Largest tree, decoded (about a million entries in one directory).
 pub const MAX_TREE_BYTES: u64 = 256 << 20;
 /// What encoding adds to a blob's data at most: its encoding byte, and in
-/// a sealed store an inner encoding byte, a nonce and a tag.
-pub const BLOB_OVERHEAD: u64 = 2 + crate::store::seal::OVERHEAD as u64;
+/// a sealed store an inner encoding byte, a 12-byte nonce and a 16-byte tag
+/// (`store::seal` checks this against its own sizes when it compiles).
+pub const BLOB_OVERHEAD: u64 = 2 + 12 + 16;
 /// Largest tree as stored: the largest decoded one, raw, with its encoding.
 pub const MAX_TREE_LEN: u64 = MAX_TREE_BYTES + BLOB_OVERHEAD;
 /// A plaintext store's tree inflates at most this many times its stored
@@ -40,15 +39,32 @@ pub const MAX_TIME: i64 = 253_402_300_799;
 pub const MAX_MESSAGE: usize = 64 << 10;
 pub const MAX_AUTHOR: usize = 256;
 
-/// Whether a timestamp is one detafs stores.
-pub fn time_ok(t: Mtime) -> bool {
-    (MIN_TIME..=MAX_TIME).contains(&t.0) && t.1 < 1_000_000_000
-}
-
 /// Largest decoded size of a tree stored in `encoded_len` bytes when
 /// nothing authenticated says its size.
 pub fn tree_ratio_bound(encoded_len: u32) -> u64 {
     (encoded_len as u64)
         .saturating_mul(MAX_TREE_RATIO)
         .clamp(1 << 20, MAX_TREE_BYTES)
+}
+
+/// A name datasets and tags may have: 1 to 100 letters, digits, '-', '_'
+/// and '.', not starting with '.' (a key part and a file name as it is).
+pub fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+/// A dataset name as `plain_name`, else an error saying the rule.
+pub fn validate_name(name: &str) -> crate::error::Result<()> {
+    if plain_name(name) {
+        Ok(())
+    } else {
+        Err(crate::error::Error::InvalidInput(format!(
+            "invalid dataset name {name:?}: use letters, digits, '-', '_' and '.', not starting with '.'"
+        )))
+    }
 }

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::progress::Progress;
 use crate::repo::Repo;
-use crate::snapshot::diff::TreeSource;
+use crate::snapshot::tree::TreeSource;
 use crate::snapshot::walk;
 use crate::snapshot::{Node, Tree};
 use crate::store::pack::{self, BlobKind, BlobRef};

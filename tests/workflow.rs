@@ -757,7 +757,7 @@ fn a_commit_stores_what_one_core_would() {
     // Chunks are hashed on several threads: the chunk list of a file of many
     // chunks (and of files around it) must be exactly what chunking and
     // hashing it on one thread gives.
-    use detafs::snapshot::diff::TreeSource;
+    use detafs::snapshot::tree::TreeSource;
     use detafs::snapshot::{Node, chunker};
     let env = Env::new_local();
     let src = env.path("src");

@@ -5,12 +5,14 @@
 
 mod errors;
 
+use detafs::access::caller::current_user;
 use detafs::commit::edit::{Content, Edit, commit_edits, edit_path};
-use detafs::commit::{CommitMeta, commit_dir, current_user};
+use detafs::commit::{CommitMeta, commit_dir};
 use detafs::read::chunks::{ChunkCache, copy_pieces};
 use detafs::relpath::RelPath;
 use detafs::repo::{Options, Passphrase, Repo};
-use detafs::snapshot::diff::{TreeSource, diff};
+use detafs::snapshot::diff::diff;
+use detafs::snapshot::tree::TreeSource;
 use detafs::snapshot::{Node, Record, walk};
 use detafs::store::pack::BlobRef;
 use detafs::{Error, Result};

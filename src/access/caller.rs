@@ -4,37 +4,31 @@
 
 use super::Who;
 
-/// Asks the C library for a name by id: `lookup(buf, len)` fills a
-/// passwd/group entry and returns its name pointer (null if none).
-fn name_of(lookup: impl Fn(&mut [libc::c_char]) -> Option<*const libc::c_char>) -> Option<String> {
-    let mut buf = vec![0 as libc::c_char; 16 << 10];
-    let ptr = lookup(&mut buf)?;
-    // SAFETY: the pointer is into `buf`, NUL-terminated by the C library.
-    Some(
-        unsafe { std::ffi::CStr::from_ptr(ptr) }
-            .to_string_lossy()
-            .into_owned(),
-    )
-}
+use nix::unistd::{Gid, Group, Uid, User};
 
 pub fn user_name(uid: u32) -> Option<String> {
-    name_of(|buf| {
-        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut found = std::ptr::null_mut();
-        // SAFETY: valid pointers and length for the call.
-        let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
-        (rc == 0 && !found.is_null()).then_some(pw.pw_name as *const _)
-    })
+    User::from_uid(Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.name)
 }
 
 pub fn group_name(gid: u32) -> Option<String> {
-    name_of(|buf| {
-        let mut gr: libc::group = unsafe { std::mem::zeroed() };
-        let mut found = std::ptr::null_mut();
-        // SAFETY: valid pointers and length for the call.
-        let rc = unsafe { libc::getgrgid_r(gid, &mut gr, buf.as_mut_ptr(), buf.len(), &mut found) };
-        (rc == 0 && !found.is_null()).then_some(gr.gr_name as *const _)
-    })
+    Group::from_gid(Gid::from_raw(gid))
+        .ok()
+        .flatten()
+        .map(|g| g.name)
+}
+
+/// The user running this process, for a record's author: the login name,
+/// else `uid:N`.
+pub fn current_user() -> String {
+    author(Uid::current().as_raw())
+}
+
+/// The login name of `uid` as a record's author, else `uid:N`.
+pub fn author(uid: u32) -> String {
+    user_name(uid).unwrap_or_else(|| format!("uid:{uid}"))
 }
 
 /// The supplementary groups process `pid` runs with, from /proc (what the
@@ -48,16 +42,14 @@ pub fn process_groups(pid: u32) -> Option<Vec<u32>> {
 /// A user's uid, primary gid and groups from the databases, for
 /// `policy check USER` (there is no process to ask).
 pub fn user_by_name(name: &str) -> Option<(u32, u32, Vec<u32>)> {
-    let (uid, gid) = passwd_by_name(name)?;
+    let user = User::from_name(name).ok().flatten()?;
     let c = std::ffi::CString::new(name).ok()?;
-    let mut groups = vec![0 as libc::gid_t; 1024];
-    let mut n = groups.len() as libc::c_int;
-    // SAFETY: `groups` holds `n` entries; getgrouplist writes at most that.
-    if unsafe { libc::getgrouplist(c.as_ptr(), gid, groups.as_mut_ptr(), &mut n) } < 0 {
-        return None;
-    }
-    groups.truncate(n.max(0) as usize);
-    Some((uid, gid, groups))
+    let groups = nix::unistd::getgrouplist(&c, user.gid).ok()?;
+    Some((
+        user.uid.as_raw(),
+        user.gid.as_raw(),
+        groups.into_iter().map(Gid::as_raw).collect(),
+    ))
 }
 
 /// A uid or gid, as the kernel checks them.
@@ -67,40 +59,16 @@ pub enum UnixId {
     Group(u32),
 }
 
-/// An entry of a C library database by name: `get(name, buf)` fills one
-/// from `buf` and returns what is wanted of it.
-fn by_name<T>(
-    name: &str,
-    get: impl FnOnce(&std::ffi::CStr, &mut [libc::c_char]) -> Option<T>,
-) -> Option<T> {
-    let c = std::ffi::CString::new(name).ok()?;
-    let mut buf = vec![0 as libc::c_char; 16 << 10];
-    get(&c, &mut buf)
-}
-
-/// A user's uid and primary gid by name.
-fn passwd_by_name(name: &str) -> Option<(u32, u32)> {
-    by_name(name, |c, buf| {
-        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut found = std::ptr::null_mut();
-        // SAFETY: valid pointers and length for the call.
-        let rc = unsafe {
-            libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr(), buf.len(), &mut found)
-        };
-        (rc == 0 && !found.is_null()).then_some((pw.pw_uid, pw.pw_gid))
-    })
+/// A user's uid by name.
+fn uid_by_name(name: &str) -> Option<u32> {
+    User::from_name(name).ok().flatten().map(|u| u.uid.as_raw())
 }
 
 fn gid_by_name(name: &str) -> Option<u32> {
-    by_name(name, |c, buf| {
-        let mut gr: libc::group = unsafe { std::mem::zeroed() };
-        let mut found = std::ptr::null_mut();
-        // SAFETY: valid pointers and length for the call.
-        let rc = unsafe {
-            libc::getgrnam_r(c.as_ptr(), &mut gr, buf.as_mut_ptr(), buf.len(), &mut found)
-        };
-        (rc == 0 && !found.is_null()).then_some(gr.gr_gid)
-    })
+    Group::from_name(name)
+        .ok()
+        .flatten()
+        .map(|g| g.gid.as_raw())
 }
 
 /// The id whose callers hold principal `p` (`user:NAME` or `group:NAME`,
@@ -111,8 +79,7 @@ pub fn unix_id(p: &str) -> Option<UnixId> {
         n.parse::<u32>().ok().filter(|&id| named(id).is_none())
     };
     if let Some(n) = p.strip_prefix("user:") {
-        passwd_by_name(n)
-            .map(|(uid, _)| uid)
+        uid_by_name(n)
             .or_else(|| numbered(n, user_name))
             .map(UnixId::User)
     } else if let Some(n) = p.strip_prefix("group:") {
@@ -149,13 +116,12 @@ pub fn unix_who(uid: u32, gid: u32, groups: &[u32]) -> Who {
 
 /// The principals of whoever runs this process.
 pub fn current_who() -> Who {
-    // SAFETY: plain system calls; getgroups with 0 only counts.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) }.max(0);
-    let mut groups = vec![0 as libc::gid_t; n as usize];
-    let n = unsafe { libc::getgroups(n, groups.as_mut_ptr()) }.max(0);
-    groups.truncate(n as usize);
-    unix_who(uid, gid, &groups)
+    let groups: Vec<u32> = nix::unistd::getgroups()
+        .unwrap_or_default()
+        .into_iter()
+        .map(Gid::as_raw)
+        .collect();
+    unix_who(Uid::current().as_raw(), Gid::current().as_raw(), &groups)
 }
 
 /// `policy check`'s USER: a principal (`key:NAME`, `group:G`, ...), or a

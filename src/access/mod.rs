@@ -4,9 +4,7 @@
 //! the audit trail of a daemon's decisions (`trail`).
 //! Without a policy in the store nothing is checked (Unix permissions only).
 
-pub mod apikeys;
 pub mod caller;
-pub mod history;
 pub mod policy;
 pub mod trail;
 

@@ -83,7 +83,7 @@ pub fn init(
         false => NewStore::Sealed {
             key_file: opts.key_file.as_deref(),
             passphrase: pass.as_deref().map(String::as_str),
-            by: &detafs::commit::current_user(),
+            by: &detafs::access::caller::current_user(),
         },
     };
     let made = store.init(true, &new)?;
@@ -167,7 +167,7 @@ pub fn add(
         &master,
         file,
         pass.as_deref().map(String::as_str),
-        &detafs::commit::current_user(),
+        &detafs::access::caller::current_user(),
     )?;
     println!("added key slot {}", slot.id);
     if let Some(f) = file {

@@ -85,10 +85,10 @@ struct Cli {
 /// `gc --grace`: a usage error (exit 2) below the safe minimum.
 fn parse_grace(s: &str) -> Result<humantime::Duration, String> {
     let grace: humantime::Duration = s.parse().map_err(|e| format!("{e}"))?;
-    if std::time::Duration::from(grace) < gc::min_grace() {
+    if std::time::Duration::from(grace) < detafs::store::grace::min_grace() {
         return Err(format!(
             "a grace of {grace} could delete objects of a commit still running; gc needs at least {}",
-            humantime::format_duration(gc::min_grace())
+            humantime::format_duration(detafs::store::grace::min_grace())
         ));
     }
     Ok(grace)
@@ -694,7 +694,7 @@ fn options(cli: &Cli) -> Options {
 }
 
 /// Longest `--store-timeout`: a commit's record create must land well
-/// within `gc::MAX_COMMIT_AGE` of its first upload.
+/// within `detafs::store::grace::MAX_COMMIT_AGE` of its first upload.
 const MAX_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 
 fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -768,7 +768,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Key(KeyCmd::Remove { id }) => keys::remove(&open()?, &id)?,
         Command::Dataset(DatasetCmd::Create { name }) => {
-            repo::validate_name(&name)?;
+            detafs::limits::validate_name(&name)?;
             let repo = match Repo::open(&opts) {
                 Ok(repo) => announce(repo),
                 // The first dataset of a new local store creates the store,
@@ -795,14 +795,14 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             let repo = open()?;
             policy::require(&repo, Action::Admin, &dataset_resource(&name))?;
             mount::check_unused(&repo, &staging, &name)?;
-            let d = repo.delete_dataset(&name, &commit::current_user())?;
+            let d = repo.delete_dataset(&name, &detafs::access::caller::current_user())?;
             println!("deleted dataset {name} at {}", d.time);
         }
         Command::Dataset(DatasetCmd::Rename { name, new_name }) => {
             let repo = open()?;
             policy::require(&repo, Action::Admin, &dataset_resource(&name))?;
             mount::check_unused(&repo, &staging, &name)?;
-            repo.rename_dataset(&name, &new_name, &commit::current_user())?;
+            repo.rename_dataset(&name, &new_name, &detafs::access::caller::current_user())?;
             println!("renamed dataset {name} to {new_name}");
         }
         Command::Dataset(DatasetCmd::Undelete { name }) => {
@@ -824,7 +824,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             let meta = CommitMeta {
                 dataset: &name,
                 message: &message,
-                author: &author.unwrap_or_else(commit::current_user),
+                author: &author.unwrap_or_else(detafs::access::caller::current_user),
                 content_only,
             };
             let record = match from {
@@ -878,7 +878,12 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             match (version, tag) {
                 (Some(version), Some(tag)) => {
                     policy::require(&repo, Action::Tag, &dataset_resource(&name))?;
-                    let t = repo.create_tag(&name, &version, &tag, &commit::current_user())?;
+                    let t = repo.create_tag(
+                        &name,
+                        &version,
+                        &tag,
+                        &detafs::access::caller::current_user(),
+                    )?;
                     mount::tell_mount(&repo, &staging, &name);
                     println!("{} v{}", t.tag, t.version);
                 }

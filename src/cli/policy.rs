@@ -2,8 +2,9 @@
 
 use anyhow::{Context, bail};
 use detafs::Error;
-use detafs::access::{Action, caller, history::Stored};
+use detafs::access::{Action, caller};
 use detafs::repo::Repo;
+use detafs::repo::policies::Stored;
 use std::path::Path;
 
 pub fn show(repo: &Repo, version: Option<u64>) -> anyhow::Result<()> {
@@ -27,7 +28,7 @@ pub fn set(repo: &Repo, file: &Path, message: &str) -> anyhow::Result<()> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let who = caller::current_who();
-    let author = detafs::commit::current_user();
+    let author = detafs::access::caller::current_user();
     let v = repo
         .set_policy(&text, &who, &author, message)
         .with_context(|| format!("{} not set", file.display()))?;

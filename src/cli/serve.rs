@@ -1,9 +1,9 @@
 //! `detafs serve` and `detafs apikey`: the HTTPS gateway and its keys.
 
 use anyhow::Context;
-use detafs::access::apikeys;
 use detafs::gateway::{self, GatewayOptions, tls, tokens};
 use detafs::repo::Repo;
+use detafs::repo::apikeys;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -70,7 +70,7 @@ pub fn serve(
 
 pub fn create(repo: &Repo, name: &str, scopes: &[String]) -> anyhow::Result<()> {
     let scopes = apikeys::parse_scopes(scopes)?;
-    let (k, secret) = repo.create_api_key(name, scopes, &detafs::commit::current_user())?;
+    let (k, secret) = repo.create_api_key(name, scopes, &detafs::access::caller::current_user())?;
     eprintln!(
         "key {} ({}): shown once, keep it secret",
         k.name,

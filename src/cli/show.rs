@@ -351,7 +351,7 @@ pub fn ls(repo: &Repo, name: &str, version: &str, path: &str, as_json: bool) -> 
         .ok_or_else(|| no_path(record.version, path))?;
     let listed: Vec<(Node, Vec<u8>)> = match &node {
         Node::Dir { tree, .. } => {
-            use detafs::snapshot::diff::TreeSource;
+            use detafs::snapshot::tree::TreeSource;
             let tree = repo.tree(tree)?;
             tree.entries
                 .iter()

@@ -8,7 +8,8 @@ use crate::error::{Error, Result};
 use crate::progress::Quiet;
 use crate::relpath::RelPath;
 use crate::repo::Repo;
-use crate::snapshot::diff::{TreeSink, TreeSource};
+use crate::snapshot::Mtime;
+use crate::snapshot::tree::{TreeSink, TreeSource};
 use crate::snapshot::{Entry, Node, Record, Tree};
 use crate::store::pack::BlobRef;
 use std::collections::BTreeMap;
@@ -102,7 +103,7 @@ fn apply(
             .collect(),
         None => BTreeMap::new(),
     };
-    let now = crate::staging::now();
+    let now = Mtime::now();
     for (name, content) in &edits.files {
         let path = format!("{at}{}", String::from_utf8_lossy(name));
         match content {

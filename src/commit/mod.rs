@@ -7,6 +7,7 @@
 
 pub mod edit;
 mod encoder;
+mod listed;
 mod ordered;
 pub mod scan;
 mod small;
@@ -14,12 +15,12 @@ pub mod staged;
 pub mod upload;
 
 use crate::error::{Error, Result};
-use crate::gc;
 use crate::id::ObjectId;
 use crate::limits;
 use crate::progress::{Progress, Quiet};
 use crate::repo::Repo;
-use crate::snapshot::diff::{self, ChangeKind, TreeSource};
+use crate::snapshot::diff::{self, ChangeKind};
+use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Record, Stats};
 use crate::store::keys;
 use crate::store::pack::BlobRef;
@@ -55,16 +56,6 @@ impl CommitMeta<'_> {
         }
         Ok(())
     }
-}
-
-/// The user running this process, for the record's author.
-pub fn current_user() -> String {
-    user_name(unsafe { libc::getuid() })
-}
-
-/// The login name of `uid` from the password database, else `uid:N`.
-pub fn user_name(uid: u32) -> String {
-    crate::access::caller::user_name(uid).unwrap_or_else(|| format!("uid:{uid}"))
 }
 
 /// Records the contents of directory `from` as the next version.
@@ -175,9 +166,11 @@ pub fn publish<'r>(
         let resumed_age = resumed_since.map_or(std::time::Duration::ZERO, |at| {
             std::time::Duration::from_secs((scan::unix_now() - at).max(0) as u64)
         });
-        if started.elapsed().max(resumed_age) + repo.store.deadline() > gc::MAX_COMMIT_AGE {
+        if started.elapsed().max(resumed_age) + repo.store.deadline()
+            > crate::store::grace::MAX_COMMIT_AGE
+        {
             // gc elsewhere may have collected this commit's first packs.
-            return Err(Error::CommitTooLong(gc::MAX_COMMIT_AGE));
+            return Err(Error::CommitTooLong(crate::store::grace::MAX_COMMIT_AGE));
         }
         // A dataset deleted or renamed meanwhile (on any host) gets no new
         // version: checked last, so only a record created within a round

@@ -2,6 +2,7 @@
 //! every file, packs what the store does not hold yet.
 
 use super::encoder::{Encoded, Encoder};
+use super::listed::{open_listed, stat_key};
 use super::ordered::Ordered;
 use super::small::{self, SmallFiles, reads_ahead};
 use crate::cache::index::{FolderRow, Index, StatKey};
@@ -11,8 +12,8 @@ use crate::limits;
 use crate::progress::Progress;
 use crate::repo::Repo;
 use crate::snapshot::chunker;
-use crate::snapshot::diff::TreeSink;
 use crate::snapshot::rechunk::{Checks, Chunk, Rechunker};
+use crate::snapshot::tree::TreeSink;
 use crate::snapshot::tree::{check_name, check_node};
 use crate::snapshot::{Entry, Link, Mtime, Node, Tree};
 use crate::store::codec::Codec;
@@ -32,10 +33,10 @@ const WRITTEN: usize = 1 << 17;
 pub const PACK_SIZE: usize = 16 << 20;
 
 /// How long the chunks an interrupted commit uploaded are offered to the
-/// next commit on this host: well within `gc::MAX_COMMIT_AGE`, which the
+/// next commit on this host: well within `crate::store::grace::MAX_COMMIT_AGE`, which the
 /// resumed commit must still land in, counted from those uploads.
 const RESUME_WINDOW: std::time::Duration =
-    std::time::Duration::from_secs(crate::gc::MAX_COMMIT_AGE.as_secs() / 2);
+    std::time::Duration::from_secs(crate::store::grace::MAX_COMMIT_AGE.as_secs() / 2);
 
 /// Files changed this shortly before a scan are not stat-cached: a later
 /// write within the same timestamp tick would leave the stat as it was.
@@ -78,7 +79,7 @@ pub struct Scanner<'r> {
     racy_after_ns: i64,
     progress: &'r dyn Progress,
     codec: Codec,
-    /// When this commit began uploading (see `gc::MAX_COMMIT_AGE`).
+    /// When this commit began uploading (see `crate::store::grace::MAX_COMMIT_AGE`).
     pub started: std::time::Instant,
     /// When the oldest chunk it reuses from an interrupted commit was
     /// uploaded (unix seconds): the commit's age counts from there.
@@ -199,15 +200,6 @@ enum Scanned {
 
 fn mtime_of(m: &Metadata) -> Mtime {
     Mtime(m.mtime(), m.mtime_nsec() as u32)
-}
-
-pub(super) fn stat_key(m: &Metadata) -> StatKey {
-    StatKey {
-        size: m.size(),
-        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
-        ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
-        ino: m.ino(),
-    }
 }
 
 impl<'r> Scanner<'r> {
@@ -838,27 +830,6 @@ fn count_names(dir: &Path) -> Result<NameCounts> {
         }
     }
     Ok(names)
-}
-
-/// Opens a file the scan listed as a regular file, for reading. Not
-/// following a symlink, and without waiting for a writer: a file swapped
-/// meanwhile for a symlink or a FIFO is an error, not a read of something
-/// else or a commit that hangs.
-pub(super) fn open_listed(path: &Path) -> Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| Error::io(path.display(), e))?;
-    match file.metadata() {
-        Ok(m) if m.is_file() => Ok(file),
-        Ok(_) => Err(Error::InvalidInput(format!(
-            "{} is no longer a regular file; nothing was committed (commit again)",
-            path.display()
-        ))),
-        Err(e) => Err(Error::io(path.display(), e)),
-    }
 }
 
 /// Reads of a file that keeps changing before `commit --from` gives up.

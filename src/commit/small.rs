@@ -102,12 +102,12 @@ fn read_whole(job: &Job) -> Option<Vec<u8>> {
     if !reads_ahead(&job.before) {
         return None;
     }
-    let file = super::scan::open_listed(&job.path).ok()?;
+    let file = super::listed::open_listed(&job.path).ok()?;
     let mut data = Vec::with_capacity(size as usize + 1);
     // One byte more than listed tells a file that grew.
     file.take(size + 1).read_to_end(&mut data).ok()?;
     fail::fail_point!("file-read");
     let after = std::fs::symlink_metadata(&job.path).ok()?;
-    let same = super::scan::stat_key(&after) == job.before && data.len() as u64 == size;
+    let same = super::listed::stat_key(&after) == job.before && data.len() as u64 == size;
     same.then_some(data)
 }

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::limits;
 use crate::progress::Progress;
 use crate::repo::Repo;
-use crate::snapshot::diff::TreeSink;
+use crate::snapshot::tree::TreeSink;
 use crate::snapshot::{Entry, Mtime, Node, Record, Tree};
 use crate::staging::{Frozen, Kind, Read, Staging};
 use crate::store::pack::BlobRef;

@@ -8,18 +8,16 @@
 
 use super::scan::Scanner;
 use crate::error::{Error, Result};
-use crate::gc;
 use crate::limits;
 use crate::progress::Quiet;
 use crate::relpath::RelPath;
 use crate::repo::Repo;
-use crate::snapshot::diff::{TreeSink, TreeSource};
 use crate::snapshot::tree::{Entry, Node, Tree};
+use crate::snapshot::tree::{TreeSink, TreeSource};
+use crate::store::keys;
 use crate::store::pack::BlobRef;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-
-pub const PREFIX: &str = "uploads/";
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -47,10 +45,6 @@ pub struct Loaded {
 
 /// The name of the one entry of an upload's tree.
 const ENTRY: &[u8] = b"file";
-
-fn key(id: &str) -> String {
-    format!("{PREFIX}{id}.json")
-}
 
 /// Stores the bytes of local file `file` as an upload for `path` of `dataset`.
 pub fn store_upload(repo: &Repo, dataset: &str, path: &RelPath, file: &Path) -> Result<Upload> {
@@ -83,7 +77,7 @@ pub fn store_upload(repo: &Repo, dataset: &str, path: &RelPath, file: &Path) -> 
         gc_mark,
     };
     let body = serde_json::to_vec(&up).expect("serializable");
-    if !repo.store.put_create(&key(&up.id), body.into())? {
+    if !repo.store.put_create(&keys::upload(&up.id), body.into())? {
         return Err(Error::InvalidInput("upload id taken; upload again".into()));
     }
     Ok(up)
@@ -97,12 +91,15 @@ pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
     }
     let bytes = repo
         .store
-        .get(&key(id))?
+        .get(&keys::upload(id))?
         .ok_or_else(|| Error::InvalidInput(format!("no upload {id}")))?;
-    let up: Upload =
-        serde_json::from_slice(&bytes).map_err(|e| Error::malformed(key(id), e.to_string()))?;
+    let up: Upload = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::malformed(keys::upload(id), e.to_string()))?;
     if up.id != id {
-        return Err(Error::malformed(key(id), "upload does not hold together"));
+        return Err(Error::malformed(
+            keys::upload(id),
+            "upload does not hold together",
+        ));
     }
     if up.dataset != dataset {
         return Err(Error::InvalidInput(format!(
@@ -113,11 +110,11 @@ pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
     let age = humantime::parse_rfc3339(&up.time)
         .ok()
         .and_then(|t| t.elapsed().ok())
-        .ok_or_else(|| Error::malformed(key(id), "bad time"))?;
-    if age + repo.store.deadline() > gc::MAX_COMMIT_AGE {
+        .ok_or_else(|| Error::malformed(keys::upload(id), "bad time"))?;
+    if age + repo.store.deadline() > crate::store::grace::MAX_COMMIT_AGE {
         return Err(Error::InvalidInput(format!(
             "upload {id} is older than {} and may have been collected: upload it again",
-            humantime::format_duration(gc::MAX_COMMIT_AGE)
+            humantime::format_duration(crate::store::grace::MAX_COMMIT_AGE)
         )));
     }
     if up.gc_mark != repo.gc_mark()? {
@@ -134,7 +131,12 @@ pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
                 node: Node::File { size, chunks, .. },
             },
         ] if name == ENTRY && *size == up.size => chunks.clone(),
-        _ => return Err(Error::malformed(key(id), "upload does not hold together")),
+        _ => {
+            return Err(Error::malformed(
+                keys::upload(id),
+                "upload does not hold together",
+            ));
+        }
     };
     let sum: u64 = chunks.iter().map(BlobRef::data_size).sum();
     if sum != up.size
@@ -142,7 +144,10 @@ pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
             .iter()
             .any(|c| c.size == 0 || u64::from(c.size) > limits::MAX_CHUNK)
     {
-        return Err(Error::malformed(key(id), "upload does not hold together"));
+        return Err(Error::malformed(
+            keys::upload(id),
+            "upload does not hold together",
+        ));
     }
     Ok(Loaded {
         path: up.path,

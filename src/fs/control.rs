@@ -3,6 +3,7 @@
 
 use super::{Attr, DirEntry, FileKind, Handle, MountFs, Opened, lock};
 use crate::error::{Error, FsError, Result};
+use crate::snapshot::Mtime;
 use crate::snapshot::Record;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -98,7 +99,7 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
     // them when the mtime moves: there it moves at every look.
     let mtime = match ino {
         LOG | LAST_COMMIT if !fs.opens_skipped() => fs.latest_time(),
-        _ => crate::staging::now(),
+        _ => Mtime::now(),
     };
     Ok(Attr {
         ino,
@@ -153,7 +154,7 @@ fn fresh_text(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
 pub(super) fn text_now(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
     match ino {
         HEALTH => fresh_text(fs, ino),
-        _ if fs.gated() => Err(super::unopened::shut_out()),
+        _ if fs.gated() => Err(shut_out()),
         COMMIT | RESTORE | CHECKOUT => Ok(Arc::default()),
         _ => fresh_text(fs, ino),
     }
@@ -519,4 +520,12 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
     let mut v = serde_json::to_vec_pretty(&body).expect("serializable");
     v.push(b'\n');
     v
+}
+
+/// The refusal of a read where a policy came after the kernel's choice.
+pub(super) fn shut_out() -> Error {
+    Error::fs(
+        FsError::Denied,
+        "an access policy was set after this mount started: mount it again to read under it",
+    )
 }

@@ -90,7 +90,7 @@ impl MountFs {
     /// a listing.
     pub fn resume_after(&self, dir: u64, index: usize, e: &DirEntry) -> u64 {
         match dir {
-            VERSIONS => super::tags::versions_offset(e),
+            VERSIONS => super::versions::tags::versions_offset(e),
             _ => index as u64 + 1,
         }
     }

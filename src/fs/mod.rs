@@ -11,23 +11,20 @@
 mod control;
 mod gate;
 mod ino;
-mod inodes;
 mod listings;
 mod overlay;
 mod passthrough;
 pub mod requests;
-mod stored;
-mod tags;
 mod unopened;
 mod versions;
 
 pub use gate::{Caller, Judge, KernelCache};
-use inodes::VersionInodes;
 use listings::Listings;
-use stored::{Origin, StoredFile};
+use versions::inodes::VersionInodes;
 use versions::prefetch_trees;
+use versions::stored::{Origin, StoredFile};
 
-use crate::commit::{CommitMeta, user_name};
+use crate::commit::CommitMeta;
 use crate::error::{Error, FsError, Result};
 use crate::read::chunks::ChunkCache;
 use crate::repo::Repo;
@@ -284,7 +281,7 @@ impl MountFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             opens_skipped: AtomicBool::new(false),
-            started: staging::now(),
+            started: Mtime::now(),
             opts,
             gate: RwLock::default(),
             callers: Mutex::default(),
@@ -856,7 +853,7 @@ impl MountFs {
 
     /// Commits staging (`.detafs/commit`), then reads the new version.
     fn commit_staging(&self, message: &str, uid: u32) -> Result<Record> {
-        let author = user_name(uid);
+        let author = crate::access::caller::author(uid);
         let meta = CommitMeta {
             content_only: false,
             dataset: &self.dataset,

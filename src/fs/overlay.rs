@@ -2,7 +2,7 @@
 //! are staging row ids: `ino.rs`); `crate::staging` does the work. The
 //! staged copies open are this namespace's handles.
 
-use super::stored::{Origin, StoredFile};
+use super::versions::stored::{Origin, StoredFile};
 use super::{
     Attr, DirEntry, FileKind, Ino, MUTABLE_TTL, Opened, lock, name_str, not_found, staging_kind,
     try_lock,

@@ -9,7 +9,7 @@
 //!
 //! Listings then come without a handle: each request lists the directory
 //! anew (kept ones: `listings.rs`), resuming at offsets entries added
-//! later do not move (`tags::versions_offset`). The kernel keeps a
+//! later do not move (`versions::tags::versions_offset`). The kernel keeps a
 //! listing until the directory's mtime moves or the daemon drops it
 //! (`versions_changed`, when a version or tag comes).
 //!
@@ -23,19 +23,11 @@
 //! the audit trail), so such a mount then refuses everything of the dataset
 //! until it is mounted again (`gate::refresh_policy`).
 
-use super::stored::StoredFile;
+use super::versions::stored::StoredFile;
 use super::{DirEntry, FIRST_VERSION_INO, FileKind, Listing, MountFs, VERSIONS, control, lock};
 use crate::error::{Error, FsError, Result};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-
-/// The refusal of a read where a policy came after the kernel's choice.
-pub(super) fn shut_out() -> Error {
-    Error::fs(
-        FsError::Denied,
-        "an access policy was set after this mount started: mount it again to read under it",
-    )
-}
 
 /// Entries of a version folder listed per request where it has more.
 const PART: usize = 256;
@@ -92,7 +84,7 @@ impl MountFs {
             return Ok(text[start..end].to_vec());
         }
         if self.gated() {
-            return Err(shut_out());
+            return Err(control::shut_out());
         }
         let file = self.unopened_file(ino)?;
         self.versions.read_stored(&file, offset, u64::from(size))
@@ -109,7 +101,7 @@ impl MountFs {
             return Err(Error::fs(FsError::Invalid, "bad file handle"));
         }
         if self.gated() && (ino == VERSIONS || ino >= FIRST_VERSION_INO) {
-            return Err(shut_out());
+            return Err(control::shut_out());
         }
         if ino >= FIRST_VERSION_INO
             && !self.listing_kept(ino)

@@ -4,7 +4,6 @@
 //! is one line of the request log.
 
 use super::table;
-use crate::access::apikeys::{self, ApiKey};
 use crate::access::trail::Trail;
 use crate::access::{self, Action, Policy, Who};
 use crate::commit::CommitMeta;
@@ -14,10 +13,11 @@ use crate::error::Error;
 use crate::read::chunks::ChunkCache;
 use crate::relpath::RelPath;
 use crate::repo::Repo;
-use crate::snapshot::diff::TreeSource;
+use crate::repo::apikeys::{self, ApiKey};
+use crate::repo::tag::{self, Tag};
+use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Node, Record};
 use crate::store::pack::BlobRef;
-use crate::tag::{self, Tag};
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -665,7 +665,7 @@ async fn create_dataset(State(api): State<Arc<Api>>, headers: HeaderMap, body: B
         .and_then(Value::as_str)
         .ok_or_else(|| err(StatusCode::BAD_REQUEST, "invalid", "send {\"name\": NAME}"))?
         .to_string();
-    crate::repo::validate_name(&name)?;
+    crate::limits::validate_name(&name)?;
     caller.may(Action::Create, &[access::dataset_resource(&name)])?;
     let made = name.clone();
     api.run(move |repo| Ok(repo.create_dataset(&made)?)).await?;

@@ -7,7 +7,7 @@ pub mod chunks;
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::repo::Repo;
-use crate::snapshot::diff::TreeSource;
+use crate::snapshot::tree::TreeSource;
 use crate::snapshot::walk;
 use crate::snapshot::{Mtime, Node, Special};
 use crate::store::pack::{self, BlobRef};

@@ -8,7 +8,7 @@ use std::io::Read;
 /// that a 512 MiB file's chunk list (one tree entry) stays under ~0.5 MB.
 pub const MIN_SIZE: usize = 16 * 1024;
 pub const AVG_SIZE: usize = 64 * 1024;
-pub const MAX_SIZE: usize = 256 * 1024;
+pub const MAX_SIZE: usize = crate::limits::MAX_CHUNK as usize;
 
 /// A file's chunks, in order.
 pub type Chunks<'a> = Box<dyn Iterator<Item = std::io::Result<Vec<u8>>> + 'a>;

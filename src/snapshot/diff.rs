@@ -2,21 +2,12 @@
 //! three-way merge (to rebase a commit that lost the race for its number).
 
 use super::tree::{Entry, Likeness, Node, Tree};
+use super::tree::{TreeSink, TreeSource};
 use super::walk;
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::store::pack::BlobRef;
 use std::sync::Arc;
-
-/// Loads trees by reference (through the caches).
-pub trait TreeSource {
-    fn tree(&self, r: &BlobRef) -> Result<Arc<Tree>>;
-}
-
-/// Stores new trees.
-pub trait TreeSink {
-    fn put_tree(&mut self, tree: &Tree) -> Result<BlobRef>;
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChangeKind {

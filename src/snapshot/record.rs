@@ -89,7 +89,7 @@ impl Record {
                 ),
             ));
         }
-        crate::repo::validate_name(&r.dataset).map_err(|e| bad(e.to_string()))?;
+        crate::limits::validate_name(&r.dataset).map_err(|e| bad(e.to_string()))?;
         if r.version == 0 || (r.version == 1) != r.parent.is_none() {
             return Err(bad(format!(
                 "version {} with {} parent",

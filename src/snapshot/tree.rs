@@ -8,6 +8,16 @@ use crate::limits;
 use crate::store::pack::{self, BlobRef};
 use serde::{Deserialize, Serialize};
 
+/// Loads trees by reference (through the caches).
+pub trait TreeSource {
+    fn tree(&self, r: &BlobRef) -> crate::error::Result<std::sync::Arc<Tree>>;
+}
+
+/// Stores new trees.
+pub trait TreeSink {
+    fn put_tree(&mut self, tree: &Tree) -> crate::error::Result<BlobRef>;
+}
+
 /// Modification time: seconds and nanoseconds since the Unix epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Mtime(pub i64, pub u32);
@@ -19,6 +29,19 @@ impl Mtime {
         let t = humantime::parse_rfc3339(time).unwrap_or(std::time::UNIX_EPOCH);
         let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Mtime(d.as_secs() as i64, d.subsec_nanos())
+    }
+
+    /// The time now.
+    pub fn now() -> Mtime {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Mtime(d.as_secs() as i64, d.subsec_nanos())
+    }
+
+    /// Whether detafs stores this time (`limits::MIN_TIME` to `MAX_TIME`).
+    pub fn storable(self) -> bool {
+        (limits::MIN_TIME..=limits::MAX_TIME).contains(&self.0) && self.1 < 1_000_000_000
     }
 }
 
@@ -591,7 +614,7 @@ pub fn check_node(node: &Node) -> std::result::Result<(), String> {
         return Err(format!("a link group of {} names", l.names));
     }
     for (what, t) in [("mtime", node.mtime()), ("atime", node.atime())] {
-        if !limits::time_ok(t) {
+        if !t.storable() {
             return Err(format!("{what} {}.{} is out of range", t.0, t.1));
         }
     }

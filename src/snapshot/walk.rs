@@ -4,8 +4,8 @@
 //! beyond `limits::MAX_PATHS` or `limits::MAX_DEPTH` is refused before any
 //! walk that would visit each path (export, `ls -R` of a whole tree).
 
-use super::diff::TreeSource;
 use super::tree::Node;
+use super::tree::TreeSource;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::limits;

@@ -5,7 +5,7 @@ use super::{Kind, ROOT, Staging, by_name, too_deep};
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::repo::Repo;
-use crate::snapshot::diff::TreeSource;
+use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Node, Record, Tree};
 use crate::store::pack::BlobRef;
 use rusqlite::params;

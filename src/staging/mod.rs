@@ -33,7 +33,7 @@ use crate::error::{Error, FsError, Result};
 use crate::limits;
 use crate::read;
 use crate::repo::Repo;
-use crate::snapshot::diff::TreeSource;
+use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node, Record};
 use crate::store::pack::BlobRef;
 use row::{ADDED_COLUMNS, bad_row, kind_code};
@@ -46,13 +46,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub const ROOT: u64 = 1;
-
-pub fn now() -> Mtime {
-    let d = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Mtime(d.as_secs() as i64, d.subsec_nanos())
-}
 
 /// Where a dataset's staging lives: `<root>/<store's state key>/<dataset>`
 /// (see `Repo::state_key`). The root is made private if it is not.
@@ -138,7 +131,7 @@ impl Staging {
         };
         if st.get(ROOT)?.is_none() {
             let base = records.last();
-            let m = now();
+            let m = Mtime::now();
             st.db.execute(
                 "INSERT INTO nodes(id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, tree)
                  VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, ?6)",
@@ -583,7 +576,7 @@ impl Staging {
     /// An entry of folder `id` came, went or was renamed: its mtime and
     /// ctime are now.
     fn touch_dir(&self, id: u64) -> Result<()> {
-        let m = now();
+        let m = Mtime::now();
         self.db
             .prepare_cached(
                 "UPDATE nodes SET mtime_s = ?2, mtime_ns = ?3, ctime_s = NULL, ctime_ns = NULL WHERE id = ?1",
@@ -647,7 +640,7 @@ impl Staging {
         if kind == Kind::Dir && self.depth(parent)? >= limits::MAX_DEPTH {
             return Err(Error::fs(FsError::NameTooLong, too_deep()));
         }
-        let m = now();
+        let m = Mtime::now();
         // The row, its (empty) staged copy and its folder's mtime, at once.
         let id = self.atomically(|| {
             let upper = kind == Kind::File;
@@ -778,7 +771,7 @@ impl Staging {
 
     /// Inode `id`'s status changed (a name came or went): its ctime is now.
     fn status_changed(&self, id: u64) -> Result<()> {
-        let t = now();
+        let t = Mtime::now();
         self.db
             .prepare_cached("UPDATE nodes SET ctime_s = ?2, ctime_ns = ?3 WHERE id = ?1")?
             .execute(params![id, t.0, t.1])?;
@@ -802,7 +795,7 @@ impl Staging {
                 String::from_utf8_lossy(name),
             ));
         }
-        let m = now();
+        let m = Mtime::now();
         self.atomically(|| {
             self.db
                 .prepare_cached(
@@ -948,11 +941,7 @@ impl Staging {
         mtime: Option<Mtime>,
     ) -> Result<()> {
         let n = self.node(id)?;
-        if [atime, mtime]
-            .iter()
-            .flatten()
-            .any(|t| !limits::time_ok(*t))
-        {
+        if [atime, mtime].iter().flatten().any(|t| !t.storable()) {
             // A time no version can hold (after year 9999, say).
             return Err(Error::fs(FsError::Invalid, "time out of range"));
         }
@@ -962,7 +951,7 @@ impl Staging {
             true => atime.or(n.atime),
             false => None,
         };
-        let c = now();
+        let c = Mtime::now();
         self.atomically(|| {
             self.db
                 .prepare_cached(

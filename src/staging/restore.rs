@@ -7,8 +7,9 @@ use super::{Kind, ROOT, Staging};
 use crate::error::{Error, FsError, Result};
 use crate::relpath::RelPath;
 use crate::repo::Repo;
+use crate::snapshot::Mtime;
 use crate::snapshot::Node;
-use crate::snapshot::diff::TreeSource;
+use crate::snapshot::tree::TreeSource;
 use crate::store::pack::BlobRef;
 use rusqlite::params;
 
@@ -77,7 +78,7 @@ impl Staging {
     fn replace(&self, repo: &Repo, old: &super::SNode, node: &Node) -> Result<()> {
         // The version's times: its atime (or none apart), ctime now.
         let a = Node::atime_apart(Some(node.atime()), node.mtime());
-        let c = super::now();
+        let c = Mtime::now();
         self.db.execute(
             "UPDATE nodes SET atime_s = ?2, atime_ns = ?3, ctime_s = ?4, ctime_ns = ?5 WHERE id = ?1",
             params![old.id, a.map(|a| a.0), a.map(|a| a.1), c.0, c.1],
@@ -242,7 +243,7 @@ impl Staging {
                     let at = RelPath::from_names(&dirs[..=i])?;
                     let (mode, mtime) = match repo.lookup(source, &at)? {
                         Some(Node::Dir { mode, mtime, .. }) => (mode, mtime),
-                        _ => (0o755, super::now()),
+                        _ => (0o755, Mtime::now()),
                     };
                     let p = self.node(id)?;
                     self.db.execute(

@@ -1,7 +1,6 @@
 //! A staging row: one staged file, directory or symlink, and its strict codec.
 
 use crate::error::Error;
-use crate::limits;
 use crate::snapshot::{Mtime, Node, Special};
 use crate::store::pack::BlobRef;
 
@@ -200,7 +199,7 @@ pub fn row(r: &rusqlite::Row) -> rusqlite::Result<SNode> {
             (None, None) => return Ok(None),
             _ => return Err(bad(s, "half a time".into())),
         };
-        if !limits::time_ok(t) {
+        if !t.storable() {
             return Err(bad(s, "time out of range".into()));
         }
         Ok(Some(t))

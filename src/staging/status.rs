@@ -7,7 +7,8 @@ use super::{Kind, ROOT, SNode, Staging, by_name, too_deep};
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::repo::Repo;
-use crate::snapshot::diff::{self, TreeSource};
+use crate::snapshot::diff;
+use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Likeness, Node, Tree};
 use crate::store::pack::BlobRef;
 

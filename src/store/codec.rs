@@ -242,7 +242,7 @@ impl Codec {
         Ok(())
     }
 
-    /// A small object (`datasets/…`: `sealed_key`) as stored at `key`.
+    /// A small object (`datasets/…`: `keys::sealed`) as stored at `key`.
     pub fn seal_object(&self, key: &str, plain: Bytes) -> Bytes {
         match self {
             Codec::Sealed(k) => {
@@ -276,15 +276,6 @@ impl Codec {
 
 /// Starts every sealed small object.
 const OBJECT_MAGIC: &[u8] = b"DTFSOBJ2";
-
-/// Small objects a sealed store seals: everything of its datasets, its
-/// policy records, API keys and uploads.
-pub fn sealed_key(key: &str) -> bool {
-    key.starts_with("datasets/")
-        || key.starts_with(super::keys::POLICY_RECORDS)
-        || key.starts_with(crate::access::apikeys::PREFIX)
-        || key.starts_with(crate::commit::upload::PREFIX)
-}
 
 /// Opens a sealed chunk where it lies: its inner encoding (raw or zstd)
 /// and where in `sealed` its bytes after that are.

@@ -6,6 +6,8 @@
 #[cfg(feature = "cloud")]
 mod classify;
 pub mod codec;
+pub mod grace;
+pub mod keys;
 pub mod pack;
 #[cfg(feature = "cloud")]
 mod remote;
@@ -106,69 +108,6 @@ pub struct Listed {
     pub key: String,
     pub size: u64,
     pub modified: SystemTime,
-}
-
-/// Key layout (docs/format.md).
-pub mod keys {
-    use crate::id::ObjectId;
-
-    pub fn dataset(name: &str) -> String {
-        format!("datasets/{name}/dataset.json")
-    }
-    pub fn deleted(name: &str) -> String {
-        format!("datasets/{name}/deleted.json")
-    }
-    pub fn records(name: &str) -> String {
-        format!("datasets/{name}/records/")
-    }
-    pub fn record(name: &str, version: u64) -> String {
-        format!("datasets/{name}/records/{version:020}.json")
-    }
-    /// The version a record key names, if `key` is exactly such a key.
-    pub fn record_number(name: &str, key: &str) -> Option<u64> {
-        let digits = key.strip_prefix(&records(name))?.strip_suffix(".json")?;
-        if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        digits.parse().ok().filter(|&n| n > 0)
-    }
-    pub fn tags(name: &str) -> String {
-        format!("datasets/{name}/tags/")
-    }
-    pub fn tag(name: &str, tag: &str) -> String {
-        format!("datasets/{name}/tags/{tag}.json")
-    }
-    /// The tag a key names, if `key` is a tag key of dataset `name`.
-    pub fn tag_name<'k>(name: &str, key: &'k str) -> Option<&'k str> {
-        key.strip_prefix(&tags(name))?.strip_suffix(".json")
-    }
-    /// One object per gc run that deleted something, named by its time:
-    /// hosts that see a new one forget where blobs were (`Repo::gc_mark`).
-    pub const GC_NOTES: &str = "gc/";
-    pub fn gc_note(unix_nanos: u128, nonce: u64) -> String {
-        format!("{GC_NOTES}{unix_nanos:039}-{nonce:016x}")
-    }
-    pub const POLICY_RECORDS: &str = "policy/records/";
-    pub fn policy_record(version: u64) -> String {
-        format!("{POLICY_RECORDS}{version:020}.json")
-    }
-    /// The policy version a key names, if it is exactly such a key.
-    pub fn policy_record_number(key: &str) -> Option<u64> {
-        let digits = key.strip_prefix(POLICY_RECORDS)?.strip_suffix(".json")?;
-        if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        digits.parse().ok().filter(|&n| n > 0)
-    }
-    pub const PACKS: &str = "packs/";
-    pub fn pack(id: &ObjectId) -> String {
-        let hex = id.to_hex();
-        format!("packs/{}/{hex}", &hex[..2])
-    }
-    /// The pack id named by a pack key, if it is one.
-    pub fn pack_id(key: &str) -> Option<ObjectId> {
-        key.strip_prefix(PACKS)?.rsplit('/').next()?.parse().ok()
-    }
 }
 
 /// Blocking requests (e.g. from the mount) in flight at once; also the
@@ -393,7 +332,7 @@ impl Store {
     /// protocol relies on: a key created twice must refuse the second create.
     /// Some S3 clones ignore If-None-Match and overwrite; they are refused.
     pub fn probe(&self) -> Result<()> {
-        let key = format!("probes/{}", hex::encode(rand::random::<[u8; 16]>()));
+        let key = keys::probe(&hex::encode(rand::random::<[u8; 16]>()));
         let first = Bytes::from(format!("{key} first\n"));
         let created = self.create_object(&key, first.clone())?;
         let overwrote = self.create_object(&key, Bytes::from(format!("{key} second\n")))?;
@@ -526,7 +465,7 @@ impl Store {
     }
 
     fn open_object(&self, key: &str, stored: Bytes) -> Result<Bytes> {
-        if !codec::sealed_key(key) {
+        if !keys::sealed(key) {
             return Ok(stored);
         }
         self.codec()?.open_object(key, stored)
@@ -590,7 +529,7 @@ impl Store {
     /// probe, which `init` runs before the marker exists and a mount after
     /// it was read.
     fn create_object(&self, key: &str, body: Bytes) -> Result<bool> {
-        let body = match codec::sealed_key(key) {
+        let body = match keys::sealed(key) {
             true => self.codec()?.seal_object(key, body),
             false => body,
         };

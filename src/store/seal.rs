@@ -20,6 +20,8 @@ use zeroize::Zeroizing;
 pub const NONCE: usize = 12;
 pub const TAG: usize = 16;
 pub const OVERHEAD: usize = NONCE + TAG;
+// The bound readers check (`limits`) is what sealing adds, and no less.
+const _: () = assert!(crate::limits::BLOB_OVERHEAD == 2 + OVERHEAD as u64);
 
 /// A sealed object failed to open: wrong key, or changed by someone
 /// without it.

@@ -10,8 +10,6 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use zeroize::Zeroizing;
 
-pub const KEYS: &str = "keys/";
-
 /// Argon2id costs of a new passphrase slot (about half a second here).
 const ARGON2_M_KIB: u32 = 64 * 1024;
 const ARGON2_T: u32 = 3;
@@ -133,7 +131,11 @@ fn slot_key(slot: &Slot, secret: &Secret, store_id: &str) -> Option<Zeroizing<[u
 impl Store {
     /// The store's key slots.
     pub fn slots(&self) -> Result<Vec<Slot>> {
-        let keys: Vec<String> = self.list(KEYS, None)?.into_iter().map(|l| l.key).collect();
+        let keys: Vec<String> = self
+            .list(super::keys::KEY_SLOTS, None)?
+            .into_iter()
+            .map(|l| l.key)
+            .collect();
         let mut out = Vec::new();
         for (key, body) in keys.iter().zip(self.get_many(&keys)?) {
             let Some(body) = body else { continue };
@@ -252,5 +254,5 @@ pub fn default_key_file(store_id: &str) -> std::path::PathBuf {
 }
 
 fn slot_key_name(id: &str) -> String {
-    format!("{KEYS}{id}.json")
+    super::keys::key_slot(id)
 }

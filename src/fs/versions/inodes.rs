@@ -6,26 +6,26 @@
 //! attributes, about a hundred bytes; what else it is (chunks, a symlink's
 //! target, its path) is read from its folder's tree when needed.
 
-use super::versions::Versions;
-use super::{Attr, FIRST_VERSION_INO, IMMUTABLE_TTL, VERSIONS, is_staging, lock};
+use super::Versions;
 use crate::error::{Error, FsError, Result};
-use crate::snapshot::diff::TreeSource;
+use crate::fs::{Attr, FIRST_VERSION_INO, IMMUTABLE_TTL, VERSIONS, is_staging, lock};
+use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node};
 use crate::store::pack::BlobRef;
 use std::collections::HashMap;
 
 /// A version inode, materialised: what it stands for.
-pub(super) struct VEntry {
-    pub(super) version: u64,
-    pub(super) node: Node,
+pub(in crate::fs) struct VEntry {
+    pub(in crate::fs) version: u64,
+    pub(in crate::fs) node: Node,
     /// The tree of the directory holding it (none for `vN`): its small
     /// files are read together.
-    pub(super) parent_tree: Option<BlobRef>,
+    pub(in crate::fs) parent_tree: Option<BlobRef>,
 }
 
 /// A version inode as kept: its place, its attributes, the kernel's count
 /// (64 bytes).
-pub(super) struct Held {
+pub(in crate::fs) struct Held {
     /// Entries kept for its folder's children (their places name its slot,
     /// so the slot is reused only when none is left).
     children: u32,
@@ -43,7 +43,7 @@ pub(super) struct Held {
     lookups: u32,
     mtime_ns: u32,
     mode: u16,
-    kind: super::FileKind,
+    kind: crate::fs::FileKind,
 }
 
 /// A place packed as `folder slot << 32 | index`.
@@ -65,7 +65,7 @@ fn pack(folder_slot: u32, index: u32) -> Place2 {
 /// two entries (a listing kept from before answers as stale, not as another
 /// file).
 #[derive(Default)]
-pub(super) struct VersionInodes {
+pub(in crate::fs) struct VersionInodes {
     slots: Vec<Slot>,
     free: Vec<u32>,
     by_place: HashMap<Place2, u32>,
@@ -147,7 +147,7 @@ impl Versions {
     /// when `parent` is `VERSIONS`: index N), allocated if new.
     /// `looked_up`: it is for a lookup reply, counted here under the same
     /// lock as a `forget`, so the two never race.
-    pub(super) fn version_child(
+    pub(in crate::fs) fn version_child(
         &self,
         place: (u64, u64),
         version: u64,
@@ -177,13 +177,13 @@ impl Versions {
             Some(slot) => slot,
             None => {
                 let (kind, mode, tree) = match node {
-                    Node::File { mode, .. } => (super::FileKind::File, *mode, None),
+                    Node::File { mode, .. } => (crate::fs::FileKind::File, *mode, None),
                     Node::Dir { mode, tree, .. } => {
-                        (super::FileKind::Dir, *mode, Some(Box::new(*tree)))
+                        (crate::fs::FileKind::Dir, *mode, Some(Box::new(*tree)))
                     }
-                    Node::Symlink { .. } => (super::FileKind::Symlink, 0o777, None),
+                    Node::Symlink { .. } => (crate::fs::FileKind::Symlink, 0o777, None),
                     Node::Special { kind, mode, .. } => {
-                        (super::FileKind::Special(*kind), *mode, None)
+                        (crate::fs::FileKind::Special(*kind), *mode, None)
                     }
                 };
                 let mtime = node.mtime();
@@ -299,10 +299,10 @@ impl Versions {
     }
 
     /// A version inode's attributes, from memory alone.
-    pub(super) fn version_attr(&self, ino: u64) -> Result<Attr> {
+    pub(in crate::fs) fn version_attr(&self, ino: u64) -> Result<Attr> {
         let t = lock(&self.inodes);
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
-        let special = matches!(h.kind, super::FileKind::Special(_));
+        let special = matches!(h.kind, crate::fs::FileKind::Special(_));
         let mtime = Mtime(h.mtime_s, h.mtime_ns);
         let slot = t.slot(ino).map(|s| s as u32);
         let atime = slot.and_then(|s| t.atimes.get(&s));
@@ -314,7 +314,7 @@ impl Versions {
             perm: h.mode,
             // A version keeps no count of a folder's subfolders: 1, as
             // btrfs answers, tells find and fts not to rely on it.
-            nlink: if h.kind == super::FileKind::Dir {
+            nlink: if h.kind == crate::fs::FileKind::Dir {
                 1
             } else {
                 names
@@ -330,13 +330,13 @@ impl Versions {
     }
 
     /// The version an inode belongs to.
-    pub(super) fn version_entry_version(&self, ino: u64) -> Result<u64> {
+    pub(in crate::fs) fn version_entry_version(&self, ino: u64) -> Result<u64> {
         let t = lock(&self.inodes);
         Ok(t.get(ino).ok_or_else(|| gone(ino))?.version as u64)
     }
 
     /// A version folder's tree.
-    pub(super) fn version_dir_tree(&self, ino: u64) -> Result<BlobRef> {
+    pub(in crate::fs) fn version_dir_tree(&self, ino: u64) -> Result<BlobRef> {
         let t = lock(&self.inodes);
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         h.tree
@@ -369,7 +369,7 @@ impl Versions {
     }
 
     /// What a version inode stands for, its node read from its folder's tree.
-    pub(super) fn version_entry(&self, ino: u64) -> Result<VEntry> {
+    pub(in crate::fs) fn version_entry(&self, ino: u64) -> Result<VEntry> {
         match self.version_place(ino)? {
             Place::Root { version, tree } => Ok(VEntry {
                 version,
@@ -400,14 +400,14 @@ impl Versions {
     }
 
     /// `versions/`-relative path of a version inode, for messages.
-    pub(super) fn version_path(&self, ino: u64) -> String {
+    pub(in crate::fs) fn version_path(&self, ino: u64) -> String {
         self.version_path_or_wait(ino)
             .unwrap_or_else(|_| "?".into())
     }
 
     /// `version_path`, unless a tree it needs must be waited for where
     /// nothing may wait (`crate::nowait`): a policy decides by this path.
-    pub(super) fn version_path_or_wait(&self, mut ino: u64) -> Result<String> {
+    pub(in crate::fs) fn version_path_or_wait(&self, mut ino: u64) -> Result<String> {
         let mut names = Vec::new();
         loop {
             match self.version_place(ino) {
@@ -425,8 +425,8 @@ impl Versions {
                         Err(Error::WouldBlock) => return Err(Error::WouldBlock),
                         other => other.ok(),
                     };
-                    let name =
-                        tree.and_then(|t| t.entries.get(index).map(|e| super::name_str(&e.name)));
+                    let name = tree
+                        .and_then(|t| t.entries.get(index).map(|e| crate::fs::name_str(&e.name)));
                     names.push(name.unwrap_or_else(|| "?".into()));
                     ino = folder;
                 }

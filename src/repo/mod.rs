@@ -1,13 +1,18 @@
 //! The dataset layer's entry point: a store plus its local index and caches.
 //! Knows datasets, their version records, and how to load trees.
 
+pub mod apikeys;
+pub mod datasets;
+pub mod policies;
+pub mod tag;
+
 use crate::cache::disk::DiskCache;
 use crate::cache::index::Index;
 use crate::cache::weighed::WeighedLru;
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::relpath::RelPath;
-use crate::snapshot::diff::TreeSource;
+use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Node, Record, Tree};
 use crate::store::codec::Codec;
 use crate::store::pack::{self, BlobKind, BlobRef};
@@ -49,9 +54,9 @@ pub struct Repo {
     trees: Mutex<WeighedLru<ObjectId, Arc<Tree>>>,
     /// Tags read so far, by key (`tag.rs`; they never change); None for
     /// one that does not decode.
-    pub(crate) tags: Mutex<std::collections::BTreeMap<String, Option<crate::tag::Tag>>>,
-    /// Policy records read so far, oldest first (`access::history`).
-    pub(crate) policy: Mutex<Vec<crate::access::history::Stored>>,
+    pub(crate) tags: Mutex<std::collections::BTreeMap<String, Option<crate::repo::tag::Tag>>>,
+    /// Policy records read so far, oldest first (`policies.rs`).
+    pub(crate) policy: Mutex<Vec<crate::repo::policies::Stored>>,
     /// The key file written when this open created the embedded store.
     created_key_file: Option<PathBuf>,
 }
@@ -213,27 +218,6 @@ pub fn default_cache() -> PathBuf {
         .join("detafs")
 }
 
-/// A name datasets and tags may have: 1 to 100 letters, digits, '-', '_'
-/// and '.', not starting with '.' (a key part and a file name as it is).
-pub fn plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 100
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-}
-
-pub fn validate_name(name: &str) -> Result<()> {
-    if plain_name(name) {
-        Ok(())
-    } else {
-        Err(Error::InvalidInput(format!(
-            "invalid dataset name {name:?}: use letters, digits, '-', '_' and '.', not starting with '.'"
-        )))
-    }
-}
-
 impl Repo {
     /// Opens an initialised store. The embedded default store is created on
     /// first use, so a new user needs no configuration.
@@ -257,7 +241,7 @@ impl Repo {
                     &NewStore::Sealed {
                         key_file: opts.key_file.as_deref(),
                         passphrase: None,
-                        by: &crate::commit::current_user(),
+                        by: &crate::access::caller::current_user(),
                     },
                 )?;
                 created_key_file = created.key_file.filter(|_| created.created);
@@ -351,7 +335,7 @@ impl Repo {
             // No records: is there a dataset at all? (A poll that finds
             // nothing new costs one LIST, nothing more.) A deleted one still
             // has its records, for gc and undelete.
-            validate_name(name)?;
+            crate::limits::validate_name(name)?;
             if self.store.get(&keys::dataset(name))?.is_none() {
                 return Err(Error::NoDataset(name.to_string()));
             }

@@ -31,7 +31,7 @@ pub struct Tag {
 /// `latest`, not a version (`3`, `v3`: nothing that starts with `v`, so the
 /// glob `versions/v*` matches versions only), not starting with '.' or '-'.
 pub fn validate(tag: &str) -> Result<()> {
-    let ok = crate::repo::plain_name(tag)
+    let ok = crate::limits::plain_name(tag)
         && tag != "latest"
         && tag != "staging"
         && !tag.starts_with(['-', 'v'])

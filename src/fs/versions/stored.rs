@@ -8,22 +8,22 @@ use crate::store::pack::{self, BlobRef};
 
 /// An open file whose bytes come from the store (a version file, or an
 /// unchanged file in staging).
-pub(super) struct StoredFile {
-    pub(super) chunks: Vec<BlobRef>,
+pub(in crate::fs) struct StoredFile {
+    pub(in crate::fs) chunks: Vec<BlobRef>,
     /// Offset of each chunk, plus the file size at the end.
-    pub(super) starts: Vec<u64>,
+    pub(in crate::fs) starts: Vec<u64>,
     /// Index of the first chunk of each run fetched with one range read.
-    pub(super) run_starts: Vec<usize>,
+    pub(in crate::fs) run_starts: Vec<usize>,
     /// For a one-chunk file: the run of its directory's small files that
     /// holds it, so reading a folder of small files costs one read per run.
-    pub(super) sibling_run: Option<Vec<BlobRef>>,
+    pub(in crate::fs) sibling_run: Option<Vec<BlobRef>>,
     /// What it is, for messages.
-    pub(super) origin: Origin,
+    pub(in crate::fs) origin: Origin,
 }
 
 /// What a stored file is, told in messages only (so its path is worked out
 /// only when a message needs it, not on every open).
-pub(super) enum Origin {
+pub(in crate::fs) enum Origin {
     /// A version inode: `versions/v3/a/b.csv`.
     Version(u64),
     /// Already said (a file of staging not written yet).
@@ -32,7 +32,7 @@ pub(super) enum Origin {
 
 impl StoredFile {
     /// A file of `chunks`, read in runs of about `run_bytes` per request.
-    pub(super) fn new(
+    pub(in crate::fs) fn new(
         chunks: Vec<BlobRef>,
         siblings: Option<&Tree>,
         origin: Origin,
@@ -79,7 +79,7 @@ impl StoredFile {
         }
     }
 
-    pub(super) fn run(&self, r: usize) -> &[BlobRef] {
+    pub(in crate::fs) fn run(&self, r: usize) -> &[BlobRef] {
         let end = self
             .run_starts
             .get(r + 1)
@@ -89,10 +89,15 @@ impl StoredFile {
     }
 }
 
-impl super::versions::Versions {
+impl super::Versions {
     /// Bytes `[offset, offset+size)` of a stored file, every chunk verified.
     /// While one run of chunks is read, the next one is fetched ahead.
-    pub(super) fn read_stored(&self, f: &StoredFile, offset: u64, size: u64) -> Result<Vec<u8>> {
+    pub(in crate::fs) fn read_stored(
+        &self,
+        f: &StoredFile,
+        offset: u64,
+        size: u64,
+    ) -> Result<Vec<u8>> {
         let total = f.starts.last().copied().unwrap_or(0);
         let end = (offset + size).min(total);
         let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);

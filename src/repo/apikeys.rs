@@ -4,13 +4,12 @@
 //! `dtfs_ID_SECRET`: the id finds the record, the secret is checked
 //! against its hash in constant time.
 
-use super::Action;
+use super::Repo;
+use crate::access::Action;
 use crate::error::{Error, Result};
-use crate::repo::Repo;
+use crate::store::keys;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
-
-pub const PREFIX: &str = "apikeys/";
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -69,7 +68,7 @@ pub fn parse_scopes(given: &[String]) -> Result<Vec<String>> {
 }
 
 fn valid_name(name: &str) -> bool {
-    crate::repo::plain_name(name)
+    crate::limits::plain_name(name)
 }
 
 fn hash(secret: &str) -> String {
@@ -79,10 +78,10 @@ fn hash(secret: &str) -> String {
 impl Repo {
     /// Every key, revoked ones marked.
     pub fn api_keys(&self) -> Result<Vec<ApiKey>> {
-        let listed = self.store.list(PREFIX, None)?;
+        let listed = self.store.list(keys::APIKEYS, None)?;
         let revoked: std::collections::HashSet<String> = listed
             .iter()
-            .filter_map(|l| l.key.strip_prefix(PREFIX)?.strip_suffix(".revoked"))
+            .filter_map(|l| l.key.strip_prefix(keys::APIKEYS)?.strip_suffix(".revoked"))
             .map(String::from)
             .collect();
         let keys: Vec<String> = listed
@@ -117,7 +116,7 @@ impl Repo {
         };
         let k: ApiKey =
             serde_json::from_slice(&bytes).map_err(|e| Error::malformed(key, e.to_string()))?;
-        if format!("{PREFIX}{}.json", k.id) != key {
+        if keys::apikey(&k.id) != key {
             return Err(Error::malformed(key, "API key does not match its name"));
         }
         parse_scopes(&k.scopes).map_err(|e| Error::malformed(key, e.to_string()))?;
@@ -161,10 +160,7 @@ impl Repo {
             revoked: false,
         };
         let body = serde_json::to_vec_pretty(&key).expect("serializable");
-        if !self
-            .store
-            .put_create(&format!("{PREFIX}{id}.json"), body.into())?
-        {
+        if !self.store.put_create(&keys::apikey(&id), body.into())? {
             return Err(Error::InvalidInput("key id taken; try again".into()));
         }
         Ok((key, format!("dtfs_{id}_{secret}")))
@@ -179,10 +175,8 @@ impl Repo {
             .find(|k| k.name == name && !k.revoked)
             .ok_or_else(|| Error::InvalidInput(format!("no key named {name}")))?;
         let body = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-        self.store.put_create(
-            &format!("{PREFIX}{}.revoked", key.id),
-            body.into_bytes().into(),
-        )?;
+        self.store
+            .put_create(&keys::apikey_revoked(&key.id), body.into_bytes().into())?;
         Ok(key)
     }
 }

@@ -4,11 +4,11 @@
 //! host, mount and gateway reads the same chain; a break in it, or a
 //! newest policy that does not parse, is an error (readers fail closed).
 
-use super::policy::{ALL_DATASETS, Action, Policy, Who};
+use super::Repo;
+use crate::access::policy::{ALL_DATASETS, Action, Policy, Who};
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::limits;
-use crate::repo::Repo;
 use crate::store::keys;
 use serde::{Deserialize, Serialize};
 

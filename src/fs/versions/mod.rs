@@ -1,16 +1,20 @@
 //! `versions/`: one read-only directory per version, served from trees.
 
-use super::inodes::VersionInodes;
-use super::listings::Listings;
-use super::stored::{Origin, StoredFile};
-use super::{
-    Attr, DirEntry, FileKind, LATEST, PREFETCH_TREES, ReadAhead, VERSIONS, name_str, node_kind,
-    not_found, tags, version_name,
-};
+pub mod inodes;
+pub mod stored;
+pub mod tags;
+
+use self::inodes::VersionInodes;
+use self::stored::{Origin, StoredFile};
 use crate::error::{Error, FsError, Result};
+use crate::fs::listings::Listings;
+use crate::fs::{
+    Attr, DirEntry, FileKind, LATEST, PREFETCH_TREES, ReadAhead, VERSIONS, name_str, node_kind,
+    not_found, version_name,
+};
 use crate::read::chunks::ChunkCache;
 use crate::repo::Repo;
-use crate::snapshot::diff::TreeSource;
+use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node, Record, Tree};
 use crate::store::pack::BlobRef;
 use std::sync::atomic::AtomicBool;

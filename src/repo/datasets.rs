@@ -12,7 +12,8 @@
 use crate::error::{Error, Result};
 use crate::id::ObjectId;
 use crate::limits;
-use crate::repo::{Repo, validate_name};
+use crate::limits::validate_name;
+use crate::repo::Repo;
 use crate::snapshot::Record;
 use crate::store::keys;
 use serde::{Deserialize, Serialize};
@@ -179,7 +180,7 @@ impl Repo {
             let Some((_, hash)) = copied.iter().find(|(v, _)| *v == t.version) else {
                 continue;
             };
-            self.put_tag(&crate::tag::Tag {
+            self.put_tag(&crate::repo::tag::Tag {
                 dataset: new.to_string(),
                 record: *hash,
                 ..t
@@ -216,7 +217,7 @@ impl Repo {
     /// Brings back a deleted dataset whose records gc has not removed:
     /// refused once its tombstone is older than gc's minimum grace.
     pub fn undelete_dataset(&self, name: &str) -> Result<()> {
-        crate::repo::validate_name(name)?;
+        crate::limits::validate_name(name)?;
         if self.store.get(&keys::dataset(name))?.is_none() {
             return Err(Error::NoDataset(name.to_string()));
         }
@@ -228,7 +229,7 @@ impl Repo {
         let age = d
             .when()
             .and_then(|t| SystemTime::now().duration_since(t).ok());
-        if age.is_none_or(|a| a >= crate::gc::min_grace()) {
+        if age.is_none_or(|a| a >= crate::store::grace::min_grace()) {
             return Err(Error::InvalidInput(format!(
                 "dataset {name:?} was deleted at {}, longer ago than gc's grace: gc may have removed its versions, so it stays deleted",
                 d.time

@@ -1,14 +1,14 @@
 //! `versions/TAG`: a symlink to `vN` for each tag of the dataset. Tags never
 //! move or go, so each keeps the inode it got when first seen.
 
-use super::{
+use crate::error::Result;
+use crate::fs::{
     Attr, DirEntry, FIRST_VERSION_INO, FileKind, IMMUTABLE_TTL, Ino, not_found, version_name,
 };
-use crate::error::Result;
 use crate::snapshot::Mtime;
 use std::collections::HashMap;
 
-use super::ino::FIRST_TAG_INO;
+use crate::fs::ino::FIRST_TAG_INO;
 
 /// Tags a mount shows; more are left out (and logged): their inodes lie
 /// below versions' (`ino.rs`).
@@ -16,18 +16,18 @@ const MAX_TAGS: usize = (FIRST_VERSION_INO - FIRST_TAG_INO) as usize;
 
 /// Tags seen so far, in the order seen (the index is in the inode: `Ino::Tag`).
 #[derive(Default)]
-pub(super) struct TagTable {
+pub(in crate::fs) struct TagTable {
     tags: Vec<(String, u64, Mtime)>,
     by_name: HashMap<String, usize>,
     by_version: HashMap<u64, Vec<String>>,
 }
 
 impl TagTable {
-    pub(super) fn tags_of(&self, version: u64) -> Vec<String> {
+    pub(in crate::fs) fn tags_of(&self, version: u64) -> Vec<String> {
         self.by_version.get(&version).cloned().unwrap_or_default()
     }
 
-    pub(super) fn version_of(&self, tag: &str) -> Option<u64> {
+    pub(in crate::fs) fn version_of(&self, tag: &str) -> Option<u64> {
         self.by_name.get(tag).map(|&i| self.tags[i].1)
     }
 }
@@ -37,7 +37,7 @@ impl TagTable {
 /// or versions, do not move, so a listing read in several requests while
 /// they come neither repeats nor skips an entry. `.` and `..` are 1 and 2,
 /// `latest` 3, tags follow in the order seen, versions by number.
-pub(super) fn versions_offset(e: &DirEntry) -> u64 {
+pub(in crate::fs) fn versions_offset(e: &DirEntry) -> u64 {
     match e.name.as_slice() {
         b"." => 1,
         b".." => 2,
@@ -49,10 +49,10 @@ pub(super) fn versions_offset(e: &DirEntry) -> u64 {
     }
 }
 
-impl super::versions::Versions {
+impl super::Versions {
     /// Reads tags made elsewhere (one listing of the store; bodies once).
     /// Returns the versions that gained a tag.
-    pub(super) fn refresh_tags(&self) -> Result<Vec<u64>> {
+    pub(in crate::fs) fn refresh_tags(&self) -> Result<Vec<u64>> {
         let tags = self.repo.tags(&self.dataset)?;
         let mut tagged = Vec::new();
         let mut table = self.tags.write().unwrap_or_else(|p| p.into_inner());
@@ -91,14 +91,14 @@ impl super::versions::Versions {
     }
 
     /// The symlink `versions/TAG`, if there is such a tag.
-    pub(super) fn lookup_tag(&self, name: &[u8]) -> Option<Attr> {
+    pub(in crate::fs) fn lookup_tag(&self, name: &[u8]) -> Option<Attr> {
         let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
         let index = *table.by_name.get(std::str::from_utf8(name).ok()?)?;
         drop(table);
         self.tag_attr(Ino::tag(index)).ok()
     }
 
-    pub(super) fn tag_attr(&self, ino: u64) -> Result<Attr> {
+    pub(in crate::fs) fn tag_attr(&self, ino: u64) -> Result<Attr> {
         let (_, version, mtime) = self.tag_at(ino).ok_or_else(|| not_found(b"tag"))?;
         Ok(Attr {
             ino,
@@ -116,13 +116,13 @@ impl super::versions::Versions {
         })
     }
 
-    pub(super) fn tag_target(&self, ino: u64) -> Result<Vec<u8>> {
+    pub(in crate::fs) fn tag_target(&self, ino: u64) -> Result<Vec<u8>> {
         let (_, version, _) = self.tag_at(ino).ok_or_else(|| not_found(b"tag"))?;
         Ok(format!("v{version}").into_bytes())
     }
 
     /// `versions/`' entries for tags, in the order seen.
-    pub(super) fn list_tags(&self) -> Vec<DirEntry> {
+    pub(in crate::fs) fn list_tags(&self) -> Vec<DirEntry> {
         let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
         table
             .tags

@@ -1,0 +1,173 @@
+//! Every key detafs writes in a store (docs/format.md) and what each kind
+//! holds: one place decides the layout and whether a sealed store seals an
+//! object, so no kind of key can be added without saying whether it is.
+
+use crate::id::ObjectId;
+
+/// What a key holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// The store's marker (`MARKER`): format and sealing, read before any key.
+    Marker,
+    /// Key slots of a format 2 store (`slots.rs`): wrapped keys.
+    KeySlot,
+    /// A probe of conditional create (`Store::probe`), deleted at once.
+    Probe,
+    /// A dataset's objects: its description, version records and tags.
+    Dataset,
+    /// Access policy records.
+    PolicyRecord,
+    /// Gateway API keys and their revocations.
+    ApiKey,
+    /// Files uploaded through the gateway, not yet committed.
+    Upload,
+    /// Notes of gc runs (names only, no content).
+    GcNote,
+    /// Packs of blobs (sealed blob by blob, not as one object).
+    Pack,
+}
+
+impl Kind {
+    /// The kind of `key`, if detafs writes keys like it.
+    pub fn of(key: &str) -> Option<Kind> {
+        if key == super::MARKER {
+            return Some(Kind::Marker);
+        }
+        [
+            (KEY_SLOTS, Kind::KeySlot),
+            (PROBES, Kind::Probe),
+            (DATASETS, Kind::Dataset),
+            (POLICY_RECORDS, Kind::PolicyRecord),
+            (APIKEYS, Kind::ApiKey),
+            (UPLOADS, Kind::Upload),
+            (GC_NOTES, Kind::GcNote),
+            (PACKS, Kind::Pack),
+        ]
+        .into_iter()
+        .find_map(|(prefix, kind)| key.starts_with(prefix).then_some(kind))
+    }
+
+    /// Whether a sealed store seals an object of this kind as a whole (the
+    /// codec's small objects); packs seal each blob, slots wrap their keys.
+    pub fn sealed(self) -> bool {
+        match self {
+            Kind::Dataset | Kind::PolicyRecord | Kind::ApiKey | Kind::Upload => true,
+            Kind::Marker | Kind::KeySlot | Kind::Probe | Kind::GcNote | Kind::Pack => false,
+        }
+    }
+}
+
+/// Whether a sealed store seals the small object at `key`.
+pub fn sealed(key: &str) -> bool {
+    Kind::of(key).is_some_and(Kind::sealed)
+}
+
+pub const KEY_SLOTS: &str = "keys/";
+pub fn key_slot(id: &str) -> String {
+    format!("{KEY_SLOTS}{id}.json")
+}
+pub const PROBES: &str = "probes/";
+pub fn probe(nonce: &str) -> String {
+    format!("{PROBES}{nonce}")
+}
+pub const DATASETS: &str = "datasets/";
+pub const APIKEYS: &str = "apikeys/";
+pub fn apikey(id: &str) -> String {
+    format!("{APIKEYS}{id}.json")
+}
+pub fn apikey_revoked(id: &str) -> String {
+    format!("{APIKEYS}{id}.revoked")
+}
+pub const UPLOADS: &str = "uploads/";
+pub fn upload(id: &str) -> String {
+    format!("{UPLOADS}{id}.json")
+}
+
+pub fn dataset(name: &str) -> String {
+    format!("{DATASETS}{name}/dataset.json")
+}
+pub fn deleted(name: &str) -> String {
+    format!("{DATASETS}{name}/deleted.json")
+}
+pub fn records(name: &str) -> String {
+    format!("{DATASETS}{name}/records/")
+}
+pub fn record(name: &str, version: u64) -> String {
+    format!("{DATASETS}{name}/records/{version:020}.json")
+}
+/// The version a record key names, if `key` is exactly such a key.
+pub fn record_number(name: &str, key: &str) -> Option<u64> {
+    let digits = key.strip_prefix(&records(name))?.strip_suffix(".json")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|&n| n > 0)
+}
+pub fn tags(name: &str) -> String {
+    format!("{DATASETS}{name}/tags/")
+}
+pub fn tag(name: &str, tag: &str) -> String {
+    format!("{DATASETS}{name}/tags/{tag}.json")
+}
+/// The tag a key names, if `key` is a tag key of dataset `name`.
+pub fn tag_name<'k>(name: &str, key: &'k str) -> Option<&'k str> {
+    key.strip_prefix(&tags(name))?.strip_suffix(".json")
+}
+/// One object per gc run that deleted something, named by its time:
+/// hosts that see a new one forget where blobs were (`Repo::gc_mark`).
+pub const GC_NOTES: &str = "gc/";
+pub fn gc_note(unix_nanos: u128, nonce: u64) -> String {
+    format!("{GC_NOTES}{unix_nanos:039}-{nonce:016x}")
+}
+pub const POLICY_RECORDS: &str = "policy/records/";
+pub fn policy_record(version: u64) -> String {
+    format!("{POLICY_RECORDS}{version:020}.json")
+}
+/// The policy version a key names, if it is exactly such a key.
+pub fn policy_record_number(key: &str) -> Option<u64> {
+    let digits = key.strip_prefix(POLICY_RECORDS)?.strip_suffix(".json")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|&n| n > 0)
+}
+pub const PACKS: &str = "packs/";
+pub fn pack(id: &ObjectId) -> String {
+    let hex = id.to_hex();
+    format!("{PACKS}{}/{hex}", &hex[..2])
+}
+/// The pack id named by a pack key, if it is one.
+pub fn pack_id(key: &str) -> Option<ObjectId> {
+    key.strip_prefix(PACKS)?.rsplit('/').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_detafs_writes_has_a_kind_and_secrets_are_sealed() {
+        let id = ObjectId::of(b"x");
+        let cases = [
+            (super::super::MARKER.to_string(), Kind::Marker, false),
+            (key_slot("a1"), Kind::KeySlot, false),
+            (probe("00"), Kind::Probe, false),
+            (dataset("d"), Kind::Dataset, true),
+            (deleted("d"), Kind::Dataset, true),
+            (record("d", 3), Kind::Dataset, true),
+            (tag("d", "t"), Kind::Dataset, true),
+            (policy_record(1), Kind::PolicyRecord, true),
+            (apikey("k"), Kind::ApiKey, true),
+            (apikey_revoked("k"), Kind::ApiKey, true),
+            (upload("u"), Kind::Upload, true),
+            (gc_note(1, 2), Kind::GcNote, false),
+            (pack(&id), Kind::Pack, false),
+        ];
+        for (key, kind, sealed_) in cases {
+            assert_eq!(Kind::of(&key), Some(kind), "{key}");
+            assert_eq!(sealed(&key), sealed_, "{key}");
+        }
+        assert_eq!(Kind::of("elsewhere/x"), None);
+        assert!(!sealed("elsewhere/x"));
+    }
+}
