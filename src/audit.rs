@@ -105,7 +105,7 @@ pub struct History {
 pub fn history(repo: &Repo, dataset: &str) -> Result<History> {
     let mut h = History::default();
     let mut prev: Option<(u64, ObjectId)> = None;
-    for listed in repo.store.list(&keys::records(dataset), None)? {
+    for listed in repo.store().list(&keys::records(dataset), None)? {
         // Keys are the store's: escaped wherever they are shown.
         let key = crate::escape::line(listed.key.as_bytes()).into_owned();
         let Some(n) = keys::record_number(dataset, &listed.key) else {
@@ -113,7 +113,7 @@ pub fn history(repo: &Repo, dataset: &str) -> Result<History> {
                 .push(Problem::chain(key, "not a version record name".into()));
             continue;
         };
-        let bytes = match repo.store.get(&listed.key) {
+        let bytes = match repo.store().get(&listed.key) {
             Ok(Some(b)) => b,
             Ok(None) => continue,
             Err(e @ Error::Malformed { .. }) => {
@@ -132,7 +132,7 @@ pub fn history(repo: &Repo, dataset: &str) -> Result<History> {
                 "version records missing from the store".into(),
             ));
         }
-        if let Some(known) = repo.index.record_hash(dataset, n)?
+        if let Some(known) = repo.index().record_hash(dataset, n)?
             && known != hash
         {
             h.problems.push(Problem::chain(
@@ -176,7 +176,7 @@ pub fn history(repo: &Repo, dataset: &str) -> Result<History> {
         });
         prev = Some((n, hash));
     }
-    let known = repo.index.latest_version(dataset)?;
+    let known = repo.index().latest_version(dataset)?;
     let in_store = prev.map_or(0, |(v, _)| v);
     if known > in_store {
         h.problems.push(Problem::chain(
@@ -196,9 +196,9 @@ fn check_tags(
     records: &HashMap<u64, ObjectId>,
     h: &mut History,
 ) -> Result<()> {
-    for listed in repo.store.list(&keys::tags(dataset), None)? {
+    for listed in repo.store().list(&keys::tags(dataset), None)? {
         let key = crate::escape::line(listed.key.as_bytes()).into_owned();
-        let Some(bytes) = repo.store.get(&listed.key)? else {
+        let Some(bytes) = repo.store().get(&listed.key)? else {
             continue;
         };
         match crate::repo::tag::Tag::decode(&bytes, &listed.key, dataset) {

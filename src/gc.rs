@@ -26,7 +26,7 @@ fn note_wait(repo: &Repo) -> Duration {
         // Test builds only: most tests run gc with nothing in flight.
         return d;
     }
-    repo.store.deadline() + Duration::from_secs(5)
+    repo.store().deadline() + Duration::from_secs(5)
 }
 
 /// Leaves the note of a gc about to delete versions' data: every host's
@@ -37,7 +37,7 @@ fn leave_note(repo: &Repo) -> Result<()> {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let key = keys::gc_note(nanos, rand::random());
-    repo.store
+    repo.store()
         .put_create(&key, bytes::Bytes::from_static(b"gc\n"))?;
     std::thread::sleep(note_wait(repo));
     Ok(())
@@ -116,7 +116,7 @@ pub fn gc(
     }
     let reachable = reachable_packs(repo, &kept)?;
     let (mut doomed, young): (Vec<Listed>, Vec<Listed>) = repo
-        .store
+        .store()
         .list(keys::PACKS, None)?
         .into_iter()
         .filter(|l| keys::pack_id(&l.key).is_some_and(|id| !reachable.contains(&id)))
@@ -136,13 +136,13 @@ pub fn gc(
     // tombstone and `dataset.json` stay (the name is never reused).
     for (name, _) in &expired {
         for prefix in [keys::records(name), keys::tags(name)] {
-            doomed.extend(repo.store.list(&prefix, None)?);
+            doomed.extend(repo.store().list(&prefix, None)?);
         }
     }
     if !dry_run {
         progress.set_total(doomed.iter().map(|l| l.size).sum());
         for l in &doomed {
-            repo.store.delete(&l.key)?;
+            repo.store().delete(&l.key)?;
             progress.advance(l.size);
         }
     }

@@ -84,7 +84,7 @@ impl Walker<'_> {
             }
             self.trees.insert(r.id);
             self.report.blobs += 1;
-            let loaded = pack::read_blob(&self.repo.store, &r, BlobKind::Tree)
+            let loaded = pack::read_blob(self.repo.store(), &r, BlobKind::Tree)
                 .and_then(|b| Tree::decode(&b));
             let tree = match loaded {
                 Ok(t) => std::sync::Arc::new(t),
@@ -158,13 +158,17 @@ impl Walker<'_> {
     /// Reads every chunk collected by `walk` with range reads of runs that
     /// lie back to back (never a whole pack: its size is the store's word).
     fn check_chunks(&mut self, progress: &dyn Progress) -> Result<()> {
-        let codec = self.repo.codec.clone();
+        let codec = self.repo.codec().clone();
         for (pack_id, blobs) in std::mem::take(&mut self.chunks) {
             let key = keys::pack(&pack_id);
             self.report.blobs += blobs.len();
             let mut sorted: Vec<_> = blobs.into_values().collect();
             sorted.sort_by_key(|(r, _)| (r.offset, r.len));
-            match self.repo.store.get_range(&key, 0..pack::MAGIC.len() as u64) {
+            match self
+                .repo
+                .store()
+                .get_range(&key, 0..pack::MAGIC.len() as u64)
+            {
                 Ok(Some(head)) => {
                     if let Err(e) = pack::check_header(&pack_id, &head) {
                         self.report.problems.push(Problem {
@@ -184,7 +188,7 @@ impl Walker<'_> {
             let mut at = 0;
             for run in pack::runs(&refs, 8 << 20) {
                 let (first, last) = (&run[0], &run[run.len() - 1]);
-                let bytes = self.repo.store.get_range(&key, first.offset..last.end());
+                let bytes = self.repo.store().get_range(&key, first.offset..last.end());
                 let entries = &sorted[at..at + run.len()];
                 at += run.len();
                 let bytes = match bytes {
@@ -288,7 +292,7 @@ pub fn verify(repo: &Repo, dataset: Option<&str>, progress: &dyn Progress) -> Re
     w.check_chunks(progress)?;
     if dataset.is_none() {
         w.report.garbage = repo
-            .store
+            .store()
             .list(keys::PACKS, None)?
             .into_iter()
             .filter(|l| keys::pack_id(&l.key).is_none_or(|id| !w.reachable.contains(&id)))

@@ -776,10 +776,10 @@ fn a_commit_stores_what_one_core_would() {
         };
         let path = src.join(String::from_utf8(e.name.clone()).unwrap());
         let file = std::fs::File::open(&path).unwrap();
-        let one_core: Vec<_> = chunker::chunks(file, u64::MAX, repo.codec.chunker_seed())
+        let one_core: Vec<_> = chunker::chunks(file, u64::MAX, repo.codec().chunker_seed())
             .map(|c| {
                 let c = c.unwrap();
-                (repo.codec.blob_id(&c), c.len() as u64)
+                (repo.codec().blob_id(&c), c.len() as u64)
             })
             .collect();
         let stored: Vec<_> = chunks.iter().map(|c| (c.id, c.data_size())).collect();

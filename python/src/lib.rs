@@ -76,7 +76,7 @@ impl Store {
         if let Some(n) = number
             && let Some(r) = self
                 .repo
-                .index
+                .index()
                 .records(dataset)?
                 .into_iter()
                 .find(|r| r.version == n)
@@ -176,7 +176,7 @@ impl Store {
     /// The store's URL.
     #[getter]
     fn url(&self) -> String {
-        self.repo.store.url().to_string()
+        self.repo.store().url().to_string()
     }
 
     /// The datasets, by name.

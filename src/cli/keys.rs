@@ -101,10 +101,10 @@ pub fn tell_key_file(path: &Path) {
 /// `detafs key list`: one line per slot (or a JSON array); the slot this
 /// host's key file opens names the file, so the user knows what to back up.
 pub fn list(repo: &Repo, opts: &Options, json: bool) -> anyhow::Result<()> {
-    if !repo.codec.is_sealed() {
+    if !repo.codec().is_sealed() {
         bail!("this store is not encrypted (format 1): it has no key slots");
     }
-    let store_id = repo.store.info()?.store_id;
+    let store_id = repo.store().info()?.store_id;
     let here = opts
         .key_file
         .clone()
@@ -114,7 +114,7 @@ pub fn list(repo: &Repo, opts: &Options, json: bool) -> anyhow::Result<()> {
         .filter(|k| k.store_id == store_id)
         .map(|k| k.slot);
     let mut rows = Vec::new();
-    for s in repo.store.slots()? {
+    for s in repo.store().slots()? {
         let kind = match s.kind {
             SlotKind::Keyfile => "key-file",
             SlotKind::Passphrase => "passphrase",
@@ -154,7 +154,7 @@ pub fn add(
     file: Option<&Path>,
     passphrase: bool,
 ) -> anyhow::Result<()> {
-    if !repo.codec.is_sealed() {
+    if !repo.codec().is_sealed() {
         bail!("this store is not encrypted (format 1): it has no key slots");
     }
     let master = open_master(repo, opts)?;
@@ -163,7 +163,7 @@ pub fn add(
         (None, true) => Some(new_passphrase()?),
         _ => bail!("give either --file PATH (a new key file) or --passphrase"),
     };
-    let slot = repo.store.add_slot(
+    let slot = repo.store().add_slot(
         &master,
         file,
         pass.as_deref().map(String::as_str),
@@ -177,10 +177,10 @@ pub fn add(
 }
 
 pub fn remove(repo: &Repo, id: &str) -> anyhow::Result<()> {
-    if !repo.codec.is_sealed() {
+    if !repo.codec().is_sealed() {
         bail!("this store is not encrypted (format 1): it has no key slots");
     }
-    repo.store.remove_slot(id)?;
+    repo.store().remove_slot(id)?;
     println!("removed key slot {id}: what it held opens this store no more");
     Ok(())
 }
@@ -188,5 +188,5 @@ pub fn remove(repo: &Repo, id: &str) -> anyhow::Result<()> {
 /// The master key again, to wrap it in a new slot (the repo is open, so
 /// one of the user's secrets opens it).
 fn open_master(repo: &Repo, opts: &Options) -> anyhow::Result<detafs::store::seal::MasterKey> {
-    detafs::repo::open_master(&repo.store, opts).context("cannot open the store's master key")
+    detafs::repo::open_master(repo.store(), opts).context("cannot open the store's master key")
 }

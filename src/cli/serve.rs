@@ -39,8 +39,8 @@ pub fn serve(
     let tls = match (cert, key) {
         (Some(c), Some(k)) => tls::load(&c, &k)?,
         (None, None) => {
-            let (tls, made) = tls::self_signed(&repo.state_dir)?;
-            let dir = repo.state_dir.display();
+            let (tls, made) = tls::self_signed(repo.state_dir())?;
+            let dir = repo.state_dir().display();
             eprintln!(
                 "{} self-signed certificate {dir}/gateway-cert.pem",
                 if made { "made a" } else { "using the" },
@@ -51,7 +51,7 @@ pub fn serve(
     };
     eprintln!("certificate SHA-256 fingerprint: {}", tls.fingerprint);
     let audit = repo
-        .state_dir
+        .state_dir()
         .join(format!("gateway-{}.jsonl", listen.port()));
     let opts = GatewayOptions {
         listen,

@@ -104,7 +104,7 @@ pub fn publish<'r>(
         return Err(Error::NothingToCommit(b.version));
     }
     repo.check_store(false)?;
-    let stat_rows = std::mem::replace(&mut scanner.stat_rows, PendingStats::new(&repo.index));
+    let stat_rows = std::mem::replace(&mut scanner.stat_rows, PendingStats::new(repo.index()));
     let started = scanner.started;
     let resumed_since = scanner.resumed_since;
     let gc_mark = scanner.gc_mark.clone();
@@ -146,7 +146,7 @@ pub fn publish<'r>(
             None => None,
         };
         let record = Record {
-            format: repo.codec.format(),
+            format: repo.codec().format(),
             dataset: req.dataset.to_string(),
             version,
             parent: parent_hash,
@@ -166,7 +166,7 @@ pub fn publish<'r>(
         let resumed_age = resumed_since.map_or(std::time::Duration::ZERO, |at| {
             std::time::Duration::from_secs((scan::unix_now() - at).max(0) as u64)
         });
-        if started.elapsed().max(resumed_age) + repo.store.deadline()
+        if started.elapsed().max(resumed_age) + repo.store().deadline()
             > crate::store::grace::MAX_COMMIT_AGE
         {
             // gc elsewhere may have collected this commit's first packs.
@@ -183,11 +183,11 @@ pub fn publish<'r>(
             return Err(Error::CollectedMeanwhile);
         }
         if repo
-            .store
+            .store()
             .put_create(&keys::record(req.dataset, version), body.clone().into())?
         {
             fail::fail_point!("after-record");
-            repo.index
+            repo.index()
                 .insert_record(req.dataset, version, ObjectId::of(&body), &body)?;
             repo.index_tree(&root)?;
             stat_rows.land()?;
@@ -199,7 +199,7 @@ pub fn publish<'r>(
 }
 
 fn record_hash(repo: &Repo, dataset: &str, version: u64) -> Result<ObjectId> {
-    repo.index
+    repo.index()
         .record_hash(dataset, version)?
         .ok_or_else(|| Error::NoVersion {
             dataset: dataset.to_string(),

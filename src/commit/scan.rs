@@ -212,7 +212,7 @@ impl<'r> Scanner<'r> {
 
     pub fn new(repo: &'r Repo, progress: &'r dyn Progress) -> Result<Self> {
         let gc_mark = repo.gc_mark()?;
-        repo.index
+        repo.index()
             .forget_uploaded(unix_now() - RESUME_WINDOW.as_secs() as i64)?;
         let now_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -222,18 +222,18 @@ impl<'r> Scanner<'r> {
             repo,
             // Each durable pack's chunks are noted in the index, for a
             // commit that resumes this one if it is interrupted.
-            data: PackWriter::new(&repo.store, PACK_SIZE).on_durable(Box::new(|blobs| {
-                repo.index.insert_uploaded(blobs, unix_now())?;
+            data: PackWriter::new(repo.store(), PACK_SIZE).on_durable(Box::new(|blobs| {
+                repo.index().insert_uploaded(blobs, unix_now())?;
                 crate::hold::hold("commit-uploads-noted");
                 Ok(())
             })),
-            trees: PackWriter::new(&repo.store, PACK_SIZE),
+            trees: PackWriter::new(repo.store(), PACK_SIZE),
             written: lru::LruCache::new(WRITTEN.try_into().expect("not zero")),
             placed: HashMap::new(),
-            stat_rows: PendingStats::new(&repo.index),
+            stat_rows: PendingStats::new(repo.index()),
             racy_after_ns: now_ns - racy_window().as_nanos() as i64,
             progress,
-            codec: repo.codec.clone(),
+            codec: repo.codec().clone(),
             started: std::time::Instant::now(),
             resumed_since: None,
             encoder: None,
@@ -257,12 +257,12 @@ impl<'r> Scanner<'r> {
         if let Some(r) = self.written.get(id) {
             return Ok(Some(*r));
         }
-        if let Some(r) = self.repo.index.blob(id)? {
+        if let Some(r) = self.repo.index().blob(id)? {
             return Ok(Some(r));
         }
         // Uploaded by a commit of this host that was interrupted.
         let since = unix_now() - RESUME_WINDOW.as_secs() as i64;
-        Ok(match self.repo.index.uploaded_blob(id, since)? {
+        Ok(match self.repo.index().uploaded_blob(id, since)? {
             Some((r, at)) => {
                 self.resumed_since = Some(self.resumed_since.map_or(at, |s| s.min(at)));
                 Some(r)
@@ -409,7 +409,7 @@ impl<'r> Scanner<'r> {
     fn folder(&mut self, dir: &Path, listed: Vec<Listed>) -> Result<(BlobRef, bool)> {
         let key = self.local_path(dir)?;
         let digest = folder_digest(&listed);
-        if let Some(found) = self.repo.index.folder_lookup(&key, &digest)? {
+        if let Some(found) = self.repo.index().folder_lookup(&key, &digest)? {
             let files = listed.iter().filter(|l| l.meta.is_file());
             self.progress.advance(files.map(|l| l.meta.size()).sum());
             return Ok(found);
@@ -535,7 +535,7 @@ impl<'r> Scanner<'r> {
     fn look_up(&self, path: &Path, meta: &Metadata) -> Result<LookedUp> {
         let key = stat_key(meta);
         let path_bytes = self.local_path(path)?;
-        let cached = self.repo.index.stat_lookup(&path_bytes, key)?;
+        let cached = self.repo.index().stat_lookup(&path_bytes, key)?;
         Ok((path_bytes, key, cached))
     }
 
@@ -586,7 +586,7 @@ impl<'r> Scanner<'r> {
                 // A large file committed from here before is cut again
                 // along its previous chunks (`snapshot::rechunk`).
                 let previous = match key.size >= RECHUNK_FROM {
-                    true => self.repo.index.stat_previous(&path_bytes)?,
+                    true => self.repo.index().stat_previous(&path_bytes)?,
                     false => None,
                 };
                 self.chunk_stable(path, key, previous.as_deref())?

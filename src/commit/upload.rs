@@ -77,7 +77,10 @@ pub fn store_upload(repo: &Repo, dataset: &str, path: &RelPath, file: &Path) -> 
         gc_mark,
     };
     let body = serde_json::to_vec(&up).expect("serializable");
-    if !repo.store.put_create(&keys::upload(&up.id), body.into())? {
+    if !repo
+        .store()
+        .put_create(&keys::upload(&up.id), body.into())?
+    {
         return Err(Error::InvalidInput("upload id taken; upload again".into()));
     }
     Ok(up)
@@ -90,7 +93,7 @@ pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
         return Err(Error::InvalidInput(format!("bad upload id {id:?}")));
     }
     let bytes = repo
-        .store
+        .store()
         .get(&keys::upload(id))?
         .ok_or_else(|| Error::InvalidInput(format!("no upload {id}")))?;
     let up: Upload = serde_json::from_slice(&bytes)
@@ -111,7 +114,7 @@ pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
         .ok()
         .and_then(|t| t.elapsed().ok())
         .ok_or_else(|| Error::malformed(keys::upload(id), "bad time"))?;
-    if age + repo.store.deadline() > crate::store::grace::MAX_COMMIT_AGE {
+    if age + repo.store().deadline() > crate::store::grace::MAX_COMMIT_AGE {
         return Err(Error::InvalidInput(format!(
             "upload {id} is older than {} and may have been collected: upload it again",
             humantime::format_duration(crate::store::grace::MAX_COMMIT_AGE)

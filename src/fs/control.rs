@@ -470,7 +470,7 @@ fn log(fs: &MountFs) -> Vec<u8> {
 /// `.detafs/health`; under a policy, as `judge`'s caller sees the dataset
 /// (the versions it may see, counted).
 fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
-    let store = fs.repo.store.health();
+    let store = fs.repo.store().health();
     let versions = fs
         .versions
         .records
@@ -485,13 +485,13 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
     };
     drop(versions);
     let body = serde_json::json!({
-        "status": match (fs.repo.store.is_gone(), store.reachable) {
+        "status": match (fs.repo.store().is_gone(), store.reachable) {
             (true, _) => "gone",
             (false, true) => "ok",
             (false, false) => "degraded",
         },
-        "store_gone": fs.repo.store.is_gone(),
-        "store": fs.repo.store.url(),
+        "store_gone": fs.repo.store().is_gone(),
+        "store": fs.repo.store().url(),
         "store_reachable": store.reachable,
         "store_error": store.error,
         "store_failing_for_secs": store.failing_for_secs,
@@ -501,7 +501,7 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
         "log": fs.opts.log,
         "versions": seen,
         "version_inodes": fs.versions.version_inodes(),
-        "cache_bytes": fs.repo.disk.used_bytes(),
+        "cache_bytes": fs.repo.disk().used_bytes(),
         "staging": fs.staging.present(),
         // Whether the kernel opens files without asking (read-only, no policy).
         "opens_skipped": fs.opens_skipped(),

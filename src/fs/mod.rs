@@ -244,7 +244,7 @@ impl MountFs {
             // the mount: the versions before it are served.
             Err(e @ (Error::Malformed { .. } | Error::Corrupt { .. })) => {
                 tracing::warn!("{e}: the versions before it are served");
-                repo.index.records(dataset)?
+                repo.index().records(dataset)?
             }
             Err(e) => return Err(e),
         };
@@ -254,7 +254,7 @@ impl MountFs {
             // (and in the disk cache) before the store is ever unreachable.
             prefetch_trees(repo.clone(), latest.tree);
         }
-        let read_ahead = ReadAhead::for_store(repo.store.is_remote());
+        let read_ahead = ReadAhead::for_store(repo.store().is_remote());
         let chunks = ChunkCache::new(repo.clone(), read_ahead.cache_bytes());
         let staging = overlay::StagingArea::new(repo.clone(), staging)?;
         let fs = MountFs {
@@ -331,12 +331,12 @@ impl MountFs {
     pub fn poll(&self) -> Result<()> {
         // A store deleted or moved away is told by health (and refused by
         // every write), never made again by one.
-        self.repo.store.ensure_present()?;
+        self.repo.store().ensure_present()?;
         // Most polls find nothing new: only then re-read the index's records.
         let new_records =
             self.repo.fetch_new_records(&self.dataset)? > self.versions.latest().unwrap_or(0);
         if new_records {
-            let records = self.repo.index.records(&self.dataset)?;
+            let records = self.repo.index().records(&self.dataset)?;
             *self
                 .versions
                 .records
@@ -920,7 +920,7 @@ impl MountFs {
 
     /// Free space where staged data lives.
     pub fn statfs(&self) -> Result<libc::statvfs> {
-        let path = std::ffi::CString::new(self.repo.state_dir.as_os_str().as_encoded_bytes())
+        let path = std::ffi::CString::new(self.repo.state_dir().as_os_str().as_encoded_bytes())
             .expect("no NUL in path");
         let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: valid C string and out-pointer.

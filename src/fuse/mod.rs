@@ -140,7 +140,7 @@ impl Fuse {
     /// Runs `op` off the kernel-reading thread.
     fn spawn(&self, op: impl FnOnce(&MountFs) + Send + 'static) {
         let fs = self.fs.clone();
-        self.fs.repo().store.spawn_work(move || op(&fs));
+        self.fs.repo().store().spawn_work(move || op(&fs));
     }
 
     /// Creates a staged directory, empty file, symlink (`target`) or special
@@ -1302,7 +1302,7 @@ pub fn serve(
 ) -> std::io::Result<()> {
     // Taken over before the mount is live: a signal that comes as soon as
     // it can be seen unmounts it, rather than killing the process.
-    let handlers = fs.repo().store.block_on(async {
+    let handlers = fs.repo().store().block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
         Ok::<_, std::io::Error>((
             signal(SignalKind::interrupt())?,
@@ -1347,7 +1347,7 @@ pub fn serve(
     let at = mountpoint.to_path_buf();
     std::thread::spawn(move || {
         let mut signalled = || {
-            store.repo().store.block_on(async {
+            store.repo().store().block_on(async {
                 tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
             })
         };

@@ -286,7 +286,7 @@ impl Api {
         f: impl FnOnce(&Repo) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
         let repo = self.repo.clone();
-        let store = repo.store.clone();
+        let store = repo.store().clone();
         store
             .work(move || f(&repo))
             .await
@@ -545,7 +545,7 @@ async fn metrics(State(api): State<Arc<Api>>) -> Response {
         let _ = writeln!(out, "detafs_requests_total{{{labels}}} {n}");
         let _ = writeln!(out, "detafs_request_seconds_total{{{labels}}} {secs:.6}");
     }
-    let store = api.repo.store.health();
+    let store = api.repo.store().health();
     let _ = writeln!(out, "# TYPE detafs_store_reachable gauge");
     let _ = writeln!(out, "detafs_store_reachable {}", u8::from(store.reachable));
     let _ = writeln!(out, "detafs_store_latency_ms {:.3}", store.latency_ms);
@@ -560,7 +560,7 @@ async fn metrics(State(api): State<Arc<Api>>) -> Response {
         "detafs_store_requests_total{{result=\"failed\"}} {}",
         store.requests_failed
     );
-    let _ = writeln!(out, "detafs_cache_bytes {}", api.repo.disk.used_bytes());
+    let _ = writeln!(out, "detafs_cache_bytes {}", api.repo.disk().used_bytes());
     let _ = writeln!(out, "# TYPE detafs_file_gets_total counter");
     for (answer, n) in [("memory", &api.from_memory), ("read", &api.with_reads)] {
         let n = n.load(Ordering::Relaxed);
@@ -604,9 +604,9 @@ async fn openapi() -> Response {
 }
 
 async fn health(State(api): State<Arc<Api>>) -> Response {
-    let store = api.repo.store.health();
+    let store = api.repo.store().health();
     let index_started = Instant::now();
-    let index_ok = api.repo.index.latest_version("-").is_ok();
+    let index_ok = api.repo.index().latest_version("-").is_ok();
     let index_ms = index_started.elapsed().as_secs_f64() * 1000.0;
     let ok = store.reachable && index_ok;
     let consistent = api
@@ -1187,7 +1187,7 @@ async fn put_upload(
 
 /// A private scratch folder under the store's local state, gone on drop.
 fn tempdir_in(repo: &Repo) -> Result<tempfile::TempDir, ApiError> {
-    let dir = repo.state_dir.join("gateway-tmp");
+    let dir = repo.state_dir().join("gateway-tmp");
     crate::private::ensure_dir(&dir)?;
     tempfile::tempdir_in(&dir).map_err(|e| Error::io(dir.display(), e).into())
 }

@@ -59,7 +59,7 @@ pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAdd
         })
         .map_err(|e| Error::io("audit thread", e))?;
     let acceptor = tokio_rustls::TlsAcceptor::from(opts.tls.config);
-    let store = repo.store.clone();
+    let store = repo.store().clone();
     let served = store.block_on(async move {
         use tokio::signal::unix::{SignalKind, signal};
         let listener = tokio::net::TcpListener::bind(opts.listen)

@@ -41,22 +41,22 @@ pub struct Options {
 pub type Passphrase = Arc<dyn Fn() -> Option<zeroize::Zeroizing<String>> + Send + Sync>;
 
 pub struct Repo {
-    pub store: Arc<Store>,
+    store: Arc<Store>,
     /// How the store encodes what it holds (`store::codec`).
-    pub codec: Codec,
-    pub index: Arc<Index>,
-    pub disk: DiskCache,
+    codec: Codec,
+    index: Arc<Index>,
+    disk: DiskCache,
     /// This store's local index and cache (deleting it loses nothing).
-    pub state_dir: PathBuf,
+    state_dir: PathBuf,
     /// Names this store's local state (cache and staging folders).
-    pub state_key: String,
+    state_key: String,
     /// Trees in memory, bounded by their total number of entries.
     trees: Mutex<WeighedLru<ObjectId, Arc<Tree>>>,
     /// Tags read so far, by key (`tag.rs`; they never change); None for
     /// one that does not decode.
-    pub(crate) tags: Mutex<std::collections::BTreeMap<String, Option<crate::repo::tag::Tag>>>,
+    tags: Mutex<std::collections::BTreeMap<String, Option<crate::repo::tag::Tag>>>,
     /// Policy records read so far, oldest first (`policies.rs`).
-    pub(crate) policy: Mutex<Vec<crate::repo::policies::Stored>>,
+    policy: Mutex<Vec<crate::repo::policies::Stored>>,
     /// The key file written when this open created the embedded store.
     created_key_file: Option<PathBuf>,
 }
@@ -216,6 +216,35 @@ pub fn default_cache() -> PathBuf {
     dirs::cache_dir()
         .unwrap_or_else(|| PathBuf::from("."))
         .join("detafs")
+}
+
+impl Repo {
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// How the store encodes what it holds (`store::codec`).
+    pub fn codec(&self) -> &Codec {
+        &self.codec
+    }
+
+    pub fn index(&self) -> &Arc<Index> {
+        &self.index
+    }
+
+    pub fn disk(&self) -> &DiskCache {
+        &self.disk
+    }
+
+    /// This store's local index and cache (deleting it loses nothing).
+    pub fn state_dir(&self) -> &std::path::Path {
+        &self.state_dir
+    }
+
+    /// Names this store's local state (cache and staging folders).
+    pub fn state_key(&self) -> &str {
+        &self.state_key
+    }
 }
 
 impl Repo {

@@ -117,7 +117,7 @@ pub fn against_staging(
             (None, None) => continue,
             (None, Some(_)) => ChangeKind::Added,
             (Some(_), None) => ChangeKind::Removed,
-            (Some(a), Some(b)) => match a.likeness(b, &repo.codec) {
+            (Some(a), Some(b)) => match a.likeness(b, repo.codec()) {
                 Likeness::Same => continue,
                 Likeness::TimeOnly => ChangeKind::TimeOnly,
                 Likeness::Different => ChangeKind::Modified,
@@ -178,7 +178,7 @@ impl StagedView for (&Staging, &Repo) {
         let (st, repo) = *self;
         let base = st.base_version()?;
         Ok(repo
-            .index
+            .index()
             .records(&st.dataset)?
             .into_iter()
             .find(|r| r.version == base)

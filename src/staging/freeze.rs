@@ -129,7 +129,7 @@ impl Staging {
             root,
             children,
             names,
-            links: repo.codec.format() >= 2,
+            links: repo.codec().format() >= 2,
             data: self.dir.join("data"),
             writes: self.writes.clone(),
         })

@@ -51,7 +51,7 @@ pub const ROOT: u64 = 1;
 /// (see `Repo::state_key`). The root is made private if it is not.
 pub fn staging_dir(root: &Path, repo: &Repo, dataset: &str) -> Result<PathBuf> {
     crate::private::ensure_dir(root)?;
-    Ok(root.join(&repo.state_key).join(dataset))
+    Ok(root.join(repo.state_key()).join(dataset))
 }
 
 pub struct Staging {
@@ -126,7 +126,7 @@ impl Staging {
             deferred: RefCell::new(None),
             dropping: RefCell::new(None),
             sweeper: sweep::Sweeper::new(dir.join("data")),
-            keeps_atime: repo.codec.format() >= 2,
+            keeps_atime: repo.codec().format() >= 2,
             lock: Some(lock),
         };
         if st.get(ROOT)?.is_none() {
@@ -627,7 +627,7 @@ impl Staging {
         rdev: u64,
     ) -> Result<SNode> {
         check_name(name)?;
-        if matches!(kind, Kind::Special(_)) && repo.codec.format() < 2 {
+        if matches!(kind, Kind::Special(_)) && repo.codec().format() < 2 {
             // Format 1 trees hold files, directories and symlinks only.
             return Err(Error::fs(
                 FsError::NotPermitted,

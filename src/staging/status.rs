@@ -25,7 +25,7 @@ impl Staging {
             false => Some(self.db.unchecked_transaction()?),
         };
         let base = repo
-            .index
+            .index()
             .records(&self.dataset)?
             .into_iter()
             .find(|r| r.version == self.base_version().unwrap_or(0))
@@ -117,7 +117,7 @@ impl Staging {
                     }
                     let likeness = match (old, r.as_version_node()) {
                         (Some(o), Some(n)) => o.likeness(&n),
-                        (Some(o), None) => self.likeness(r, o, &repo.codec),
+                        (Some(o), None) => self.likeness(r, o, repo.codec()),
                         _ => Likeness::Different,
                     };
                     match likeness {

@@ -251,7 +251,7 @@ impl Versions {
 /// level at a time with one batched read per level, up to `PREFETCH_TREES`
 /// trees. Best effort: readers report real errors; skipped when busy.
 pub(super) fn prefetch_trees(repo: Arc<Repo>, root: BlobRef) {
-    let store = repo.store.clone();
+    let store = repo.store().clone();
     let _ = store.try_spawn_work(move || {
         let mut level = vec![root];
         let mut loaded = 0;
