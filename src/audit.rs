@@ -5,7 +5,7 @@
 //! `verify` builds on the same reading and goes on to every object.
 
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::RecordHash;
 use crate::repo::Repo;
 use crate::snapshot::Record;
 use crate::store::keys;
@@ -78,7 +78,7 @@ impl fmt::Display for Problem {
 pub struct Version {
     pub version: u64,
     /// SHA-256 of its stored bytes: what the next record must carry.
-    pub hash: ObjectId,
+    pub hash: RecordHash,
     /// None if it does not decode (its problem says why).
     pub record: Option<Record>,
     /// Whether its parent hash is that of the record before it.
@@ -104,7 +104,7 @@ pub struct History {
 /// index, which is only compared with it).
 pub fn history(repo: &Repo, dataset: &str) -> Result<History> {
     let mut h = History::default();
-    let mut prev: Option<(u64, ObjectId)> = None;
+    let mut prev: Option<(u64, RecordHash)> = None;
     for listed in repo.store().list(&keys::records(dataset), None)? {
         // Keys are the store's: escaped wherever they are shown.
         let key = crate::escape::line(listed.key.as_bytes()).into_owned();
@@ -124,7 +124,7 @@ pub fn history(repo: &Repo, dataset: &str) -> Result<History> {
             }
             Err(e) => return Err(e),
         };
-        let hash = ObjectId::of(&bytes);
+        let hash = RecordHash::of(&bytes);
         let expected = prev.map_or(1, |(v, _)| v + 1);
         if n != expected {
             h.problems.push(Problem::chain(
@@ -184,7 +184,7 @@ pub fn history(repo: &Repo, dataset: &str) -> Result<History> {
             "known to this host but missing from the store".into(),
         ));
     }
-    let hashes: HashMap<u64, ObjectId> = h.versions.iter().map(|v| (v.version, v.hash)).collect();
+    let hashes: HashMap<u64, RecordHash> = h.versions.iter().map(|v| (v.version, v.hash)).collect();
     check_tags(repo, dataset, &hashes, &mut h)?;
     Ok(h)
 }
@@ -193,7 +193,7 @@ pub fn history(repo: &Repo, dataset: &str) -> Result<History> {
 fn check_tags(
     repo: &Repo,
     dataset: &str,
-    records: &HashMap<u64, ObjectId>,
+    records: &HashMap<u64, RecordHash>,
     h: &mut History,
 ) -> Result<()> {
     for listed in repo.store().list(&keys::tags(dataset), None)? {

@@ -1,7 +1,7 @@
 //! The library's error type. The CLI adds context and maps kinds to exit codes;
 //! the mount (later) maps them to errno values.
 
-use crate::id::ObjectId;
+use crate::id::{BlobId, PackId};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -86,14 +86,14 @@ pub enum Error {
     #[error("{kind} object {id} is missing from the store (pack {pack})")]
     Missing {
         kind: &'static str,
-        id: ObjectId,
-        pack: ObjectId,
+        id: BlobId,
+        pack: PackId,
     },
     #[error("{kind} object {id} is corrupt (pack {pack}): {detail}")]
     Corrupt {
         kind: &'static str,
-        id: ObjectId,
-        pack: ObjectId,
+        id: BlobId,
+        pack: PackId,
         detail: String,
     },
     #[error("malformed {what}: {detail}")]

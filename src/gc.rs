@@ -3,7 +3,7 @@
 //! in flight (on this host or another) are never touched.
 
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::PackId;
 use crate::progress::Progress;
 use crate::repo::Repo;
 use crate::snapshot::Node;
@@ -45,7 +45,7 @@ fn leave_note(repo: &Repo) -> Result<()> {
 
 /// Packs reached by any version of `datasets`. Fails if any tree cannot
 /// be read: deleting on a partial view could delete live data.
-fn reachable_packs(repo: &Repo, datasets: &[String]) -> Result<HashSet<ObjectId>> {
+fn reachable_packs(repo: &Repo, datasets: &[String]) -> Result<HashSet<PackId>> {
     let mut packs = HashSet::new();
     let mut seen = HashSet::new();
     for ds in datasets {

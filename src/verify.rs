@@ -3,7 +3,7 @@
 //! chain and every blob's hash, and names what is damaged and what it affects.
 
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::{BlobId, PackId};
 use crate::progress::Progress;
 use crate::repo::Repo;
 use crate::snapshot::tree::TreeSource;
@@ -51,16 +51,16 @@ impl Affects {
 }
 
 /// The chunks of one pack to check, by (id, offset), with who refers to them.
-type PackChunks = HashMap<(ObjectId, u64), (BlobRef, Affects)>;
+type PackChunks = HashMap<(BlobId, u64), (BlobRef, Affects)>;
 
 struct Walker<'r> {
     repo: &'r Repo,
     /// Trees already checked.
-    trees: HashSet<ObjectId>,
-    decoded: HashMap<ObjectId, std::sync::Arc<Tree>>,
+    trees: HashSet<BlobId>,
+    decoded: HashMap<BlobId, std::sync::Arc<Tree>>,
     /// Chunks to check, grouped by pack, with who refers to them.
-    chunks: BTreeMap<ObjectId, PackChunks>,
-    reachable: HashSet<ObjectId>,
+    chunks: BTreeMap<PackId, PackChunks>,
+    reachable: HashSet<PackId>,
     report: Report,
 }
 
@@ -249,7 +249,7 @@ impl Walker<'_> {
 
 /// The trees `walk` decoded, as a source for `walk::expansion`: one that
 /// failed to decode is reported as corrupt, not read again.
-struct Decoded<'a>(&'a HashMap<ObjectId, std::sync::Arc<Tree>>);
+struct Decoded<'a>(&'a HashMap<BlobId, std::sync::Arc<Tree>>);
 
 impl TreeSource for Decoded<'_> {
     fn tree(&self, r: &BlobRef) -> Result<std::sync::Arc<Tree>> {

@@ -4,7 +4,7 @@
 
 use super::index::Index;
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::BlobId;
 use crate::store::codec::Codec;
 use crate::store::pack::{BlobKind, BlobRef};
 use bytes::Bytes;
@@ -27,8 +27,8 @@ pub struct DiskCache {
 
 #[derive(Default)]
 struct Touched {
-    seen: HashSet<ObjectId>,
-    pending: Vec<(ObjectId, u64, i64)>,
+    seen: HashSet<BlobId>,
+    pending: Vec<(BlobId, u64, i64)>,
 }
 
 /// Cache hits recorded per database transaction.
@@ -67,7 +67,7 @@ impl DiskCache {
         }
     }
 
-    fn path(&self, id: &ObjectId) -> PathBuf {
+    fn path(&self, id: &BlobId) -> PathBuf {
         let hex = id.to_hex();
         self.dir.join(&hex[..2]).join(hex)
     }
@@ -79,7 +79,7 @@ impl DiskCache {
     /// Whether a blob is cached (unverified: `decoded` checks it). Where
     /// nothing may wait (`crate::nowait`), nothing is: the caller goes on
     /// to the store, which refuses.
-    pub fn contains(&self, id: &ObjectId) -> bool {
+    pub fn contains(&self, id: &BlobId) -> bool {
         !crate::nowait::refused() && self.path(id).exists()
     }
 
@@ -111,7 +111,7 @@ impl DiskCache {
 
     /// Adds a blob as its pack holds it (verified by whoever read it).
     /// Cache failures are logged, never fatal.
-    pub fn put(&self, id: &ObjectId, data: &[u8]) {
+    pub fn put(&self, id: &BlobId, data: &[u8]) {
         if data.len() as u64 > self.max_bytes / 4 {
             return;
         }
@@ -146,7 +146,7 @@ impl DiskCache {
 
     /// Notes a use of an entry (a new one, or the first hit on one in this
     /// process); writes the notes in batches.
-    fn record_use(&self, id: &ObjectId, size: u64, new: bool) {
+    fn record_use(&self, id: &BlobId, size: u64, new: bool) {
         let full = {
             let mut t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
             if !new && !t.seen.insert(*id) {
@@ -176,7 +176,7 @@ impl DiskCache {
         }
     }
 
-    fn drop_entry(&self, id: &ObjectId, size: u64) {
+    fn drop_entry(&self, id: &BlobId, size: u64) {
         let _ = std::fs::remove_file(self.path(id));
         let _ = self.index.cache_forget(id);
         let _ = self
@@ -230,7 +230,7 @@ mod tests {
                 let encoded = codec.encode_blob(BlobKind::Chunk, &id, &data);
                 let r = BlobRef {
                     id,
-                    pack: id,
+                    pack: crate::id::PackId::from_bytes(*id.as_bytes()),
                     offset: 8,
                     len: encoded.len() as u32,
                     size: 999,

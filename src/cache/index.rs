@@ -2,7 +2,7 @@
 //! stat cache for unchanged source files, and the disk cache's LRU bookkeeping.
 
 use crate::error::Result;
-use crate::id::ObjectId;
+use crate::id::{BlobId, PackId, RecordHash};
 use crate::snapshot::Record;
 use crate::store::pack::BlobRef;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -64,10 +64,10 @@ CREATE TABLE IF NOT EXISTS uploaded_packs(pack BLOB PRIMARY KEY, at INTEGER NOT 
 CREATE TABLE IF NOT EXISTS gc_seen(id INTEGER PRIMARY KEY CHECK (id = 0), note TEXT NOT NULL);
 ";
 
-fn blob_row(row: &rusqlite::Row, id: ObjectId) -> rusqlite::Result<BlobRef> {
+fn blob_row(row: &rusqlite::Row, id: BlobId) -> rusqlite::Result<BlobRef> {
     Ok(BlobRef {
         id,
-        pack: ObjectId::from_bytes(row.get(0)?),
+        pack: PackId::from_bytes(row.get(0)?),
         offset: row.get(1)?,
         len: row.get(2)?,
         size: row.get(3)?,
@@ -116,7 +116,7 @@ impl Index {
     }
 
     /// The stored bytes' hash of a known record.
-    pub fn record_hash(&self, dataset: &str, version: u64) -> Result<Option<ObjectId>> {
+    pub fn record_hash(&self, dataset: &str, version: u64) -> Result<Option<RecordHash>> {
         Ok(self
             .conn()
             .query_row(
@@ -125,14 +125,14 @@ impl Index {
                 |r| r.get::<_, [u8; 32]>(0),
             )
             .optional()?
-            .map(ObjectId::from_bytes))
+            .map(RecordHash::from_bytes))
     }
 
     pub fn insert_record(
         &self,
         dataset: &str,
         version: u64,
-        hash: ObjectId,
+        hash: RecordHash,
         body: &[u8],
     ) -> Result<()> {
         self.conn().execute(
@@ -155,7 +155,7 @@ impl Index {
             .collect()
     }
 
-    pub fn blob(&self, id: &ObjectId) -> Result<Option<BlobRef>> {
+    pub fn blob(&self, id: &BlobId) -> Result<Option<BlobRef>> {
         let conn = self.conn();
         let mut stmt =
             conn.prepare_cached("SELECT pack, offset, len, size FROM blob_refs WHERE id = ?1")?;
@@ -191,7 +191,7 @@ impl Index {
 
     /// Where an earlier commit of this host uploaded blob `id` at or after
     /// `since` (unix seconds), and when.
-    pub fn uploaded_blob(&self, id: &ObjectId, since: i64) -> Result<Option<(BlobRef, i64)>> {
+    pub fn uploaded_blob(&self, id: &BlobId, since: i64) -> Result<Option<(BlobRef, i64)>> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(
             "SELECT r.pack, r.offset, r.len, r.size, p.at FROM uploaded_refs r
@@ -241,16 +241,13 @@ fn insert_refs<'a>(
 }
 
 impl Index {
-    pub fn tree_indexed(&self, id: &ObjectId) -> Result<bool> {
+    pub fn tree_indexed(&self, id: &BlobId) -> Result<bool> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached("SELECT 1 FROM trees_indexed WHERE id = ?1")?;
         Ok(stmt.exists([id.as_bytes()])?)
     }
 
-    pub fn mark_trees_indexed<'a>(
-        &self,
-        ids: impl IntoIterator<Item = &'a ObjectId>,
-    ) -> Result<()> {
+    pub fn mark_trees_indexed<'a>(&self, ids: impl IntoIterator<Item = &'a BlobId>) -> Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         {
@@ -405,7 +402,7 @@ impl Index {
     }
 
     /// Records cache entries as used at the given times, in one transaction.
-    pub fn cache_touch(&self, entries: &[(ObjectId, u64, i64)]) -> Result<()> {
+    pub fn cache_touch(&self, entries: &[(BlobId, u64, i64)]) -> Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         {
@@ -429,18 +426,18 @@ impl Index {
     }
 
     /// Least recently used cache entries first.
-    pub fn cache_oldest(&self, limit: usize) -> Result<Vec<(ObjectId, u64)>> {
+    pub fn cache_oldest(&self, limit: usize) -> Result<Vec<(BlobId, u64)>> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached("SELECT id, size FROM cached ORDER BY used LIMIT ?1")?;
         let rows = stmt
             .query_map([limit as i64], |r| {
-                Ok((ObjectId::from_bytes(r.get(0)?), r.get(1)?))
+                Ok((BlobId::from_bytes(r.get(0)?), r.get(1)?))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
 
-    pub fn cache_forget(&self, id: &ObjectId) -> Result<()> {
+    pub fn cache_forget(&self, id: &BlobId) -> Result<()> {
         self.conn()
             .execute("DELETE FROM cached WHERE id = ?1", [id.as_bytes()])?;
         Ok(())

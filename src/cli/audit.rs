@@ -5,7 +5,7 @@ use detafs::audit;
 use detafs::repo::Repo;
 use serde_json::{Value, json};
 
-fn short(h: &detafs::id::ObjectId) -> String {
+fn short(h: &detafs::id::RecordHash) -> String {
     h.to_hex()[..16].to_string()
 }
 

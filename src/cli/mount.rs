@@ -233,7 +233,7 @@ fn mount_files(dir: &Path, args: &MountArgs) -> anyhow::Result<MountFiles> {
         });
     }
     let at = std::path::absolute(&args.mountpoint)?;
-    let place = detafs::id::ObjectId::of(at.as_os_str().as_encoded_bytes()).to_hex();
+    let place = detafs::id::digest_hex(at.as_os_str().as_encoded_bytes());
     let place = &place[..16];
     Ok(MountFiles {
         marker: dir.join(format!("{RO_MOUNT_FILE}{place}")),

@@ -5,7 +5,7 @@
 //! batches: one hand-off per small file cost more than encoding it.
 
 use super::ordered::Ordered;
-use crate::id::ObjectId;
+use crate::id::BlobId;
 use crate::store::codec::Codec;
 use crate::store::pack::BlobKind;
 use std::collections::HashSet;
@@ -18,18 +18,18 @@ const BATCH_CHUNKS: usize = 32;
 
 /// A chunk encoded: its id, its bytes as stored, and its data size.
 pub struct Encoded {
-    pub id: ObjectId,
+    pub id: BlobId,
     pub bytes: Vec<u8>,
     pub size: usize,
 }
 
-type Batch = Vec<(ObjectId, Vec<u8>)>;
+type Batch = Vec<(BlobId, Vec<u8>)>;
 
 pub struct Encoder {
     pool: Ordered<Batch, Vec<Encoded>>,
     /// Ids submitted and not yet handed back, so a chunk repeated within
     /// the window is encoded once.
-    pending: HashSet<ObjectId>,
+    pending: HashSet<BlobId>,
     /// Chunks submitted and not yet sent, and their bytes.
     batch: Batch,
     batch_bytes: usize,
@@ -38,7 +38,7 @@ pub struct Encoder {
 impl Encoder {
     pub fn start(codec: Codec) -> std::io::Result<Encoder> {
         let pool = Ordered::start("detafs-encode", THREADS, DEPTH, move |batch: Batch| {
-            let encode = |(id, data): (ObjectId, Vec<u8>)| Encoded {
+            let encode = |(id, data): (BlobId, Vec<u8>)| Encoded {
                 id,
                 bytes: codec.encode_blob(BlobKind::Chunk, &id, &data),
                 size: data.len(),
@@ -57,12 +57,12 @@ impl Encoder {
         self.pool.in_flight() > 0 || !self.batch.is_empty()
     }
 
-    pub fn is_pending(&self, id: &ObjectId) -> bool {
+    pub fn is_pending(&self, id: &BlobId) -> bool {
         self.pending.contains(id)
     }
 
     /// Queues a chunk; returns what finished meanwhile, in order.
-    pub fn submit(&mut self, id: ObjectId, data: Vec<u8>) -> Vec<Encoded> {
+    pub fn submit(&mut self, id: BlobId, data: Vec<u8>) -> Vec<Encoded> {
         self.pending.insert(id);
         self.batch_bytes += data.len();
         self.batch.push((id, data));

@@ -15,7 +15,7 @@ pub mod staged;
 pub mod upload;
 
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::RecordHash;
 use crate::limits;
 use crate::progress::{Progress, Quiet};
 use crate::repo::Repo;
@@ -188,7 +188,7 @@ pub fn publish<'r>(
         {
             fail::fail_point!("after-record");
             repo.index()
-                .insert_record(req.dataset, version, ObjectId::of(&body), &body)?;
+                .insert_record(req.dataset, version, RecordHash::of(&body), &body)?;
             repo.index_tree(&root)?;
             stat_rows.land()?;
             return Ok(record);
@@ -198,7 +198,7 @@ pub fn publish<'r>(
     Err(Error::TooManyRetries(MAX_ATTEMPTS))
 }
 
-fn record_hash(repo: &Repo, dataset: &str, version: u64) -> Result<ObjectId> {
+fn record_hash(repo: &Repo, dataset: &str, version: u64) -> Result<RecordHash> {
     repo.index()
         .record_hash(dataset, version)?
         .ok_or_else(|| Error::NoVersion {

@@ -7,7 +7,7 @@ use super::ordered::Ordered;
 use super::small::{self, SmallFiles, reads_ahead};
 use crate::cache::index::{FolderRow, Index, StatKey};
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::BlobId;
 use crate::limits;
 use crate::progress::Progress;
 use crate::repo::Repo;
@@ -69,9 +69,9 @@ pub struct Scanner<'r> {
     /// Blobs this commit wrote last, so content repeated nearby is
     /// stored once (bounded: what fell out may be stored again, which
     /// costs space, never correctness).
-    written: lru::LruCache<ObjectId, BlobRef>,
+    written: lru::LruCache<BlobId, BlobRef>,
     /// Where the chunks encoded since the last `settle` were placed.
-    placed: HashMap<ObjectId, BlobRef>,
+    placed: HashMap<BlobId, BlobRef>,
     /// Stat-cache rows to save once the commit has landed.
     pub stat_rows: PendingStats<'r>,
     /// Files changed within this window before the scan are not stat-cached:
@@ -178,7 +178,7 @@ impl Drop for PendingStats<'_> {
 /// being encoded.
 enum Slot {
     Ready(BlobRef),
-    Encoding(ObjectId),
+    Encoding(BlobId),
 }
 
 /// An entry of a folder being scanned; a file's chunks may still be
@@ -253,7 +253,7 @@ impl<'r> Scanner<'r> {
     }
 
     /// Where a blob with this id already lives, in this commit or the store.
-    fn known(&mut self, id: &ObjectId) -> Result<Option<BlobRef>> {
+    fn known(&mut self, id: &BlobId) -> Result<Option<BlobRef>> {
         if let Some(r) = self.written.get(id) {
             return Ok(Some(*r));
         }
@@ -272,7 +272,7 @@ impl<'r> Scanner<'r> {
     }
 
     /// Adds a chunk to the data packs.
-    fn place(&mut self, id: ObjectId, bytes: bytes::Bytes, size: usize) -> Result<BlobRef> {
+    fn place(&mut self, id: BlobId, bytes: bytes::Bytes, size: usize) -> Result<BlobRef> {
         let r = self.data.add(id, bytes, size)?;
         self.written.put(id, r);
         Ok(r)
@@ -281,7 +281,7 @@ impl<'r> Scanner<'r> {
     /// Places a chunk, or queues it to be encoded. A small one may be
     /// encoded `inline` when the encoders are idle: a file of one small
     /// chunk read by this thread has nothing to overlap with.
-    fn put_chunk(&mut self, id: ObjectId, data: Vec<u8>, inline: bool) -> Result<Slot> {
+    fn put_chunk(&mut self, id: BlobId, data: Vec<u8>, inline: bool) -> Result<Slot> {
         if let Some(r) = self.known(&id)? {
             return Ok(Slot::Ready(r));
         }
@@ -372,7 +372,7 @@ impl<'r> Scanner<'r> {
         let Some(&names) = self.names.counted()?.get(&(meta.dev(), meta.ino())) else {
             return Ok(None);
         };
-        let id = ObjectId::of(format!("{} {}", meta.dev(), meta.ino()).as_bytes());
+        let id = BlobId::of(format!("{} {}", meta.dev(), meta.ino()).as_bytes());
         let group = u64::from_le_bytes(id.as_bytes()[..8].try_into().expect("8 bytes"));
         Ok((names > 1).then_some(Link { group, names }))
     }
@@ -985,7 +985,7 @@ const RECHUNK_FROM: u64 = 1 << 20;
 
 /// Hashes chunks on all the cores while the commit's thread reads and
 /// chunks (SHA-256 or the keyed hash costs more than finding boundaries).
-type Hasher = Ordered<Vec<u8>, (ObjectId, Vec<u8>)>;
+type Hasher = Ordered<Vec<u8>, (BlobId, Vec<u8>)>;
 
 /// Chunks hashed at once: a few MiB at most (`chunker::MAX_SIZE` each).
 const HASH_DEPTH: usize = 8;

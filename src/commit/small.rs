@@ -10,7 +10,7 @@
 
 use super::ordered::Ordered;
 use crate::cache::index::StatKey;
-use crate::id::ObjectId;
+use crate::id::BlobId;
 use crate::snapshot::chunker;
 use crate::store::codec::Codec;
 use std::collections::VecDeque;
@@ -42,7 +42,7 @@ pub struct Job {
 }
 
 /// A small file read whole and unchanged: its one chunk and that chunk's id.
-pub type Read1 = Option<(ObjectId, Vec<u8>)>;
+pub type Read1 = Option<(BlobId, Vec<u8>)>;
 
 pub struct SmallFiles {
     pool: Ordered<Vec<Job>, Vec<Read1>>,

@@ -5,7 +5,7 @@
 //! it again, and the next run can be fetched ahead in the background.
 
 use crate::error::Result;
-use crate::id::ObjectId;
+use crate::id::BlobId;
 use crate::repo::Repo;
 use crate::store::pack::BlobRef;
 use bytes::Bytes;
@@ -17,16 +17,16 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 /// one allocation, which eviction gives back whole. (Chunks in buffers of
 /// their own left the allocator's heaps full of holes: the daemon's memory
 /// rose to several times the cache's bound; docs/benchmarks.md.)
-type Run = Vec<(ObjectId, Bytes)>;
+type Run = Vec<(BlobId, Bytes)>;
 
 struct State {
     /// Runs by a serial, least recently used first.
     runs: LruCache<u64, Run>,
     /// Where each cached chunk is: its run and its place there.
-    at: HashMap<ObjectId, (u64, usize)>,
+    at: HashMap<BlobId, (u64, usize)>,
     next_run: u64,
     bytes: usize,
-    inflight: HashSet<ObjectId>,
+    inflight: HashSet<BlobId>,
 }
 
 impl Default for State {
@@ -42,12 +42,12 @@ impl Default for State {
 }
 
 impl State {
-    fn chunk(&mut self, id: &ObjectId) -> Option<Bytes> {
+    fn chunk(&mut self, id: &BlobId) -> Option<Bytes> {
         let (run, i) = *self.at.get(id)?;
         self.runs.get(&run).map(|r| r[i].1.clone())
     }
 
-    fn has(&self, id: &ObjectId) -> bool {
+    fn has(&self, id: &BlobId) -> bool {
         self.at.contains_key(id)
     }
 
@@ -231,7 +231,7 @@ impl ChunkCache {
     }
 
     /// Chunk `id` if it is in memory (no I/O).
-    pub fn cached(&self, id: &ObjectId) -> Option<Bytes> {
+    pub fn cached(&self, id: &BlobId) -> Option<Bytes> {
         self.state().chunk(id)
     }
 
@@ -310,7 +310,7 @@ mod tests {
         let buf = Bytes::from(vec![7u8; ids.len() * each]);
         ids.iter()
             .enumerate()
-            .map(|(i, &id)| (ObjectId::of(&[id]), buf.slice(i * each..(i + 1) * each)))
+            .map(|(i, &id)| (BlobId::of(&[id]), buf.slice(i * each..(i + 1) * each)))
             .collect()
     }
 
@@ -323,19 +323,19 @@ mod tests {
         st.insert(Vec::new());
         assert_eq!((st.runs.len(), st.bytes), (2, 40));
         // Chunk 1 used: its run is the last to go.
-        assert!(st.chunk(&ObjectId::of(&[1])).is_some());
+        assert!(st.chunk(&BlobId::of(&[1])).is_some());
         // Chunk 2 read again in another run: it lives there now.
         st.insert(run(&[2, 5], 10));
         st.evict_to(40);
         assert_eq!((st.runs.len(), st.bytes), (2, 40));
-        assert!(!st.has(&ObjectId::of(&[3])) && !st.has(&ObjectId::of(&[4])));
+        assert!(!st.has(&BlobId::of(&[3])) && !st.has(&BlobId::of(&[4])));
         for id in [1, 2, 5] {
-            assert_eq!(st.chunk(&ObjectId::of(&[id])).unwrap().len(), 10, "{id}");
+            assert_eq!(st.chunk(&BlobId::of(&[id])).unwrap().len(), 10, "{id}");
         }
         // The first run goes; chunk 2 stays with the run it lives in.
         st.evict_to(20);
-        assert!(!st.has(&ObjectId::of(&[1])));
-        assert!(st.chunk(&ObjectId::of(&[2])).is_some());
+        assert!(!st.has(&BlobId::of(&[1])));
+        assert!(st.chunk(&BlobId::of(&[2])).is_some());
         st.evict_to(10);
         assert_eq!((st.runs.len(), st.bytes, st.at.len()), (0, 0, 0));
     }

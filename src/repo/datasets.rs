@@ -10,7 +10,7 @@
 //! then deletes the old name.
 
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::RecordHash;
 use crate::limits;
 use crate::limits::validate_name;
 use crate::repo::Repo;
@@ -191,7 +191,12 @@ impl Repo {
 
     /// Copies the records of `old` after those in `copied` to `new`
     /// (version, new record hash), chaining each onto the one before.
-    fn copy_records(&self, old: &str, new: &str, copied: &mut Vec<(u64, ObjectId)>) -> Result<()> {
+    fn copy_records(
+        &self,
+        old: &str,
+        new: &str,
+        copied: &mut Vec<(u64, RecordHash)>,
+    ) -> Result<()> {
         for r in self.sync(old)? {
             if copied.iter().any(|(v, _)| *v == r.version) {
                 continue;
@@ -209,7 +214,7 @@ impl Repo {
                     record.version
                 )));
             }
-            copied.push((record.version, ObjectId::of(&bytes)));
+            copied.push((record.version, RecordHash::of(&bytes)));
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use crate::cache::disk::DiskCache;
 use crate::cache::index::Index;
 use crate::cache::weighed::WeighedLru;
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::BlobId;
 use crate::relpath::RelPath;
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Node, Record, Tree};
@@ -51,7 +51,7 @@ pub struct Repo {
     /// Names this store's local state (cache and staging folders).
     state_key: String,
     /// Trees in memory, bounded by their total number of entries.
-    trees: Mutex<WeighedLru<ObjectId, Arc<Tree>>>,
+    trees: Mutex<WeighedLru<BlobId, Arc<Tree>>>,
     /// Tags read so far, by key (`tag.rs`; they never change); None for
     /// one that does not decode.
     tags: Mutex<std::collections::BTreeMap<String, Option<crate::repo::tag::Tag>>>,
@@ -71,7 +71,7 @@ fn state_key(store: &Store) -> Result<String> {
 
 /// The part of a local state folder's name that says where its store is.
 fn place(location: &str) -> String {
-    ObjectId::of(location.as_bytes()).to_hex()[..16].to_string()
+    crate::id::digest_hex(location.as_bytes())[..16].to_string()
 }
 
 /// Whether this host keeps local state of a store in the local folder
@@ -394,8 +394,12 @@ impl Repo {
                     ),
                 ));
             }
-            self.index
-                .insert_record(name, record.version, ObjectId::of(&bytes), &bytes)?;
+            self.index.insert_record(
+                name,
+                record.version,
+                crate::id::RecordHash::of(&bytes),
+                &bytes,
+            )?;
         }
         self.index.latest_version(name)
     }

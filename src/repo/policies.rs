@@ -7,7 +7,7 @@
 use super::Repo;
 use crate::access::policy::{ALL_DATASETS, Action, Policy, Who};
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::RecordHash;
 use crate::limits;
 use crate::store::keys;
 use serde::{Deserialize, Serialize};
@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 pub struct PolicyRecord {
     pub version: u64,
     /// SHA-256 of the previous record's bytes; None only for the first.
-    pub parent: Option<ObjectId>,
+    pub parent: Option<RecordHash>,
     /// RFC 3339, UTC.
     pub time: String,
     pub author: String,
@@ -32,7 +32,7 @@ pub struct PolicyRecord {
 #[derive(Clone, Debug)]
 pub struct Stored {
     pub record: PolicyRecord,
-    pub hash: ObjectId,
+    pub hash: RecordHash,
 }
 
 fn decode(bytes: &[u8], key: &str) -> Result<PolicyRecord> {
@@ -54,14 +54,14 @@ fn decode(bytes: &[u8], key: &str) -> Result<PolicyRecord> {
 }
 
 /// Whether `r` is the record after `prev` (version, hash), or the first.
-fn follows(prev: Option<(u64, ObjectId)>, r: &PolicyRecord) -> bool {
+fn follows(prev: Option<(u64, RecordHash)>, r: &PolicyRecord) -> bool {
     match prev {
         Some((v, h)) => r.version == v + 1 && r.parent == Some(h),
         None => r.version == 1 && r.parent.is_none(),
     }
 }
 
-fn broken(n: u64, prev: Option<(u64, ObjectId)>) -> Error {
+fn broken(n: u64, prev: Option<(u64, RecordHash)>) -> Error {
     Error::malformed(
         keys::policy_record(n),
         format!(
@@ -87,7 +87,7 @@ impl Repo {
     fn fetch_policy(
         &self,
         offset: Option<&str>,
-    ) -> Result<Vec<(u64, ObjectId, Result<PolicyRecord>)>> {
+    ) -> Result<Vec<(u64, RecordHash, Result<PolicyRecord>)>> {
         let listed: Vec<(u64, String)> = self
             .store
             .list(keys::POLICY_RECORDS, offset)?
@@ -98,7 +98,7 @@ impl Repo {
         let mut out = Vec::with_capacity(keys.len());
         for ((n, key), got) in listed.iter().zip(self.store.get_many(&keys)?) {
             let Some(bytes) = got else { continue };
-            out.push((*n, ObjectId::of(&bytes), decode(&bytes, key)));
+            out.push((*n, RecordHash::of(&bytes), decode(&bytes, key)));
         }
         Ok(out)
     }
@@ -128,7 +128,7 @@ impl Repo {
 
     /// The whole policy history read anew, each record with what breaks
     /// the chain at it (for `audit`).
-    pub fn policy_audit(&self) -> Result<Vec<(u64, ObjectId, Result<PolicyRecord>)>> {
+    pub fn policy_audit(&self) -> Result<Vec<(u64, RecordHash, Result<PolicyRecord>)>> {
         let mut out = self.fetch_policy(None)?;
         let mut prev = None;
         for (n, hash, record) in &mut out {

@@ -4,7 +4,7 @@
 //! another version. Version specs (`latest~1`, `v3`, `TAG~2`) resolve here.
 
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::RecordHash;
 use crate::limits;
 use crate::repo::Repo;
 use crate::snapshot::Record;
@@ -18,7 +18,7 @@ pub struct Tag {
     pub tag: String,
     pub version: u64,
     /// SHA-256 of the tagged record's stored bytes.
-    pub record: ObjectId,
+    pub record: RecordHash,
     /// RFC 3339, UTC.
     pub time: String,
     pub author: String,

@@ -46,7 +46,7 @@ pub fn chunks<'a, R: Read + 'a>(source: R, len: u64, seed: u64) -> Chunks<'a> {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::id::ObjectId;
+    use crate::id::BlobId;
     use proptest::prelude::*;
     use std::collections::HashSet;
 
@@ -63,9 +63,9 @@ pub(super) mod tests {
             .collect()
     }
 
-    fn ids(data: &[u8]) -> Vec<ObjectId> {
+    fn ids(data: &[u8]) -> Vec<BlobId> {
         chunks(data, u64::MAX, 0)
-            .map(|c| ObjectId::of(&c.unwrap()))
+            .map(|c| BlobId::of(&c.unwrap()))
             .collect()
     }
 
@@ -121,7 +121,7 @@ pub(super) mod tests {
         let after = ids(&data);
         let new_bytes: usize = chunks(&data[..], u64::MAX, 0)
             .map(|c| c.unwrap())
-            .filter(|c| !before.contains(&ObjectId::of(c)))
+            .filter(|c| !before.contains(&BlobId::of(c)))
             .map(|c| c.len())
             .sum();
         assert!(after.len() > 64);

@@ -407,14 +407,14 @@ impl Merger<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id::ObjectId;
+    use crate::id::BlobId;
     use crate::snapshot::Mtime;
     use proptest::prelude::*;
     use std::collections::{BTreeMap, HashMap};
 
     /// Trees in memory, keyed by id.
     #[derive(Default)]
-    struct Mem(HashMap<ObjectId, Arc<Tree>>);
+    struct Mem(HashMap<BlobId, Arc<Tree>>);
 
     impl TreeSource for Mem {
         fn tree(&self, r: &BlobRef) -> Result<Arc<Tree>> {
@@ -424,11 +424,11 @@ mod tests {
 
     impl TreeSink for Mem {
         fn put_tree(&mut self, tree: &Tree) -> Result<BlobRef> {
-            let id = ObjectId::of(&tree.encode());
+            let id = BlobId::of(&tree.encode());
             self.0.insert(id, Arc::new(tree.clone()));
             Ok(BlobRef {
                 id,
-                pack: id,
+                pack: crate::id::PackId::from_bytes(*id.as_bytes()),
                 offset: 8,
                 len: 1,
                 size: 0,
@@ -442,8 +442,8 @@ mod tests {
             mtime: Mtime(1, 0),
             size: content.len() as u64,
             chunks: vec![BlobRef {
-                id: ObjectId::of(content.as_bytes()),
-                pack: ObjectId::from_bytes([0; 32]),
+                id: BlobId::of(content.as_bytes()),
+                pack: crate::id::PackId::from_bytes([0; 32]),
                 offset: 8,
                 len: content.len() as u32 + 1,
                 size: content.len() as u32,
@@ -494,7 +494,7 @@ mod tests {
     }
 
     /// Flattens a tree back to `path -> content id`.
-    fn flatten(mem: &Mem, r: &BlobRef) -> BTreeMap<String, ObjectId> {
+    fn flatten(mem: &Mem, r: &BlobRef) -> BTreeMap<String, BlobId> {
         diff(mem, None, Some(r))
             .unwrap()
             .into_iter()

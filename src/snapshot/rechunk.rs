@@ -16,7 +16,7 @@
 //! whole file, byte for byte (tests below).
 
 use super::chunker::{self, Chunks};
-use crate::id::ObjectId;
+use crate::id::BlobId;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read};
@@ -27,7 +27,7 @@ pub enum Piece {
     Guess {
         start: u64,
         data: Vec<u8>,
-        id: ObjectId,
+        id: BlobId,
     },
     Cut {
         start: u64,
@@ -37,7 +37,7 @@ pub enum Piece {
 
 impl Piece {
     /// Where it starts, its bytes, and the id it must have if a guess.
-    pub fn into_parts(self) -> (u64, Vec<u8>, Option<ObjectId>) {
+    pub fn into_parts(self) -> (u64, Vec<u8>, Option<BlobId>) {
         match self {
             Piece::Guess { start, data, id } => (start, data, Some(id)),
             Piece::Cut { start, data } => (start, data, None),
@@ -54,17 +54,17 @@ impl Piece {
 pub struct Checks {
     /// Pieces given out and not yet hashed: where they start, and the id a
     /// guess must have.
-    due: std::collections::VecDeque<(u64, Option<ObjectId>)>,
+    due: std::collections::VecDeque<(u64, Option<BlobId>)>,
     /// A right guess waiting for the piece after it.
     held: Option<(u64, Chunk)>,
 }
 
 /// A chunk known right: its id, its bytes, and whether it was a guess.
-pub type Chunk = (ObjectId, Vec<u8>, bool);
+pub type Chunk = (BlobId, Vec<u8>, bool);
 
 impl Checks {
     /// A piece given out to be hashed.
-    pub fn given(&mut self, start: u64, want: Option<ObjectId>) {
+    pub fn given(&mut self, start: u64, want: Option<BlobId>) {
         self.due.push_back((start, want));
     }
 
@@ -77,7 +77,7 @@ impl Checks {
     /// the chunks now known right, in order; or where the chunker must cut
     /// again from (`Rechunker::wrong_guess`; pieces given out since are
     /// void and forgotten here).
-    pub fn hashed(&mut self, id: ObjectId, data: Vec<u8>, len: u64) -> Result<Vec<Chunk>, u64> {
+    pub fn hashed(&mut self, id: BlobId, data: Vec<u8>, len: u64) -> Result<Vec<Chunk>, u64> {
         let (start, want) = self.due.pop_front().expect("one check per piece");
         let wrong = want.is_some_and(|w| w != id);
         // A cut after a held guess: whether the byte after it changed is
@@ -117,7 +117,7 @@ pub struct Rechunker<'a> {
     len: u64,
     old_len: u64,
     /// Previous chunks: start, size, id; and their index by start.
-    old: Vec<(u64, u64, ObjectId)>,
+    old: Vec<(u64, u64, BlobId)>,
     by_start: HashMap<u64, usize>,
     seed: u64,
     /// Where the next piece starts.
@@ -131,7 +131,7 @@ impl<'a> Rechunker<'a> {
     pub fn new(
         file: &'a File,
         len: u64,
-        previous: impl IntoIterator<Item = (u64, ObjectId)>,
+        previous: impl IntoIterator<Item = (u64, BlobId)>,
         seed: u64,
     ) -> Rechunker<'a> {
         let mut old = Vec::new();
@@ -258,8 +258,8 @@ mod tests {
     use crate::snapshot::chunker::tests::pseudo_random as noise;
     use proptest::prelude::*;
 
-    fn id(data: &[u8]) -> ObjectId {
-        ObjectId::of(data)
+    fn id(data: &[u8]) -> BlobId {
+        BlobId::of(data)
     }
 
     fn cut_whole(data: &[u8], seed: u64) -> Vec<Vec<u8>> {

@@ -2,7 +2,7 @@
 //! SHA-256 of record N's bytes, so the history is a hash chain.
 
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::RecordHash;
 use crate::limits;
 use crate::snapshot::Mtime;
 use crate::store::FORMAT;
@@ -32,7 +32,7 @@ pub struct Record {
     pub dataset: String,
     pub version: u64,
     /// SHA-256 of the previous record's stored bytes; `None` only for v1.
-    pub parent: Option<ObjectId>,
+    pub parent: Option<RecordHash>,
     pub tree: BlobRef,
     /// RFC 3339, UTC.
     pub time: String,

@@ -3,7 +3,7 @@
 //! SHA-256 of that JSON.
 
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::{BlobId, PackId};
 use crate::limits;
 use crate::store::pack::{self, BlobRef};
 use serde::{Deserialize, Serialize};
@@ -351,8 +351,8 @@ impl Tree {
 
     /// Canonical JSON; its SHA-256 is the tree's id.
     pub fn encode(&self) -> Vec<u8> {
-        let mut packs: Vec<ObjectId> = Vec::new();
-        let mut pack_index = |p: ObjectId| match packs.iter().position(|&x| x == p) {
+        let mut packs: Vec<PackId> = Vec::new();
+        let mut pack_index = |p: PackId| match packs.iter().position(|&x| x == p) {
             Some(i) => i,
             None => {
                 packs.push(p);
@@ -628,7 +628,7 @@ pub fn check_node(node: &Node) -> std::result::Result<(), String> {
 
 #[derive(Serialize, Deserialize)]
 struct WireTree {
-    packs: Vec<ObjectId>,
+    packs: Vec<PackId>,
     entries: Vec<WireEntry>,
 }
 
@@ -638,8 +638,8 @@ struct WireTree {
 #[derive(Serialize)]
 #[serde(untagged)]
 enum WireRef {
-    Raw(ObjectId, usize, u64, u32),
-    Sized(ObjectId, usize, u64, u32, u32),
+    Raw(BlobId, usize, u64, u32),
+    Sized(BlobId, usize, u64, u32, u32),
 }
 
 /// Read as the array it is, four or five long (serde's untagged enums
@@ -686,7 +686,7 @@ impl WireRef {
     }
 
     /// (id, pack index, offset, length, size).
-    fn parts(&self) -> (ObjectId, usize, u64, u32, u32) {
+    fn parts(&self) -> (BlobId, usize, u64, u32, u32) {
         match *self {
             WireRef::Raw(id, p, o, l) => (id, p, o, l, BlobRef::raw_size(l)),
             WireRef::Sized(id, p, o, l, s) => (id, p, o, l, s),
@@ -905,8 +905,8 @@ mod tests {
 
     fn blob(n: u8, pack: u8) -> BlobRef {
         BlobRef {
-            id: ObjectId::of(&[n]),
-            pack: ObjectId::from_bytes([pack; 32]),
+            id: BlobId::of(&[n]),
+            pack: PackId::from_bytes([pack; 32]),
             offset: 8 + n as u64,
             len: 100,
             size: 99,
@@ -984,7 +984,7 @@ mod tests {
             let back = Tree::decode(&bytes).unwrap();
             prop_assert_eq!(&back, &tree);
             // Canonical: encoding again gives the same id.
-            prop_assert_eq!(ObjectId::of(&back.encode()), ObjectId::of(&bytes));
+            prop_assert_eq!(BlobId::of(&back.encode()), BlobId::of(&bytes));
         }
     }
 
@@ -1023,7 +1023,7 @@ mod tests {
             let encoded = codec.encode_blob(BlobKind::Tree, &id, tree);
             let r = BlobRef {
                 id,
-                pack: ObjectId::from_bytes([1; 32]),
+                pack: crate::id::PackId::from_bytes([1; 32]),
                 offset: 8,
                 len: encoded.len() as u32,
                 size: tree.len() as u32,
@@ -1063,11 +1063,11 @@ mod tests {
     /// What a hostile store writer may put in a tree, each refused on decode.
     #[test]
     fn rejects_what_readers_could_trip_on() {
-        let chunk = |len: u32| format!(r#"["{}",0,8,{len}]"#, ObjectId::of(b"x"));
+        let chunk = |len: u32| format!(r#"["{}",0,8,{len}]"#, BlobId::of(b"x"));
         let file = |fields: &str| {
             format!(
                 r#"{{"packs":["{}"],"entries":[{{"type":"file",{fields}}}]}}"#,
-                ObjectId::of(b"p")
+                BlobId::of(b"p")
             )
         };
         let ok = file(&format!(

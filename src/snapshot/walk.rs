@@ -7,7 +7,7 @@
 use super::tree::Node;
 use super::tree::TreeSource;
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::BlobId;
 use crate::limits;
 use crate::store::pack::BlobRef;
 use std::collections::HashMap;
@@ -36,7 +36,7 @@ fn limit(root: &BlobRef, detail: String) -> Error {
 
 /// Measures the tree at `root`, refusing one beyond the limits.
 pub fn expansion(src: &dyn TreeSource, root: &BlobRef) -> Result<Expansion> {
-    let mut done: HashMap<ObjectId, Expansion> = HashMap::new();
+    let mut done: HashMap<BlobId, Expansion> = HashMap::new();
     // (tree, depth, children already pushed)
     let mut stack = vec![(*root, 0usize, false)];
     while let Some((r, depth, children_done)) = stack.pop() {
@@ -137,8 +137,8 @@ mod tests {
             }
             let tree = Tree::new(entries);
             let r = BlobRef {
-                id: ObjectId::of(&tree.encode()),
-                pack: ObjectId::of(b"p"),
+                id: BlobId::of(&tree.encode()),
+                pack: crate::id::PackId::of(b"p"),
                 offset: 8 + k as u64,
                 len: 10,
                 size: 9,

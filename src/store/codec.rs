@@ -6,7 +6,7 @@
 use super::pack::{self, BlobKind, BlobRef};
 use super::seal::{Keys, Use};
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::BlobId;
 use crate::limits;
 use bytes::Bytes;
 use std::ops::Range;
@@ -37,9 +37,9 @@ impl Codec {
     }
 
     /// A blob's id: SHA-256 of its data, or its keyed hash.
-    pub fn blob_id(&self, data: &[u8]) -> ObjectId {
+    pub fn blob_id(&self, data: &[u8]) -> BlobId {
         match self {
-            Codec::Plain => ObjectId::of(data),
+            Codec::Plain => BlobId::of(data),
             Codec::Sealed(k) => k.blob_id(data),
         }
     }
@@ -62,7 +62,7 @@ impl Codec {
     }
 
     /// A blob as stored in a pack.
-    pub fn encode_blob(&self, kind: BlobKind, id: &ObjectId, data: &[u8]) -> Vec<u8> {
+    pub fn encode_blob(&self, kind: BlobKind, id: &BlobId, data: &[u8]) -> Vec<u8> {
         match self {
             // Format 1 chunks are raw, always: a chunk's data size is its
             // length minus one, which format 1 readers rely on.
@@ -331,7 +331,7 @@ fn size_differs(len: usize, r: &BlobRef) -> String {
     format!("{len} bytes of data where its reference says {}", r.size)
 }
 
-fn blob_aad(kind: BlobKind, id: &ObjectId) -> Vec<u8> {
+fn blob_aad(kind: BlobKind, id: &BlobId) -> Vec<u8> {
     let mut aad = format!("detafs 2 {}", kind.name()).into_bytes();
     aad.extend_from_slice(id.as_bytes());
     aad
@@ -451,7 +451,7 @@ mod tests {
         let enc = codec.encode_blob(kind, &id, data);
         let r = BlobRef {
             id,
-            pack: ObjectId::from_bytes([1; 32]),
+            pack: crate::id::PackId::from_bytes([1; 32]),
             offset: 8,
             len: enc.len() as u32,
             size: data.len() as u32,
@@ -476,7 +476,7 @@ mod tests {
                     }
                     // Under another id or kind it is not the same blob.
                     let other = BlobRef {
-                        id: ObjectId::from_bytes([9; 32]),
+                        id: BlobId::from_bytes([9; 32]),
                         ..r
                     };
                     assert!(codec.decode_blob(&other, kind, enc.clone().into()).is_err());
@@ -517,7 +517,7 @@ mod tests {
             );
         }
         // A compressed chunk in a format 1 store is refused, not served.
-        let id = ObjectId::of(&text);
+        let id = BlobId::of(&text);
         let mut zstd = Vec::new();
         push_compressed(&mut zstd, &text, true);
         assert_eq!(zstd[0], ZSTD);
@@ -553,8 +553,8 @@ mod tests {
         let mut enc = vec![ZSTD];
         enc.extend(zstd::bulk::compress(&huge, 1).unwrap());
         let r = BlobRef {
-            id: ObjectId::of(&huge),
-            pack: ObjectId::from_bytes([1; 32]),
+            id: BlobId::of(&huge),
+            pack: crate::id::PackId::from_bytes([1; 32]),
             offset: 8,
             len: enc.len() as u32,
             size: huge.len() as u32,

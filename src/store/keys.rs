@@ -2,7 +2,7 @@
 //! holds: one place decides the layout and whether a sealed store seals an
 //! object, so no kind of key can be added without saying whether it is.
 
-use crate::id::ObjectId;
+use crate::id::PackId;
 
 /// What a key holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,12 +132,12 @@ pub fn policy_record_number(key: &str) -> Option<u64> {
     digits.parse().ok().filter(|&n| n > 0)
 }
 pub const PACKS: &str = "packs/";
-pub fn pack(id: &ObjectId) -> String {
+pub fn pack(id: &PackId) -> String {
     let hex = id.to_hex();
     format!("{PACKS}{}/{hex}", &hex[..2])
 }
 /// The pack id named by a pack key, if it is one.
-pub fn pack_id(key: &str) -> Option<ObjectId> {
+pub fn pack_id(key: &str) -> Option<PackId> {
     key.strip_prefix(PACKS)?.rsplit('/').next()?.parse().ok()
 }
 
@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn every_key_detafs_writes_has_a_kind_and_secrets_are_sealed() {
-        let id = ObjectId::of(b"x");
+        let id = PackId::of(b"x");
         let cases = [
             (super::super::MARKER.to_string(), Kind::Marker, false),
             (key_slot("a1"), Kind::KeySlot, false),

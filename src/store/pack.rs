@@ -8,7 +8,7 @@
 
 use super::{Store, keys};
 use crate::error::{Error, Result};
-use crate::id::ObjectId;
+use crate::id::{BlobId, PackId};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use tokio::task::JoinHandle;
@@ -20,8 +20,8 @@ pub const MAGIC: &[u8; 8] = b"DTFSPAK1";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(from = "WireBlobRef", into = "WireBlobRef")]
 pub struct BlobRef {
-    pub id: ObjectId,
-    pub pack: ObjectId,
+    pub id: BlobId,
+    pub pack: PackId,
     pub offset: u64,
     pub len: u32,
     /// Bytes of data it decodes to. Written only where it is not `len - 1`
@@ -50,8 +50,8 @@ impl BlobRef {
 /// that of a raw blob.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct WireBlobRef {
-    id: ObjectId,
-    pack: ObjectId,
+    id: BlobId,
+    pack: PackId,
     offset: u64,
     len: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,7 +99,7 @@ impl BlobKind {
 }
 
 /// Checks the first bytes of a pack (`verify` reads them of every pack).
-pub fn check_header(pack: &ObjectId, head: &[u8]) -> Result<()> {
+pub fn check_header(pack: &PackId, head: &[u8]) -> Result<()> {
     if head == MAGIC {
         return Ok(());
     }
@@ -188,14 +188,14 @@ pub fn runs(refs: &[BlobRef], max_bytes: u64) -> Vec<&[BlobRef]> {
 pub struct PackWriter<'s> {
     store: &'s Store,
     target: usize,
-    id: ObjectId,
+    id: PackId,
     blobs: Vec<Bytes>,
     len: usize,
     /// Where the blobs of the pack being filled will live.
     refs: Vec<BlobRef>,
     inflight: VecDeque<(JoinHandle<Result<()>>, Vec<BlobRef>)>,
     max_inflight: usize,
-    written: Vec<(ObjectId, u64)>,
+    written: Vec<(PackId, u64)>,
     /// Told the blobs of each pack once it is durable (`on_durable`).
     durable: Option<OnDurable<'s>>,
 }
@@ -227,7 +227,7 @@ impl<'s> PackWriter<'s> {
 
     /// Adds a blob of `size` bytes of data, encoded, and returns where it
     /// will live.
-    pub fn add(&mut self, id: ObjectId, encoded: Bytes, size: usize) -> Result<BlobRef> {
+    pub fn add(&mut self, id: BlobId, encoded: Bytes, size: usize) -> Result<BlobRef> {
         let r = BlobRef {
             id,
             pack: self.id,
@@ -280,7 +280,7 @@ impl<'s> PackWriter<'s> {
 
     /// Uploads what is left and waits until every pack is durable.
     /// Returns the packs written, with their sizes.
-    pub fn finish(mut self) -> Result<Vec<(ObjectId, u64)>> {
+    pub fn finish(mut self) -> Result<Vec<(PackId, u64)>> {
         self.seal()?;
         while !self.inflight.is_empty() {
             self.wait_oldest()?;
@@ -289,8 +289,8 @@ impl<'s> PackWriter<'s> {
     }
 }
 
-fn random_id() -> ObjectId {
-    ObjectId::from_bytes(rand::random())
+fn random_id() -> PackId {
+    PackId::random()
 }
 
 #[cfg(test)]
@@ -299,8 +299,8 @@ mod tests {
 
     fn r(pack: u8, offset: u64, len: u32) -> BlobRef {
         BlobRef {
-            id: ObjectId::of(&[pack]),
-            pack: ObjectId::from_bytes([pack; 32]),
+            id: BlobId::of(&[pack]),
+            pack: PackId::from_bytes([pack; 32]),
             offset,
             len,
             size: BlobRef::raw_size(len),

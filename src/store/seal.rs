@@ -9,7 +9,7 @@
 //! (sealing records, tags and dataset objects), `chunker` (the gear seed of
 //! the content-defined chunker), `local` (names in the local index).
 
-use crate::id::ObjectId;
+use crate::id::BlobId;
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
@@ -126,8 +126,8 @@ impl Keys {
     /// A blob's id: HMAC-SHA256 of its plaintext, so two stores holding the
     /// same data share no name, and nobody without the key can test
     /// whether a known file is stored.
-    pub fn blob_id(&self, data: &[u8]) -> ObjectId {
-        ObjectId::from_bytes(keyed(&self.id, data))
+    pub fn blob_id(&self, data: &[u8]) -> BlobId {
+        BlobId::from_bytes(keyed(&self.id, data))
     }
 
     /// A name kept in local state (paths in the index), hidden likewise.
@@ -251,7 +251,7 @@ mod tests {
         let b = Keys::derive(&master, "store-b");
         assert_eq!(a.blob_id(b"x"), a.blob_id(b"x"));
         assert_ne!(a.blob_id(b"x"), b.blob_id(b"x"));
-        assert_ne!(a.blob_id(b"x"), ObjectId::of(b"x"));
+        assert_ne!(a.blob_id(b"x"), BlobId::of(b"x"));
         assert_ne!(a.chunker_seed(), b.chunker_seed());
     }
 
