@@ -4,6 +4,11 @@
 //! over `repo` and `tag` (datasets, versions, tags, tree loading) over `snapshot` (the model) and
 //! `cache` (local index and caches) over `store` (object_store).
 
+// Sizes and offsets of files are u64 and index memory as usize
+// (`limits::to_usize`).
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("detafs builds for 64-bit targets only");
+
 pub mod access;
 pub mod audit;
 pub mod cache;
@@ -27,6 +32,7 @@ pub mod schema;
 pub mod snapshot;
 pub mod staging;
 pub mod store;
+pub mod sys;
 pub mod verify;
 
 pub use error::{Error, Result};

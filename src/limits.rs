@@ -3,9 +3,20 @@
 //! decoder checks these before it allocates or walks, and a version that
 //! breaks one is refused with an error naming it, never half served.
 
+/// `n` as a `usize`: detafs builds for 64-bit targets only (`lib.rs`),
+/// where no `u64` is truncated.
+#[allow(clippy::cast_possible_truncation)]
+pub const fn to_usize(n: u64) -> usize {
+    n as usize
+}
+
 /// Largest data chunk (the chunker's maximum). Chunks are stored raw, so
 /// their encoded length is this plus the encoding byte.
 pub const MAX_CHUNK: u64 = 256 << 10;
+/// Highest version number: the mount numbers a version's inodes in 32 bits,
+/// and no dataset comes near 4 billion commits. A record beyond it is no
+/// version (`keys::record_number`, `Record::decode`).
+pub const MAX_VERSION: u64 = u32::MAX as u64;
 /// Largest tree, decoded (about a million entries in one directory).
 pub const MAX_TREE_BYTES: u64 = 256 << 20;
 /// What encoding adds to a blob's data at most: its encoding byte, and in

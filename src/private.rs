@@ -13,9 +13,9 @@ static USER_UMASK: OnceLock<u32> = OnceLock::new();
 /// remembers the user's umask for what is meant to be shared (an export).
 /// Called once, before any thread starts.
 pub fn restrict_umask() {
-    // SAFETY: umask only swaps the process's file creation mask.
-    let old = unsafe { libc::umask(0o077) };
-    let _ = USER_UMASK.set(old);
+    use nix::sys::stat::{Mode, umask};
+    let old = umask(Mode::from_bits_truncate(0o077));
+    let _ = USER_UMASK.set(old.bits());
 }
 
 /// The umask the user had before `restrict_umask` (022 if it never ran).
@@ -44,8 +44,7 @@ pub fn ensure_dir(path: &Path) -> Result<()> {
 /// refuses one another user owns.
 pub fn tighten(path: &Path) -> Result<()> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path.display(), e))?;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me {
         return Err(Error::InvalidInput(format!(
             "{} is owned by uid {}, not by this user (uid {me}): detafs keeps private data in it and will not use another user's folder; remove it or choose another (DETAFS_CACHE, DETAFS_STAGING)",

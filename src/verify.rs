@@ -219,7 +219,7 @@ impl Walker<'_> {
                 };
                 for (r, affects) in entries {
                     progress.advance(r.len as u64);
-                    let start = (r.offset - first.offset) as usize;
+                    let start = crate::limits::to_usize(r.offset - first.offset);
                     let blob = bytes.slice(start..start + r.len as usize);
                     if let Err(e) = codec.decode_blob(r, BlobKind::Chunk, blob) {
                         self.chunk_problem(&key, r, affects, e.to_string());

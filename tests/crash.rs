@@ -95,7 +95,7 @@ fn sigkill_at_random_moments_never_leaves_a_partial_version() {
     std::fs::write(src.join("probe.bin"), noise(8_000_000, 1)).unwrap();
     let t = Instant::now();
     env.commit(&src, "probe");
-    let full = t.elapsed().as_micros() as u64 + 1;
+    let full = u64::try_from(t.elapsed().as_micros()).unwrap() + 1;
 
     let mut landed = std::collections::HashMap::new();
     let mut seed = 0x5eed_u64;

@@ -304,7 +304,7 @@ fn a_busy_unmount_says_what_uses_it_and_lazy_detaches_it() {
     std::fs::create_dir_all(&mnt).unwrap();
     let said = env.ok(&["mount", "ds", mnt.to_str().unwrap(), "--daemon"]);
     let _gone = Unmount(&mnt);
-    let pid: i32 = said
+    let pid: u32 = said
         .split_once("(pid ")
         .unwrap()
         .1
@@ -329,8 +329,8 @@ fn a_busy_unmount_says_what_uses_it_and_lazy_detaches_it() {
     env.ok(&["umount", "--lazy", mnt.to_str().unwrap()]);
     assert!(!mounted(&mnt), "detached at once");
     drop(shell);
-    within(Duration::from_secs(20), "the daemon's end", || unsafe {
-        libc::kill(pid, 0) != 0
+    within(Duration::from_secs(20), "the daemon's end", || {
+        common::gone(pid)
     });
 }
 
@@ -353,7 +353,7 @@ fn a_second_interrupt_detaches_a_busy_foreground_mount() {
         said().contains("mounted ds at")
     });
     let shell = Inside::new(&mnt.join("staging"));
-    let interrupt = || unsafe { libc::kill(daemon.id() as i32, libc::SIGINT) };
+    let interrupt = || common::signal(daemon.id(), libc::SIGINT);
     interrupt();
     within(
         Duration::from_secs(30),
@@ -677,7 +677,7 @@ fn a_commit_killed_at_80_percent_is_resumed_without_uploading_again() {
                 seed ^= seed << 13;
                 seed ^= seed >> 7;
                 seed ^= seed << 17;
-                seed as u8
+                seed.to_le_bytes()[0]
             })
             .collect();
         std::fs::write(src.join(format!("part-{i}.bin")), bytes).unwrap();

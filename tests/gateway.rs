@@ -979,8 +979,8 @@ fn sixty_four_clients_at_once_are_all_answered() {
     let env = Env::new();
     let src = env.path("src");
     std::fs::create_dir_all(&src).unwrap();
-    for i in 0..64 {
-        std::fs::write(src.join(format!("f{i}")), vec![i as u8; 4096]).unwrap();
+    for i in 0..64u8 {
+        std::fs::write(src.join(format!("f{i}")), vec![i; 4096]).unwrap();
     }
     env.commit(&src, "v1");
     let k = key(&env, "k", "read");
@@ -1003,7 +1003,7 @@ fn sixty_four_clients_at_once_are_all_answered() {
     for (i, t) in threads.into_iter().enumerate() {
         for (s, body) in t.join().unwrap() {
             assert_eq!((s, body.len()), (200, 4096), "client {i}");
-            assert!(body.iter().all(|&b| b == i as u8));
+            assert!(body.iter().all(|&b| usize::from(b) == i));
         }
     }
 }

@@ -167,28 +167,19 @@ fn versions_are_read_only() {
     // What staging refuses as unsupported (EPERM, EOPNOTSUPP) is EROFS in
     // versions/, in either order (the kernel must not learn "unsupported"
     // for the whole mount).
-    use std::os::unix::ffi::OsStrExt;
-    let c = |p: &std::path::Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
-    let last = || std::io::Error::last_os_error().raw_os_error().unwrap();
+    let errno = |r: Result<(), rustix::io::Errno>| r.err().map_or(0, |e| e.raw_os_error());
     let setxattr = |p: &std::path::Path| {
-        let r = unsafe {
-            libc::setxattr(
-                c(p).as_ptr(),
-                c"user.x".as_ptr(),
-                b"1".as_ptr().cast(),
-                1,
-                0,
-            )
-        };
-        if r == 0 { 0 } else { last() }
+        errno(rustix::fs::setxattr(
+            p,
+            "user.x",
+            b"1",
+            rustix::fs::XattrFlags::empty(),
+        ))
     };
-    let removexattr = |p: &std::path::Path| {
-        let r = unsafe { libc::removexattr(c(p).as_ptr(), c"user.x".as_ptr()) };
-        if r == 0 { 0 } else { last() }
-    };
+    let removexattr = |p: &std::path::Path| errno(rustix::fs::removexattr(p, "user.x"));
     let mkfifo = |p: &std::path::Path| {
-        let r = unsafe { libc::mkfifo(c(p).as_ptr(), 0o644) };
-        if r == 0 { 0 } else { last() }
+        let mode = nix::sys::stat::Mode::from_bits_truncate(0o644);
+        nix::unistd::mkfifo(p, mode).err().map_or(0, |e| e as i32)
     };
     let staged = m.path("staging/a.csv");
     for _ in 0..2 {
@@ -717,8 +708,8 @@ fn a_staged_row_without_its_data_is_repaired_and_named() {
     std::fs::write(m.path("staging/kept.txt"), b"kept").unwrap();
     let pid = m.pid;
     drop(m);
-    common::within(Duration::from_secs(10), "the daemon's end", || unsafe {
-        libc::kill(pid as i32, 0) != 0
+    common::within(Duration::from_secs(10), "the daemon's end", || {
+        common::gone(pid)
     });
     // The state a crash between a new file's row and its file leaves.
     let data = common::files_under(&env.staging())
@@ -790,8 +781,8 @@ fn a_staging_row_that_does_not_decode_is_named() {
         std::fs::write(m.path("staging/odd.txt"), b"x").unwrap();
         m.pid
     };
-    common::within(Duration::from_secs(10), "the daemon's end", || unsafe {
-        libc::kill(pid as i32, 0) != 0
+    common::within(Duration::from_secs(10), "the daemon's end", || {
+        common::gone(pid)
     });
     let db = common::files_under(&env.staging())
         .into_iter()
@@ -1050,33 +1041,17 @@ fn a_read_only_mount_lists_a_large_folder_in_parts_exactly() {
 
 /// How many entries `getdents64` gives from `offset` of directory `dir` on.
 fn entries_from(dir: &Path, offset: i64) -> usize {
-    use std::os::fd::AsRawFd;
     let d = std::fs::File::open(dir).unwrap();
-    assert_eq!(
-        unsafe { libc::lseek(d.as_raw_fd(), offset, libc::SEEK_SET) },
-        offset
-    );
-    let (mut buf, mut n) = (vec![0u8; 32 << 10], 0);
-    loop {
-        let got = unsafe {
-            libc::syscall(
-                libc::SYS_getdents64,
-                d.as_raw_fd(),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
-        assert!(got >= 0, "getdents64: {}", std::io::Error::last_os_error());
-        if got == 0 {
-            return n;
-        }
-        let mut at = 0;
-        while at < got as usize {
-            // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), ...
-            at += u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
-            n += 1;
-        }
+    let at = nix::unistd::lseek(&d, offset, nix::unistd::Whence::SeekSet).unwrap();
+    assert_eq!(at, offset);
+    let mut buf = Vec::with_capacity(32 << 10);
+    let mut entries = rustix::fs::RawDir::new(&d, buf.spare_capacity_mut());
+    let mut n = 0;
+    while let Some(e) = entries.next() {
+        e.expect("getdents64");
+        n += 1;
     }
+    n
 }
 
 fn python(args: &[&str]) -> String {
@@ -1129,7 +1104,7 @@ fn foreground_mount_unmounts_cleanly_on_sigterm_and_sigint() {
             .spawn()
             .unwrap();
         eventually("the mount", || dir.join("versions/v1").exists());
-        unsafe { libc::kill(child.id() as i32, signal) };
+        common::signal(child.id(), signal);
         let status = child.wait().unwrap();
         assert!(status.success(), "signal {signal}: exit {status}");
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -1515,7 +1490,6 @@ fn a_file_unlinked_while_open_lives_until_its_last_close() {
 /// done as a plain rename; RENAME_NOREPLACE is honoured.
 #[test]
 fn a_rename_flag_staging_does_not_implement_is_refused() {
-    use std::ffi::CString;
     let env = Env::new();
     let m = env.mount(&[]);
     let a = m.path("staging/a.txt");
@@ -1523,23 +1497,9 @@ fn a_rename_flag_staging_does_not_implement_is_refused() {
     std::fs::write(&a, "a").unwrap();
     std::fs::write(&b, "b").unwrap();
     let rename = |flags: libc::c_uint| {
-        let (from, to) = (
-            CString::new(a.to_str().unwrap()).unwrap(),
-            CString::new(b.to_str().unwrap()).unwrap(),
-        );
-        // SAFETY: two valid C strings.
-        let r = unsafe {
-            libc::renameat2(
-                libc::AT_FDCWD,
-                from.as_ptr(),
-                libc::AT_FDCWD,
-                to.as_ptr(),
-                flags,
-            )
-        };
-        (r == 0)
-            .then_some(())
-            .ok_or_else(std::io::Error::last_os_error)
+        use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
+        let flags = RenameFlags::from_bits_retain(flags);
+        renameat2(AT_FDCWD, &a, AT_FDCWD, &b, flags).map_err(std::io::Error::from)
     };
     for flags in [libc::RENAME_WHITEOUT, libc::RENAME_EXCHANGE, 1 << 7] {
         let e = rename(flags).unwrap_err();

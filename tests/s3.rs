@@ -132,13 +132,45 @@ fn exported(env: &Env, version: &str) -> BTreeMap<String, Vec<u8>> {
     map
 }
 
+/// Stages a new file, and every third round appends to an earlier one,
+/// retrying each step through the faulty store as a user would.
+fn stage_round(repo: &Repo, st: &Staging, model: &mut BTreeMap<String, Vec<u8>>, round: u64) {
+    // Stage a new file, and rewrite an earlier one every third round.
+    let name = format!("r{round:03}.bin");
+    let data = noise(2000 + (usize::try_from(round).unwrap() * 37) % 5000, round);
+    let node = loop {
+        match st.create(repo, ROOT, name.as_bytes(), Kind::File, 0o644, 0, 0, b"", 0) {
+            Ok(n) => break n,
+            Err(detafs::Error::Fs { .. }) => {
+                break st.lookup(repo, ROOT, name.as_bytes()).unwrap().unwrap();
+            }
+            Err(e) => eprintln!("create: {e}"),
+        }
+    };
+    std::fs::write(st.upper_path(node.id), &data).unwrap();
+    model.insert(name, data);
+    if round % 3 == 2 {
+        let old = format!("r{:03}.bin", round - 2);
+        let id = st.lookup(repo, ROOT, old.as_bytes()).unwrap().unwrap().id;
+        let path = loop {
+            match st.copy_up(repo, id, true) {
+                Ok(p) => break p,
+                Err(e) => eprintln!("copy up: {e}"),
+            }
+        };
+        let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+        f.write_all(b"appended").unwrap();
+        model.get_mut(&old).unwrap().extend_from_slice(b"appended");
+    }
+}
+
 #[test]
 fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
     let env = Env::new_s3();
     let bucket = env.bucket.clone().unwrap();
     let faulty = Arc::new(Faulty::new(
         objects::s3_store(objects::S3_ENDPOINT, &bucket, "store"),
-        0.2,
+        200,
         0xfa17,
     ));
     // A deadline this short lets some operations run out of retries, so
@@ -167,43 +199,7 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
     let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let (mut landed, mut failed, mut ambiguous) = (0, 0, 0);
     for round in 0..200u64 {
-        // Stage a new file, and rewrite an earlier one every third round.
-        let name = format!("r{round:03}.bin");
-        let data = noise(2000 + (round as usize * 37) % 5000, round);
-        let node = loop {
-            match st.create(
-                &repo,
-                ROOT,
-                name.as_bytes(),
-                Kind::File,
-                0o644,
-                0,
-                0,
-                b"",
-                0,
-            ) {
-                Ok(n) => break n,
-                Err(detafs::Error::Fs { .. }) => {
-                    break st.lookup(&repo, ROOT, name.as_bytes()).unwrap().unwrap();
-                }
-                Err(e) => eprintln!("create: {e}"),
-            }
-        };
-        std::fs::write(st.upper_path(node.id), &data).unwrap();
-        model.insert(name, data);
-        if round % 3 == 2 {
-            let old = format!("r{:03}.bin", round - 2);
-            let id = st.lookup(&repo, ROOT, old.as_bytes()).unwrap().unwrap().id;
-            let path = loop {
-                match st.copy_up(&repo, id, true) {
-                    Ok(p) => break p,
-                    Err(e) => eprintln!("copy up: {e}"),
-                }
-            };
-            let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
-            f.write_all(b"appended").unwrap();
-            model.get_mut(&old).unwrap().extend_from_slice(b"appended");
-        }
+        stage_round(&repo, &st, &mut model, round);
         let versions_before = env.log().len();
         let meta = CommitMeta {
             content_only: false,
@@ -223,7 +219,7 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
             Ok(record) => {
                 landed += 1;
                 assert_eq!(
-                    record.version as usize,
+                    usize::try_from(record.version).unwrap(),
                     versions_before + 1,
                     "round {round}"
                 );
@@ -330,7 +326,7 @@ fn committers_killed_at_random_moments_lose_nothing() {
     model.insert("probe.bin".into(), noise(4_000_000, 0));
     let t = Instant::now();
     env.ok(&["commit", "ds", "-m", "probe"]);
-    let full = t.elapsed().as_micros() as u64 + 1;
+    let full = u64::try_from(t.elapsed().as_micros()).unwrap() + 1;
 
     let mut seed = 0xdead_beef_u64;
     let mut landed = 0;

@@ -1451,8 +1451,7 @@ fn ctrl_c_of_a_commit_through_a_mount_cancels_it_or_says_what_landed() {
             == true
     };
     let interrupt = |child: &std::process::Child| {
-        // SAFETY: a signal to our own child.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+        assert!(common::signal(child.id(), libc::SIGINT));
     };
     {
         // Held once staging is frozen, before anything is read.

@@ -437,7 +437,7 @@ impl Reader {
             .detach(|| self.cache.pieces(&self.chunks, start, end, false))
             .map_err(to_py)?
             .unwrap_or_default();
-        PyBytes::new_with(py, (end - start) as usize, |buf| {
+        PyBytes::new_with(py, detafs::limits::to_usize(end - start), |buf| {
             copy_pieces(skip, &pieces, buf);
             Ok(())
         })

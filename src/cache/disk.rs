@@ -37,7 +37,7 @@ const TOUCH_BATCH: usize = 256;
 fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
         .unwrap_or(0)
 }
 
@@ -232,7 +232,7 @@ mod tests {
                     id,
                     pack: crate::id::PackId::from_bytes(*id.as_bytes()),
                     offset: 8,
-                    len: encoded.len() as u32,
+                    len: u32::try_from(encoded.len()).unwrap(),
                     size: 999,
                 };
                 (r, encoded)

@@ -185,8 +185,8 @@ impl StagedView for Mounted {
             Err(e) => return Err(Error::io(full.display(), e)),
         };
         // Read through the mount: staging's times (reads move no atime).
-        let mtime = Mtime(meta.mtime(), meta.mtime_nsec() as u32);
-        let atime = Mtime(meta.atime(), meta.atime_nsec() as u32);
+        let mtime = Mtime::of_stat(meta.mtime(), meta.mtime_nsec());
+        let atime = Mtime::of_stat(meta.atime(), meta.atime_nsec());
         Ok(if meta.is_symlink() {
             let target = std::fs::read_link(&full).map_err(|e| Error::io(full.display(), e))?;
             Some(Side::Node(Node::Symlink {

@@ -62,25 +62,30 @@ fn check_passphrase(p: Zeroizing<String>) -> anyhow::Result<Zeroizing<String>> {
     Ok(p)
 }
 
+/// What `detafs init` makes.
+pub enum Sealing {
+    /// An unencrypted store (format 1).
+    Plaintext,
+    /// An encrypted store with a key file.
+    KeyFile,
+    /// An encrypted store with a key file and a passphrase slot.
+    KeyFileAndPassphrase,
+}
+
 /// `detafs init`: the store's URL, whether it was made, its key file.
-pub fn init(
-    opts: &Options,
-    plaintext: bool,
-    passphrase: bool,
-) -> anyhow::Result<(String, bool, Option<PathBuf>)> {
+pub fn init(opts: &Options, sealing: Sealing) -> anyhow::Result<(String, bool, Option<PathBuf>)> {
     let url = opts
         .store
         .clone()
         .unwrap_or_else(|| detafs::repo::default_store().to_string_lossy().into_owned());
     let store = Store::open(&url, true, opts.store_timeout, opts.sse.as_ref())?;
-    let pass = if passphrase {
-        Some(new_passphrase()?)
-    } else {
-        None
+    let pass = match sealing {
+        Sealing::KeyFileAndPassphrase => Some(new_passphrase()?),
+        Sealing::Plaintext | Sealing::KeyFile => None,
     };
-    let new = match plaintext {
-        true => NewStore::Plaintext,
-        false => NewStore::Sealed {
+    let new = match sealing {
+        Sealing::Plaintext => NewStore::Plaintext,
+        Sealing::KeyFile | Sealing::KeyFileAndPassphrase => NewStore::Sealed {
             key_file: opts.key_file.as_deref(),
             passphrase: pass.as_deref().map(String::as_str),
             by: &detafs::access::caller::current_user(),

@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
@@ -140,11 +139,8 @@ impl State {
         }
         if let Ok(file) = open_append(&self.path) {
             if self.stdio {
-                // SAFETY: dup2 onto the standard descriptors, which stay open.
-                unsafe {
-                    libc::dup2(file.as_raw_fd(), 1);
-                    libc::dup2(file.as_raw_fd(), 2);
-                }
+                let _ = nix::unistd::dup2_stdout(&file);
+                let _ = nix::unistd::dup2_stderr(&file);
             }
             self.file = file;
             self.size = 0;

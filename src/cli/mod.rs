@@ -136,37 +136,7 @@ enum Command {
     #[command(
         after_help = "Examples:\n  detafs serve --listen 127.0.0.1:8443   (a self-signed certificate, made on first start)\n  detafs serve --tls-cert cert.pem --tls-key key.pem\nExit codes: 0 stopped by SIGINT/SIGTERM, 1 error."
     )]
-    Serve {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:8443")]
-        listen: std::net::SocketAddr,
-        /// Certificate chain (PEM); with --tls-key. Default: a self-signed
-        /// pair kept beside the store's local index.
-        #[arg(long, requires = "tls_key")]
-        tls_cert: Option<PathBuf>,
-        /// Private key (PEM).
-        #[arg(long, requires = "tls_cert")]
-        tls_key: Option<PathBuf>,
-        /// Accept OAuth2 bearer JWTs signed by a key of this JWKS (a file,
-        /// or an https URL); with --issuer and --audience.
-        #[arg(long, requires_all = ["issuer", "audience"])]
-        jwks: Option<String>,
-        /// The tokens' required `iss`.
-        #[arg(long, requires = "jwks")]
-        issuer: Option<String>,
-        /// The tokens' required `aud`.
-        #[arg(long, requires = "jwks")]
-        audience: Option<String>,
-        /// How often the consistency audit (`verify` of the whole store)
-        /// runs; its result is in /health and /metrics.
-        #[arg(long, default_value = "6h")]
-        audit_interval: humantime::Duration,
-        /// A policy file (the format of `policy set`) this gateway applies
-        /// on top of the store's: a request must be allowed by both (say, a
-        /// public gateway that only reads).
-        #[arg(long)]
-        policy: Option<PathBuf>,
-    },
+    Serve(serve::ServeArgs),
     /// API keys for the gateway, kept (as hashes) in the store.
     #[command(subcommand)]
     Apikey(ApikeyCmd),
@@ -339,27 +309,7 @@ enum Command {
     #[command(
         after_help = "Examples:\n  detafs mount weather ~/weather --daemon\n  detafs mount weather ~/weather-ro --read-only --daemon\nExit codes: 0 mounted (and, in the foreground, unmounted cleanly), 1 error."
     )]
-    Mount {
-        /// Dataset name.
-        name: String,
-        /// Directory to mount it on.
-        mountpoint: PathBuf,
-        /// Detach once the mount is ready (prints the daemon's pid).
-        #[arg(long)]
-        daemon: bool,
-        /// Let other users access the mount (needs user_allow_other for non-root).
-        #[arg(long)]
-        allow_other: bool,
-        /// No staging/: versions only.
-        #[arg(long)]
-        read_only: bool,
-        /// Mount even on a folder that holds files (hidden while mounted).
-        #[arg(long)]
-        nonempty: bool,
-        /// How often to look for versions committed elsewhere.
-        #[arg(long, default_value = "2s")]
-        poll_interval: humantime::Duration,
-    },
+    Mount(mount::MountArgs),
     /// Unmount a detafs mount (also a stale one whose daemon was killed).
     #[command(
         after_help = "Examples:\n  detafs umount ~/weather\n  detafs umount --lazy ~/weather   (while a shell is still inside)\nExit codes: 0 unmounted, 1 error."
@@ -415,16 +365,19 @@ enum Command {
     #[command(
         after_help = "Examples:\n  detafs status weather\n  detafs status weather --json\nExit codes: 0, 1 error."
     )]
-    Status {
-        /// Dataset name.
-        name: String,
-        /// One JSON array: status (A, M, D, T, C), path.
-        #[arg(long)]
-        json: bool,
-        /// Leave out time-only changes (`T`).
-        #[arg(long)]
-        content_only: bool,
-    },
+    Status(StatusArgs),
+}
+
+#[derive(clap::Args)]
+struct StatusArgs {
+    /// Dataset name.
+    name: String,
+    /// One JSON array: status (A, M, D, T, C), path.
+    #[arg(long)]
+    json: bool,
+    /// Leave out time-only changes (`T`).
+    #[arg(long)]
+    content_only: bool,
 }
 
 #[derive(Subcommand)]
@@ -611,8 +564,7 @@ pub fn run() -> ExitCode {
         // than failing on a write to a closed pipe. (Not for a daemon: its
         // sockets' errors are handled where they happen; a client that
         // hangs up on the gateway must not end it.)
-        // SAFETY: setting a signal's disposition to its default.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        detafs::sys::default_sigpipe();
     }
     let local = (
         cli.staging_dir
@@ -709,7 +661,12 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             plaintext,
             passphrase,
         } => {
-            let (url, created, key_file) = keys::init(&opts, plaintext, passphrase)?;
+            let sealing = match (plaintext, passphrase) {
+                (true, _) => keys::Sealing::Plaintext,
+                (false, false) => keys::Sealing::KeyFile,
+                (false, true) => keys::Sealing::KeyFileAndPassphrase,
+            };
+            let (url, created, key_file) = keys::init(&opts, sealing)?;
             println!(
                 "{} store at {url}",
                 if created { "created" } else { "already a" }
@@ -718,99 +675,11 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 keys::tell_key_file(&k);
             }
         }
-        Command::Serve {
-            listen,
-            tls_cert,
-            tls_key,
-            jwks,
-            issuer,
-            audience,
-            audit_interval,
-            policy,
-        } => {
-            let tokens = match (jwks, issuer, audience) {
-                (Some(j), Some(i), Some(a)) => Some((j, i, a)),
-                _ => None,
-            };
-            let interval = audit_interval.into();
-            let tls = (tls_cert, tls_key);
-            serve::serve(open()?, listen, tls, tokens, interval, policy)?
-        }
-        Command::Apikey(ApikeyCmd::Create { name, scopes }) => {
-            let repo = open()?;
-            policy::require(&repo, Action::Admin, ALL_DATASETS)?;
-            serve::create(&repo, &name, &scopes)?
-        }
-        Command::Apikey(ApikeyCmd::List { json }) => serve::list(&open()?, json)?,
-        Command::Apikey(ApikeyCmd::Revoke { name }) => {
-            let repo = open()?;
-            policy::require(&repo, Action::Admin, ALL_DATASETS)?;
-            let k = repo.revoke_api_key(&name)?;
-            println!("revoked {}", k.name);
-        }
-        Command::Policy(PolicyCmd::Show { version }) => policy::show(&open()?, version)?,
-        Command::Policy(PolicyCmd::Set { file, message }) => {
-            policy::set(&open()?, &file, &message)?
-        }
-        Command::Policy(PolicyCmd::Log { json }) => policy::log(&open()?, json)?,
-        Command::Policy(PolicyCmd::Check {
-            user,
-            action,
-            resource,
-        }) => {
-            if !policy::check(&open()?, &user, &action, &resource)? {
-                return Ok(ExitCode::from(5));
-            }
-        }
-        Command::Key(KeyCmd::List { json }) => keys::list(&open()?, &opts, json)?,
-        Command::Key(KeyCmd::Add { file, passphrase }) => {
-            keys::add(&open()?, &opts, file.as_deref(), passphrase)?
-        }
-        Command::Key(KeyCmd::Remove { id }) => keys::remove(&open()?, &id)?,
-        Command::Dataset(DatasetCmd::Create { name }) => {
-            detafs::limits::validate_name(&name)?;
-            let repo = match Repo::open(&opts) {
-                Ok(repo) => announce(repo),
-                // The first dataset of a new local store creates the store,
-                // as it does for the embedded default one.
-                Err(Error::NotAStore(at)) if is_local(&opts) && repo::had_store_at(&opts, &at) => {
-                    return Err(Error::StoreGone(at).into());
-                }
-                Err(Error::NotAStore(_)) if is_local(&opts) => {
-                    let (url, _, key_file) = keys::init(&opts, false, false)?;
-                    eprintln!("created store at {url}");
-                    if let Some(k) = key_file {
-                        keys::tell_key_file(&k);
-                    }
-                    open()?
-                }
-                other => other.context("cannot open the store")?,
-            };
-            policy::require(&repo, Action::Create, &dataset_resource(&name))?;
-            repo.create_dataset(&name)?;
-            println!("created dataset {name}");
-        }
-        Command::Dataset(DatasetCmd::List { json }) => show::datasets(&open()?, json)?,
-        Command::Dataset(DatasetCmd::Delete { name }) => {
-            let repo = open()?;
-            policy::require(&repo, Action::Admin, &dataset_resource(&name))?;
-            mount::check_unused(&repo, &staging, &name)?;
-            let d = repo.delete_dataset(&name, &detafs::access::caller::current_user())?;
-            println!("deleted dataset {name} at {}", d.time);
-        }
-        Command::Dataset(DatasetCmd::Rename { name, new_name }) => {
-            let repo = open()?;
-            policy::require(&repo, Action::Admin, &dataset_resource(&name))?;
-            mount::check_unused(&repo, &staging, &name)?;
-            repo.rename_dataset(&name, &new_name, &detafs::access::caller::current_user())?;
-            println!("renamed dataset {name} to {new_name}");
-        }
-        Command::Dataset(DatasetCmd::Undelete { name }) => {
-            let repo = open()?;
-            policy::require(&repo, Action::Admin, &dataset_resource(&name))?;
-            repo.undelete_dataset(&name)?;
-            println!("undeleted dataset {name}");
-        }
+        Command::Serve(args) => serve::serve(open()?, args)?,
+        Command::Apikey(cmd) => apikey_cmd(cmd, &open)?,
+        Command::Policy(cmd) => return policy_cmd(cmd, &open),
+        Command::Key(cmd) => key_cmd(cmd, &opts, &open)?,
+        Command::Dataset(cmd) => dataset_cmd(cmd, &opts, &staging, &open)?,
         Command::Commit {
             name,
             from,
@@ -819,7 +688,6 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             content_only,
         } => {
             let repo = open()?;
-            policy::require(&repo, Action::Commit, &dataset_resource(&name))?;
             let author_given = author.is_some();
             let meta = CommitMeta {
                 dataset: &name,
@@ -827,30 +695,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 author: &author.unwrap_or_else(detafs::access::caller::current_user),
                 content_only,
             };
-            let record = match from {
-                Some(from) => {
-                    let pb = bar(0, "commit");
-                    // Sized beside the commit, and only when the bar is
-                    // drawn: a walk of a million files costs seconds.
-                    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-                        let (shown, dir) = (pb.0.clone(), from.clone());
-                        std::thread::spawn(move || shown.set_length(dir_size(&dir)));
-                    }
-                    let record = commit::commit_dir(&repo, &meta, &from, &pb);
-                    drop(pb);
-                    let record = record?;
-                    mount::tell_mount(&repo, &staging, &name);
-                    record
-                }
-                None => {
-                    // Sized once the commit knows what it reads.
-                    let pb = bar(0, "commit");
-                    let record =
-                        mount::commit_staging(&repo, &staging, &name, &meta, author_given, &pb);
-                    drop(pb);
-                    record?
-                }
-            };
+            let record = commit_cmd(&repo, &staging, &meta, from, author_given)?;
             println!("v{}", record.version);
         }
         Command::Log {
@@ -873,36 +718,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             version,
             tag,
             json,
-        } => {
-            let repo = open()?;
-            match (version, tag) {
-                (Some(version), Some(tag)) => {
-                    policy::require(&repo, Action::Tag, &dataset_resource(&name))?;
-                    let t = repo.create_tag(
-                        &name,
-                        &version,
-                        &tag,
-                        &detafs::access::caller::current_user(),
-                    )?;
-                    mount::tell_mount(&repo, &staging, &name);
-                    println!("{} v{}", t.tag, t.version);
-                }
-                _ => {
-                    repo.check_dataset(&name)?;
-                    let tags = repo.tags(&name)?;
-                    if json {
-                        let rows: Vec<_> = tags
-                            .iter()
-                            .map(|t| serde_json::json!({"tag": t.tag, "version": t.version}))
-                            .collect();
-                        println!("{}", serde_json::to_string_pretty(&rows)?);
-                    }
-                    for t in tags.iter().filter(|_| !json) {
-                        println!("{} v{}", t.tag, t.version);
-                    }
-                }
-            }
-        }
+        } => tag_cmd(&open()?, &staging, &name, version.zip(tag), json)?,
         Command::Ls {
             name,
             version,
@@ -942,106 +758,16 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             version,
             dir,
             preserve_setid,
-        } => {
-            // SAFETY: geteuid has no preconditions.
-            if preserve_setid && unsafe { libc::geteuid() } != 0 {
-                return Err(Error::InvalidInput(
-                    "--preserve-setid needs root: only root may recreate setuid and setgid files"
-                        .into(),
-                )
-                .into());
-            }
-            let repo = open()?;
-            let record = repo.version(&name, &version)?;
-            let pb = bar(0, "export");
-            let opts = read::ExportOptions { preserve_setid };
-            read::export(&repo, &record.tree, &dir, opts, &pb)?;
-            drop(pb);
-            eprintln!("exported {name} v{} to {}", record.version, dir.display());
-        }
+        } => export_cmd(&open, &name, &version, &dir, preserve_setid)?,
         Command::Audit { name, json } => {
             if !audit::audit(&open()?, &name, json)? {
                 return Ok(ExitCode::from(1));
             }
         }
-        Command::Verify { name, json } => {
-            let repo = open()?;
-            let pb = bar(0, "verify");
-            let report = verify::verify(&repo, name.as_deref(), &pb)?;
-            drop(pb);
-            if json {
-                let out = serde_json::json!({
-                    "versions": report.versions,
-                    "objects": report.blobs,
-                    "problems": report.problems.iter().map(audit::problem_json).collect::<Vec<_>>(),
-                    "garbage": report.garbage.iter().map(|g| serde_json::json!({
-                        "key": line(g.key.as_bytes()), "size": g.size,
-                    })).collect::<Vec<_>>(),
-                });
-                println!("{}", serde_json::to_string_pretty(&out)?);
-                return Ok(ExitCode::from(u8::from(!report.problems.is_empty())));
-            }
-            // Paths and keys in problems are escaped by verify.
-            for p in &report.problems {
-                println!("{p}");
-            }
-            for g in &report.garbage {
-                let key = line(g.key.as_bytes());
-                println!("garbage: {key} ({} bytes, unreachable)", g.size);
-            }
-            eprintln!(
-                "checked {} versions, {} objects: {} problems, {} garbage objects",
-                report.versions,
-                report.blobs,
-                report.problems.len(),
-                report.garbage.len()
-            );
-            if !report.problems.is_empty() {
-                return Ok(ExitCode::from(1));
-            }
-        }
-        Command::Gc { grace, dry_run } => {
-            let repo = open()?;
-            policy::require(&repo, Action::Admin, ALL_DATASETS)?;
-            let pb = bar(0, "gc");
-            let report = gc::gc(&repo, grace.into(), dry_run, &pb)?;
-            drop(pb);
-            let doomed = &report.doomed;
-            let bytes: u64 = doomed.iter().map(|l| l.size).sum();
-            let did = if dry_run { "would delete" } else { "deleted" };
-            for l in doomed {
-                println!("{did} {}", line(l.key.as_bytes()));
-            }
-            eprintln!("{did} {} unreachable objects ({bytes} bytes)", doomed.len());
-            if let Some(until) = report.young_until {
-                let young: u64 = report.young.iter().map(|l| l.size).sum();
-                let until = humantime::format_rfc3339_seconds(until);
-                eprintln!(
-                    "kept {} unreachable objects ({young} bytes) younger than the grace: \
-                     a commit still running or interrupted; deletable after {until}",
-                    report.young.len()
-                );
-            }
-        }
-        Command::Mount {
-            name,
-            mountpoint,
-            daemon,
-            allow_other,
-            read_only,
-            nonempty,
-            poll_interval,
-        } => {
-            let args = mount::MountArgs {
-                name,
-                mountpoint,
-                daemon,
-                allow_other,
-                read_only,
-                nonempty,
-                poll_interval: poll_interval.into(),
-            };
-            mount::tune_allocator();
+        Command::Verify { name, json } => return verify_cmd(&open()?, name.as_deref(), json),
+        Command::Gc { grace, dry_run } => gc_cmd(&open()?, grace.into(), dry_run)?,
+        Command::Mount(args) => {
+            detafs::sys::tune_allocator();
             mount::mount(open()?, &staging, &args)?;
         }
         Command::Umount { mountpoint, lazy } => mount::umount(&mountpoint, lazy)?,
@@ -1053,51 +779,308 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             version,
             paths,
         } => mount::checkout(&open()?, &staging, &name, Some(&version), &paths)?,
-        Command::Status {
-            name,
-            json,
-            content_only,
-        } => {
-            let mut changes = mount::status(&open()?, &staging, &name)?;
-            if content_only {
-                changes.retain(|(tag, _)| *tag != 'T');
-            }
-            if json {
-                let rows: Vec<_> = changes
-                    .iter()
-                    .map(|(tag, path)| serde_json::json!({"status": tag, "path": line(path)}))
-                    .collect();
-                println!("{}", serde_json::to_string_pretty(&rows)?);
-            }
-            for (tag, path) in changes.iter().filter(|_| !json) {
-                println!("{tag} {}", line(path));
-            }
-        }
+        Command::Status(args) => status_cmd(&open()?, &staging, &args)?,
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "detafs", &mut std::io::stdout());
         }
-        Command::Man { dir } => {
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            clap_mangen::generate_to(<Cli as clap::CommandFactory>::command(), &dir)
-                .with_context(|| format!("cannot write man pages into {}", dir.display()))?;
-            eprintln!("wrote man pages into {} (man detafs)", dir.display());
-        }
-        Command::Reindex => {
-            repo::reset_local_state(open()?).context("cannot reset the local index")?;
+        Command::Man { dir } => man(&dir)?,
+        Command::Reindex => reindex(&open)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How `execute` opens the store (once a command needs it).
+type Open<'a> = &'a dyn Fn() -> anyhow::Result<Repo>;
+
+fn apikey_cmd(cmd: ApikeyCmd, open: Open) -> anyhow::Result<()> {
+    match cmd {
+        ApikeyCmd::Create { name, scopes } => {
             let repo = open()?;
-            let mut versions = 0;
-            for ds in repo.datasets()? {
-                for r in repo.sync(&ds)? {
-                    repo.index_tree(&r.tree)?;
-                    versions += 1;
-                }
+            policy::require(&repo, Action::Admin, ALL_DATASETS)?;
+            serve::create(&repo, &name, &scopes)?
+        }
+        ApikeyCmd::List { json } => serve::list(&open()?, json)?,
+        ApikeyCmd::Revoke { name } => {
+            let repo = open()?;
+            policy::require(&repo, Action::Admin, ALL_DATASETS)?;
+            let k = repo.revoke_api_key(&name)?;
+            println!("revoked {}", k.name);
+        }
+    }
+    Ok(())
+}
+
+fn policy_cmd(cmd: PolicyCmd, open: Open) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PolicyCmd::Show { version } => policy::show(&open()?, version)?,
+        PolicyCmd::Set { file, message } => policy::set(&open()?, &file, &message)?,
+        PolicyCmd::Log { json } => policy::log(&open()?, json)?,
+        PolicyCmd::Check {
+            user,
+            action,
+            resource,
+        } => {
+            if !policy::check(&open()?, &user, &action, &resource)? {
+                return Ok(ExitCode::from(5));
             }
-            eprintln!("reindexed {versions} versions");
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn key_cmd(cmd: KeyCmd, opts: &Options, open: Open) -> anyhow::Result<()> {
+    match cmd {
+        KeyCmd::List { json } => keys::list(&open()?, opts, json),
+        KeyCmd::Add { file, passphrase } => keys::add(&open()?, opts, file.as_deref(), passphrase),
+        KeyCmd::Remove { id } => keys::remove(&open()?, &id),
+    }
+}
+
+fn dataset_cmd(
+    cmd: DatasetCmd,
+    opts: &Options,
+    staging: &std::path::Path,
+    open: Open,
+) -> anyhow::Result<()> {
+    let admin = |name: &str| -> anyhow::Result<Repo> {
+        let repo = open()?;
+        policy::require(&repo, Action::Admin, &dataset_resource(name))?;
+        Ok(repo)
+    };
+    match cmd {
+        DatasetCmd::Create { name } => {
+            detafs::limits::validate_name(&name)?;
+            let repo = match Repo::open(opts) {
+                Ok(repo) => announce(repo),
+                // The first dataset of a new local store creates the store,
+                // as it does for the embedded default one.
+                Err(Error::NotAStore(at)) if is_local(opts) && repo::had_store_at(opts, &at) => {
+                    return Err(Error::StoreGone(at).into());
+                }
+                Err(Error::NotAStore(_)) if is_local(opts) => {
+                    let (url, _, key_file) = keys::init(opts, keys::Sealing::KeyFile)?;
+                    eprintln!("created store at {url}");
+                    if let Some(k) = key_file {
+                        keys::tell_key_file(&k);
+                    }
+                    open()?
+                }
+                other => other.context("cannot open the store")?,
+            };
+            policy::require(&repo, Action::Create, &dataset_resource(&name))?;
+            repo.create_dataset(&name)?;
+            println!("created dataset {name}");
+        }
+        DatasetCmd::List { json } => show::datasets(&open()?, json)?,
+        DatasetCmd::Delete { name } => {
+            let repo = admin(&name)?;
+            mount::check_unused(&repo, staging, &name)?;
+            let d = repo.delete_dataset(&name, &detafs::access::caller::current_user())?;
+            println!("deleted dataset {name} at {}", d.time);
+        }
+        DatasetCmd::Rename { name, new_name } => {
+            let repo = admin(&name)?;
+            mount::check_unused(&repo, staging, &name)?;
+            repo.rename_dataset(&name, &new_name, &detafs::access::caller::current_user())?;
+            println!("renamed dataset {name} to {new_name}");
+        }
+        DatasetCmd::Undelete { name } => {
+            admin(&name)?.undelete_dataset(&name)?;
+            println!("undeleted dataset {name}");
+        }
+    }
+    Ok(())
+}
+
+/// `commit`: of a folder (`--from`), else of staging (through the mount
+/// if one is up).
+fn commit_cmd(
+    repo: &Repo,
+    staging: &std::path::Path,
+    meta: &CommitMeta,
+    from: Option<PathBuf>,
+    author_given: bool,
+) -> anyhow::Result<detafs::snapshot::Record> {
+    let name = meta.dataset;
+    policy::require(repo, Action::Commit, &dataset_resource(name))?;
+    let Some(from) = from else {
+        // Sized once the commit knows what it reads.
+        let pb = bar(0, "commit");
+        let record = mount::commit_staging(repo, staging, name, meta, author_given, &pb);
+        drop(pb);
+        return record;
+    };
+    let pb = bar(0, "commit");
+    // Sized beside the commit, and only when the bar is drawn: a walk of a
+    // million files costs seconds.
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        let (shown, dir) = (pb.0.clone(), from.clone());
+        std::thread::spawn(move || shown.set_length(dir_size(&dir)));
+    }
+    let record = commit::commit_dir(repo, meta, &from, &pb);
+    drop(pb);
+    let record = record?;
+    mount::tell_mount(repo, staging, name);
+    Ok(record)
+}
+
+/// `tag NAME VERSION TAG` makes a tag; `tag NAME` lists them.
+fn tag_cmd(
+    repo: &Repo,
+    staging: &std::path::Path,
+    name: &str,
+    new: Option<(String, String)>,
+    json: bool,
+) -> anyhow::Result<()> {
+    if let Some((version, tag)) = new {
+        policy::require(repo, Action::Tag, &dataset_resource(name))?;
+        let author = detafs::access::caller::current_user();
+        let t = repo.create_tag(name, &version, &tag, &author)?;
+        mount::tell_mount(repo, staging, name);
+        println!("{} v{}", t.tag, t.version);
+        return Ok(());
+    }
+    repo.check_dataset(name)?;
+    let tags = repo.tags(name)?;
+    if json {
+        let rows: Vec<_> = tags
+            .iter()
+            .map(|t| serde_json::json!({"tag": t.tag, "version": t.version}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    }
+    for t in tags.iter().filter(|_| !json) {
+        println!("{} v{}", t.tag, t.version);
+    }
+    Ok(())
+}
+
+/// `man DIR`: a page per command.
+fn man(dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    clap_mangen::generate_to(<Cli as clap::CommandFactory>::command(), dir)
+        .with_context(|| format!("cannot write man pages into {}", dir.display()))?;
+    eprintln!("wrote man pages into {} (man detafs)", dir.display());
+    Ok(())
+}
+
+/// `reindex`: the local index made again from the store.
+fn reindex(open: Open) -> anyhow::Result<()> {
+    repo::reset_local_state(open()?).context("cannot reset the local index")?;
+    let repo = open()?;
+    let mut versions = 0;
+    for ds in repo.datasets()? {
+        for r in repo.sync(&ds)? {
+            repo.index_tree(&r.tree)?;
+            versions += 1;
+        }
+    }
+    eprintln!("reindexed {versions} versions");
+    Ok(())
+}
+
+/// `export`: a version's tree written into `dir`.
+fn export_cmd(
+    open: Open,
+    name: &str,
+    version: &str,
+    dir: &std::path::Path,
+    preserve_setid: bool,
+) -> anyhow::Result<()> {
+    if preserve_setid && !nix::unistd::geteuid().is_root() {
+        return Err(Error::InvalidInput(
+            "--preserve-setid needs root: only root may recreate setuid and setgid files".into(),
+        )
+        .into());
+    }
+    let repo = open()?;
+    let record = repo.version(name, version)?;
+    let pb = bar(0, "export");
+    let opts = read::ExportOptions { preserve_setid };
+    read::export(&repo, &record.tree, dir, opts, &pb)?;
+    drop(pb);
+    eprintln!("exported {name} v{} to {}", record.version, dir.display());
+    Ok(())
+}
+
+/// `verify`: exit 1 if it found a problem.
+fn verify_cmd(repo: &Repo, name: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    let pb = bar(0, "verify");
+    let report = verify::verify(repo, name, &pb)?;
+    drop(pb);
+    let failed = ExitCode::from(u8::from(!report.problems.is_empty()));
+    if json {
+        let out = serde_json::json!({
+            "versions": report.versions,
+            "objects": report.blobs,
+            "problems": report.problems.iter().map(audit::problem_json).collect::<Vec<_>>(),
+            "garbage": report.garbage.iter().map(|g| serde_json::json!({
+                "key": line(g.key.as_bytes()), "size": g.size,
+            })).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(failed);
+    }
+    // Paths and keys in problems are escaped by verify.
+    for p in &report.problems {
+        println!("{p}");
+    }
+    for g in &report.garbage {
+        let key = line(g.key.as_bytes());
+        println!("garbage: {key} ({} bytes, unreachable)", g.size);
+    }
+    eprintln!(
+        "checked {} versions, {} objects: {} problems, {} garbage objects",
+        report.versions,
+        report.blobs,
+        report.problems.len(),
+        report.garbage.len()
+    );
+    Ok(failed)
+}
+
+fn gc_cmd(repo: &Repo, grace: std::time::Duration, dry_run: bool) -> anyhow::Result<()> {
+    policy::require(repo, Action::Admin, ALL_DATASETS)?;
+    let pb = bar(0, "gc");
+    let report = gc::gc(repo, grace, dry_run, &pb)?;
+    drop(pb);
+    let doomed = &report.doomed;
+    let bytes: u64 = doomed.iter().map(|l| l.size).sum();
+    let did = if dry_run { "would delete" } else { "deleted" };
+    for l in doomed {
+        println!("{did} {}", line(l.key.as_bytes()));
+    }
+    eprintln!("{did} {} unreachable objects ({bytes} bytes)", doomed.len());
+    if let Some(until) = report.young_until {
+        let young: u64 = report.young.iter().map(|l| l.size).sum();
+        let until = humantime::format_rfc3339_seconds(until);
+        eprintln!(
+            "kept {} unreachable objects ({young} bytes) younger than the grace: \
+             a commit still running or interrupted; deletable after {until}",
+            report.young.len()
+        );
+    }
+    Ok(())
+}
+
+fn status_cmd(repo: &Repo, staging: &std::path::Path, args: &StatusArgs) -> anyhow::Result<()> {
+    let json = args.json;
+    let mut changes = mount::status(repo, staging, &args.name)?;
+    if args.content_only {
+        changes.retain(|(tag, _)| *tag != 'T');
+    }
+    if json {
+        let rows: Vec<_> = changes
+            .iter()
+            .map(|(tag, path)| serde_json::json!({"status": tag, "path": line(path)}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    }
+    for (tag, path) in changes.iter().filter(|_| !json) {
+        println!("{tag} {}", line(path));
+    }
+    Ok(())
 }
 
 /// Opens the store (the embedded default one is made on first use).

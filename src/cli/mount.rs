@@ -21,14 +21,27 @@ const MOUNT_FILE: &str = "mounted-at";
 /// A read-only mount's marker: this, then a hash of its mount point.
 const RO_MOUNT_FILE: &str = "mounted-ro-";
 
+#[derive(clap::Args)]
 pub struct MountArgs {
+    /// Dataset name.
     pub name: String,
+    /// Directory to mount it on.
     pub mountpoint: PathBuf,
+    /// Detach once the mount is ready (prints the daemon's pid).
+    #[arg(long)]
     pub daemon: bool,
+    /// Let other users access the mount (needs user_allow_other for non-root).
+    #[arg(long)]
     pub allow_other: bool,
+    /// No staging/: versions only.
+    #[arg(long)]
     pub read_only: bool,
+    /// Mount even on a folder that holds files (hidden while mounted).
+    #[arg(long)]
     pub nonempty: bool,
-    pub poll_interval: Duration,
+    /// How often to look for versions committed elsewhere.
+    #[arg(long, default_value = "2s")]
+    pub poll_interval: humantime::Duration,
 }
 
 fn staging_root(repo: &Repo, root: &Path, name: &str) -> anyhow::Result<PathBuf> {
@@ -96,21 +109,6 @@ fn refuse_second_mount(dir: &Path, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The daemon allocates and frees multi-MiB read buffers on many threads:
-/// keep them out of per-thread heaps (which glibc does not give back), so its
-/// memory stays near what its caches hold; and let the heap grow in large
-/// steps, not a page (one mprotect) at a time. Must run before any thread
-/// starts, so before the store (and its runtime) is opened.
-pub fn tune_allocator() {
-    // SAFETY: mallopt only adjusts allocator parameters.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
-        libc::mallopt(libc::M_ARENA_MAX, 4);
-        libc::mallopt(libc::M_TOP_PAD, 4 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 8 << 20);
-    }
-}
-
 pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Result<()> {
     let mp = &args.mountpoint;
     if stale(mp) {
@@ -172,8 +170,8 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
     };
     let files = mount_files(&dir, args)?;
     let opts = MountOptions {
-        uid: unsafe { libc::getuid() },
-        gid: unsafe { libc::getgid() },
+        uid: nix::unistd::getuid().as_raw(),
+        gid: nix::unistd::getgid().as_raw(),
         log: std::env::var_os(super::log::DAEMON_LOG_ENV).map(PathBuf::from),
     };
     let trail = Trail::open(&files.audit, AUDIT_TRAIL_BYTES)?;
@@ -181,7 +179,7 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
     let session = SessionOptions {
         allow_other: args.allow_other,
         fs_name: format!("detafs:{}", args.name),
-        poll_interval: args.poll_interval,
+        poll_interval: args.poll_interval.into(),
     };
     let marker = files.marker;
     let absolute = std::path::absolute(mp)?;
@@ -191,8 +189,7 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
     })
     .map_err(|e| {
         let denied = e.kind() == std::io::ErrorKind::PermissionDenied;
-        // SAFETY: geteuid has no preconditions.
-        let hint = if denied && unsafe { libc::geteuid() } != 0 {
+        let hint = if denied && !nix::unistd::geteuid().is_root() {
             "; on this host only root may mount FUSE file systems (/dev/fuse is root-only, \
              or fusermount3 is not allowed for you): ask an administrator, or read without \
              a mount (detafs ls, cat, export; Python's detafs:// paths, docs/python.md)"
@@ -244,7 +241,6 @@ fn mount_files(dir: &Path, args: &MountArgs) -> anyhow::Result<MountFiles> {
 
 /// Starts the mount as a detached child and returns once it is live.
 fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Result<()> {
-    use std::os::unix::process::CommandExt;
     let log_path = mount_files(&staging_root(repo, staging_base, &args.name)?, args)?.log;
     // Appended: an earlier mount's messages stay (README.md says where).
     let log = std::fs::OpenOptions::new()
@@ -260,18 +256,16 @@ fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resu
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
-    // SAFETY: setsid is async-signal-safe; it detaches the child from our terminal.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
+    detafs::sys::in_new_session(&mut cmd);
     let mut child = cmd.spawn()?;
     // Only what this daemon wrote: the log is appended to.
     let ours = || {
         let log = std::fs::read(&log_path).unwrap_or_default();
-        String::from_utf8_lossy(log.get(start as usize..).unwrap_or_default()).into_owned()
+        String::from_utf8_lossy(
+            log.get(detafs::limits::to_usize(start)..)
+                .unwrap_or_default(),
+        )
+        .into_owned()
     };
     loop {
         // Ready once it says so (`serve`'s `ready`): its connections are
@@ -494,14 +488,10 @@ impl std::error::Error for Interrupted {}
 
 /// Blocks SIGINT for the calling thread (others of the process take it).
 fn block_sigint() {
-    // SAFETY: an empty set made by sigemptyset, then SIGINT added; the
-    // mask is the calling thread's own.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+    use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None);
 }
 
 /// Once `interrupted` (Ctrl-C), asks the mount at `mp` to cancel its commit
@@ -627,17 +617,11 @@ pub fn tell_mount(repo: &Repo, staging_base: &Path, name: &str) {
 /// one request: it acts when the handle closes, and the close says how it
 /// went (std's drop would ignore that).
 fn request(mp: &Path, file: &str, text: &[u8]) -> std::io::Result<()> {
-    use std::os::fd::IntoRawFd;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .open(mp.join(".detafs").join(file))?;
     f.write_all(text)?;
-    let fd = f.into_raw_fd();
-    // SAFETY: `fd` was `f`'s, now owned here and closed once.
-    match unsafe { libc::close(fd) } {
-        0 => Ok(()),
-        _ => Err(std::io::Error::last_os_error()),
-    }
+    nix::unistd::close(f).map_err(std::io::Error::from)
 }
 
 /// Paths changed in staging (`detafs status NAME`), not escaped.

@@ -8,15 +8,56 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// `tokens`: the JWKS, issuer and audience of accepted bearer JWTs.
-pub fn serve(
-    repo: Repo,
-    listen: SocketAddr,
-    (cert, key): (Option<PathBuf>, Option<PathBuf>),
-    tokens: Option<(String, String, String)>,
-    audit_interval: std::time::Duration,
-    policy: Option<PathBuf>,
-) -> anyhow::Result<()> {
+/// `detafs serve`'s options.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    pub listen: SocketAddr,
+    /// Certificate chain (PEM); with --tls-key. Default: a self-signed
+    /// pair kept beside the store's local index.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Accept OAuth2 bearer JWTs signed by a key of this JWKS (a file,
+    /// or an https URL); with --issuer and --audience.
+    #[arg(long, requires_all = ["issuer", "audience"])]
+    pub jwks: Option<String>,
+    /// The tokens' required `iss`.
+    #[arg(long, requires = "jwks")]
+    pub issuer: Option<String>,
+    /// The tokens' required `aud`.
+    #[arg(long, requires = "jwks")]
+    pub audience: Option<String>,
+    /// How often the consistency audit (`verify` of the whole store)
+    /// runs; its result is in /health and /metrics.
+    #[arg(long, default_value = "6h")]
+    pub audit_interval: humantime::Duration,
+    /// A policy file (the format of `policy set`) this gateway applies
+    /// on top of the store's: a request must be allowed by both (say, a
+    /// public gateway that only reads).
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+}
+
+pub fn serve(repo: Repo, args: ServeArgs) -> anyhow::Result<()> {
+    let ServeArgs {
+        listen,
+        tls_cert: cert,
+        tls_key: key,
+        jwks,
+        issuer,
+        audience,
+        audit_interval,
+        policy,
+    } = args;
+    let tokens = match (jwks, issuer, audience) {
+        (Some(j), Some(i), Some(a)) => Some((j, i, a)),
+        _ => None,
+    };
+    let audit_interval: std::time::Duration = audit_interval.into();
     let policy = match policy {
         Some(file) => {
             let text = std::fs::read_to_string(&file)

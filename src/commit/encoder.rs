@@ -109,7 +109,7 @@ mod tests {
         let mut sent = Vec::new();
         for i in 0..200u32 {
             // Big and small alternate, so later jobs often finish first.
-            let data = vec![i as u8; if i % 2 == 0 { 256 << 10 } else { 10 }];
+            let data = vec![i.to_le_bytes()[0]; if i % 2 == 0 { 256 << 10 } else { 10 }];
             let id = codec.blob_id(&[&i.to_le_bytes()[..], &data].concat());
             sent.push((id, data.len()));
             back.extend(enc.submit(id, data));

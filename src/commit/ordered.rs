@@ -67,7 +67,7 @@ impl<J: Send + 'static, R: Send + 'static> Ordered<J, R> {
 
     /// Jobs sent whose results have not been handed back.
     pub fn in_flight(&self) -> usize {
-        (self.sent - self.due) as usize
+        crate::limits::to_usize(self.sent - self.due)
     }
 
     /// Queues a job; returns the results finished meanwhile, in order

@@ -199,7 +199,7 @@ enum Scanned {
 }
 
 fn mtime_of(m: &Metadata) -> Mtime {
-    Mtime(m.mtime(), m.mtime_nsec() as u32)
+    Mtime::of_stat(m.mtime(), m.mtime_nsec())
 }
 
 impl<'r> Scanner<'r> {
@@ -216,7 +216,7 @@ impl<'r> Scanner<'r> {
             .forget_uploaded(unix_now() - RESUME_WINDOW.as_secs() as i64)?;
         let now_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as i64)
+            .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
             .unwrap_or(i64::MAX);
         Ok(Scanner {
             repo,
@@ -231,7 +231,8 @@ impl<'r> Scanner<'r> {
             written: lru::LruCache::new(WRITTEN.try_into().expect("not zero")),
             placed: HashMap::new(),
             stat_rows: PendingStats::new(repo.index()),
-            racy_after_ns: now_ns - racy_window().as_nanos() as i64,
+            racy_after_ns: now_ns
+                .saturating_sub(i64::try_from(racy_window().as_nanos()).unwrap_or(i64::MAX)),
             progress,
             codec: repo.codec().clone(),
             started: std::time::Instant::now(),
@@ -1060,8 +1061,7 @@ mod tests {
             dir.path().join("link"),
         );
         std::fs::write(&file, b"data").unwrap();
-        let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         std::os::unix::fs::symlink(&file, &link).unwrap();
         assert!(open_listed(&file).is_ok());
         // No writer on the FIFO: a plain open would wait for one forever.

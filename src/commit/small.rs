@@ -103,7 +103,7 @@ fn read_whole(job: &Job) -> Option<Vec<u8>> {
         return None;
     }
     let file = super::listed::open_listed(&job.path).ok()?;
-    let mut data = Vec::with_capacity(size as usize + 1);
+    let mut data = Vec::with_capacity(crate::limits::to_usize(size) + 1);
     // One byte more than listed tells a file that grew.
     file.take(size + 1).read_to_end(&mut data).ok()?;
     fail::fail_point!("file-read");

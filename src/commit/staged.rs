@@ -268,7 +268,11 @@ impl Build<'_, '_> {
                 }
             };
             if size == meta.size() && unchanged && before.unchanged_below(size, later) {
-                return Ok((chunks, size, Mtime(meta.mtime(), meta.mtime_nsec() as u32)));
+                return Ok((
+                    chunks,
+                    size,
+                    Mtime::of_stat(meta.mtime(), meta.mtime_nsec()),
+                ));
             }
         }
         Err(Error::InvalidInput(format!(

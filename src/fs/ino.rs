@@ -48,7 +48,9 @@ impl Ino {
             CONTROL => Ino::Control,
             LATEST => Ino::Latest,
             FIRST_CONTROL_FILE..=LAST_CONTROL_FILE => Ino::ControlFile(ino),
-            FIRST_TAG_INO..FIRST_VERSION_INO => Ino::Tag((ino - FIRST_TAG_INO) as usize),
+            FIRST_TAG_INO..FIRST_VERSION_INO => {
+                Ino::Tag(crate::limits::to_usize(ino - FIRST_TAG_INO))
+            }
             FIRST_VERSION_INO.. => Ino::Version(ino),
             _ => Ino::Unknown,
         }

@@ -77,7 +77,7 @@ impl ReadAhead {
     /// reader has in hand and what is fetched ahead of it (the kernel's
     /// page cache holds what is read again).
     fn cache_bytes(self) -> usize {
-        (self.runs + 2) * self.bytes as usize
+        (self.runs + 2) * crate::limits::to_usize(self.bytes)
     }
 }
 
@@ -658,7 +658,7 @@ impl MountFs {
         match h {
             Handle::Stored(f) => self.versions.read_stored(&f, offset, size as u64),
             Handle::Text(t) => {
-                let start = (offset as usize).min(t.len());
+                let start = crate::limits::to_usize(offset).min(t.len());
                 let end = (start + size as usize).min(t.len());
                 Ok(t[start..end].to_vec())
             }
@@ -919,14 +919,8 @@ impl MountFs {
     }
 
     /// Free space where staged data lives.
-    pub fn statfs(&self) -> Result<libc::statvfs> {
-        let path = std::ffi::CString::new(self.repo.state_dir().as_os_str().as_encoded_bytes())
-            .expect("no NUL in path");
-        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: valid C string and out-pointer.
-        if unsafe { libc::statvfs(path.as_ptr(), &mut s) } != 0 {
-            return Err(Error::io("statfs", std::io::Error::last_os_error()));
-        }
-        Ok(s)
+    pub fn statfs(&self) -> Result<nix::sys::statvfs::Statvfs> {
+        let path = self.repo.state_dir();
+        nix::sys::statvfs::statvfs(path).map_err(|e| Error::io(path.display(), e.into()))
     }
 }

@@ -215,7 +215,7 @@ impl StagingArea {
             perm: if n.kind == Kind::Symlink {
                 0o777
             } else {
-                n.mode as u16
+                (n.mode & 0o7777) as u16
             },
             nlink,
             uid: n.uid,
@@ -264,9 +264,9 @@ impl StagingArea {
             nlink: 0,
             uid: m.uid(),
             gid: m.gid(),
-            mtime: Mtime(m.mtime(), m.mtime_nsec() as u32),
-            atime: Mtime(m.atime(), m.atime_nsec() as u32),
-            ctime: Mtime(m.ctime(), m.ctime_nsec() as u32),
+            mtime: Mtime::of_stat(m.mtime(), m.mtime_nsec()),
+            atime: Mtime::of_stat(m.atime(), m.atime_nsec()),
+            ctime: Mtime::of_stat(m.ctime(), m.ctime_nsec()),
             rdev: 0,
             ttl: Duration::ZERO,
         })
@@ -525,13 +525,17 @@ impl StagingArea {
         if !c.writable {
             return Err(Error::fs(FsError::Invalid, "file not open for writing"));
         }
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&*c.file);
         let _writing = self.writes.begin(c.node, offset);
-        // SAFETY: fd is open for the duration of the call.
-        if unsafe { libc::fallocate(fd, mode, offset as i64, length as i64) } != 0 {
-            return Err(Error::io(c.path.display(), std::io::Error::last_os_error()));
-        }
-        Ok(())
+        let (offset, length) = (i64::try_from(offset), i64::try_from(length));
+        let (Ok(offset), Ok(length)) = (offset, length) else {
+            return Err(Error::fs(
+                FsError::Invalid,
+                "fallocate beyond the largest file",
+            ));
+        };
+        let flags = nix::fcntl::FallocateFlags::from_bits_retain(mode);
+        nix::fcntl::fallocate(&*c.file, flags, offset, length)
+            .map_err(|e| Error::io(c.path.display(), e.into()))
     }
 
     /// An acknowledged fsync of a staged file survives a crash: its data,
@@ -571,7 +575,7 @@ impl StagingArea {
                 // limits::MAX_DEPTH); a default 2 MiB stack is not enough.
                 .stack_size(64 << 20)
                 .spawn_scoped(s, || {
-                    lower_priority();
+                    crate::sys::lower_thread_priority(10);
                     // Files open for writing are listed under the staging lock:
                     // an open adds its handle before it lets the lock go, so none
                     // is missed (its staged copy would be deleted under the writer).
@@ -630,14 +634,4 @@ pub(super) fn read_staged(
     }
     buf.truncate(got);
     Ok(buf)
-}
-
-/// Nice 10 for the calling thread (on Linux the nice value is per thread;
-/// threads it starts inherit it). Best effort.
-fn lower_priority() {
-    // SAFETY: gettid and setpriority take no pointers.
-    unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
-    }
 }

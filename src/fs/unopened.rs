@@ -79,7 +79,7 @@ impl MountFs {
                 return Err(Error::fs(FsError::Invalid, "bad file handle"));
             }
             let text = control::text_now(self, ino)?;
-            let start = (offset as usize).min(text.len());
+            let start = crate::limits::to_usize(offset).min(text.len());
             let end = (start + size as usize).min(text.len());
             return Ok(text[start..end].to_vec());
         }
@@ -108,11 +108,14 @@ impl MountFs {
             && self.versions.version_dir_entries(ino)?.entries.len() > PART
         {
             // Positions 0 and 1 are `.` and `..`, then the folder's entries.
-            let from = offset.saturating_sub(2) as usize;
+            let from = crate::limits::to_usize(offset.saturating_sub(2));
             let mut part = Vec::with_capacity(PART + 2);
             if offset < 2 {
                 let me = self.getattr(ino)?;
-                for dots in [&b"."[..], b".."].into_iter().skip(offset as usize) {
+                for dots in [&b"."[..], b".."]
+                    .into_iter()
+                    .skip(crate::limits::to_usize(offset))
+                {
                     let e = DirEntry {
                         ino,
                         kind: FileKind::Dir,

@@ -391,7 +391,7 @@ fn page(
     mut add: impl FnMut(u64, &(DirEntry, Attr)) -> bool,
 ) {
     for (k, item) in listing.iter().enumerate() {
-        let next = fs.resume_after(dir, first as usize + k, &item.0);
+        let next = fs.resume_after(dir, crate::limits::to_usize(first) + k, &item.0);
         if next > offset && add(next, item) {
             break;
         }
@@ -439,7 +439,7 @@ fn plus_page(
     let mut out = PlusPage::new();
     let mut looked_up = Vec::new();
     for (k, (e, a)) in listing.iter().enumerate() {
-        let next = fs.resume_after(dir, first as usize + k, e);
+        let next = fs.resume_after(dir, crate::limits::to_usize(first) + k, e);
         if next <= offset {
             continue;
         }
@@ -883,7 +883,7 @@ impl Filesystem for Fuse {
         self.fs.requests().seen(Op::Write);
         let (data, uid) = (data.to_vec(), req.uid());
         self.spawn(move |fs| match fs.write(fh.0, offset, &data, uid) {
-            Ok(n) => reply.written(n as u32),
+            Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
             Err(e) => reply.error(fail("write", &e)),
         });
     }
@@ -1032,14 +1032,14 @@ impl Filesystem for Fuse {
         self.fs.requests().seen(Op::Statfs);
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
-                s.f_blocks,
-                s.f_bfree,
-                s.f_bavail,
-                s.f_files,
-                s.f_ffree,
-                s.f_bsize as u32,
+                s.blocks(),
+                s.blocks_free(),
+                s.blocks_available(),
+                s.files(),
+                s.files_free(),
+                u32::try_from(s.block_size()).unwrap_or(u32::MAX),
                 255,
-                s.f_frsize as u32,
+                u32::try_from(s.fragment_size()).unwrap_or(u32::MAX),
             ),
             Err(e) => reply.error(fail("statfs", &e)),
         }

@@ -201,7 +201,7 @@ impl ChunkCache {
                 "its chunks hold fewer bytes than its size",
             ));
         }
-        Ok(Some(((start - first_at) as usize, out)))
+        Ok(Some((crate::limits::to_usize(start - first_at), out)))
     }
 
     /// `pieces`, as the bytes `[start, end)` in one buffer.
@@ -215,7 +215,7 @@ impl ChunkCache {
         let Some((skip, pieces)) = self.pieces(chunks, start, end, memory_only)? else {
             return Ok(None);
         };
-        let mut out = vec![0; end.saturating_sub(start) as usize];
+        let mut out = vec![0; crate::limits::to_usize(end.saturating_sub(start))];
         copy_pieces(skip, &pieces, &mut out);
         Ok(Some(out))
     }

@@ -235,12 +235,15 @@ pub fn export(
 /// (and a warning) for a device when the caller may not make one: only
 /// root may, and the rest of the export goes on without it.
 fn make_special(path: &Path, kind: Special, mode: u32, rdev: u64) -> Result<bool> {
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| Error::InvalidInput(format!("{}: NUL in path", path.display())))?;
-    // SAFETY: a NUL-terminated path; mknod only reads it.
-    let made = unsafe { libc::mknod(c_path.as_ptr(), kind.file_type() | mode, rdev) };
-    if made != 0 {
-        let e = std::io::Error::last_os_error();
+    use nix::sys::stat::{Mode, SFlag, mknod};
+    let made = mknod(
+        path,
+        SFlag::from_bits_retain(kind.file_type()),
+        Mode::from_bits_retain(mode),
+        rdev,
+    );
+    if let Err(e) = made {
+        let e = std::io::Error::from(e);
         if kind.has_rdev() && e.raw_os_error() == Some(libc::EPERM) {
             tracing::warn!(
                 "{}: not recreated (a device node; only root may make one)",

@@ -8,7 +8,7 @@ use std::io::Read;
 /// that a 512 MiB file's chunk list (one tree entry) stays under ~0.5 MB.
 pub const MIN_SIZE: usize = 16 * 1024;
 pub const AVG_SIZE: usize = 64 * 1024;
-pub const MAX_SIZE: usize = crate::limits::MAX_CHUNK as usize;
+pub const MAX_SIZE: usize = crate::limits::to_usize(crate::limits::MAX_CHUNK);
 
 /// A file's chunks, in order.
 pub type Chunks<'a> = Box<dyn Iterator<Item = std::io::Result<Vec<u8>>> + 'a>;
@@ -21,7 +21,7 @@ pub fn chunks<'a, R: Read + 'a>(source: R, len: u64, seed: u64) -> Chunks<'a> {
     if len < MIN_SIZE as u64 {
         // One chunk at most: read it into a buffer of its size, not into
         // the chunker's `MAX_SIZE` one (most files of a dataset are small).
-        let mut buf = Vec::with_capacity(len as usize);
+        let mut buf = Vec::with_capacity(crate::limits::to_usize(len));
         let read = source.read_to_end(&mut buf).map(|_| buf);
         return Box::new(std::iter::once(read).filter(|r| !matches!(r, Ok(b) if b.is_empty())));
     }
@@ -58,7 +58,7 @@ pub(super) mod tests {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                x as u8
+                x.to_le_bytes()[0]
             })
             .collect()
     }

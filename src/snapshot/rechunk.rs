@@ -187,7 +187,7 @@ impl<'a> Rechunker<'a> {
 
     fn guess(&mut self, k: usize) -> io::Result<Piece> {
         let (_, size, id) = self.old[k];
-        let mut data = vec![0; size as usize];
+        let mut data = vec![0; crate::limits::to_usize(size)];
         self.file.read_exact_at(&mut data, self.pos)?;
         let start = self.pos;
         self.pos += size;

@@ -90,6 +90,9 @@ impl Record {
             ));
         }
         crate::limits::validate_name(&r.dataset).map_err(|e| bad(e.to_string()))?;
+        if r.version > crate::limits::MAX_VERSION {
+            return Err(bad(format!("version {} is beyond the highest", r.version)));
+        }
         if r.version == 0 || (r.version == 1) != r.parent.is_none() {
             return Err(bad(format!(
                 "version {} with {} parent",

@@ -23,6 +23,12 @@ pub trait TreeSink {
 pub struct Mtime(pub i64, pub u32);
 
 impl Mtime {
+    /// A time as `stat` gives it: seconds and nanoseconds (0 to 999999999
+    /// from any kernel; anything else reads as 0).
+    pub fn of_stat(secs: i64, nsec: i64) -> Mtime {
+        Mtime(secs, u32::try_from(nsec).unwrap_or(0))
+    }
+
     /// An RFC 3339 time of a record or tag (the epoch if it is not one:
     /// both are checked when decoded).
     pub fn of_rfc3339(time: &str) -> Mtime {
@@ -1025,8 +1031,8 @@ mod tests {
                 id,
                 pack: crate::id::PackId::from_bytes([1; 32]),
                 offset: 8,
-                len: encoded.len() as u32,
-                size: tree.len() as u32,
+                len: u32::try_from(encoded.len()).unwrap(),
+                size: u32::try_from(tree.len()).unwrap(),
             };
             let back = codec.decode_blob(&r, BlobKind::Tree, encoded.into());
             assert_eq!(back.unwrap(), tree, "{} bytes", tree.len());

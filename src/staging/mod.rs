@@ -137,8 +137,8 @@ impl Staging {
                  VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, ?6)",
                 params![
                     ROOT,
-                    unsafe { libc::getuid() },
-                    unsafe { libc::getgid() },
+                    nix::unistd::getuid().as_raw(),
+                    nix::unistd::getgid().as_raw(),
                     m.0,
                     m.1,
                     base.map(|b| serde_json::to_vec(&b.tree).expect("serializable"))
@@ -548,7 +548,9 @@ impl Staging {
                 .entries
                 .iter()
                 .filter(|e| e.node.is_dir())
-                .count() as u32);
+                .count()
+                .try_into()
+                .unwrap_or(u32::MAX));
         }
         Ok(self
             .db
@@ -1070,8 +1072,8 @@ impl Staging {
             && let Ok(m) = std::fs::metadata(self.upper_path(n.id))
         {
             seen.size = m.size();
-            seen.mtime = Mtime(m.mtime(), m.mtime_nsec() as u32);
-            seen.ctime = row_ctime.max(Mtime(m.ctime(), m.ctime_nsec() as u32));
+            seen.mtime = Mtime::of_stat(m.mtime(), m.mtime_nsec());
+            seen.ctime = row_ctime.max(Mtime::of_stat(m.ctime(), m.ctime_nsec()));
         }
         seen.atime = n.atime.unwrap_or(seen.mtime);
         seen

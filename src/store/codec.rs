@@ -453,8 +453,8 @@ mod tests {
             id,
             pack: crate::id::PackId::from_bytes([1; 32]),
             offset: 8,
-            len: enc.len() as u32,
-            size: data.len() as u32,
+            len: u32::try_from(enc.len()).unwrap(),
+            size: u32::try_from(data.len()).unwrap(),
         };
         (r, enc)
     }
@@ -523,8 +523,8 @@ mod tests {
         assert_eq!(zstd[0], ZSTD);
         let r = BlobRef {
             id,
-            len: zstd.len() as u32,
-            size: text.len() as u32,
+            len: u32::try_from(zstd.len()).unwrap(),
+            size: u32::try_from(text.len()).unwrap(),
             ..plain
         };
         assert!(
@@ -556,8 +556,8 @@ mod tests {
             id: BlobId::of(&huge),
             pack: crate::id::PackId::from_bytes([1; 32]),
             offset: 8,
-            len: enc.len() as u32,
-            size: huge.len() as u32,
+            len: u32::try_from(enc.len()).unwrap(),
+            size: u32::try_from(huge.len()).unwrap(),
         };
         let err = Codec::Plain
             .decode_blob(&r, BlobKind::Tree, enc.into())

@@ -101,7 +101,10 @@ pub fn record_number(name: &str, key: &str) -> Option<u64> {
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok().filter(|&n| n > 0)
+    digits
+        .parse()
+        .ok()
+        .filter(|&n| n > 0 && n <= crate::limits::MAX_VERSION)
 }
 pub fn tags(name: &str) -> String {
     format!("{DATASETS}{name}/tags/")

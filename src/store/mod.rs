@@ -869,8 +869,7 @@ fn local(path: &str, create: bool) -> Result<(LocalFileSystem, String)> {
     // what they read through a daemon): only this user's own is tightened.
     if std::fs::metadata(p).is_ok_and(|m| {
         use std::os::unix::fs::MetadataExt;
-        // SAFETY: geteuid has no preconditions.
-        m.uid() == unsafe { libc::geteuid() }
+        m.uid() == nix::unistd::geteuid().as_raw()
     }) {
         crate::private::tighten(p)?;
     }

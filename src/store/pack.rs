@@ -149,7 +149,7 @@ pub fn read_run_bytes(store: &Store, run: &[BlobRef], kind: BlobKind) -> Result<
 
 /// Where blob `r` lies in the bytes of a run that starts with `first`.
 pub fn span(first: &BlobRef, r: &BlobRef) -> std::ops::Range<usize> {
-    let start = (r.offset - first.offset) as usize;
+    let start = crate::limits::to_usize(r.offset - first.offset);
     start..start + r.len as usize
 }
 
@@ -228,12 +228,15 @@ impl<'s> PackWriter<'s> {
     /// Adds a blob of `size` bytes of data, encoded, and returns where it
     /// will live.
     pub fn add(&mut self, id: BlobId, encoded: Bytes, size: usize) -> Result<BlobRef> {
+        // A blob is at most a chunk or a tree (`limits`), far below 4 GiB.
+        let too_big =
+            || Error::InvalidInput(format!("a blob of {size} bytes is too large to store"));
         let r = BlobRef {
             id,
             pack: self.id,
             offset: self.len as u64,
-            len: encoded.len() as u32,
-            size: size as u32,
+            len: u32::try_from(encoded.len()).map_err(|_| too_big())?,
+            size: u32::try_from(size).map_err(|_| too_big())?,
         };
         self.len += encoded.len();
         self.blobs.push(encoded);

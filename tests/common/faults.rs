@@ -29,7 +29,7 @@ enum Fault {
     Torn,
 }
 
-/// Injects errors, latency and torn writes into a fraction `rate` of
+/// Injects errors, latency and torn writes into `rate` of every 1000
 /// requests, on a schedule fixed by `seed`.
 pub struct Faulty {
     inner: Arc<dyn ObjectStore>,
@@ -63,10 +63,10 @@ fn injected(what: &str) -> object_store::Error {
 }
 
 impl Faulty {
-    pub fn new(inner: Arc<dyn ObjectStore>, rate: f64, seed: u64) -> Faulty {
+    pub fn new(inner: Arc<dyn ObjectStore>, per_mille: u64, seed: u64) -> Faulty {
         Faulty {
             inner,
-            rate: (rate * 1000.0) as u64,
+            rate: per_mille,
             state: Mutex::new(seed | 1),
             injected: AtomicU64::new(0),
         }

@@ -330,7 +330,7 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            x as u8
+            x.to_le_bytes()[0]
         })
         .collect()
 }
@@ -436,12 +436,12 @@ impl Mount<'_> {
     }
 
     pub fn alive(&self) -> bool {
-        unsafe { libc::kill(self.pid as i32, 0) == 0 }
+        !gone(self.pid)
     }
 
     /// Kills the daemon without letting it unmount (a crash).
     pub fn kill(&self) {
-        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        signal(self.pid, libc::SIGKILL);
         for _ in 0..100 {
             if !self.alive() {
                 break;
@@ -576,7 +576,10 @@ pub fn settle(dir: &Path) {
         .map(|m| {
             use std::os::unix::fs::MetadataExt;
             std::time::UNIX_EPOCH
-                + std::time::Duration::new(m.ctime().max(0) as u64, m.ctime_nsec() as u32)
+                + std::time::Duration::new(
+                    m.ctime().max(0).unsigned_abs(),
+                    m.ctime_nsec().try_into().unwrap(),
+                )
         })
         .max();
     if let Some(newest) = newest {
@@ -586,4 +589,18 @@ pub fn settle(dir: &Path) {
             || newest.elapsed().is_ok_and(|age| age > RACY_WINDOW),
         );
     }
+}
+
+/// Sends signal `sig` to process `pid` (0: only asks whether it is there);
+/// whether it was sent.
+pub fn signal(pid: u32, sig: i32) -> bool {
+    use nix::sys::signal::{Signal, kill};
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid"));
+    let sig = (sig != 0).then(|| Signal::try_from(sig).expect("a signal"));
+    kill(pid, sig).is_ok()
+}
+
+/// Whether process `pid` has ended (and been reaped, or is no child of ours).
+pub fn gone(pid: u32) -> bool {
+    !signal(pid, 0)
 }

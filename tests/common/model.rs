@@ -404,14 +404,8 @@ impl Model {
             }
             Op::Symlink(path) => std::os::unix::fs::symlink("nowhere/at/all", self.p(path)),
             Op::Mkfifo(path) => {
-                use std::os::unix::ffi::OsStrExt;
-                let c = std::ffi::CString::new(self.p(path).as_os_str().as_bytes()).unwrap();
-                // SAFETY: a NUL-terminated path.
-                if unsafe { libc::mkfifo(c.as_ptr(), 0o644) } == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
+                let mode = nix::sys::stat::Mode::from_bits_truncate(0o644);
+                nix::unistd::mkfifo(&self.p(path), mode).map_err(std::io::Error::from)
             }
             Op::Rename(from, to) => std::fs::rename(self.p(from), self.p(to)),
             // link(2) itself: a symlink gets a second name, not its target.

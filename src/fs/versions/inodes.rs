@@ -58,6 +58,15 @@ fn pack(folder_slot: u32, index: u32) -> Place2 {
     (folder_slot as u64) << 32 | index as u64
 }
 
+/// The two 32-bit halves of `n`, high first.
+fn split(n: u64) -> (u32, u32) {
+    let [a, b, c, d, e, f, g, h] = n.to_be_bytes();
+    (
+        u32::from_be_bytes([a, b, c, d]),
+        u32::from_be_bytes([e, f, g, h]),
+    )
+}
+
 /// Version inodes the kernel holds, in slots reused once the kernel forgot
 /// their inode, with an index by place so each entry keeps its number while
 /// it is held. An inode number is `FIRST_VERSION_INO` + generation << 32 +
@@ -92,10 +101,10 @@ const GENERATIONS: u32 = 1 << 28;
 
 impl VersionInodes {
     /// The slot of `ino`, if `ino` is its current inode number.
-    fn slot(&self, ino: u64) -> Option<usize> {
+    fn slot(&self, ino: u64) -> Option<u32> {
         let n = ino.checked_sub(FIRST_VERSION_INO)?;
-        let (generation, slot) = ((n >> 32) as u32, (n & 0xffff_ffff) as usize);
-        (self.slots.get(slot)?.generation == generation).then_some(slot)
+        let (generation, slot) = split(n);
+        (self.slots.get(slot as usize)?.generation == generation).then_some(slot)
     }
 
     fn ino(&self, slot: u32) -> u64 {
@@ -104,12 +113,18 @@ impl VersionInodes {
 
     fn get(&self, ino: u64) -> Option<&Held> {
         let slot = self.slot(ino)?;
-        self.slots[slot].held.as_ref().filter(|h| !h.forgotten)
+        self.slots[slot as usize]
+            .held
+            .as_ref()
+            .filter(|h| !h.forgotten)
     }
 
     fn get_mut(&mut self, ino: u64) -> Option<&mut Held> {
         let slot = self.slot(ino)?;
-        self.slots[slot].held.as_mut().filter(|h| !h.forgotten)
+        self.slots[slot as usize]
+            .held
+            .as_mut()
+            .filter(|h| !h.forgotten)
     }
 
     /// Lets go of slot `slot` (forgotten, no children left), then of its
@@ -157,13 +172,16 @@ impl Versions {
         let mut t = lock(&self.inodes);
         let folder = match place.0 {
             VERSIONS => ROOTS,
-            ino => t.slot(ino).map_or(UNHELD, |s| s as u32),
+            ino => t.slot(ino).unwrap_or(UNHELD),
         };
-        let key = pack(folder, place.1 as u32);
+        // Far fewer entries than 2^32 fit in a folder (limits::MAX_TREE_BYTES).
+        let index = u32::try_from(place.1).expect("an entry index of a folder");
+        let key = pack(folder, index);
         // An entry of a folder forgotten meanwhile gets an inode of its own,
         // never shared by place (its reads fail: the folder is gone).
         // Every name of a file in a link group is that file's inode.
-        let link = node.link().map(|l| ((version as u32, l.group), l.names));
+        let version = u32::try_from(version).expect("versions end at limits::MAX_VERSION");
+        let link = node.link().map(|l| ((version, l.group), l.names));
         let existing = match folder {
             UNHELD => None,
             _ => t.by_place.get(&key).copied(),
@@ -197,10 +215,10 @@ impl Versions {
                     },
                     mtime_s: mtime.0,
                     tree,
-                    version: version as u32,
+                    version,
                     lookups: 0,
                     mtime_ns: mtime.1,
-                    mode: mode as u16,
+                    mode: (mode & 0o7777) as u16,
                     kind,
                 };
                 let slot = match t.free.pop() {
@@ -213,7 +231,7 @@ impl Versions {
                             generation: 0,
                             held: Some(held),
                         });
-                        (t.slots.len() - 1) as u32
+                        u32::try_from(t.slots.len() - 1).expect("fewer than 2^32 inodes held")
                     }
                 };
                 if folder != UNHELD {
@@ -260,13 +278,15 @@ impl Versions {
             let Some(h) = t.get_mut(ino) else {
                 return;
             };
-            h.lookups = h.lookups.saturating_sub(n.min(u32::MAX as u64) as u32);
+            h.lookups = h
+                .lookups
+                .saturating_sub(u32::try_from(n).unwrap_or(u32::MAX));
             if h.lookups > 0 {
                 return;
             }
             h.forgotten = true;
             let (place, children) = (h.place, h.children);
-            let slot = t.slot(ino).expect("held") as u32;
+            let slot = t.slot(ino).expect("held");
             t.by_place.remove(&place);
             if let Some(k) = t.links.get(&slot).map(|l| l.0)
                 && t.by_link.get(&k) == Some(&slot)
@@ -304,7 +324,7 @@ impl Versions {
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         let special = matches!(h.kind, crate::fs::FileKind::Special(_));
         let mtime = Mtime(h.mtime_s, h.mtime_ns);
-        let slot = t.slot(ino).map(|s| s as u32);
+        let slot = t.slot(ino);
         let atime = slot.and_then(|s| t.atimes.get(&s));
         let names = slot.and_then(|s| t.links.get(&s)).map_or(1, |l| l.1);
         Ok(Attr {
@@ -349,7 +369,7 @@ impl Versions {
     fn version_place(&self, ino: u64) -> Result<Place> {
         let t = lock(&self.inodes);
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
-        let (folder, index) = ((h.place >> 32) as u32, h.place as u32);
+        let (folder, index) = split(h.place);
         if folder == ROOTS {
             let tree = h.tree.as_deref().copied().ok_or_else(|| gone(ino))?;
             return Ok(Place::Root {

@@ -100,7 +100,7 @@ impl super::Versions {
     ) -> Result<Vec<u8>> {
         let total = f.starts.last().copied().unwrap_or(0);
         let end = (offset + size).min(total);
-        let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
+        let mut out = Vec::with_capacity(crate::limits::to_usize(end.saturating_sub(offset)));
         if offset >= end {
             return Ok(out);
         }
@@ -124,7 +124,9 @@ impl super::Versions {
             };
             let from = offset.max(f.starts[i]) - f.starts[i];
             let to = end.min(f.starts[i + 1]) - f.starts[i];
-            out.extend_from_slice(&data[from as usize..to as usize]);
+            out.extend_from_slice(
+                &data[crate::limits::to_usize(from)..crate::limits::to_usize(to)],
+            );
             i += 1;
         }
         Ok(out)

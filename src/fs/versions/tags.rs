@@ -12,7 +12,7 @@ use crate::fs::ino::FIRST_TAG_INO;
 
 /// Tags a mount shows; more are left out (and logged): their inodes lie
 /// below versions' (`ino.rs`).
-const MAX_TAGS: usize = (FIRST_VERSION_INO - FIRST_TAG_INO) as usize;
+const MAX_TAGS: usize = crate::limits::to_usize(FIRST_VERSION_INO - FIRST_TAG_INO);
 
 /// Tags seen so far, in the order seen (the index is in the inode: `Ino::Tag`).
 #[derive(Default)]
