@@ -4,9 +4,10 @@
 //! it reaches its size bound.
 
 use crate::error::{Error, Result};
+use parking_lot::Mutex;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Lines waiting for the writer; more are counted as dropped (and the
@@ -68,7 +69,7 @@ impl Trail {
         let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
         entry["time"] = now.into();
         let line = entry.to_string();
-        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = self.waiting.lock();
         if w.lines.len() < QUEUE {
             w.lines.push(line);
         } else {
@@ -85,9 +86,8 @@ struct Writer {
 }
 
 fn write_out(waiting: &Mutex<Waiting>, writer: &Mutex<Writer>) {
-    let mut writer = writer.lock().unwrap_or_else(|p| p.into_inner());
-    let Waiting { mut lines, dropped } =
-        std::mem::take(&mut *waiting.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut writer = writer.lock();
+    let Waiting { mut lines, dropped } = std::mem::take(&mut *waiting.lock());
     if dropped > 0 {
         lines.push(serde_json::json!({ "dropped": dropped }).to_string());
     }

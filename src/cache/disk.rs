@@ -8,12 +8,13 @@ use crate::id::BlobId;
 use crate::store::codec::Codec;
 use crate::store::pack::{BlobKind, BlobRef};
 use bytes::Bytes;
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 pub struct DiskCache {
     dir: PathBuf,
@@ -148,7 +149,7 @@ impl DiskCache {
     /// process); writes the notes in batches.
     fn record_use(&self, id: &BlobId, size: u64, new: bool) {
         let full = {
-            let mut t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+            let mut t = self.touched.lock();
             if !new && !t.seen.insert(*id) {
                 return;
             }
@@ -161,13 +162,7 @@ impl DiskCache {
     }
 
     fn flush_uses(&self) {
-        let batch = std::mem::take(
-            &mut self
-                .touched
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pending,
-        );
+        let batch = std::mem::take(&mut self.touched.lock().pending);
         // Bookkeeping only: a failure here must not fail the caller.
         if !batch.is_empty()
             && let Err(e) = self.index.cache_touch(&batch)

@@ -5,9 +5,9 @@ use crate::error::Result;
 use crate::id::{BlobId, PackId, RecordHash};
 use crate::snapshot::Record;
 use crate::store::pack::BlobRef;
+use parking_lot::{Mutex, MutexGuard};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
 
 pub struct Index {
     conn: Mutex<Connection>,
@@ -103,7 +103,7 @@ impl Index {
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        self.conn.lock()
     }
 
     pub fn latest_version(&self, dataset: &str) -> Result<u64> {

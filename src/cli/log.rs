@@ -3,11 +3,11 @@
 //! instead of written again, so a program looping on a failing call cannot
 //! fill the disk.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 use tracing_subscriber::fmt::MakeWriter;
 
@@ -68,7 +68,7 @@ impl LogFile {
     /// Writes the counts of messages repeated since they were last written
     /// (at exit, so none is lost).
     pub fn flush_repeats(&self) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.lock();
         let counted: Vec<(Vec<u8>, u64)> = st
             .seen
             .iter_mut()
@@ -81,7 +81,7 @@ impl LogFile {
     }
 
     fn event(&self, message: &[u8]) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.lock();
         let now = Instant::now();
         if let Some(seen) = st.seen.get_mut(message) {
             if now.duration_since(seen.written) < REPEAT_WINDOW {
@@ -96,7 +96,7 @@ impl LogFile {
         if st.seen.len() >= REMEMBERED {
             drop(st);
             self.flush_repeats();
-            st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st = self.state.lock();
             st.seen.clear();
         }
         st.seen.insert(

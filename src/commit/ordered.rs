@@ -6,8 +6,9 @@
 //!
 //! At most `depth` jobs are in flight, which bounds memory to a few jobs.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 
 /// A job's result, or the panic of the thread that ran it.
 type Outcome<R> = std::thread::Result<R>;
@@ -43,7 +44,7 @@ impl<J: Send + 'static, R: Send + 'static> Ordered<J, R> {
                 .name(name.into())
                 .spawn(move || {
                     loop {
-                        let job = inbox.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let job = inbox.lock().recv();
                         let Ok((seq, job)) = job else { break };
                         // A panic goes to the caller with the job's place: a
                         // result that never came would be waited for forever.

@@ -18,12 +18,13 @@ use crate::snapshot::tree::{check_name, check_node};
 use crate::snapshot::{Entry, Link, Mtime, Node, Tree};
 use crate::store::codec::Codec;
 use crate::store::pack::{BlobKind, BlobRef, PackWriter};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fs::{File, Metadata};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Blobs a commit remembers having written (about 150 bytes each).
 const WRITTEN: usize = 1 << 17;
@@ -653,7 +654,7 @@ impl Lister {
                 .spawn(move || {
                     loop {
                         // The queue's lock is let go before the stats.
-                        let job = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let job = queue.lock().recv();
                         let Ok((dir, names, done)) = job else { return };
                         let _ = done.send(stat_entries(&dir, names));
                     }

@@ -1,12 +1,13 @@
 //! `.detafs/`: control files. Contents are generated when a file is opened and
 //! served with direct I/O and zero TTL, so readers never see stale status.
 
-use super::{Attr, DirEntry, FileKind, Handle, MountFs, Opened, lock};
+use super::{Attr, DirEntry, FileKind, Handle, MountFs, Opened};
 use crate::error::{Error, FsError, Result};
 use crate::snapshot::Mtime;
 use crate::snapshot::Record;
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ino::{FIRST_CONTROL_FILE, Ino};
@@ -137,13 +138,16 @@ fn fresh_text(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
     if matches!(ino, STATUS | PROGRESS | BASE) {
         return Ok(Arc::new(content(fs, ino)?));
     }
-    if let Some((at, text)) = lock(&fs.control.texts).get(&ino)
+    if let Some((at, text)) = fs.control.texts.lock().get(&ino)
         && at.elapsed() < SIZED_TEXT_LIFE
     {
         return Ok(text.clone());
     }
     let text = Arc::new(content(fs, ino)?);
-    lock(&fs.control.texts).insert(ino, (Instant::now(), text.clone()));
+    fs.control
+        .texts
+        .lock()
+        .insert(ino, (Instant::now(), text.clone()));
     Ok(text)
 }
 
@@ -163,7 +167,7 @@ pub(super) fn text_now(fs: &MountFs, ino: u64) -> Result<Arc<Vec<u8>>> {
 /// After a commit through the mount: `last-commit`, `last-error` and the
 /// log are read anew.
 fn forget_texts(fs: &MountFs) {
-    lock(&fs.control.texts).clear();
+    fs.control.texts.lock().clear();
 }
 
 fn content(fs: &MountFs, ino: u64) -> Result<Vec<u8>> {
@@ -171,8 +175,8 @@ fn content(fs: &MountFs, ino: u64) -> Result<Vec<u8>> {
         STATUS => status(fs)?,
         LOG => log(fs),
         HEALTH => health(fs, None),
-        LAST_ERROR => lock(&fs.control.last_error).clone().into_bytes(),
-        LAST_COMMIT => lock(&fs.control.last_commit).clone(),
+        LAST_ERROR => fs.control.last_error.lock().clone().into_bytes(),
+        LAST_COMMIT => fs.control.last_commit.lock().clone(),
         PROGRESS => progress(fs),
         BASE => base(fs)?,
         _ => Vec::new(),
@@ -271,8 +275,8 @@ pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32) -> Result<Record> {
     match fs.commit_staging(&message, uid) {
         Ok(record) => {
             tracing::info!("committed v{} ({})", record.version, record.message);
-            lock(&fs.control.last_error).clear();
-            *lock(&fs.control.last_commit) = log_line(&record);
+            fs.control.last_error.lock().clear();
+            *fs.control.last_commit.lock() = log_line(&record);
             forget_texts(fs);
             Ok(record)
         }
@@ -286,7 +290,7 @@ const MAX_ORDER: usize = 1 << 20;
 /// A write to `.detafs/restore` or `.detafs/checkout`: kept with what was
 /// written before through the same handle; nothing acts until it closes.
 pub(super) fn write_order(text: &Mutex<Vec<u8>>, data: &[u8]) -> Result<usize> {
-    let mut text = lock(text);
+    let mut text = text.lock();
     if text.len() + data.len() > MAX_ORDER {
         return Err(Error::InvalidInput(format!(
             "a restore or checkout request holds at most {MAX_ORDER} bytes"
@@ -304,7 +308,7 @@ pub(super) fn take_order(
     text: &Mutex<Vec<u8>>,
     caller: Option<&super::Caller>,
 ) -> Result<()> {
-    let data = std::mem::take(&mut *lock(text));
+    let data = std::mem::take(&mut *text.lock());
     match data.is_empty() {
         true => Ok(()),
         false => order(fs, ino, &data, caller),
@@ -349,7 +353,7 @@ fn order(fs: &MountFs, ino: u64, data: &[u8], caller: Option<&super::Caller>) ->
 pub(super) fn failed<T>(fs: &MountFs, e: Error) -> Result<T> {
     tracing::warn!("{e}");
     // One line, whatever names the error quotes.
-    *lock(&fs.control.last_error) = format!("{}\n", crate::escape::line(e.to_string().as_bytes()));
+    *fs.control.last_error.lock() = format!("{}\n", crate::escape::line(e.to_string().as_bytes()));
     forget_texts(fs);
     Err(e)
 }
@@ -377,7 +381,7 @@ fn status(fs: &MountFs) -> Result<Vec<u8>> {
 /// stays as it was); past that it completes. Without a commit under way
 /// (it may have just ended) there is nothing to do.
 fn cancel(fs: &MountFs) -> Result<()> {
-    if let Some(c) = &*lock(&fs.control.committing) {
+    if let Some(c) = &*fs.control.committing.lock() {
         c.progress.cancel();
     }
     Ok(())
@@ -401,7 +405,7 @@ impl UnderWay {
         meta: &crate::commit::CommitMeta,
         progress: Arc<crate::progress::Counters>,
     ) -> Told<'a> {
-        *lock(&fs.control.committing) = Some(UnderWay {
+        *fs.control.committing.lock() = Some(UnderWay {
             message: meta.message.to_string(),
             author: meta.author.to_string(),
             started: Instant::now(),
@@ -413,14 +417,14 @@ impl UnderWay {
 
 impl Drop for Told<'_> {
     fn drop(&mut self) {
-        *lock(&self.0.control.committing) = None;
+        *self.0.control.committing.lock() = None;
     }
 }
 
 /// One JSON line: whether a commit is under way, and how far it got
 /// (bytes of staged copies read of those to read).
 fn progress(fs: &MountFs) -> Vec<u8> {
-    let body = match &*lock(&fs.control.committing) {
+    let body = match &*fs.control.committing.lock() {
         None => serde_json::json!({"committing": false}),
         Some(c) => {
             let (done, total) = c.progress.read();
@@ -457,11 +461,7 @@ fn base(fs: &MountFs) -> Result<Vec<u8>> {
 
 /// Oldest first, one JSON line per version, as a log file grows.
 fn log(fs: &MountFs) -> Vec<u8> {
-    let versions = fs
-        .versions
-        .records
-        .read()
-        .unwrap_or_else(|p| p.into_inner());
+    let versions = fs.versions.records.read();
     versions.iter().flat_map(log_line).collect()
 }
 
@@ -471,11 +471,7 @@ fn log(fs: &MountFs) -> Vec<u8> {
 /// (the versions it may see, counted).
 fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
     let store = fs.repo.store().health();
-    let versions = fs
-        .versions
-        .records
-        .read()
-        .unwrap_or_else(|p| p.into_inner());
+    let versions = fs.versions.records.read();
     let seen = match judge {
         Some(j) => versions
             .iter()

@@ -5,15 +5,16 @@
 //! a name that does not exist, everywhere: lookups, listings, `latest`,
 //! tags and `.detafs/log`.
 
-use super::{Attr, FileKind, Ino, Listing, MountFs, ROOT, VERSIONS, control, lock, version_name};
+use super::{Attr, FileKind, Ino, Listing, MountFs, ROOT, VERSIONS, control, version_name};
 use crate::access::caller::{self, UnixId};
 use crate::access::policy::{Glob, GlobSet};
 use crate::access::{self, Action, Policy, Who};
 use crate::error::{Error, Result};
 use crate::relpath::RelPath;
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use std::time::Instant;
 
@@ -179,7 +180,7 @@ impl MountFs {
     /// newest policy that does not parse) shuts the gate on everything; a
     /// store that cannot be reached keeps the policy last read.
     pub(super) fn refresh_policy(&self) -> Result<bool> {
-        let current = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let current = self.gate.read().clone();
         let shut = current.as_ref().is_some_and(|g| g.version == SHUT);
         let next = match self.repo.current_policy() {
             Ok(None) => return Ok(false),
@@ -195,7 +196,7 @@ impl MountFs {
             }
             Err(e) => return Err(e),
         };
-        let mut gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let mut gate = self.gate.write();
         // Checked under the lock `skip_opens` takes: where the kernel opens
         // files without asking, no open could apply a policy (`unopened.rs`).
         if next.version != SHUT
@@ -222,7 +223,7 @@ impl MountFs {
     /// The policy in force, for `.detafs/health`: its version, "shut"
     /// (everything is refused: see the daemon's log), or none.
     pub(super) fn policy_in_force(&self) -> serde_json::Value {
-        match self.gate.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        match self.gate.read().as_ref() {
             Some(g) if g.version == SHUT => "shut".into(),
             Some(g) => g.version.into(),
             None => serde_json::Value::Null,
@@ -243,11 +244,11 @@ impl MountFs {
     /// made or removed since); returns whether who may search `versions/`
     /// changed.
     pub(super) fn refresh_reach(&self) -> bool {
-        let Some(gate) = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone() else {
+        let Some(gate) = self.gate.read().clone() else {
             return false;
         };
         let now = Reach::of(&gate.policy, &self.dataset, self.opts.gid);
-        let mut reach = gate.reach.write().unwrap_or_else(|p| p.into_inner());
+        let mut reach = gate.reach.write();
         if **reach == now {
             return false;
         }
@@ -258,19 +259,15 @@ impl MountFs {
     /// `versions/`'s owner, group and mode under the policy in force
     /// (`Reach`); None: as without a policy.
     pub fn versions_owner(&self) -> Option<(u32, u32, u16)> {
-        let gate = self
-            .gate
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()?;
-        let reach = gate.reach.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let gate = self.gate.read().clone()?;
+        let reach = gate.reach.read().clone();
         reach.owner
     }
 
     /// Whether every caller that may search `versions/` sees `version`:
     /// then its name may stay in the kernel's cache.
     fn seen_alike(&self, gate: &Gate, version: u64) -> bool {
-        let reach = gate.reach.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let reach = gate.reach.read().clone();
         let aliases = access::version_resources(&self.dataset, version, &self.tags_of(version));
         let who = reach.owner.is_some().then_some(&reach.principals[..]);
         gate.policy.allows_every(who, Action::Versions, &aliases)
@@ -280,8 +277,8 @@ impl MountFs {
     /// versions, or all and `staging`): each user's next lookup is asked
     /// again. Dropping a version's entry drops everything below it.
     pub(super) fn forget_names(&self, only: Option<&[u64]>) {
-        if let Some(gate) = self.gate.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            lock(&gate.judged).clear();
+        if let Some(gate) = self.gate.read().as_ref() {
+            gate.judged.lock().clear();
         }
         // Its owner and mode first: who may search it may have changed, and
         // `latest`'s time shows differently.
@@ -292,11 +289,7 @@ impl MountFs {
         let mut names: Vec<Vec<u8>> = match only {
             Some(vs) => vs.iter().map(|v| format!("v{v}").into_bytes()).collect(),
             None => {
-                let versions = self
-                    .versions
-                    .records
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner());
+                let versions = self.versions.records.read();
                 versions
                     .iter()
                     .map(|r| format!("v{}", r.version).into_bytes())
@@ -316,10 +309,7 @@ impl MountFs {
     /// Whether a policy is in force (then entries are not cached by the
     /// kernel: its caches are shared by every user of the mount).
     pub fn gated(&self) -> bool {
-        self.gate
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
+        self.gate.read().is_some()
     }
 
     /// How long the kernel may keep the name `name` in folder `parent`
@@ -331,7 +321,7 @@ impl MountFs {
     /// version are reached only through the version's own entry, and are
     /// seen by whoever sees it: they keep their lifetime.
     pub fn name_ttl(&self, parent: u64, name: &[u8], a: &Attr) -> Duration {
-        let Some(gate) = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone() else {
+        let Some(gate) = self.gate.read().clone() else {
             return a.ttl;
         };
         let per_user = match Ino::of(parent) {
@@ -372,7 +362,9 @@ impl MountFs {
     /// apart from its version.
     fn told_apart(&self, gate: &Gate, f: &Folder, name: &[u8], dir: bool) -> bool {
         let ours = format!("datasets/{}/", self.dataset);
-        let telling = lock(&gate.telling)
+        let telling = gate
+            .telling
+            .lock()
             .entry(f.version)
             .or_insert_with(|| {
                 // Patterns that can name a path of this dataset (a literal
@@ -410,13 +402,13 @@ impl MountFs {
     /// Whether a pattern tells some entry of listing `l` of folder `ino`
     /// (`f`) apart from its version: weighed once per folder and policy.
     fn any_told_apart(&self, gate: &Gate, ino: u64, f: &Folder, l: &Listing) -> bool {
-        if let Some(&any) = lock(&gate.judged).get(&ino) {
+        if let Some(&any) = gate.judged.lock().get(&ino) {
             return any;
         }
         let any = l[2..]
             .iter()
             .any(|(e, _)| self.told_apart(gate, f, &e.name, e.kind == FileKind::Dir));
-        let mut judged = lock(&gate.judged);
+        let mut judged = gate.judged.lock();
         if judged.len() >= MAX_JUDGED {
             judged.clear();
         }
@@ -428,7 +420,7 @@ impl MountFs {
     /// holds (read from /proc, kept a second).
     fn who(&self, c: &Caller) -> Result<Who> {
         let key = (c.pid, c.uid, c.gid);
-        if let Some((at, who)) = lock(&self.callers).get(&key)
+        if let Some((at, who)) = self.callers.lock().get(&key)
             && at.elapsed() < CALLER_LIFE
         {
             return Ok(who.clone());
@@ -438,7 +430,7 @@ impl MountFs {
         // A process gone already: its primary group alone.
         let groups = access::caller::process_groups(c.pid).unwrap_or_default();
         let who = access::caller::unix_who(c.uid, c.gid, &groups);
-        let mut callers = lock(&self.callers);
+        let mut callers = self.callers.lock();
         if callers.len() >= MAX_CALLERS {
             callers.clear();
         }
@@ -448,12 +440,12 @@ impl MountFs {
 
     /// The caller's view, if a policy is in force.
     pub fn judge(&self, c: &Caller) -> Result<Option<Judge<'_>>> {
-        let Some(gate) = self.gate.read().unwrap_or_else(|p| p.into_inner()).clone() else {
+        let Some(gate) = self.gate.read().clone() else {
             return Ok(None);
         };
         let who = self.who(c)?;
         let policy = {
-            let mut narrowed = lock(&gate.narrowed);
+            let mut narrowed = gate.narrowed.lock();
             if narrowed.len() >= MAX_CALLERS {
                 narrowed.clear();
             }
@@ -471,7 +463,7 @@ impl MountFs {
     }
 
     fn tags_of(&self, version: u64) -> Vec<String> {
-        let table = self.versions.tags.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.versions.tags.read();
         table.tags_of(version)
     }
 }
@@ -493,26 +485,16 @@ impl Judge<'_> {
     }
 
     fn gate(&self) -> Option<Arc<Gate>> {
-        self.fs
-            .gate
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.fs.gate.read().clone()
     }
 
     /// Whether this process's look at `version` is the first in a second
     /// (a refusal is always written; an allowance once a second).
     fn first_look(&self, version: u64) -> bool {
-        let Some(gate) = self
-            .fs
-            .gate
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        else {
+        let Some(gate) = self.fs.gate.read().clone() else {
             return true;
         };
-        let mut noted = lock(&gate.noted);
+        let mut noted = gate.noted.lock();
         let key = (self.caller.uid, self.caller.pid, version);
         if noted.get(&key).is_some_and(|t| t.elapsed() < CALLER_LIFE) {
             return false;
@@ -571,12 +553,7 @@ impl Judge<'_> {
     /// The newest version this caller may see: `latest`'s target.
     pub fn latest(&self) -> Option<u64> {
         let versions: Vec<u64> = {
-            let v = self
-                .fs
-                .versions
-                .records
-                .read()
-                .unwrap_or_else(|p| p.into_inner());
+            let v = self.fs.versions.records.read();
             v.iter().rev().map(|r| r.version).collect()
         };
         versions.into_iter().find(|&v| self.sees_version(v))
@@ -604,12 +581,7 @@ impl Judge<'_> {
                     return Ok(self.latest().is_some());
                 }
                 let version = version_name(name).or_else(|| {
-                    let tags = self
-                        .fs
-                        .versions
-                        .tags
-                        .read()
-                        .unwrap_or_else(|p| p.into_inner());
+                    let tags = self.fs.versions.tags.read();
                     std::str::from_utf8(name)
                         .ok()
                         .and_then(|t| tags.version_of(t))
@@ -738,13 +710,7 @@ impl Judge<'_> {
 
     /// `.detafs/log` as this caller may see it.
     pub fn log(&self) -> Vec<u8> {
-        let versions = self
-            .fs
-            .versions
-            .records
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let versions = self.fs.versions.records.read().clone();
         versions
             .iter()
             .filter(|r| self.sees_version(r.version))

@@ -6,7 +6,6 @@
 
 use super::{
     DirEntry, FIRST_VERSION_INO, FileKind, Handle, Listing, MountFs, Opened, VERSIONS, is_staging,
-    lock,
 };
 use crate::error::{Error, FsError, Result};
 use std::sync::Arc;
@@ -24,7 +23,7 @@ impl MountFs {
     /// until it changes (`versions_changed`).
     pub(super) fn dir_listing(&self, ino: u64) -> Result<Listing> {
         let kept = self.dir_is_immutable(ino) || ino == VERSIONS;
-        if kept && let Some(l) = lock(&self.versions.listings).get(&ino) {
+        if kept && let Some(l) = self.versions.listings.lock().get(&ino) {
             return Ok(l.clone());
         }
         let me = self.getattr(ino)?;
@@ -38,7 +37,10 @@ impl MountFs {
         let listing = Arc::new(listing);
         if kept {
             let weight = listing.len();
-            lock(&self.versions.listings).put(ino, listing.clone(), weight);
+            self.versions
+                .listings
+                .lock()
+                .put(ino, listing.clone(), weight);
         }
         Ok(listing)
     }
@@ -65,7 +67,7 @@ impl MountFs {
 
     /// The listing of an open directory.
     pub fn listing(&self, fh: u64) -> Result<Listing> {
-        match lock(&self.handles).get(&fh) {
+        match self.handles.lock().get(&fh) {
             Some(Handle::Dir(l)) => Ok(l.clone()),
             _ => Err(Error::fs(FsError::NotDir, "not an open directory")),
         }
@@ -73,13 +75,13 @@ impl MountFs {
 
     /// Whether `ino`'s whole listing is kept.
     pub(super) fn listing_kept(&self, ino: u64) -> bool {
-        lock(&self.versions.listings).contains(&ino)
+        self.versions.listings.lock().contains(&ino)
     }
 
     /// Drops what is kept of `versions/`' listing, here and in the kernel:
     /// a version or tag came, or what its entries show changed.
     pub(super) fn versions_changed(&self) {
-        lock(&self.versions.listings).remove(&VERSIONS);
+        self.versions.listings.lock().remove(&VERSIONS);
         if let Some(kernel) = self.kernel.get() {
             kernel.forget_listing(VERSIONS);
         }

@@ -30,10 +30,11 @@ use crate::read::chunks::ChunkCache;
 use crate::repo::Repo;
 use crate::snapshot::{Mtime, Node, Record, Special};
 use crate::staging::{self, Kind, Staging};
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::fs::File;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use ino::{CONTROL, FIRST_VERSION_INO, Ino, LATEST, is_staging};
@@ -180,19 +181,6 @@ pub struct MountFs {
     kernel: std::sync::OnceLock<Arc<dyn gate::KernelCache>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// `m`'s guard if no one holds it, without waiting.
-fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
-    match m.try_lock() {
-        Ok(g) => Some(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
-}
-
 fn name_str(name: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
 }
@@ -337,11 +325,7 @@ impl MountFs {
             self.repo.fetch_new_records(&self.dataset)? > self.versions.latest().unwrap_or(0);
         if new_records {
             let records = self.repo.index().records(&self.dataset)?;
-            *self
-                .versions
-                .records
-                .write()
-                .unwrap_or_else(|p| p.into_inner()) = records;
+            *self.versions.records.write() = records;
         }
         let tagged = self.versions.refresh_tags()?;
         if new_records || !tagged.is_empty() {
@@ -365,11 +349,7 @@ impl MountFs {
         if self.gated() {
             return self.started;
         }
-        let versions = self
-            .versions
-            .records
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
+        let versions = self.versions.records.read();
         versions.last().map_or(self.started, Record::mtime)
     }
 
@@ -537,7 +517,7 @@ impl MountFs {
 
     fn add_handle(&self, h: Handle) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        lock(&self.handles).insert(fh, h);
+        self.handles.lock().insert(fh, h);
         fh
     }
 
@@ -553,7 +533,9 @@ impl MountFs {
                 return match self.staging.open(id, flags, writing, fh, bytes)? {
                     overlay::StagedOpen::Copy(opened) => Ok(opened),
                     overlay::StagedOpen::Stored(file) => {
-                        lock(&self.handles).insert(fh, Handle::Stored(Arc::new(file)));
+                        self.handles
+                            .lock()
+                            .insert(fh, Handle::Stored(Arc::new(file)));
                         Ok(Opened {
                             fh,
                             keep_cache: false,
@@ -609,10 +591,10 @@ impl MountFs {
     /// so. (No close can fail for it: a shell closes the file it opened
     /// once before it writes, through the copy it made.)
     pub fn release(&self, fh: u64) {
-        let handle = lock(&self.handles).remove(&fh);
+        let handle = self.handles.lock().remove(&fh);
         self.staging.release(fh);
         match handle {
-            Some(Handle::Commit(c)) if lock(&c).is_none() => {
+            Some(Handle::Commit(c)) if c.lock().is_none() => {
                 let _: Result<()> = control::failed(
                     self,
                     Error::InvalidInput(
@@ -633,7 +615,7 @@ impl MountFs {
     /// A close of a handle: a restore or checkout acts on the whole text
     /// written through it since it last acted, once.
     pub fn flush(&self, fh: u64) -> Result<()> {
-        let order = match lock(&self.handles).get(&fh) {
+        let order = match self.handles.lock().get(&fh) {
             Some(Handle::Order(ino, text, caller)) => Some((*ino, text.clone(), *caller)),
             _ => None,
         };
@@ -647,11 +629,11 @@ impl MountFs {
         if let Some(c) = self.staging.copy(fh) {
             return self.staging.read(&c, offset, size);
         }
-        let h = match lock(&self.handles).get(&fh) {
+        let h = match self.handles.lock().get(&fh) {
             Some(Handle::Stored(f)) => Handle::Stored(f.clone()),
             Some(Handle::Dir(_)) => return Err(Error::fs(FsError::IsDir, "directory")),
             Some(Handle::Text(t)) => Handle::Text(t.clone()),
-            Some(Handle::Commit(c)) => Handle::Text(Arc::new(lock(c).clone().unwrap_or_default())),
+            Some(Handle::Commit(c)) => Handle::Text(Arc::new(c.lock().clone().unwrap_or_default())),
             Some(Handle::Order(..)) => return Ok(vec![]),
             None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
         };
@@ -694,7 +676,7 @@ impl MountFs {
         }
         // The version inode is taken out first: its path is not worked out
         // under the handles' lock.
-        let version = match lock(&self.handles).get(&fh) {
+        let version = match self.handles.lock().get(&fh) {
             Some(Handle::Stored(f)) => match &f.origin {
                 Origin::Version(ino) => *ino,
                 Origin::Said(s) => return s.clone(),
@@ -804,7 +786,7 @@ impl MountFs {
             return self.staging.write(&c, offset, data);
         }
         // The handles' lock is let go before the commit runs.
-        let target = match lock(&self.handles).get(&fh) {
+        let target = match self.handles.lock().get(&fh) {
             Some(Handle::Commit(c)) => Handle::Commit(c.clone()),
             Some(Handle::Order(ino, text, caller)) => Handle::Order(*ino, text.clone(), *caller),
             Some(Handle::Stored(_)) => return Err(read_only()),
@@ -821,7 +803,7 @@ impl MountFs {
     }
 
     pub fn fallocate(&self, fh: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
-        match (self.staging.copy(fh), lock(&self.handles).get(&fh)) {
+        match (self.staging.copy(fh), self.handles.lock().get(&fh)) {
             (Some(c), _) => self.staging.fallocate(&c, offset, length, mode),
             (None, Some(Handle::Stored(_))) => Err(read_only()),
             _ => Err(Error::fs(FsError::Invalid, "file not open for writing")),
@@ -844,7 +826,7 @@ impl MountFs {
         uid: u32,
     ) -> Result<usize> {
         let res = control::commit(self, data, uid);
-        *lock(&outcome) = Some(match &res {
+        *outcome.lock() = Some(match &res {
             Ok(record) => control::log_line(record),
             Err(_) => Vec::new(),
         });

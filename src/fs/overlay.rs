@@ -4,8 +4,7 @@
 
 use super::versions::stored::{Origin, StoredFile};
 use super::{
-    Attr, DirEntry, FileKind, Ino, MUTABLE_TTL, Opened, lock, name_str, not_found, staging_kind,
-    try_lock,
+    Attr, DirEntry, FileKind, Ino, MUTABLE_TTL, Opened, name_str, not_found, staging_kind,
 };
 use crate::commit::CommitMeta;
 use crate::error::{Error, FsError, Result};
@@ -13,11 +12,12 @@ use crate::repo::Repo;
 use crate::snapshot::{Mtime, Record};
 use crate::staging::{Kind, SNode, Staging, Writes};
 use crate::store::pack::BlobRef;
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// `staging/`'s state.
@@ -93,7 +93,7 @@ impl StagingArea {
         // Staging's database is on disk, and its lock is held across I/O.
         crate::nowait::check()?;
         match &self.area {
-            Some(s) => Ok(lock(s)),
+            Some(s) => Ok(s.lock()),
             None => Err(Error::fs(
                 FsError::ReadOnly,
                 "staging/ (mounted --read-only)",
@@ -107,7 +107,7 @@ impl StagingArea {
     pub(super) fn base_now(&self) -> Option<u64> {
         let st = self.area.as_ref()?;
         // Read from staging's database: not where nothing may wait.
-        let free = (!crate::nowait::refused()).then(|| try_lock(st)).flatten();
+        let free = (!crate::nowait::refused()).then(|| st.try_lock()).flatten();
         if let Some(v) = free.and_then(|s| s.base_version().ok()) {
             self.base.store(v, Ordering::Relaxed);
         }
@@ -123,9 +123,9 @@ impl StagingArea {
         let Some(reader) = &self.reader else {
             return Ok((None, Status::default()));
         };
-        let reader = lock(reader);
+        let reader = reader.lock();
         let before = reader.generation()?;
-        if let Some((made, status)) = &*lock(&self.made)
+        if let Some((made, status)) = &*self.made.lock()
             && Some(*made) == before
         {
             return Ok((before, status.clone()));
@@ -133,7 +133,7 @@ impl StagingArea {
         let status = Status::new(reader.status(&self.repo)?);
         let seen = before.filter(|_| matches!(reader.generation(), Ok(now) if now == before));
         if let Some(seen) = seen {
-            *lock(&self.made) = Some((seen, status.clone()));
+            *self.made.lock() = Some((seen, status.clone()));
         }
         Ok((seen, status))
     }
@@ -156,11 +156,11 @@ impl StagingArea {
         if !status.is_empty() {
             return Ok(());
         }
-        let Some(st) = try_lock(area) else {
+        let Some(st) = area.try_lock() else {
             return Ok(());
         };
         // Rows change only under the lock held now: unchanged since read?
-        let reader = self.reader.as_ref().map(lock);
+        let reader = self.reader.as_ref().map(|r| r.lock());
         if reader.map(|r| r.generation()).transpose()?.flatten() != Some(seen) {
             return Ok(());
         }
@@ -230,13 +230,14 @@ impl StagingArea {
 
     /// Handle `fh`'s staged copy, if it is one.
     pub(super) fn copy(&self, fh: u64) -> Option<Copy> {
-        lock(&self.copies).get(&fh).cloned()
+        self.copies.lock().get(&fh).cloned()
     }
 
     /// An open copy of staged file `node`: what is left of a file unlinked
     /// while open (POSIX: it lives until its last close).
     fn open_copy_of(&self, node: u64) -> Option<Copy> {
-        lock(&self.copies)
+        self.copies
+            .lock()
             .values()
             .find(|c| c.node == node)
             .cloned()
@@ -246,7 +247,7 @@ impl StagingArea {
     /// writer's next bytes must land in staging; a reader's copy may be
     /// the one the kernel passes its inode through to).
     fn open_copies(&self) -> HashSet<u64> {
-        lock(&self.copies).values().map(|c| c.node).collect()
+        self.copies.lock().values().map(|c| c.node).collect()
     }
 
     /// A staged file unlinked while open, through its open copy.
@@ -485,7 +486,7 @@ impl StagingArea {
             node: id,
             writable: writing,
         };
-        lock(&self.copies).insert(fh, copy);
+        self.copies.lock().insert(fh, copy);
         // Told before the kernel can write: a commit must know the copy
         // may change under it.
         let direct = (through && writing).then(|| self.writes.direct(id));
@@ -502,7 +503,7 @@ impl StagingArea {
     /// Handle `fh` closed (whatever it was: a staged file read unchanged is
     /// counted by passthrough too).
     pub(super) fn release(&self, fh: u64) {
-        lock(&self.copies).remove(&fh);
+        self.copies.lock().remove(&fh);
         self.passthrough.release(fh);
     }
 
@@ -563,7 +564,7 @@ impl StagingArea {
         meta: &CommitMeta,
         told: impl FnOnce(Arc<crate::progress::Counters>) -> T,
     ) -> Result<Record> {
-        let _turn = lock(&self.commit_turn);
+        let _turn = self.commit_turn.lock();
         let progress = Arc::new(crate::progress::Counters::default());
         let _told = told(progress.clone());
         // The commit hashes and compresses on a thread of its own at a lower

@@ -14,8 +14,8 @@
 
 use crate::error::{Error, FsError, Result};
 use crate::staging::Direct;
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The ways a staged inode is open, and the copy the opens that pass
@@ -58,7 +58,7 @@ impl Passthrough {
     /// open fails. Busy where the kernel would refuse any way: the inode is
     /// open through another file than the one this open would read.
     pub(super) fn choose(&self, node: u64, copy: Option<(u64, u64)>) -> Result<bool> {
-        let mut ways = super::lock(&self.ways);
+        let mut ways = self.ways.lock();
         let w = ways.entry(node).or_default();
         if w.through > 0 && w.copy != copy {
             return Err(Error::fs(
@@ -79,7 +79,7 @@ impl Passthrough {
     }
 
     pub(super) fn unchoose(&self, node: u64, through: bool) {
-        let mut ways = super::lock(&self.ways);
+        let mut ways = self.ways.lock();
         if let Some(w) = ways.get_mut(&node) {
             match through {
                 true => w.through = w.through.saturating_sub(1),
@@ -97,12 +97,12 @@ impl Passthrough {
             through,
             _direct: direct,
         };
-        super::lock(&self.handles).insert(fh, open);
+        self.handles.lock().insert(fh, open);
     }
 
     /// Handle `fh` closed.
     pub(super) fn release(&self, fh: u64) {
-        let gone = super::lock(&self.handles).remove(&fh);
+        let gone = self.handles.lock().remove(&fh);
         if let Some(o) = gone {
             self.unchoose(o.node, o.through);
         }
@@ -113,13 +113,13 @@ impl Passthrough {
     /// does every later open.
     pub(super) fn refused(&self, fh: u64) {
         self.on.store(false, Ordering::Relaxed);
-        let mut handles = super::lock(&self.handles);
+        let mut handles = self.handles.lock();
         if let Some(o) = handles.get_mut(&fh)
             && o.through
         {
             o.through = false;
             o._direct = None;
-            let mut ways = super::lock(&self.ways);
+            let mut ways = self.ways.lock();
             let w = ways.entry(o.node).or_default();
             w.through = w.through.saturating_sub(1);
             w.daemon += 1;

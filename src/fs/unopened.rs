@@ -24,7 +24,7 @@
 //! until it is mounted again (`gate::refresh_policy`).
 
 use super::versions::stored::StoredFile;
-use super::{DirEntry, FIRST_VERSION_INO, FileKind, Listing, MountFs, VERSIONS, control, lock};
+use super::{DirEntry, FIRST_VERSION_INO, FileKind, Listing, MountFs, VERSIONS, control};
 use crate::error::{Error, FsError, Result};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -41,7 +41,7 @@ impl MountFs {
     /// (read-only, no policy); returns whether it may. Asked once, when the
     /// kernel connects: from then on a policy is not let in (see above).
     pub fn skip_opens(&self) -> bool {
-        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let gate = self.gate.write();
         let skip = self.read_only() && gate.is_none();
         self.opens_skipped.store(skip, Ordering::Relaxed);
         skip
@@ -51,7 +51,7 @@ impl MountFs {
     /// read-write mount's): opens decide nothing there without a policy. A
     /// policy that comes later detaches that connection (`refresh_policy`).
     pub fn skip_version_opens(&self) -> bool {
-        let gate = self.gate.write().unwrap_or_else(|p| p.into_inner());
+        let gate = self.gate.write();
         let skip = gate.is_none();
         self.versions.apart.store(skip, Ordering::Relaxed);
         skip
@@ -146,12 +146,12 @@ impl MountFs {
     }
 
     fn unopened_file(&self, ino: u64) -> Result<Arc<StoredFile>> {
-        if let Some(f) = lock(&self.versions.unopened).get(&ino) {
+        if let Some(f) = self.versions.unopened.lock().get(&ino) {
             return Ok(f.clone());
         }
         // Made outside the lock: finding the file may read trees.
         let file = Arc::new(self.versions.version_file(ino)?);
-        lock(&self.versions.unopened).put(ino, file.clone());
+        self.versions.unopened.lock().put(ino, file.clone());
         Ok(file)
     }
 }

@@ -14,12 +14,13 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One kernel connection: the whole mount, or `versions/` on a connection
@@ -51,7 +52,7 @@ impl Backings {
         fh: u64,
         register: impl FnOnce() -> std::io::Result<BackingId>,
     ) -> std::io::Result<Arc<BackingId>> {
-        let mut by_ino = self.by_ino.lock().unwrap_or_else(|p| p.into_inner());
+        let mut by_ino = self.by_ino.lock();
         let id = match by_ino.get_mut(&ino) {
             Some((id, n)) => {
                 *n += 1;
@@ -64,23 +65,15 @@ impl Backings {
             }
         };
         drop(by_ino);
-        self.by_fh
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, ino);
+        self.by_fh.lock().insert(fh, ino);
         Ok(id)
     }
 
     fn release(&self, fh: u64) {
-        let Some(ino) = self
-            .by_fh
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh)
-        else {
+        let Some(ino) = self.by_fh.lock().remove(&fh) else {
             return;
         };
-        let mut by_ino = self.by_ino.lock().unwrap_or_else(|p| p.into_inner());
+        let mut by_ino = self.by_ino.lock();
         if let Some((_, n)) = by_ino.get_mut(&ino) {
             *n -= 1;
             if *n == 0 {
@@ -365,7 +358,7 @@ fn entry(ids: Ids, reply: ReplyEntry, res: Result<Attr, Error>, op: &str) {
 /// level: a program looping on one must not fill the log.
 fn unsupported(op: &'static str) {
     static SEEN: Mutex<Vec<&str>> = Mutex::new(Vec::new());
-    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    let mut seen = SEEN.lock();
     if !seen.contains(&op) {
         seen.push(op);
         tracing::debug!("{op} is not supported (answered once here; never logged again)");
@@ -1164,7 +1157,7 @@ impl Kernel {
     /// Unmounts `versions/`'s own connection (before the main one, which is
     /// busy while it is there). Kept if that fails (a process inside).
     fn end_versions(&self) -> std::io::Result<()> {
-        let mut apart = self.versions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut apart = self.versions.lock();
         if let Some((_, unmounter)) = apart.as_mut() {
             unmounter.unmount()?;
             *apart = None;
@@ -1174,7 +1167,7 @@ impl Kernel {
 
     fn each(&self, tell: impl Fn(&Notifier, Ids)) {
         tell(&self.main, Ids { root: ROOT });
-        if let Some((n, _)) = &*self.versions.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some((n, _)) = &*self.versions.lock() {
             tell(n, Ids { root: VERSIONS });
         }
     }
@@ -1195,13 +1188,7 @@ impl crate::fs::KernelCache for Kernel {
     }
 
     fn versions_judged(&self) {
-        if self
-            .versions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .is_none()
-        {
+        if self.versions.lock().take().is_none() {
             return;
         }
         // Detached, not unmounted: a process inside keeps it until it

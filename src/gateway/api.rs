@@ -24,9 +24,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Largest request body; larger files go through an upload session.
@@ -272,7 +273,7 @@ impl Api {
                 error: Some(e.to_string()),
             },
         };
-        *self.audit.lock().unwrap_or_else(|p| p.into_inner()) = Some(done);
+        *self.audit.lock() = Some(done);
     }
 
     pub fn flush(&self) {
@@ -295,7 +296,7 @@ impl Api {
 
     async fn known(self: &Arc<Self>) -> Result<Arc<Known>, ApiError> {
         let fresh = || {
-            let k = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            let k = self.known.lock();
             k.as_ref()
                 .filter(|(at, _)| at.elapsed() < FRESH)
                 .map(|(_, k)| k.clone())
@@ -320,8 +321,7 @@ impl Api {
                 }))
             })
             .await?;
-        *self.known.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((Instant::now(), known.clone()));
+        *self.known.lock() = Some((Instant::now(), known.clone()));
         Ok(known)
     }
 
@@ -330,7 +330,7 @@ impl Api {
     /// never kept.
     async fn view(self: &Arc<Self>, id: &str, not_before: Instant) -> Result<Arc<View>, ApiError> {
         let fresh = || {
-            let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+            let mut views = self.views.lock();
             views.get(id).filter(|v| v.at >= not_before).cloned()
         };
         if let Some(v) = fresh() {
@@ -351,14 +351,14 @@ impl Api {
                 Ok(Arc::new(View { at, records, tags }))
             })
             .await?;
-        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        let mut views = self.views.lock();
         views.put(id.to_string(), view.clone());
         Ok(view)
     }
 
     /// The lock held while dataset `id`'s view is read.
     fn view_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.viewing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut locks = self.viewing.lock();
         if let Some(lock) = locks.get(id).and_then(std::sync::Weak::upgrade) {
             return lock;
         }
@@ -374,7 +374,7 @@ impl Api {
 
     /// Forgets dataset `id`'s view (this gateway changed it).
     fn changed(&self, id: &str) {
-        self.views.lock().unwrap_or_else(|p| p.into_inner()).pop(id);
+        self.views.lock().pop(id);
     }
 
     /// The version `v` of dataset `id` names, if the caller may see it
@@ -525,7 +525,7 @@ async fn logged(
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .unwrap_or(0);
     api.log(key.as_deref(), &route, res.status(), bytes);
-    let mut m = api.metrics.lock().unwrap_or_else(|p| p.into_inner());
+    let mut m = api.metrics.lock();
     let e = m.entry((template, res.status().as_u16())).or_default();
     e.0 += 1;
     e.1 += t.elapsed().as_secs_f64();
@@ -539,8 +539,7 @@ async fn metrics(State(api): State<Arc<Api>>) -> Response {
     let mut out = String::new();
     let _ = writeln!(out, "# TYPE detafs_requests_total counter");
     let _ = writeln!(out, "# TYPE detafs_request_seconds_total counter");
-    for ((route, status), (n, secs)) in api.metrics.lock().unwrap_or_else(|p| p.into_inner()).iter()
-    {
+    for ((route, status), (n, secs)) in api.metrics.lock().iter() {
         let labels = format!("route=\"{route}\",status=\"{status}\"");
         let _ = writeln!(out, "detafs_requests_total{{{labels}}} {n}");
         let _ = writeln!(out, "detafs_request_seconds_total{{{labels}}} {secs:.6}");
@@ -569,7 +568,7 @@ async fn metrics(State(api): State<Arc<Api>>) -> Response {
             "detafs_file_gets_total{{answered_from=\"{answer}\"}} {n}"
         );
     }
-    if let Some(a) = &*api.audit.lock().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(a) = &*api.audit.lock() {
         let ok = a.error.is_none() && a.problems.is_empty();
         let _ = writeln!(out, "# TYPE detafs_audit_ok gauge");
         let _ = writeln!(out, "detafs_audit_ok {}", u8::from(ok));
@@ -612,7 +611,6 @@ async fn health(State(api): State<Arc<Api>>) -> Response {
     let consistent = api
         .audit
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
         .as_ref()
         .is_none_or(|a| a.error.is_none() && a.problems.is_empty());
     // Unreachable is 503; an audit that found problems is said, not 503.
@@ -629,7 +627,7 @@ async fn health(State(api): State<Arc<Api>>) -> Response {
             "error": store.error,
         },
         "index": { "ok": index_ok, "latency_ms": index_ms },
-        "audit": api.audit.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|a| json!({
+        "audit": api.audit.lock().as_ref().map(|a| json!({
             "time": humantime::format_rfc3339_seconds(a.at).to_string(),
             "seconds": a.seconds,
             "versions": a.versions,

@@ -6,9 +6,9 @@
 
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use parking_lot::Mutex;
 use serde_json::Value;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How often an unknown key id may make the set be read again.
@@ -93,7 +93,7 @@ impl Tokens {
     /// The key `kid` names, reading the set again if it is not known.
     async fn key(&self, kid: &str) -> Result<DecodingKey, String> {
         let (found, stale) = {
-            let k = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            let k = self.keys.lock();
             let stale = k.0.is_none_or(|t| t.elapsed() >= REFETCH);
             (k.1.find(kid).cloned(), stale)
         };
@@ -102,7 +102,7 @@ impl Tokens {
             (None, false) => return Err(format!("unknown key id {kid:?}")),
             (None, true) => {
                 let set = self.fetch().await;
-                let mut k = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+                let mut k = self.keys.lock();
                 k.0 = Some(Instant::now());
                 if let Ok(set) = set {
                     k.1 = set;

@@ -10,8 +10,9 @@ use crate::repo::Repo;
 use crate::store::pack::BlobRef;
 use bytes::Bytes;
 use lru::LruCache;
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 
 /// The chunks one read brought, kept and dropped together: their bytes are
 /// one allocation, which eviction gives back whole. (Chunks in buffers of
@@ -135,7 +136,7 @@ impl ChunkCache {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
     /// The chunk `run[at]`, fetching `run` (back-to-back blobs of one pack) if needed.
@@ -147,7 +148,7 @@ impl ChunkCache {
                 return Ok(d);
             }
             if st.inflight.contains(&id) {
-                st = self.fetched.wait(st).unwrap_or_else(|p| p.into_inner());
+                self.fetched.wait(&mut st);
                 continue;
             }
             drop(st);

@@ -132,9 +132,9 @@ pub fn export(
     // merged tree) is written as a file of its own.
     let mut firsts: HashMap<u64, (PathBuf, Node)> = HashMap::new();
     let mut links = Vec::new();
-    let failed: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
+    let failed: parking_lot::Mutex<Option<Error>> = parking_lot::Mutex::new(None);
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FileJob>>(WRITERS);
-    let rx = std::sync::Mutex::new(rx);
+    let rx = parking_lot::Mutex::new(rx);
     std::thread::scope(|s| -> Result<()> {
         // Dropped when the walk ends or fails, which ends the workers.
         let tx = tx;
@@ -143,17 +143,14 @@ pub fn export(
             s.spawn(move || {
                 loop {
                     // The lock is let go before the batch is written.
-                    let batch = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let batch = rx.lock().recv();
                     let Ok(batch) = batch else { break };
                     // After a failure, batches are drained, not written.
                     if has_failed(failed) {
                         continue;
                     }
                     if let Err(e) = write_batch(repo, &batch, progress) {
-                        failed
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(e);
+                        failed.lock().get_or_insert(e);
                     }
                 }
             });
@@ -219,7 +216,7 @@ pub fn export(
         }
         Ok(())
     })?;
-    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    if let Some(e) = failed.into_inner() {
         return Err(e);
     }
     for (first, path) in links {
@@ -256,8 +253,8 @@ fn make_special(path: &Path, kind: Special, mode: u32, rdev: u64) -> Result<bool
     Ok(true)
 }
 
-fn has_failed(failed: &std::sync::Mutex<Option<Error>>) -> bool {
-    failed.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+fn has_failed(failed: &parking_lot::Mutex<Option<Error>>) -> bool {
+    failed.lock().is_some()
 }
 
 /// A file to write: where, what, and its mode.

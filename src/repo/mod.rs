@@ -18,8 +18,9 @@ use crate::store::codec::Codec;
 use crate::store::pack::{self, BlobKind, BlobRef};
 use crate::store::{NewStore, Store, keys};
 use bytes::Bytes;
+use parking_lot::Mutex;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 pub struct Options {
     /// A path or URL; `None` is the embedded default store.
@@ -446,11 +447,7 @@ impl Repo {
 
     /// A tree, if it is in memory.
     pub fn cached_tree(&self, r: &BlobRef) -> Option<Arc<Tree>> {
-        self.trees
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&r.id)
-            .cloned()
+        self.trees.lock().get(&r.id).cloned()
     }
 
     /// Loads many trees into memory with one range read per run of trees that
@@ -487,10 +484,7 @@ impl Repo {
 
     /// Whether a tree is in memory, so loading it costs no I/O.
     pub fn tree_in_memory(&self, r: &BlobRef) -> bool {
-        self.trees
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&r.id)
+        self.trees.lock().contains(&r.id)
     }
 
     /// Remembers a tree just written (`stored`: as its pack holds it), so
@@ -502,10 +496,7 @@ impl Repo {
 
     fn keep_tree(&self, r: &BlobRef, tree: Arc<Tree>) {
         let weight = tree.entries.len() + 1;
-        self.trees
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .put(r.id, tree, weight);
+        self.trees.lock().put(r.id, tree, weight);
     }
 
     /// The chunks of one run, verified. Remote stores read through the disk

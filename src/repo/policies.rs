@@ -106,7 +106,7 @@ impl Repo {
     /// Every policy record, oldest first, with the chain checked: a break
     /// is an error (the policy in force cannot be told).
     pub fn policy_history(&self) -> Result<Vec<Stored>> {
-        let lock = || self.policy.lock().unwrap_or_else(|p| p.into_inner());
+        let lock = || self.policy.lock();
         // Not held across the store's answers: a second caller may fetch
         // the same records, which the merge below skips.
         let offset = lock().last().map(|s| keys::policy_record(s.record.version));

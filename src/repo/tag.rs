@@ -68,7 +68,7 @@ impl Repo {
     /// read once per process: tags never change.
     pub fn tags(&self, dataset: &str) -> Result<Vec<Tag>> {
         let listed = self.store.list(&keys::tags(dataset), None)?;
-        let mut known = self.tags.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = self.tags.lock();
         let missing: Vec<String> = listed
             .into_iter()
             .map(|l| l.key)

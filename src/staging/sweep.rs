@@ -5,9 +5,10 @@
 //! removes a copy made after it began. A sweep cut short by a crash leaves
 //! files no row refers to; opening staging removes them.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 pub struct Sweeper {
@@ -15,10 +16,6 @@ pub struct Sweeper {
     /// Copies still to remove, by row id.
     doomed: Arc<Mutex<HashSet<u64>>>,
     worker: std::cell::RefCell<Option<JoinHandle<()>>>,
-}
-
-fn lock(doomed: &Mutex<HashSet<u64>>) -> MutexGuard<'_, HashSet<u64>> {
-    doomed.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Sweeper {
@@ -36,7 +33,7 @@ impl Sweeper {
         if ids.is_empty() {
             return;
         }
-        lock(&self.doomed).extend(&ids);
+        self.doomed.lock().extend(&ids);
         let previous = self.worker.borrow_mut().take();
         let (doomed, data, todo) = (self.doomed.clone(), self.data.clone(), ids.clone());
         let spawned = std::thread::Builder::new()
@@ -56,14 +53,14 @@ impl Sweeper {
     /// Called before row `id` gets a new staged copy: a sweep still due to
     /// remove its old one leaves the name alone.
     pub fn claim(&self, id: u64) {
-        lock(&self.doomed).remove(&id);
+        self.doomed.lock().remove(&id);
     }
 }
 
 fn remove(doomed: &Mutex<HashSet<u64>>, data: &std::path::Path, ids: Vec<u64>) {
     for id in ids {
         // Held across the unlink: a claim waits for it, never loses to it.
-        let mut doomed = lock(doomed);
+        let mut doomed = doomed.lock();
         if doomed.remove(&id) {
             let _ = std::fs::remove_file(data.join(id.to_string()));
         }

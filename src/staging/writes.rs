@@ -6,8 +6,9 @@
 //! kernel unseen: it is counted as open (`direct`), and a commit then
 //! compares what the file system says of it (`Stamp`).
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 /// Writes on one staged copy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,14 +93,10 @@ impl Drop for Direct {
 }
 
 impl Writes {
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Called before changing a staged copy's bytes from `offset` on (its
     /// size or mtime: offset 0).
     pub fn begin(&self, id: u64, offset: u64) -> Writing<'_> {
-        let mut inner = self.lock();
+        let mut inner = self.0.lock();
         inner.begun += 1;
         let c = inner.files.entry(id).or_default();
         c.begun += 1;
@@ -111,7 +108,7 @@ impl Writes {
     /// A handle of copy `id` whose writes the kernel does itself
     /// (passthrough) opens: until it closes, the copy may change unseen.
     pub fn direct(self: &Arc<Self>, id: u64) -> Direct {
-        let mut inner = self.lock();
+        let mut inner = self.0.lock();
         inner.begun += 1;
         let c = inner.files.entry(id).or_default();
         c.direct += 1;
@@ -126,7 +123,7 @@ impl Writes {
     /// unseen closed: its close may follow its last write, so it counts
     /// as a write over the whole copy.
     fn end(&self, id: u64, direct: bool) {
-        let mut inner = self.lock();
+        let mut inner = self.0.lock();
         inner.begun += u64::from(direct);
         let committing = inner.committing;
         if let Some(c) = inner.files.get_mut(&id) {
@@ -146,17 +143,17 @@ impl Writes {
 
     /// Whether any copy is open for writing through passthrough.
     pub fn direct_open(&self) -> bool {
-        self.lock().files.values().any(Counts::direct_open)
+        self.0.lock().files.values().any(Counts::direct_open)
     }
 
     /// Writes begun so far on any staged copy.
     pub fn begun(&self) -> u64 {
-        self.lock().begun
+        self.0.lock().begun
     }
 
     /// Starts watching a copy that is about to be read (one reader at a time).
     pub fn watch(&self, id: u64) -> Counts {
-        let mut inner = self.lock();
+        let mut inner = self.0.lock();
         match inner.files.get_mut(&id) {
             Some(c) => {
                 c.low = u64::MAX;
@@ -167,24 +164,24 @@ impl Writes {
     }
 
     pub fn counts(&self, id: u64) -> Counts {
-        self.lock().files.get(&id).copied().unwrap_or_default()
+        self.0.lock().files.get(&id).copied().unwrap_or_default()
     }
 
     /// A commit froze staging: from now on every written copy is remembered
     /// (a write running right now counts as one after the freeze).
     pub(super) fn start(&self) {
-        let mut inner = self.lock();
+        let mut inner = self.0.lock();
         inner.committing = true;
         inner.files.retain(|_, c| c.running > 0 || c.direct > 0);
     }
 
     /// Copies written since `start`.
     pub(super) fn written(&self) -> HashSet<u64> {
-        self.lock().files.keys().copied().collect()
+        self.0.lock().files.keys().copied().collect()
     }
 
     pub(super) fn stop(&self) {
-        let mut inner = self.lock();
+        let mut inner = self.0.lock();
         inner.committing = false;
         inner.files.retain(|_, c| c.running > 0 || c.direct > 0);
     }

@@ -22,11 +22,12 @@ use futures::TryStreamExt;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use parking_lot::Mutex;
 use retry::{Health, HealthReport, Policy};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio::runtime::Runtime;
 
@@ -365,7 +366,7 @@ impl Store {
         if self.presence.initialising.load(Relaxed) {
             return Ok(());
         }
-        let mut seen = self.presence.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.presence.seen.lock();
         if seen.is_some_and(|t| t.elapsed() < PRESENCE_TTL) {
             return Ok(());
         }

@@ -2,7 +2,7 @@
 //! exponential backoff and jitter until a deadline, and the store's recent
 //! answers are remembered for `.detafs/health`.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -100,8 +100,8 @@ pub struct HealthReport {
 }
 
 impl Health {
-    fn state(&self) -> std::sync::MutexGuard<'_, HealthState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> parking_lot::MutexGuard<'_, HealthState> {
+        self.state.lock()
     }
 
     pub fn answered(&self, latency: Duration) {

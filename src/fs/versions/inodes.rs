@@ -8,7 +8,7 @@
 
 use super::Versions;
 use crate::error::{Error, FsError, Result};
-use crate::fs::{Attr, FIRST_VERSION_INO, IMMUTABLE_TTL, VERSIONS, is_staging, lock};
+use crate::fs::{Attr, FIRST_VERSION_INO, IMMUTABLE_TTL, VERSIONS, is_staging};
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node};
 use crate::store::pack::BlobRef;
@@ -169,7 +169,7 @@ impl Versions {
         node: &Node,
         looked_up: bool,
     ) -> u64 {
-        let mut t = lock(&self.inodes);
+        let mut t = self.inodes.lock();
         let folder = match place.0 {
             VERSIONS => ROOTS,
             ino => t.slot(ino).unwrap_or(UNHELD),
@@ -265,7 +265,7 @@ impl Versions {
 
     /// The kernel was handed `ino` in a READDIRPLUS entry.
     pub fn remember(&self, ino: u64) {
-        if let Some(h) = lock(&self.inodes).get_mut(ino) {
+        if let Some(h) = self.inodes.lock().get_mut(ino) {
             h.lookups += 1;
         }
     }
@@ -274,7 +274,7 @@ impl Versions {
     /// inode is let go.
     pub fn forget(&self, ino: u64, n: u64) {
         let parent = {
-            let mut t = lock(&self.inodes);
+            let mut t = self.inodes.lock();
             let Some(h) = t.get_mut(ino) else {
                 return;
             };
@@ -304,23 +304,23 @@ impl Versions {
             parent
         };
         // Its folder's kept listing names it: the next one is built anew.
-        lock(&self.listings).remove(&parent);
+        self.listings.lock().remove(&parent);
     }
 
     /// Whether a version inode is still allocated (a kept listing may name
     /// one the kernel has since forgotten: the caller looks its name up again).
     pub fn is_live(&self, ino: u64) -> bool {
-        ino < FIRST_VERSION_INO || is_staging(ino) || lock(&self.inodes).get(ino).is_some()
+        ino < FIRST_VERSION_INO || is_staging(ino) || self.inodes.lock().get(ino).is_some()
     }
 
     /// Version inodes in memory (for `.detafs/health`).
     pub fn version_inodes(&self) -> usize {
-        lock(&self.inodes).live
+        self.inodes.lock().live
     }
 
     /// A version inode's attributes, from memory alone.
     pub(in crate::fs) fn version_attr(&self, ino: u64) -> Result<Attr> {
-        let t = lock(&self.inodes);
+        let t = self.inodes.lock();
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         let special = matches!(h.kind, crate::fs::FileKind::Special(_));
         let mtime = Mtime(h.mtime_s, h.mtime_ns);
@@ -351,13 +351,13 @@ impl Versions {
 
     /// The version an inode belongs to.
     pub(in crate::fs) fn version_entry_version(&self, ino: u64) -> Result<u64> {
-        let t = lock(&self.inodes);
+        let t = self.inodes.lock();
         Ok(t.get(ino).ok_or_else(|| gone(ino))?.version as u64)
     }
 
     /// A version folder's tree.
     pub(in crate::fs) fn version_dir_tree(&self, ino: u64) -> Result<BlobRef> {
-        let t = lock(&self.inodes);
+        let t = self.inodes.lock();
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         h.tree
             .as_deref()
@@ -367,7 +367,7 @@ impl Versions {
 
     /// Where `ino`'s entry is read from.
     fn version_place(&self, ino: u64) -> Result<Place> {
-        let t = lock(&self.inodes);
+        let t = self.inodes.lock();
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         let (folder, index) = split(h.place);
         if folder == ROOTS {

@@ -17,8 +17,9 @@ use crate::repo::Repo;
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node, Record, Tree};
 use crate::store::pack::BlobRef;
+use parking_lot::{Mutex, RwLock};
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, RwLock};
 
 /// `versions/`'s state: the versions and tags known, their inodes, the
 /// files the kernel reads without opening, and the chunks read.
@@ -44,25 +45,17 @@ pub(super) struct Versions {
 impl Versions {
     /// The versions known.
     pub(super) fn records(&self) -> Vec<Record> {
-        self.records
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.records.read().clone()
     }
 
     /// The newest version known.
     pub(super) fn latest(&self) -> Option<u64> {
-        self.records
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .last()
-            .map(|r| r.version)
+        self.records.read().last().map(|r| r.version)
     }
 
     pub(super) fn record(&self, version: u64) -> Option<Record> {
         self.records
             .read()
-            .unwrap_or_else(|p| p.into_inner())
             .iter()
             .find(|r| r.version == version)
             .cloned()
@@ -165,11 +158,7 @@ impl Versions {
     /// each version: the order of `versions_offset`, which entries added
     /// later do not disturb.
     pub(super) fn list_versions(&self) -> Result<Vec<DirEntry>> {
-        let records = self
-            .records
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let records = self.records.read().clone();
         let mut out = vec![];
         if !records.is_empty() {
             out.push(DirEntry {

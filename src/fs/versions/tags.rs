@@ -55,7 +55,7 @@ impl super::Versions {
     pub(in crate::fs) fn refresh_tags(&self) -> Result<Vec<u64>> {
         let tags = self.repo.tags(&self.dataset)?;
         let mut tagged = Vec::new();
-        let mut table = self.tags.write().unwrap_or_else(|p| p.into_inner());
+        let mut table = self.tags.write();
         for t in tags {
             if table.by_name.contains_key(&t.tag) {
                 continue;
@@ -86,13 +86,13 @@ impl super::Versions {
         let Ino::Tag(index) = Ino::of(ino) else {
             return None;
         };
-        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.tags.read();
         table.tags.get(index).cloned()
     }
 
     /// The symlink `versions/TAG`, if there is such a tag.
     pub(in crate::fs) fn lookup_tag(&self, name: &[u8]) -> Option<Attr> {
-        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.tags.read();
         let index = *table.by_name.get(std::str::from_utf8(name).ok()?)?;
         drop(table);
         self.tag_attr(Ino::tag(index)).ok()
@@ -123,7 +123,7 @@ impl super::Versions {
 
     /// `versions/`' entries for tags, in the order seen.
     pub(in crate::fs) fn list_tags(&self) -> Vec<DirEntry> {
-        let table = self.tags.read().unwrap_or_else(|p| p.into_inner());
+        let table = self.tags.read();
         table
             .tags
             .iter()
