@@ -22,10 +22,13 @@ fi
 ./scripts/s3rver.sh
 ./scripts/azurite.sh
 cargo fmt --all -- --check
-# The tests inject failures (crate feature `failpoints`); releases cannot.
-cargo clippy --all-targets --features failpoints -- -D warnings
+# Every suite (`all-tests`: FUSE, S3 and Azure servers, network namespaces,
+# failure injection; Cargo.toml says which suite needs what). Releases
+# cannot inject failures.
+cargo clippy --all-targets --features all-tests -- -D warnings
 cargo clippy -p detafs-python -- -D warnings
-cargo test --all-targets --features failpoints
+cargo test --all-targets --features all-tests
+cargo test --doc --features all-tests
 # The Python package (python/): a wheel from the same build's dependencies,
 # installed in the test environment, tested against a local store and S3
 # on LocalStack by pytest (its summary line ends the output).
@@ -33,8 +36,8 @@ rm -rf target/wheels
 maturin build --quiet -m python/Cargo.toml --out target/wheels
 pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/detafs-*.whl
 DETAFS_BIN="$PWD/target/debug/detafs" python3 -m pytest -q -p no:cacheprovider python/tests
-DETAFS_TEST_STORE=s3 DETAFS_TEST_PLAINTEXT=1 cargo test --features failpoints --test cli --test crash --test race --test mount --test workflow
-DETAFS_TEST_STORE=azure cargo test --features failpoints --test cli --test crash --test race --test mount --test workflow
+DETAFS_TEST_STORE=s3 DETAFS_TEST_PLAINTEXT=1 cargo test --features all-tests --test cli --test crash --test race --test mount --test workflow
+DETAFS_TEST_STORE=azure cargo test --features all-tests --test cli --test crash --test race --test mount --test workflow
 ./scripts/fuzz.sh "${DETAFS_FUZZ_SECONDS:-45}"
 ./scripts/check-release-failpoints.sh
 # README's first command on fresh Debian 12 and 13 roots (root only).
