@@ -13,11 +13,13 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The object store failed (`store::failed` makes these: its client's
+    /// errors stay inside `store/`).
     #[error("object store: {key}: {source}")]
     Store {
         key: String,
         #[source]
-        source: object_store::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("local index: {0}")]
     Index(#[from] rusqlite::Error),
@@ -33,11 +35,11 @@ pub enum Error {
     #[error("not allowed: {0}")]
     Forbidden(String),
     #[error(
-        "{0} is not a detafs store: it has no marker detafs.json (if it was a store, it was deleted or moved away; `detafs init` makes a new, empty one)"
+        "{0} is not a detafs store: it has no marker detafs.json (if it was a store, it was deleted or moved away)"
     )]
     NotAStore(String),
     #[error(
-        "the store at {0} is gone: its marker detafs.json is missing (was the folder or bucket deleted or moved?); nothing was written there. Put it back, point --store at where it is now, or make a new, empty store there with `detafs init`"
+        "the store at {0} is gone: its marker detafs.json is missing (was the folder or bucket deleted or moved?); nothing was written there"
     )]
     StoreGone(String),
     #[error(
@@ -62,7 +64,7 @@ pub enum Error {
     )]
     UnsafeStore { url: String, detail: String },
     #[error(
-        "store {0} is encrypted: give its key file (--key-file, DETAFS_KEY_FILE) or a passphrase (DETAFS_PASSWORD, --password-file)"
+        "store {0} is encrypted, and neither a key file nor a passphrase that opens it was given"
     )]
     Locked(String),
     #[error(
@@ -71,12 +73,18 @@ pub enum Error {
     Downgraded { url: String, why: String },
     #[error("the key file or passphrase given does not open store {0}; nothing was changed")]
     WrongKey(String),
-    #[error("no dataset named {0:?} (see `detafs dataset list`)")]
+    #[error("no key slot {0}")]
+    NoKeySlot(String),
+    #[error(
+        "{path} is owned by uid {owner}, not by this user (uid {me}): detafs keeps private data in it and will not use another user's folder"
+    )]
+    NotOwned { path: String, owner: u32, me: u32 },
+    #[error("no dataset named {0:?}")]
     NoDataset(String),
     #[error("dataset {0:?} already exists")]
     DatasetExists(String),
     #[error(
-        "dataset {name:?} was deleted ({when}); `detafs dataset undelete {name}` brings it back until gc removes it, and its name stays taken"
+        "dataset {name:?} was deleted ({when}); it can be undeleted until gc removes it, and its name stays taken"
     )]
     DatasetDeleted { name: String, when: String },
     #[error("dataset {dataset:?} has no version {version}")]
@@ -198,13 +206,6 @@ impl Error {
     pub fn io(path: impl std::fmt::Display, source: std::io::Error) -> Self {
         Error::Io {
             path: path.to_string(),
-            source,
-        }
-    }
-
-    pub fn store(key: impl std::fmt::Display, source: object_store::Error) -> Self {
-        Error::Store {
-            key: key.to_string(),
             source,
         }
     }

@@ -17,16 +17,10 @@ use std::time::{Duration, SystemTime};
 /// commit that checked for notes just before the note appeared has landed
 /// its record by then (its create retries for the store's deadline at
 /// most), so gc sees that record and keeps what it reuses.
+/// (Most tests run gc with nothing in flight: `DETAFS_TEST_GC_NOTE_WAIT`.)
 fn note_wait(repo: &Repo) -> Duration {
-    #[cfg(feature = "failpoints")]
-    if let Some(d) = std::env::var("DETAFS_TEST_GC_NOTE_WAIT")
-        .ok()
-        .and_then(|v| humantime::parse_duration(&v).ok())
-    {
-        // Test builds only: most tests run gc with nothing in flight.
-        return d;
-    }
-    repo.store().deadline() + Duration::from_secs(5)
+    let wait = repo.store().deadline() + Duration::from_secs(5);
+    crate::hold::test_duration("DETAFS_TEST_GC_NOTE_WAIT", wait)
 }
 
 /// Leaves the note of a gc about to delete versions' data: every host's

@@ -1,23 +1,56 @@
-//! Ordering points for tests (feature `failpoints`; nothing in a release):
-//! `FAILPOINTS="NAME=return(PATH)"` holds whoever reaches `hold(NAME)`
-//! there until the file PATH exists. It first creates `PATH.held`, so a
+//! Failure and ordering points for tests (feature `failpoints`; nothing in
+//! a release). `FAILPOINTS="NAME=panic"` crashes whoever reaches
+//! `hold(NAME)` (the crash tests); `FAILPOINTS="NAME=return(PATH)"` holds
+//! it there until the file PATH exists. It first creates `PATH.held`, so a
 //! test waits for that, does what must happen meanwhile, then creates
 //! PATH: events ordered by conditions, never by sleeps.
 
-/// Holds the caller at `name` while a test asks for it (see above).
+/// Holds the caller at `name` while a test asks for it (see above). With
+/// `return(each:PATH)` every pass takes a release of its own: the holder
+/// deletes PATH as it goes on, so the next one to come is held again.
 pub fn hold(name: &str) {
     #[cfg(feature = "failpoints")]
     fail::eval(name, |arg| {
-        let Some(release) = arg.map(std::path::PathBuf::from) else {
+        let Some(arg) = arg else {
             return;
+        };
+        let (each, release) = match arg.strip_prefix("each:") {
+            Some(path) => (true, std::path::PathBuf::from(path)),
+            None => (false, std::path::PathBuf::from(arg)),
         };
         let mut held = release.clone().into_os_string();
         held.push(".held");
-        let _ = std::fs::write(held, b"");
-        while !release.exists() {
+        loop {
+            // Again each round: a holder that went on removed it.
+            let _ = std::fs::write(&held, b"");
+            let released = match each {
+                true => std::fs::remove_file(&release).is_ok(),
+                false => release.exists(),
+            };
+            if released {
+                if each {
+                    let _ = std::fs::remove_file(&held);
+                }
+                return;
+            }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     });
     #[cfg(not(feature = "failpoints"))]
     let _ = name;
+}
+
+/// `default`, or in a test build (feature `failpoints`) the duration the
+/// environment variable `var` gives: tests shorten waits that exist for
+/// clocks and other hosts (a gc's grace, the stat cache's racy window).
+pub fn test_duration(var: &str, default: std::time::Duration) -> std::time::Duration {
+    #[cfg(feature = "failpoints")]
+    if let Some(d) = std::env::var(var)
+        .ok()
+        .and_then(|v| humantime::parse_duration(&v).ok())
+    {
+        return d;
+    }
+    let _ = var;
+    default
 }

@@ -1,8 +1,11 @@
 //! detafs: versioned datasets as content-addressed snapshots in an object store.
 //!
-//! Layers, top to bottom: `commit`, `read`, `verify`, `gc` (dataset operations)
-//! over `repo` and `tag` (datasets, versions, tags, tree loading) over `snapshot` (the model) and
-//! `cache` (local index and caches) over `store` (object_store).
+//! Layers, top to bottom (docs/architecture.md; tests/layering.rs keeps
+//! them): `fuse`, `gateway` and the CLI; `fs` (the mounted file system);
+//! the dataset operations (`commit`, `staging`, `read`, `audit`, `verify`,
+//! `gc`); `repo` (datasets, versions, tags, tree loading); `access` (the
+//! policy); `cache` (local index and caches); `snapshot` (the model);
+//! `store` (object_store); and below all, small modules of one idea each.
 
 // Sizes and offsets of files are u64 and index memory as usize
 // (`limits::to_usize`).

@@ -46,11 +46,11 @@ pub fn tighten(path: &Path) -> Result<()> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path.display(), e))?;
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me {
-        return Err(Error::InvalidInput(format!(
-            "{} is owned by uid {}, not by this user (uid {me}): detafs keeps private data in it and will not use another user's folder; remove it or choose another (DETAFS_CACHE, DETAFS_STAGING)",
-            path.display(),
-            meta.uid()
-        )));
+        return Err(Error::NotOwned {
+            path: path.display().to_string(),
+            owner: meta.uid(),
+            me,
+        });
     }
     if meta.mode() & 0o077 == 0 {
         return Ok(());

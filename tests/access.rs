@@ -110,9 +110,14 @@ fn three_versions(env: &Env) {
 }
 
 /// The mount's audit trail: the lines of decisions about `uid`, once the
-/// writer thread has caught up.
+/// writer thread has written every decision made so far.
 fn trail(env: &Env, uid: u32) -> Vec<serde_json::Value> {
-    std::thread::sleep(Duration::from_millis(300));
+    let health = env.path("mnt").join(".detafs/health");
+    within(Duration::from_secs(30), "the audit trail written", || {
+        let h: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&health).unwrap()).unwrap();
+        h["trail_unwritten"] == 0
+    });
     let mut found = Vec::new();
     let mut stack = vec![env.staging()];
     while let Some(dir) = stack.pop() {

@@ -574,26 +574,50 @@ fn commit_while_rewriting(
     block: usize,
 ) -> (Option<i32>, String) {
     use std::io::{Seek, Write};
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let stop = AtomicBool::new(false);
+    let rounds = AtomicU64::new(0);
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-            let mut round = 0u8;
             while !stop.load(Ordering::Relaxed) {
-                round = round.wrapping_add(1);
+                let round = rounds.load(Ordering::Relaxed) + 1;
                 f.rewind().unwrap();
                 for _ in 0..blocks {
-                    f.write_all(&vec![round; block]).unwrap();
+                    f.write_all(&vec![round.to_le_bytes()[0]; block]).unwrap();
                 }
+                rounds.store(round, Ordering::Relaxed);
             }
         });
-        // Each read is followed by a pause, so the writer surely writes
-        // between a read and the check after it, however busy the machine.
-        let out = env
-            .commit_command(src, "racing", "file-read=sleep(100)")
-            .output()
+        // Each read is held until the writer has written the file again
+        // since, so the check after it always sees a change.
+        let read = common::Hold::each(env, "file-read");
+        let mut commit = env.commit_command(src, "racing", &read.spec);
+        let child = commit
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
             .unwrap();
+        let id = child.id();
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{id}/stat")).map_or(true, |s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            })
+        };
+        while !gone() {
+            if read.is_held() {
+                let seen = rounds.load(Ordering::Relaxed);
+                common::within(std::time::Duration::from_secs(60), "a write", || {
+                    rounds.load(Ordering::Relaxed) > seen + 1
+                });
+                read.step(gone);
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        let out = child.wait_with_output().unwrap();
         stop.store(true, Ordering::Relaxed);
         (
             out.status.code(),
@@ -788,16 +812,19 @@ fn data_of_a_deleted_and_collected_dataset_is_stored_again_not_referenced() {
         "-m",
         "index it",
     ]);
+    let before_record = common::Hold::new(&other, "before-record");
     let under_way = other
-        .commit_command(&racing, "under way", "before-record=sleep(5000)")
+        .commit_command(&racing, "under way", &before_record.spec)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     env.ok(&["dataset", "delete", "old-a"]);
     env.ok(&["dataset", "delete", "old-b"]);
-    std::thread::sleep(std::time::Duration::from_millis(1000));
+    // Its uploads done, its record not yet made: gc runs now.
+    before_record.reached();
     env.ok(&["gc", "--grace", "0s"]);
+    before_record.release();
     let out = under_way.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -192,6 +192,22 @@ fn a_format_1_store_refuses_them_plainly() {
 }
 
 /// (atime, mtime, ctime) of `path`, in nanoseconds.
+/// Waits until the clock is past `path`'s ctime, so the next change of
+/// it shows in its ctime.
+fn clock_past_ctime(path: &Path) {
+    let ctime = times(path).2;
+    common::within(
+        std::time::Duration::from_secs(10),
+        "the clock to move",
+        || {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            i128::try_from(now.as_nanos()).unwrap() > ctime
+        },
+    );
+}
+
 fn times(path: &Path) -> (i128, i128, i128) {
     let m = std::fs::symlink_metadata(path).unwrap();
     let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
@@ -224,7 +240,7 @@ fn staging_keeps_atime_and_ctime_apart_from_the_mtime() {
     assert_eq!((a2, m2), (a1, 2_208_988_800_000_000_000));
     assert!(c2 >= c1);
     // chmod moves the ctime only.
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    clock_past_ctime(&f);
     let before = times(&f);
     run_ok(Command::new("chmod").arg("600").arg(&f));
     let after = times(&f);
@@ -232,7 +248,7 @@ fn staging_keeps_atime_and_ctime_apart_from_the_mtime() {
     assert!(after.2 > before.2, "{before:?} {after:?}");
     // A write moves mtime and ctime, not the atime; a read moves nothing
     // (staging keeps atimes as a noatime mount does).
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    clock_past_ctime(&f);
     std::fs::OpenOptions::new()
         .append(true)
         .open(&f)
@@ -248,7 +264,7 @@ fn staging_keeps_atime_and_ctime_apart_from_the_mtime() {
     assert_eq!(std::fs::read(&f).unwrap(), b"data more");
     assert_eq!(times(&f), written);
     // A rename moves the ctime and keeps the rest.
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    clock_past_ctime(&f);
     let g = m.path("staging/g");
     std::fs::rename(&f, &g).unwrap();
     let renamed = times(&g);

@@ -286,6 +286,10 @@ fn local_state_is_private_and_other_users_cannot_read_it() {
             .output()
             .unwrap()
     };
+    // Nobody's own folder for what detafs keeps locally, in the test's.
+    let nobody_home = env.path("nobody");
+    std::fs::create_dir_all(&nobody_home).unwrap();
+    std::os::unix::fs::chown(&nobody_home, Some(65534), Some(65534)).unwrap();
     let packs = env.objects.list("packs");
     let pack = Path::new(&env.store).join(&packs[0].0);
     let staged = format!("grep -r 'staged password' {}", env.staging().display());
@@ -295,9 +299,10 @@ fn local_state_is_private_and_other_users_cannot_read_it() {
         format!("cat {}", m.path("versions/v1/secret").display()),
         format!("cat {}", m.path("staging/staged-secret").display()),
         format!(
-            "DETAFS_STORE={} DETAFS_CACHE=/tmp/nobody-cache-$$ {} cat ds v1 secret",
+            "HOME={home} DETAFS_STORE={} DETAFS_CACHE={home}/cache {} cat ds v1 secret",
             env.store,
-            env!("CARGO_BIN_EXE_detafs")
+            env!("CARGO_BIN_EXE_detafs"),
+            home = nobody_home.display()
         ),
     ] {
         let out = as_nobody(&script);

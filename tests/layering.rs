@@ -308,6 +308,21 @@ fn no_files_import_one_another_in_a_cycle() {
 }
 
 #[test]
+fn only_the_store_module_speaks_to_object_store() {
+    let outside: Vec<String> = sources()
+        .into_iter()
+        .filter(|(m, text)| {
+            m.first().is_none_or(|t| t != "store") && code(text).contains("object_store")
+        })
+        .map(|(m, _)| m.join("/"))
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "object_store used outside store/: {outside:?}"
+    );
+}
+
+#[test]
 fn the_check_sees_arrows() {
     // The parser finds what the rule is about: a known downward import and
     // a use tree with nested braces.

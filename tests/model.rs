@@ -96,6 +96,25 @@ proptest! {
     }
 }
 
+// Failures proptest found and shrank (tests/model.proptest-regressions
+// keeps their seeds), kept as named tests.
+
+/// A FIFO alone in staging: made in the core as in the folder.
+#[test]
+fn shrunk_a_fifo_alone_in_staging() {
+    check(&[Op::Mkfifo("x".into())]);
+}
+
+/// A hard link of a folder onto a name it has: refused alike.
+#[test]
+fn shrunk_a_folder_linked_onto_its_own_name() {
+    check(&[
+        Op::Mkdir("a".into()),
+        Op::Mkdir("y".into()),
+        Op::Link("y".into(), "y".into()),
+    ]);
+}
+
 /// A commit's staged copies are removed in the background after it
 /// returns; files written again at once (copied up under the same names)
 /// must keep their new bytes, through a remount too.

@@ -183,7 +183,7 @@ fn a_partition_degrades_the_mount_and_commits_retry_or_fail_cleanly() {
         .collect();
     // Longer than the root's entries live in the kernel (1 s): the path
     // walk looks `versions` up in the root again, which must not wait
-    // behind the reads either.
+    // behind the reads either. (The kernel's clock is the condition.)
     std::thread::sleep(Duration::from_millis(1500));
     let t = Instant::now();
     let missing = std::fs::metadata(m.path("versions/v1/no-such-file")).unwrap_err();
@@ -240,17 +240,22 @@ fn a_partition_degrades_the_mount_and_commits_retry_or_fail_cleanly() {
     // A partition that starts during a commit and heals within its deadline:
     // the commit retries and lands, whole.
     std::fs::write(v3.join("big.bin"), noise(24_000_000, 7)).unwrap();
+    let uploaded = common::Hold::new(&env, "pack-uploaded");
     let child = env
         .command()
         .args(["--store-timeout", "60s", "commit", "ds", "--from"])
         .arg(&v3)
         .args(["-m", "across the partition"])
+        .env("FAILPOINTS", &uploaded.spec)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Its first pack is in the store; the rest goes into the partition,
+    // which lasts 4 s (well within the commit's deadline).
+    uploaded.reached();
     net.partition(true);
+    uploaded.release();
     std::thread::sleep(Duration::from_secs(4));
     net.partition(false);
     let out = child.wait_with_output().unwrap();
@@ -313,7 +318,16 @@ fn the_gateway_waits_out_a_short_partition_and_answers_503_for_a_long_one() {
     net.partition(true);
     let p = post.clone();
     let short = std::thread::spawn(move || p("a.txt"));
-    std::thread::sleep(Duration::from_secs(2));
+    // Healed once the commit has met the partition (its store requests
+    // fail: /health says the store is unreachable).
+    within(
+        Duration::from_secs(30),
+        "the commit to meet the partition",
+        || {
+            let (_, h) = curl(&[&format!("{}/health", g.url)]);
+            json_of(&h)["store"]["reachable"] == false
+        },
+    );
     net.partition(false);
     let (s, b) = short.join().unwrap();
     assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));

@@ -9,15 +9,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
 /// Starts `detafs commit` from `a` and from `b` at once; waits for both.
-fn commit_both(env: &Env, a: &Path, b: &Path, failpoints: &str) -> (Output, Output) {
-    let spawn = |dir: &Path, msg: &str| {
-        env.commit_command(dir, msg, failpoints)
+/// Commits `a` and `b` at once; `forced`: both are held before their
+/// commit point until both have scanned the same base, then race for it.
+fn commit_both(env: &Env, a: &Path, b: &Path, forced: bool) -> (Output, Output) {
+    let holds = [
+        common::Hold::named(env, "before-record", "a"),
+        common::Hold::named(env, "before-record", "b"),
+    ];
+    let spawn = |dir: &Path, msg: &str, hold: &common::Hold| {
+        env.commit_command(dir, msg, if forced { &hold.spec } else { "" })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap()
     };
-    let (ca, cb) = (spawn(a, "a"), spawn(b, "b"));
+    let (ca, cb) = (spawn(a, "a", &holds[0]), spawn(b, "b", &holds[1]));
+    if forced {
+        holds.iter().for_each(common::Hold::reached);
+        holds.iter().for_each(common::Hold::release);
+    }
     (
         ca.wait_with_output().unwrap(),
         cb.wait_with_output().unwrap(),
@@ -45,10 +55,6 @@ fn two_copies(env: &Env, from: &Path, round: u32) -> (PathBuf, PathBuf) {
     (a, b)
 }
 
-/// `before-record=sleep(..)` makes both committers scan the same base and reach
-/// the commit point together; the rounds without it race naturally.
-const FORCED: &str = "before-record=sleep(300)";
-
 #[test]
 fn disjoint_concurrent_commits_both_land_consecutively() {
     let env = Env::new();
@@ -56,13 +62,15 @@ fn disjoint_concurrent_commits_both_land_consecutively() {
     sample_tree(&base, 1);
     env.commit(&base, "base");
     for round in 0..6 {
-        let fp = if round % 2 == 0 { FORCED } else { "" };
+        // Every other round forced (`commit_both`); the others race
+        // naturally.
+        let forced = round % 2 == 0;
         let (a, b) = two_copies(&env, &base, round);
         std::fs::write(a.join(format!("from-a-{round}.txt")), b"a").unwrap();
         std::fs::write(b.join(format!("from-b-{round}.txt")), b"b").unwrap();
         std::fs::write(b.join("sub/deeper/note.txt"), format!("b{round}")).unwrap();
         let n = env.log().len();
-        let (oa, ob) = commit_both(&env, &a, &b, fp);
+        let (oa, ob) = commit_both(&env, &a, &b, forced);
         for o in [&oa, &ob] {
             assert!(
                 o.status.success(),
@@ -93,7 +101,7 @@ fn disjoint_concurrent_commits_both_land_consecutively() {
         // forced), the other one's too: rebased, not overwritten. Unforced,
         // the later one may have started after the first landed; then its
         // directory simply did not have the other file.
-        if !fp.is_empty() {
+        if forced {
             assert!(has_a && has_b, "round {round}: a change was lost");
         }
         if has_b {
@@ -116,20 +124,22 @@ fn conflicting_concurrent_commits_give_one_version_and_one_conflict() {
     sample_tree(&base, 2);
     env.commit(&base, "base");
     for round in 0..6 {
-        let fp = if round % 2 == 0 { FORCED } else { "" };
+        // Every other round forced (`commit_both`); the others race
+        // naturally.
+        let forced = round % 2 == 0;
         let current = env.path(&format!("cur{round}"));
         env.ok(&["export", "ds", "latest", current.to_str().unwrap()]);
         let (a, b) = two_copies(&env, &current, round);
         std::fs::write(a.join("a.csv"), format!("id\n{round}a\n")).unwrap();
         std::fs::write(b.join("a.csv"), format!("id\n{round}b\n")).unwrap();
         let n = env.log().len();
-        let (oa, ob) = commit_both(&env, &a, &b, fp);
+        let (oa, ob) = commit_both(&env, &a, &b, forced);
         let codes = [oa.status.code(), ob.status.code()];
         let log = env.log();
         if codes == [Some(0), Some(0)] {
             // Not concurrent after all: the second saw the first as its base
             // and replaced a.csv, a plain sequential history.
-            assert!(fp.is_empty(), "forced race did not conflict");
+            assert!(!forced, "forced race did not conflict");
             assert_eq!(log.len(), n + 2);
             continue;
         }

@@ -307,8 +307,8 @@ fn stage(env: &Env, files: &[(&str, Vec<u8>)]) {
     for (name, data) in files {
         std::fs::write(m.path(&format!("staging/{name}")), data).unwrap();
     }
+    // Unmounted, its daemon gone with its lock on staging.
     drop(m);
-    std::thread::sleep(Duration::from_millis(100));
 }
 
 #[test]
@@ -554,27 +554,24 @@ fn gc_on_another_host_spares_a_commit_in_flight() {
     common::sample_tree(&src, 3);
     a.commit(&src, "one");
     std::fs::write(src.join("new.bin"), noise(3_000_000, 9)).unwrap();
-    // Host a uploads its packs, then pauses just before its commit point.
+    // Host a uploads its packs, then is held just before its commit point.
+    let before_record = common::Hold::new(&a, "before-record");
     let committing = a
-        .commit_command(&src, "in flight", "before-record=sleep(4000)")
+        .commit_command(&src, "in flight", &before_record.spec)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut in_flight = Vec::new();
-    let t = Instant::now();
-    while in_flight.is_empty() && t.elapsed() < Duration::from_secs(3) {
-        let dry = b.ok(&["gc", "--grace", "0s", "--dry-run"]);
-        in_flight = dry.lines().map(str::to_string).collect();
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    before_record.reached();
+    let dry = b.ok(&["gc", "--grace", "0s", "--dry-run"]);
     assert!(
-        !in_flight.is_empty(),
+        !dry.trim().is_empty(),
         "the commit's packs are unreachable while in flight"
     );
     // gc with a grace longer than the commit deletes none of them.
     let out = b.ok(&["gc"]);
     assert!(out.trim().is_empty(), "{out}");
+    before_record.release();
     let out = committing.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -624,7 +621,7 @@ fn server_side_encryption_is_asked_of_every_upload_and_checked() {
         )
     };
     assert_eq!(code, Some(1));
-    assert!(err.contains("--sse is for S3 stores"), "{err}");
+    assert!(err.contains("(SSE) is asked of S3 stores only"), "{err}");
     let out = local
         .command()
         .args(["--sse", "des", "init"])

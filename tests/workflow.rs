@@ -121,9 +121,18 @@ fn an_empty_commit_message_is_an_error_and_commits_nothing() {
     assert_eq!(env.log().len(), 1);
     // The shell's way (open, copy the descriptor, close the first, write):
     // committed, and no complaint about an empty message anywhere.
+    let releases = || -> u64 {
+        let h: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(m.path(".detafs/health")).unwrap()).unwrap();
+        h["requests"]["release"].as_u64().unwrap_or(0)
+    };
+    let before = releases();
     sh("echo now > .detafs/commit");
     assert_eq!(env.log().len(), 2);
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Its handle's release (sent by the kernel after the close) is done.
+    common::within(std::time::Duration::from_secs(10), "the release", || {
+        releases() > before
+    });
     assert_eq!(last_error(), "");
     drop(m);
     let log = env.mount(&[]).log();
@@ -997,8 +1006,9 @@ fn each_daemon_has_its_own_log_and_a_repeated_error_is_counted_not_repeated() {
 #[test]
 fn a_commit_through_the_mount_tells_its_progress_to_other_shells() {
     let env = Env::new();
-    // The commit pauses once its data is read, before its record.
-    let m = env.mount_failing(&[], "staging-pending=sleep(1500)");
+    // The commit is held once its data is read, before its record.
+    let pending = common::Hold::new(&env, "staging-pending");
+    let m = env.mount_failing(&[], &pending.spec);
     let progress = || -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(m.path(".detafs/progress")).unwrap()).unwrap()
     };
@@ -1010,6 +1020,10 @@ fn a_commit_through_the_mount_tells_its_progress_to_other_shells() {
         let mut seen = Vec::new();
         while !commit.is_finished() {
             seen.push(progress());
+            // Released once a look at it while held is seen.
+            if pending.is_held() && seen.last().is_some_and(|p| p["committing"] == true) {
+                pending.release();
+            }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         commit.join().unwrap().unwrap();
@@ -1111,7 +1125,8 @@ fn a_deleted_dataset_is_hidden_at_once_kept_until_gc_and_its_name_stays_taken() 
     // Deleted again, and past gc's grace: gc removes its versions and the
     // packs only it used; the other dataset's data stays.
     env.ok(&["dataset", "delete", "ds"]);
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    // Its deletion's time (whole seconds) is past: gc with no grace takes it.
+    common::next_second();
     let packs_before = env.objects.list("packs/").len();
     let gc = |dry: bool| {
         let mut c = env.command();
@@ -1237,6 +1252,7 @@ fn commits_racing_a_rename_all_land_in_the_new_name_or_are_refused() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("n.txt"), "0").unwrap();
     env.commit(&src, "start");
+    let landing = std::sync::atomic::AtomicUsize::new(0);
     let landed = std::thread::scope(|s| {
         let committer = s.spawn(|| {
             let mut landed = Vec::new();
@@ -1258,10 +1274,14 @@ fn commits_racing_a_rename_all_land_in_the_new_name_or_are_refused() {
                     break;
                 }
                 landed.push((i, String::from_utf8(out.stdout).unwrap().trim().to_string()));
+                landing.store(landed.len(), std::sync::atomic::Ordering::Relaxed);
             }
             landed
         });
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        // Renamed while commits keep coming, after the first landed.
+        common::within(std::time::Duration::from_secs(60), "a commit", || {
+            landing.load(std::sync::atomic::Ordering::Relaxed) > 0
+        });
         env.ok(&["dataset", "rename", "ds", "new"]);
         committer.join().unwrap()
     });
@@ -1281,21 +1301,16 @@ fn commits_racing_a_rename_all_land_in_the_new_name_or_are_refused() {
 fn a_checkout_during_a_commit_leaves_the_commit_what_it_froze() {
     let env = Env::new();
     two_versions(&env);
-    let m = env.mount_failing(&[], "staging-pending=sleep(1500)");
+    let pending = common::Hold::new(&env, "staging-pending");
+    let m = env.mount_failing(&[], &pending.spec);
     std::fs::write(m.path("staging/a.csv"), "changed").unwrap();
     std::fs::write(m.path("staging/new.txt"), "n").unwrap();
     std::thread::scope(|s| {
         let commit = s.spawn(|| commit_via_control(&m, "while checking out"));
-        common::within(
-            std::time::Duration::from_secs(10),
-            "the commit to start",
-            || {
-                std::fs::read_to_string(m.path(".detafs/progress"))
-                    .unwrap()
-                    .contains("\"committing\":true")
-            },
-        );
+        // Staging frozen and read, the record not yet made.
+        pending.reached();
         env.ok(&["checkout", "ds", "v1", "a.csv"]);
+        pending.release();
         commit.join().unwrap().unwrap();
     });
     assert_eq!(env.ok(&["cat", "ds", "v3", "a.csv"]), "changed");
@@ -1313,13 +1328,15 @@ fn a_checkout_killed_before_it_lands_changes_nothing() {
     let env = Env::new();
     two_versions(&env);
     {
-        let m = env.mount_failing(&[], "checkout-applied=sleep(20000)");
+        let applied = common::Hold::new(&env, "checkout-applied");
+        let m = env.mount_failing(&[], &applied.spec);
         std::fs::write(m.path("staging/a.csv"), "changed").unwrap();
         let order = m.path(".detafs/checkout");
         let writer = std::thread::spawn(move || {
             let _ = std::fs::write(order, "v1\n");
         });
-        std::thread::sleep(std::time::Duration::from_millis(800));
+        // Killed while held there, never released.
+        applied.reached();
         m.kill();
         drop(m);
         writer.join().unwrap();
@@ -1455,7 +1472,8 @@ fn ctrl_c_of_a_commit_through_a_mount_cancels_it_or_says_what_landed() {
     };
     {
         // Held once staging is frozen, before anything is read.
-        let m = env.mount_failing(&[], "staging-frozen=sleep(4000)");
+        let frozen = common::Hold::new(&env, "staging-frozen");
+        let m = env.mount_failing(&[], &frozen.spec);
         std::fs::write(m.path("staging/new.csv"), "n").unwrap();
         let before = status(&env);
         let child = env
@@ -1464,12 +1482,17 @@ fn ctrl_c_of_a_commit_through_a_mount_cancels_it_or_says_what_landed() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        common::within(
-            std::time::Duration::from_secs(10),
-            "the commit to start",
-            || committing(&m),
-        );
+        frozen.reached();
+        assert!(committing(&m));
         interrupt(&child);
+        common::within(std::time::Duration::from_secs(10), "the cancel", || {
+            serde_json::from_slice::<serde_json::Value>(
+                &std::fs::read(m.path(".detafs/progress")).unwrap(),
+            )
+            .unwrap()["cancelling"]
+                == true
+        });
+        frozen.release();
         let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(130), "{err}");
@@ -1483,17 +1506,25 @@ fn ctrl_c_of_a_commit_through_a_mount_cancels_it_or_says_what_landed() {
     }
     {
         // Held just after its record landed: too late to cancel.
-        let m = env.mount_failing(&[], "after-record=sleep(4000)");
+        let recorded = common::Hold::new(&env, "after-record");
+        let m = env.mount_failing(&[], &recorded.spec);
         let child = env
             .command()
             .args(["commit", "ds", "-m", "lands"])
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        common::within(std::time::Duration::from_secs(10), "the record", || {
-            env.log().len() == 3
-        });
+        recorded.reached();
+        assert_eq!(env.log().len(), 3);
         interrupt(&child);
+        common::within(std::time::Duration::from_secs(10), "the cancel", || {
+            serde_json::from_slice::<serde_json::Value>(
+                &std::fs::read(m.path(".detafs/progress")).unwrap(),
+            )
+            .unwrap()["cancelling"]
+                == true
+        });
+        recorded.release();
         let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{err}");
@@ -1565,7 +1596,8 @@ fn a_copy_up_never_holds_staging_for_the_rest_of_the_mount() {
     std::fs::write(src.join("small.csv"), "a\n").unwrap();
     env.commit(&src, "v1");
     // The copy, once written, is held before it is published.
-    let m = env.mount_failing(&[], "copy-up-written=sleep(3000)");
+    let written = common::Hold::new(&env, "copy-up-written");
+    let m = env.mount_failing(&[], &written.spec);
     let copying = || {
         common::files_under(&env.staging())
             .iter()
@@ -1579,7 +1611,8 @@ fn a_copy_up_never_holds_staging_for_the_rest_of_the_mount() {
                 .unwrap();
             f.write_all(b"tail").unwrap();
         });
-        common::within(std::time::Duration::from_secs(20), "the copy-up", copying);
+        written.reached();
+        assert!(copying());
         // Staging answers while the copy-up is under way.
         let status = std::fs::read_to_string(m.path(".detafs/status")).unwrap();
         assert_eq!(status, "");
@@ -1589,6 +1622,7 @@ fn a_copy_up_never_holds_staging_for_the_rest_of_the_mount() {
             "a\n"
         );
         assert!(!append.is_finished(), "staging waited for the copy-up");
+        written.release();
         append.join().unwrap();
     });
     let mut want = big.clone();

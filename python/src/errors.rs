@@ -64,6 +64,7 @@ pub fn to_py(e: Error) -> PyErr {
             ..
         } => PyFileNotFoundError::new_err(msg),
         Error::Forbidden(_)
+        | Error::NotOwned { .. }
         | Error::Fs {
             kind: FsError::Denied,
             ..
@@ -81,10 +82,15 @@ pub fn to_py(e: Error) -> PyErr {
         }),
         Error::NothingToCommit(_) => NothingToCommitError::new_err(msg),
         Error::InvalidInput(_)
+        | Error::NoKeySlot(_)
         | Error::Policy { .. }
         | Error::DatasetExists(_)
         | Error::Fs { .. } => InvalidInputError::new_err(msg),
-        Error::Store { .. } | Error::StoreGone(_) | Error::TooManyRetries(_) | Error::Locked(_) => {
+        // What to give, in this package's terms (the library says what is missing).
+        Error::Locked(_) => StoreError::new_err(format!(
+            "{msg}: give Store(key_file=...) or passphrase=..., or set DETAFS_KEY_FILE or DETAFS_PASSWORD"
+        )),
+        Error::Store { .. } | Error::StoreGone(_) | Error::TooManyRetries(_) => {
             StoreError::new_err(msg)
         }
         Error::Missing { .. } | Error::Corrupt { .. } | Error::Malformed { .. } => {

@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Lines waiting for the writer; more are counted as dropped (and the
@@ -25,6 +26,8 @@ struct Waiting {
 pub struct Trail {
     waiting: Arc<Mutex<Waiting>>,
     writer: Arc<Mutex<Writer>>,
+    /// Lines recorded and not yet written (`.detafs/health`).
+    unwritten: Arc<AtomicUsize>,
 }
 
 impl Trail {
@@ -41,9 +44,11 @@ impl Trail {
         let trail = Trail {
             waiting,
             writer: Arc::new(Mutex::new(writer)),
+            unwritten: Arc::default(),
         };
         // The thread holds the queue weakly: it ends with the trail.
         let (queue, writer) = (Arc::downgrade(&trail.waiting), trail.writer.clone());
+        let unwritten = trail.unwritten.clone();
         std::thread::Builder::new()
             .name("audit-trail".into())
             .spawn(move || {
@@ -52,7 +57,7 @@ impl Trail {
                     let Some(waiting) = queue.upgrade() else {
                         return;
                     };
-                    write_out(&waiting, &writer);
+                    write_out(&waiting, &writer, &unwritten);
                 }
             })
             .map_err(|e| Error::io("audit trail thread", e))?;
@@ -61,7 +66,12 @@ impl Trail {
 
     /// Writes what is waiting now (before the daemon exits).
     pub fn flush(&self) {
-        write_out(&self.waiting, &self.writer);
+        write_out(&self.waiting, &self.writer, &self.unwritten);
+    }
+
+    /// Lines recorded and not yet written out.
+    pub fn unwritten(&self) -> usize {
+        self.unwritten.load(Ordering::Relaxed)
     }
 
     /// Records one decision (a JSON object), with the time it was made.
@@ -72,6 +82,7 @@ impl Trail {
         let mut w = self.waiting.lock();
         if w.lines.len() < QUEUE {
             w.lines.push(line);
+            self.unwritten.fetch_add(1, Ordering::Relaxed);
         } else {
             w.dropped += 1;
         }
@@ -85,9 +96,10 @@ struct Writer {
     max_bytes: u64,
 }
 
-fn write_out(waiting: &Mutex<Waiting>, writer: &Mutex<Writer>) {
+fn write_out(waiting: &Mutex<Waiting>, writer: &Mutex<Writer>, unwritten: &AtomicUsize) {
     let mut writer = writer.lock();
     let Waiting { mut lines, dropped } = std::mem::take(&mut *waiting.lock());
+    let taken = lines.len();
     if dropped > 0 {
         lines.push(serde_json::json!({ "dropped": dropped }).to_string());
     }
@@ -96,6 +108,7 @@ fn write_out(waiting: &Mutex<Waiting>, writer: &Mutex<Writer>) {
     {
         tracing::error!("audit trail {}: {e}", writer.path.display());
     }
+    unwritten.fetch_sub(taken, Ordering::Relaxed);
 }
 
 impl Writer {

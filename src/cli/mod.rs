@@ -592,11 +592,33 @@ pub fn run() -> ExitCode {
                     local.0.display(),
                     local.1.display()
                 ),
-                false => String::new(),
+                false => err
+                    .chain()
+                    .find_map(|c| c.downcast_ref::<Error>())
+                    .map_or(String::new(), advice),
             };
             eprintln!("detafs: {}{advice}", line(report(&err).as_bytes()));
             ExitCode::from(code)
         }
+    }
+}
+
+/// What to do about an error of the library, said after it (the library
+/// says what happened; the commands to run are the CLI's).
+fn advice(err: &Error) -> String {
+    match err {
+        Error::NotAStore(_) => "; `detafs init` makes a new, empty one".into(),
+        Error::StoreGone(_) => "; put it back, point --store at where it is now, or make a new, empty store there with `detafs init`".into(),
+        Error::Locked(_) => "; give its key file (--key-file, DETAFS_KEY_FILE) or a passphrase (DETAFS_PASSWORD, --password-file)".into(),
+        Error::NoDataset(_) => " (see `detafs dataset list`)".into(),
+        Error::NoKeySlot(_) => " (see `detafs key list`)".into(),
+        Error::NotOwned { .. } => {
+            "; remove it or choose another (--cache-dir, --staging-dir; DETAFS_CACHE, DETAFS_STAGING)".into()
+        }
+        Error::DatasetDeleted { name, .. } => {
+            format!("; `detafs dataset undelete {name}` brings it back")
+        }
+        _ => String::new(),
     }
 }
 

@@ -176,7 +176,7 @@ pub fn publish<'r>(
         // version: checked last, so only a record created within a round
         // trip of the tombstone can land after it (a rename waits for it).
         repo.check_dataset(req.dataset)?;
-        fail::fail_point!("before-record");
+        crate::hold::hold("before-record");
         // A gc that ran since this commit began may have deleted what it
         // reuses. One that starts later waits out this create (`gc.rs`).
         if repo.gc_mark()? != gc_mark {
@@ -186,7 +186,7 @@ pub fn publish<'r>(
             .store()
             .put_create(&keys::record(req.dataset, version), body.clone().into())?
         {
-            fail::fail_point!("after-record");
+            crate::hold::hold("after-record");
             repo.index()
                 .insert_record(req.dataset, version, RecordHash::of(&body), &body)?;
             repo.index_tree(&root)?;

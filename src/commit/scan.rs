@@ -46,14 +46,7 @@ const RACY_WINDOW: std::time::Duration = std::time::Duration::from_secs(2);
 /// `RACY_WINDOW`, or in test builds `DETAFS_TEST_RACY_WINDOW` (tests need
 /// not wait two seconds before each commit they want cached).
 fn racy_window() -> std::time::Duration {
-    #[cfg(feature = "failpoints")]
-    if let Some(d) = std::env::var("DETAFS_TEST_RACY_WINDOW")
-        .ok()
-        .and_then(|v| humantime::parse_duration(&v).ok())
-    {
-        return d;
-    }
-    RACY_WINDOW
+    crate::hold::test_duration("DETAFS_TEST_RACY_WINDOW", RACY_WINDOW)
 }
 
 /// Now, in unix seconds.
@@ -854,7 +847,7 @@ impl Scanner<'_> {
                 Some(previous) => self.chunk_along(file, path, previous)?,
                 None => self.chunk_slots(file, path, u64::MAX)?,
             };
-            fail::fail_point!("file-read");
+            crate::hold::hold("file-read");
             let after = std::fs::symlink_metadata(path)
                 .map(|m| stat_key(&m))
                 .map_err(|e| Error::io(path.display(), e))?;

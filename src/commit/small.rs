@@ -106,7 +106,7 @@ fn read_whole(job: &Job) -> Option<Vec<u8>> {
     let mut data = Vec::with_capacity(crate::limits::to_usize(size) + 1);
     // One byte more than listed tells a file that grew.
     file.take(size + 1).read_to_end(&mut data).ok()?;
-    fail::fail_point!("file-read");
+    crate::hold::hold("file-read");
     let after = std::fs::symlink_metadata(&job.path).ok()?;
     let same = super::listed::stat_key(&after) == job.before && data.len() as u64 == size;
     same.then_some(data)

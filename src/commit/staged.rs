@@ -38,7 +38,7 @@ pub fn commit_staging<G: Deref<Target = Staging>>(
     let records = repo.sync(meta.dataset)?;
     let frozen = staging()?.freeze(repo, &records)?;
     tracing::debug!("commit: synced and frozen in {:?}", t.elapsed());
-    fail::fail_point!("staging-frozen");
+    crate::hold::hold("staging-frozen");
     let result = build_and_publish(repo, meta, &frozen, &staging, &open_copies, progress);
     let result = match result {
         Err(Error::Conflict { winner, paths, .. }) => Err(conflict(
@@ -131,7 +131,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
         return Err(Error::NothingToCommit(b.version));
     }
     staging()?.set_pending(Some(&ours))?;
-    fail::fail_point!("staging-pending");
+    crate::hold::hold("staging-pending");
     let t = std::time::Instant::now();
     let record = match publish(repo, meta, scanner, base, ours) {
         // Every staged change is in a version that landed meanwhile (say,

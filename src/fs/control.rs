@@ -437,6 +437,8 @@ fn progress(fs: &MountFs) -> Vec<u8> {
                 "bytes_done": done,
                 "bytes_total": total,
                 "percent": if total == 0 { 0.0 } else { (done as f64 * 1000.0 / total as f64).round() / 10.0 },
+                // Asked to stop (`.detafs/cancel`): it stops before its record.
+                "cancelling": crate::progress::Progress::cancelled(&*c.progress),
             })
         }
     };
@@ -497,6 +499,8 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
         "log": fs.opts.log,
         "versions": seen,
         "version_inodes": fs.versions.version_inodes(),
+        // Access decisions not yet in the audit trail's file.
+        "trail_unwritten": fs.trail_unwritten(),
         "cache_bytes": fs.repo.disk().used_bytes(),
         "staging": fs.staging.present(),
         // Whether the kernel opens files without asking (read-only, no policy).

@@ -293,6 +293,11 @@ impl MountFs {
         self
     }
 
+    /// Access decisions not yet written to the audit trail.
+    pub fn trail_unwritten(&self) -> usize {
+        self.trail.as_ref().map_or(0, |t| t.unwritten())
+    }
+
     /// Writes out the audit trail's last lines (the daemon is ending).
     pub fn flush_trail(&self) {
         if let Some(t) = &self.trail {

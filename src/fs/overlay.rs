@@ -94,10 +94,7 @@ impl StagingArea {
         crate::nowait::check()?;
         match &self.area {
             Some(s) => Ok(s.lock()),
-            None => Err(Error::fs(
-                FsError::ReadOnly,
-                "staging/ (mounted --read-only)",
-            )),
+            None => Err(Error::fs(FsError::ReadOnly, "staging/ (a read-only mount)")),
         }
     }
 

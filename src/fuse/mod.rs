@@ -208,7 +208,10 @@ pub fn errno(e: &Error) -> Errno {
         Error::Cancelled => Errno::from_i32(libc::ECANCELED),
         Error::CommitTooLong(_) => Errno::from_i32(libc::ETIMEDOUT),
         Error::CollectedMeanwhile | Error::WouldBlock => Errno::from_i32(libc::EAGAIN),
-        Error::InvalidInput(_) | Error::Policy { .. } => Errno::from_i32(libc::EINVAL),
+        Error::InvalidInput(_) | Error::Policy { .. } | Error::NoKeySlot(_) => {
+            Errno::from_i32(libc::EINVAL)
+        }
+        Error::NotOwned { .. } => Errno::from_i32(libc::EACCES),
         Error::Forbidden(_) => Errno::from_i32(libc::EACCES),
         Error::NoDataset(_)
         | Error::DatasetDeleted { .. }

@@ -49,6 +49,12 @@ pub struct Api {
     narrowing: Option<Arc<Policy>>,
     /// API keys and the policy as last read, with when.
     known: Mutex<Option<(Instant, Arc<Known>)>>,
+    /// TLS connections open now (`mod.rs` counts them; /metrics says).
+    pub(super) connections: AtomicU64,
+    /// How long keys and the policy are trusted: `FRESH` (tests: none,
+    /// through `DETAFS_TEST_KEYS_FRESH`, so a revocation or a policy applies
+    /// at the next request and no test waits for it).
+    keys_fresh: Duration,
     /// Held while they are read again.
     reading: tokio::sync::Mutex<()>,
     /// Chunks of files served, verified, bounded in bytes.
@@ -243,6 +249,8 @@ impl Api {
             trail,
             tokens,
             known: Mutex::default(),
+            connections: AtomicU64::new(0),
+            keys_fresh: crate::hold::test_duration("DETAFS_TEST_KEYS_FRESH", FRESH),
             reading: tokio::sync::Mutex::const_new(()),
             views: Mutex::new(lru::LruCache::new(VIEWS.try_into().expect("not 0"))),
             viewing: Mutex::default(),
@@ -298,7 +306,7 @@ impl Api {
         let fresh = || {
             let k = self.known.lock();
             k.as_ref()
-                .filter(|(at, _)| at.elapsed() < FRESH)
+                .filter(|(at, _)| at.elapsed() < self.keys_fresh)
                 .map(|(_, k)| k.clone())
         };
         if let Some(k) = fresh() {
@@ -544,6 +552,9 @@ async fn metrics(State(api): State<Arc<Api>>) -> Response {
         let _ = writeln!(out, "detafs_requests_total{{{labels}}} {n}");
         let _ = writeln!(out, "detafs_request_seconds_total{{{labels}}} {secs:.6}");
     }
+    let _ = writeln!(out, "# TYPE detafs_connections gauge");
+    let open = api.connections.load(Ordering::Relaxed);
+    let _ = writeln!(out, "detafs_connections {open}");
     let store = api.repo.store().health();
     let _ = writeln!(out, "# TYPE detafs_store_reachable gauge");
     let _ = writeln!(out, "detafs_store_reachable {}", u8::from(store.reachable));
@@ -1164,7 +1175,8 @@ async fn put_upload(
     let path = edit_path(&path)?;
     let tmp = api.run(tempdir_in).await?;
     let file = tmp.path().join("upload");
-    let io = |e: std::io::Error| ApiError::from(Error::io("upload", e));
+    let shown = file.display().to_string();
+    let io = |e: std::io::Error| ApiError::from(Error::io(&shown, e));
     let mut out = tokio::fs::File::create(&file).await.map_err(io)?;
     let mut stream = body.into_data_stream();
     while let Some(part) = next_part(&mut stream).await? {

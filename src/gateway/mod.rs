@@ -37,6 +37,25 @@ pub struct GatewayOptions {
     pub policy: Option<crate::access::Policy>,
 }
 
+/// One connection, counted while it is open (`detafs_connections`).
+struct Open<'a>(&'a api::Api);
+
+impl<'a> Open<'a> {
+    fn count(api: &'a api::Api) -> Open<'a> {
+        api.connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Open(api)
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0
+            .connections
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Serves until SIGINT or SIGTERM; `ready` gets the address bound.
 pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAddr)) -> Result<()> {
     let trail = Trail::open(&opts.audit, 64 << 20)?;
@@ -60,6 +79,7 @@ pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAdd
         .map_err(|e| Error::io("audit thread", e))?;
     let acceptor = tokio_rustls::TlsAcceptor::from(opts.tls.config);
     let store = repo.store().clone();
+    let serving = state.clone();
     let served = store.block_on(async move {
         use tokio::signal::unix::{SignalKind, signal};
         let listener = tokio::net::TcpListener::bind(opts.listen)
@@ -94,9 +114,10 @@ pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAdd
                 _ = int.recv() => break,
                 _ = term.recv() => break,
             };
-            let (acceptor, app) = (acceptor.clone(), app.clone());
+            let (acceptor, app, counted) = (acceptor.clone(), app.clone(), serving.clone());
             tokio::spawn(async move {
                 let _permit = permit;
+                let _open = Open::count(&counted);
                 // Plain HTTP, or a client that never finishes its hello,
                 // ends here.
                 let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await

@@ -44,6 +44,8 @@ pub struct Tokens {
     issuer: String,
     audience: String,
     keys: Mutex<(Option<Instant>, JwkSet)>,
+    /// `REFETCH` (tests: none, through `DETAFS_TEST_KEYS_FRESH`).
+    refetch: Duration,
 }
 
 /// What a verified token says of its bearer.
@@ -62,6 +64,7 @@ impl Tokens {
             issuer,
             audience,
             keys: Mutex::new((None, JwkSet { keys: Vec::new() })),
+            refetch: crate::hold::test_duration("DETAFS_TEST_KEYS_FRESH", REFETCH),
         }
     }
 
@@ -94,7 +97,7 @@ impl Tokens {
     async fn key(&self, kid: &str) -> Result<DecodingKey, String> {
         let (found, stale) = {
             let k = self.keys.lock();
-            let stale = k.0.is_none_or(|t| t.elapsed() >= REFETCH);
+            let stale = k.0.is_none_or(|t| t.elapsed() >= self.refetch);
             (k.1.find(kid).cloned(), stale)
         };
         let jwk = match (found, stale) {

@@ -30,7 +30,8 @@ pub fn read_file(repo: &Repo, chunks: &[BlobRef], out: &mut dyn Write) -> Result
     let runs = pack::runs(chunks, RUN_BYTES);
     let write = |out: &mut dyn Write, data: Vec<bytes::Bytes>| -> Result<()> {
         for chunk in data {
-            out.write_all(&chunk).map_err(|e| Error::io("output", e))?;
+            out.write_all(&chunk)
+                .map_err(|e| Error::io("standard output", e))?;
         }
         Ok(())
     };

@@ -171,7 +171,7 @@ impl Staging {
         self.set_base(record.version)?;
         self.set_pending(None)?;
         tx.commit()?;
-        fail::fail_point!("staging-finished");
+        crate::hold::hold("staging-finished");
         // Staged copies go only once the rows that replace them are durable.
         self.sync()?;
         self.sweeper.sweep(demoted);

@@ -1104,7 +1104,7 @@ impl CopyPlan {
             f.sync_all().map_err(|e| Error::io(tmp.display(), e))?;
             let t = filetime::FileTime::from_unix_time(self.mtime.0, self.mtime.1);
             filetime::set_file_mtime(tmp, t).map_err(|e| Error::io(tmp.display(), e))?;
-            fail::fail_point!("copy-up-written");
+            crate::hold::hold("copy-up-written");
             Ok(())
         })();
         if written.is_err() {

@@ -63,7 +63,7 @@ impl Staging {
                     }
                 }
             }
-            fail::fail_point!("checkout-applied");
+            crate::hold::hold("checkout-applied");
             Ok(())
         })
     }

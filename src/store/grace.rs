@@ -11,15 +11,9 @@ use std::time::Duration;
 pub const MAX_COMMIT_AGE: Duration = Duration::from_secs(12 * 3600);
 
 /// The shortest grace gc accepts: `MAX_COMMIT_AGE` plus an hour for clocks
-/// of hosts and store that disagree.
+/// of hosts and store that disagree. (The crash tests sweep debris at
+/// once: `DETAFS_TEST_GC_MIN_GRACE`.)
 pub fn min_grace() -> Duration {
-    #[cfg(feature = "failpoints")]
-    if let Some(d) = std::env::var("DETAFS_TEST_GC_MIN_GRACE")
-        .ok()
-        .and_then(|v| humantime::parse_duration(&v).ok())
-    {
-        // Test builds only: the crash tests sweep debris at once.
-        return d;
-    }
-    MAX_COMMIT_AGE + Duration::from_secs(3600)
+    let grace = MAX_COMMIT_AGE + Duration::from_secs(3600);
+    crate::hold::test_duration("DETAFS_TEST_GC_MIN_GRACE", grace)
 }

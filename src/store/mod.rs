@@ -111,6 +111,15 @@ pub struct Listed {
     pub modified: SystemTime,
 }
 
+/// The library's error for a failed request of the object store about
+/// `key` (object_store's errors go no further than this module).
+pub(crate) fn failed(key: impl std::fmt::Display, source: object_store::Error) -> Error {
+    Error::Store {
+        key: key.to_string(),
+        source: Box::new(source),
+    }
+}
+
 /// Blocking requests (e.g. from the mount) in flight at once; also the
 /// runtime's blocking threads, each of which holds on to some heap.
 const WORK_PERMITS: usize = 16;
@@ -160,7 +169,7 @@ impl Store {
         let (inner, policy, location): (Arc<dyn ObjectStore>, _, _) = match url.split_once("://") {
             None | Some(("file", _)) if sse.is_some() => {
                 return Err(Error::InvalidInput(format!(
-                    "{url}: --sse is for S3 stores; a local folder is encrypted by detafs itself (format 2)"
+                    "{url}: server-side encryption (SSE) is asked of S3 stores only; a local folder is encrypted by detafs itself (format 2)"
                 )));
             }
             None | Some(("file", _)) => {
@@ -384,7 +393,7 @@ impl Store {
                 self.presence.gone.store(true, Relaxed);
                 Err(Error::StoreGone(self.url.clone()))
             }
-            Err(e) => Err(Error::store(MARKER, e)),
+            Err(e) => Err(failed(MARKER, e)),
         }
     }
 
@@ -412,7 +421,7 @@ impl Store {
         let first = self
             .rt
             .block_on(self.call("", || async { self.inner.list(None).try_next().await }))
-            .map_err(|e| Error::store(&self.url, e))?;
+            .map_err(|e| failed(&self.url, e))?;
         Ok(first.map(|m| m.location.to_string()))
     }
 
@@ -491,7 +500,7 @@ impl Store {
             Ok(Ok(b)) => Err(too_large(key, b.len() as u64)),
             Ok(Err(size)) => Err(too_large(key, size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(Error::store(key, e)),
+            Err(e) => Err(failed(key, e)),
         }
     }
 
@@ -510,7 +519,7 @@ impl Store {
                 format!("short read: {} of {want} bytes", b.len()),
             )),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(Error::store(key, e)),
+            Err(e) => Err(failed(key, e)),
         }
     }
 
@@ -550,7 +559,7 @@ impl Store {
                 .rt
                 .block_on(self.fetch(key))?
                 .is_some_and(|found| found == body)),
-            Err(e) => Err(Error::store(key, e)),
+            Err(e) => Err(failed(key, e)),
         }
     }
 
@@ -568,7 +577,7 @@ impl Store {
             };
             retrying(policy, &health, &key, put)
                 .await
-                .map_err(|e| Error::store(&key, e))
+                .map_err(|e| failed(&key, e))
         })
     }
 
@@ -662,7 +671,7 @@ impl Store {
                 };
                 stream.try_collect::<Vec<_>>().await
             }))
-            .map_err(|e| Error::store(prefix, e))?;
+            .map_err(|e| failed(prefix, e))?;
         let mut out: Vec<Listed> = metas
             .into_iter()
             .map(|m| Listed {
@@ -684,7 +693,7 @@ impl Store {
             .block_on(self.call(prefix, || async {
                 self.inner.list_with_delimiter(Some(&path)).await
             }))
-            .map_err(|e| Error::store(prefix, e))?;
+            .map_err(|e| failed(prefix, e))?;
         let mut names: Vec<String> = res
             .common_prefixes
             .iter()
@@ -702,7 +711,7 @@ impl Store {
             .block_on(self.call(key, || self.inner.delete(&path)))
         {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(Error::store(key, e)),
+            Err(e) => Err(failed(key, e)),
         }
     }
 }
@@ -877,6 +886,6 @@ fn local(path: &str, create: bool) -> Result<(LocalFileSystem, String)> {
     let canonical = std::fs::canonicalize(p).map_err(|e| Error::io(path, e))?;
     let fs = LocalFileSystem::new_with_prefix(&canonical)
         .map(|fs| fs.with_fsync(true).with_automatic_cleanup(true))
-        .map_err(|e| Error::store(path, e))?;
+        .map_err(|e| failed(path, e))?;
     Ok((fs, canonical.to_string_lossy().into_owned()))
 }

@@ -276,7 +276,7 @@ impl<'s> PackWriter<'s> {
             if let Some(tell) = &mut self.durable {
                 tell(&refs)?;
             }
-            fail::fail_point!("pack-uploaded");
+            crate::hold::hold("pack-uploaded");
         }
         Ok(())
     }

@@ -23,7 +23,7 @@ pub(super) fn open(
 ) -> Result<Arc<dyn ObjectStore>> {
     if sse.is_some() && !matches!(scheme, "s3" | "s3a") {
         return Err(Error::InvalidInput(format!(
-            "{url}: --sse is for S3 stores (GCS and Azure encrypt every object themselves)"
+            "{url}: server-side encryption (SSE) is asked of S3 stores only (GCS and Azure encrypt every object themselves)"
         )));
     }
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -52,7 +52,7 @@ pub(super) fn open(
                     .with_config($key(ClientConfigKey::ConnectTimeout), &connect)
                     .with_retry(http_retry(policy))
                     .build()
-                    .map_err(|e| Error::store(url, e))?,
+                    .map_err(|e| super::failed(url, e))?,
             )
         };
     }

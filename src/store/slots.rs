@@ -232,9 +232,7 @@ impl Store {
     pub fn remove_slot(&self, id: &str) -> Result<()> {
         let slots = self.slots()?;
         if !slots.iter().any(|s| s.id == id) {
-            return Err(Error::InvalidInput(format!(
-                "no key slot {id} (see `detafs key list`)"
-            )));
+            return Err(Error::NoKeySlot(id.to_string()));
         }
         if slots.len() == 1 {
             return Err(Error::InvalidInput(format!(

@@ -28,6 +28,27 @@ impl Gateway {
             .expect("VmHWM");
         kib * 1024
     }
+
+    /// Connections open now besides the one that asks (`detafs_connections`).
+    pub fn connections(&self) -> u64 {
+        self.connections_probe()()
+    }
+
+    /// `connections` as a function another thread can call.
+    pub fn connections_probe(&self) -> impl Fn() -> u64 + Send + 'static {
+        let url = format!("{}/metrics", self.url);
+        move || {
+            let (_, m) = curl(&[&url]);
+            let m = String::from_utf8(m).unwrap();
+            let open: u64 = m
+                .lines()
+                .find_map(|l| l.strip_prefix("detafs_connections "))
+                .expect("detafs_connections")
+                .parse()
+                .unwrap();
+            open - 1
+        }
+    }
 }
 
 /// Starts `detafs serve` on a free port; returns once it listens.
@@ -104,10 +125,10 @@ pub fn post_json(url: &str, key: &str, body: &str) -> (u16, Vec<u8>) {
     curl(&["-X", "POST", url, "-H", &bearer(key), "-d", body])
 }
 
-/// Sets the store's policy to `text` and waits for gateways to read it.
+/// Sets the store's policy to `text` (the test's gateways read it again
+/// for every request: `DETAFS_TEST_KEYS_FRESH`).
 pub fn set_policy_and_wait(env: &Env, text: &str) {
     let file = env.path("policy.yaml");
     std::fs::write(&file, text).unwrap();
     env.ok(&["policy", "set", file.to_str().unwrap()]);
-    std::thread::sleep(std::time::Duration::from_millis(2500));
 }

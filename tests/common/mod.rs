@@ -199,7 +199,9 @@ impl Env {
                 "DETAFS_TEST_RACY_WINDOW",
                 format!("{}ms", RACY_WINDOW.as_millis()),
             )
-            .env("DETAFS_TEST_GC_NOTE_WAIT", "0s");
+            .env("DETAFS_TEST_GC_NOTE_WAIT", "0s")
+            // A gateway reads keys and the policy again for each request.
+            .env("DETAFS_TEST_KEYS_FRESH", "0s");
         match &self.password {
             Some(p) => c.env("DETAFS_PASSWORD", p),
             None => c.env_remove("DETAFS_PASSWORD"),
@@ -468,26 +470,65 @@ pub struct Hold {
 
 impl Hold {
     pub fn new(env: &Env, name: &str) -> Hold {
-        let release = env.dir.path().join(format!("release-{name}"));
-        Hold {
+        Hold::named(env, name, name)
+    }
+
+    /// Point `name` for one of several processes (`tag` tells them apart).
+    pub fn named(env: &Env, name: &str, tag: &str) -> Hold {
+        let release = env.dir.path().join(format!("release-{tag}"));
+        let hold = Hold {
             spec: format!("{name}=return({})", release.display()),
             release,
-        }
+        };
+        // A point held again (another round) waits for a new release.
+        let _ = std::fs::remove_file(&hold.release);
+        let _ = std::fs::remove_file(hold.held());
+        hold
+    }
+
+    fn held(&self) -> PathBuf {
+        let mut held = self.release.clone().into_os_string();
+        held.push(".held");
+        held.into()
     }
 
     /// Waits until the daemon is held there.
     pub fn reached(&self) {
-        let mut held = self.release.clone().into_os_string();
-        held.push(".held");
+        let held = self.held();
         within(
             std::time::Duration::from_secs(120),
             "the hold point",
-            || Path::new(&held).exists(),
+            || held.exists(),
         );
     }
 
     pub fn release(&self) {
         std::fs::write(&self.release, b"").unwrap();
+    }
+
+    /// A point where every pass waits for a release of its own (`step`).
+    pub fn each(env: &Env, name: &str) -> Hold {
+        let hold = Hold::new(env, name);
+        Hold {
+            spec: format!("{name}=return(each:{})", hold.release.display()),
+            release: hold.release,
+        }
+    }
+
+    /// Whether something waits at the point now.
+    pub fn is_held(&self) -> bool {
+        self.held().exists()
+    }
+
+    /// Lets one holder of an `each` point go on; returns once it has, or
+    /// once `gone` says no one will (the process ended).
+    pub fn step(&self, gone: impl Fn() -> bool) {
+        std::fs::write(&self.release, b"").unwrap();
+        within(
+            std::time::Duration::from_secs(120),
+            "a holder to go on",
+            || !self.release.exists() || gone(),
+        );
     }
 }
 
@@ -600,4 +641,19 @@ pub fn signal(pid: u32, sig: i32) -> bool {
 /// Whether process `pid` has ended (and been reaped, or is no child of ours).
 pub fn gone(pid: u32) -> bool {
     !signal(pid, 0)
+}
+
+/// Waits until the clock's whole second is past the one it is in now: what
+/// detafs records in whole seconds (a deletion's time) is then in the past.
+pub fn next_second() {
+    let secs = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let now = secs();
+    within(std::time::Duration::from_secs(5), "the next second", || {
+        secs() > now
+    });
 }
