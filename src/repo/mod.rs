@@ -55,9 +55,9 @@ pub struct Repo {
     trees: Mutex<WeighedLru<BlobId, Arc<Tree>>>,
     /// Tags read so far, by key (`tag.rs`; they never change); None for
     /// one that does not decode.
-    tags: Mutex<std::collections::BTreeMap<String, Option<crate::repo::tag::Tag>>>,
+    tags: tag::TagCache,
     /// Policy records read so far, oldest first (`policies.rs`).
-    policy: Mutex<Vec<crate::repo::policies::Stored>>,
+    policy: policies::PolicyCache,
     /// The key file written when this open created the embedded store.
     created_key_file: Option<PathBuf>,
 }
@@ -80,18 +80,9 @@ fn place(location: &str) -> String {
 /// nothing may make again as a new, empty store without being asked
 /// (`detafs init`).
 pub fn had_store_at(opts: &Options, path: &str) -> bool {
-    let path = std::path::Path::new(path.strip_prefix("file://").unwrap_or(path));
-    let Ok(path) = std::path::absolute(path) else {
+    let Some(location) = crate::store::local_location(path) else {
         return false;
     };
-    // Its canonical path as it was: the folder itself may be gone.
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return false;
-    };
-    let Ok(parent) = std::fs::canonicalize(parent) else {
-        return false;
-    };
-    let location = format!("file://{}", parent.join(name).to_string_lossy());
     let suffix = format!("-{}", place(&location));
     let root = opts.cache_dir.clone().unwrap_or_else(default_cache);
     std::fs::read_dir(root)
@@ -314,8 +305,8 @@ impl Repo {
             state_dir: dir,
             state_key,
             trees: Mutex::new(WeighedLru::new(TREE_ENTRIES)),
-            tags: Mutex::default(),
-            policy: Mutex::default(),
+            tags: tag::TagCache::default(),
+            policy: policies::PolicyCache::default(),
             created_key_file: None,
         })
     }

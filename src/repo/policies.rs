@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::id::RecordHash;
 use crate::limits;
 use crate::store::keys;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +82,10 @@ fn in_force(history: &[Stored]) -> Result<Option<(u64, Policy)>> {
     Ok(Some((last.record.version, policy)))
 }
 
+/// Policy records read so far, oldest first, their chain checked.
+#[derive(Default)]
+pub(super) struct PolicyCache(Mutex<Vec<Stored>>);
+
 impl Repo {
     /// Policy records listed after `offset`: each with the hash of its
     /// bytes, or what is wrong with it.
@@ -106,7 +111,7 @@ impl Repo {
     /// Every policy record, oldest first, with the chain checked: a break
     /// is an error (the policy in force cannot be told).
     pub fn policy_history(&self) -> Result<Vec<Stored>> {
-        let lock = || self.policy.lock();
+        let lock = || self.policy.0.lock();
         // Not held across the store's answers: a second caller may fetch
         // the same records, which the merge below skips.
         let offset = lock().last().map(|s| keys::policy_record(s.record.version));

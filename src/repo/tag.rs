@@ -9,7 +9,9 @@ use crate::limits;
 use crate::repo::Repo;
 use crate::snapshot::Record;
 use crate::store::keys;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,12 +65,17 @@ impl Tag {
     }
 }
 
+/// Tags read so far, by key (they never change); None for one that does
+/// not decode or names another record than its version's.
+#[derive(Default)]
+pub(super) struct TagCache(Mutex<BTreeMap<String, Option<Tag>>>);
+
 impl Repo {
     /// The dataset's tags of versions synced so far, by name. Bodies are
     /// read once per process: tags never change.
     pub fn tags(&self, dataset: &str) -> Result<Vec<Tag>> {
         let listed = self.store.list(&keys::tags(dataset), None)?;
-        let mut known = self.tags.lock();
+        let mut known = self.tags.0.lock();
         let missing: Vec<String> = listed
             .into_iter()
             .map(|l| l.key)

@@ -375,6 +375,7 @@ impl Store {
         if self.presence.initialising.load(Relaxed) {
             return Ok(());
         }
+        // Held across the look: writers at once share one HEAD a second.
         let mut seen = self.presence.seen.lock();
         if seen.is_some_and(|t| t.elapsed() < PRESENCE_TTL) {
             return Ok(());
@@ -888,4 +889,20 @@ fn local(path: &str, create: bool) -> Result<(LocalFileSystem, String)> {
         .map(|fs| fs.with_fsync(true).with_automatic_cleanup(true))
         .map_err(|e| failed(path, e))?;
     Ok((fs, canonical.to_string_lossy().into_owned()))
+}
+
+/// The location (`Store::location`) a local store at `path` has, or had
+/// if its folder is gone: `file://` and its canonical path (through its
+/// parent's when the folder itself is not there).
+pub fn local_location(path: &str) -> Option<String> {
+    let path = std::path::Path::new(path.strip_prefix("file://").unwrap_or(path));
+    let canonical = match std::fs::canonicalize(path) {
+        Ok(c) => c,
+        Err(_) => {
+            let path = std::path::absolute(path).ok()?;
+            let (parent, name) = (path.parent()?, path.file_name()?);
+            std::fs::canonicalize(parent).ok()?.join(name)
+        }
+    };
+    Some(format!("file://{}", canonical.to_string_lossy()))
 }

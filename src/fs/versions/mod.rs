@@ -68,11 +68,22 @@ impl Versions {
 
     /// `versions/latest`, a symlink to the newest version, from `mtime`.
     pub(super) fn latest_attr(&self, mtime: Mtime) -> Result<Attr> {
-        let target = format!("v{}", self.latest().ok_or_else(|| not_found(b"latest"))?);
-        Ok(Attr {
-            ino: LATEST,
+        let version = self.latest().ok_or_else(|| not_found(b"latest"))?;
+        Ok(self.version_link(LATEST, version, mtime, std::time::Duration::ZERO))
+    }
+
+    /// A symlink of `versions/` (`latest`, a tag) to `v{version}`.
+    pub(in crate::fs) fn version_link(
+        &self,
+        ino: u64,
+        version: u64,
+        mtime: Mtime,
+        ttl: std::time::Duration,
+    ) -> Attr {
+        Attr {
+            ino,
             kind: FileKind::Symlink,
-            size: target.len() as u64,
+            size: format!("v{version}").len() as u64,
             perm: 0o777,
             nlink: 1,
             uid: self.owner.0,
@@ -81,8 +92,8 @@ impl Versions {
             atime: mtime,
             ctime: mtime,
             rdev: 0,
-            ttl: std::time::Duration::ZERO,
-        })
+            ttl,
+        }
     }
 
     /// A tree of version `version` (the folder `ino`, or the one holding

@@ -100,20 +100,7 @@ impl super::Versions {
 
     pub(in crate::fs) fn tag_attr(&self, ino: u64) -> Result<Attr> {
         let (_, version, mtime) = self.tag_at(ino).ok_or_else(|| not_found(b"tag"))?;
-        Ok(Attr {
-            ino,
-            kind: FileKind::Symlink,
-            size: format!("v{version}").len() as u64,
-            perm: 0o777,
-            nlink: 1,
-            uid: self.owner.0,
-            gid: self.owner.1,
-            mtime,
-            atime: mtime,
-            ctime: mtime,
-            rdev: 0,
-            ttl: IMMUTABLE_TTL,
-        })
+        Ok(self.version_link(ino, version, mtime, IMMUTABLE_TTL))
     }
 
     pub(in crate::fs) fn tag_target(&self, ino: u64) -> Result<Vec<u8>> {
