@@ -192,20 +192,19 @@ fn a_format_1_store_refuses_them_plainly() {
 }
 
 /// (atime, mtime, ctime) of `path`, in nanoseconds.
-/// Waits until the clock is past `path`'s ctime, so the next change of
-/// it shows in its ctime.
-fn clock_past_ctime(path: &Path) {
+/// Waits until the clock that stamps staged files is past `path`'s ctime,
+/// so the next change of it shows in its times. The kernel stamps a staged
+/// copy's writes with its coarse clock (a tick behind the daemon's own
+/// time at most): a probe file written beside the copies tells when that
+/// clock has moved past.
+fn clock_past_ctime(env: &Env, path: &Path) {
     let ctime = times(path).2;
-    common::within(
-        std::time::Duration::from_secs(10),
-        "the clock to move",
-        || {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap();
-            i128::try_from(now.as_nanos()).unwrap() > ctime
-        },
-    );
+    let probe = env.staging().join("clock-probe");
+    common::within(std::time::Duration::from_secs(10), "the clock to move", || {
+        std::fs::write(&probe, b"tick").unwrap();
+        times(&probe).1 > ctime
+    });
+    std::fs::remove_file(&probe).unwrap();
 }
 
 fn times(path: &Path) -> (i128, i128, i128) {
@@ -240,7 +239,7 @@ fn staging_keeps_atime_and_ctime_apart_from_the_mtime() {
     assert_eq!((a2, m2), (a1, 2_208_988_800_000_000_000));
     assert!(c2 >= c1);
     // chmod moves the ctime only.
-    clock_past_ctime(&f);
+    clock_past_ctime(&env, &f);
     let before = times(&f);
     run_ok(Command::new("chmod").arg("600").arg(&f));
     let after = times(&f);
@@ -248,7 +247,7 @@ fn staging_keeps_atime_and_ctime_apart_from_the_mtime() {
     assert!(after.2 > before.2, "{before:?} {after:?}");
     // A write moves mtime and ctime, not the atime; a read moves nothing
     // (staging keeps atimes as a noatime mount does).
-    clock_past_ctime(&f);
+    clock_past_ctime(&env, &f);
     std::fs::OpenOptions::new()
         .append(true)
         .open(&f)
@@ -264,7 +263,7 @@ fn staging_keeps_atime_and_ctime_apart_from_the_mtime() {
     assert_eq!(std::fs::read(&f).unwrap(), b"data more");
     assert_eq!(times(&f), written);
     // A rename moves the ctime and keeps the rest.
-    clock_past_ctime(&f);
+    clock_past_ctime(&env, &f);
     let g = m.path("staging/g");
     std::fs::rename(&f, &g).unwrap();
     let renamed = times(&g);
