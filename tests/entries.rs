@@ -200,10 +200,14 @@ fn a_format_1_store_refuses_them_plainly() {
 fn clock_past_ctime(env: &Env, path: &Path) {
     let ctime = times(path).2;
     let probe = env.staging().join("clock-probe");
-    common::within(std::time::Duration::from_secs(10), "the clock to move", || {
-        std::fs::write(&probe, b"tick").unwrap();
-        times(&probe).1 > ctime
-    });
+    common::within(
+        std::time::Duration::from_secs(10),
+        "the clock to move",
+        || {
+            std::fs::write(&probe, b"tick").unwrap();
+            times(&probe).1 > ctime
+        },
+    );
     std::fs::remove_file(&probe).unwrap();
 }
 

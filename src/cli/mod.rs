@@ -440,6 +440,11 @@ enum ApikeyCmd {
         /// dataset:tag, dataset:create, dataset:admin).
         #[arg(long, required = true, value_delimiter = ',')]
         scopes: Vec<String>,
+        /// Also an S3 key for `serve --s3-listen`: printed as the two lines
+        /// of an AWS credentials file (an encrypted store only: its secret
+        /// is kept, sealed, to check signatures).
+        #[arg(long)]
+        s3: bool,
     },
     /// List the keys (names, scopes; never secrets).
     #[command(
@@ -817,10 +822,10 @@ type Open<'a> = &'a dyn Fn() -> anyhow::Result<Repo>;
 
 fn apikey_cmd(cmd: ApikeyCmd, open: Open) -> anyhow::Result<()> {
     match cmd {
-        ApikeyCmd::Create { name, scopes } => {
+        ApikeyCmd::Create { name, scopes, s3 } => {
             let repo = open()?;
             policy::require(&repo, Action::Admin, ALL_DATASETS)?;
-            serve::create(&repo, &name, &scopes)?
+            serve::create(&repo, &name, &scopes, s3)?
         }
         ApikeyCmd::List { json } => serve::list(&open()?, json)?,
         ApikeyCmd::Revoke { name } => {

@@ -40,6 +40,14 @@ pub struct ServeArgs {
     /// public gateway that only reads).
     #[arg(long)]
     pub policy: Option<PathBuf>,
+    /// Also answer the S3 protocol here (read-only; TLS with the same
+    /// certificate; S3 keys: `apikey create --s3`).
+    #[arg(long)]
+    pub s3_listen: Option<SocketAddr>,
+    /// The endpoint's domain for virtual-host addressing
+    /// (`BUCKET.DOMAIN[:PORT]`); path-style addressing works without it.
+    #[arg(long, requires = "s3_listen")]
+    pub s3_domain: Option<String>,
 }
 
 pub fn serve(repo: Repo, args: ServeArgs) -> anyhow::Result<()> {
@@ -52,6 +60,8 @@ pub fn serve(repo: Repo, args: ServeArgs) -> anyhow::Result<()> {
         audience,
         audit_interval,
         policy,
+        s3_listen,
+        s3_domain,
     } = args;
     let tokens = match (jwks, issuer, audience) {
         (Some(j), Some(i), Some(a)) => Some((j, i, a)),
@@ -101,23 +111,37 @@ pub fn serve(repo: Repo, args: ServeArgs) -> anyhow::Result<()> {
         tokens,
         audit_interval,
         policy,
+        s3_listen,
+        s3_domain,
     };
-    gateway::serve(Arc::new(repo), opts, |addr| {
+    gateway::serve(Arc::new(repo), opts, |addr, s3| {
         eprintln!("serving https://{addr}/");
+        if let Some(s3) = s3 {
+            eprintln!("S3 endpoint https://{s3}/");
+        }
     })
     .context("the gateway stopped")?;
     Ok(())
 }
 
-pub fn create(repo: &Repo, name: &str, scopes: &[String]) -> anyhow::Result<()> {
+/// `apikey create`: prints the key once (with `--s3`, as the two lines of
+/// an AWS credentials file).
+pub fn create(repo: &Repo, name: &str, scopes: &[String], s3: bool) -> anyhow::Result<()> {
     let scopes = apikeys::parse_scopes(scopes)?;
-    let (k, secret) = repo.create_api_key(name, scopes, &detafs::access::caller::current_user())?;
+    let author = detafs::access::caller::current_user();
+    let (k, secret) = repo.create_api_key(name, scopes, &author, s3)?;
     eprintln!(
         "key {} ({}): shown once, keep it secret",
         k.name,
         k.scopes.join(", ")
     );
-    println!("{secret}");
+    match (k.s3_access_key(), &k.s3_secret) {
+        (Some(id), Some(s3_secret)) => {
+            println!("aws_access_key_id = {id}");
+            println!("aws_secret_access_key = {s3_secret}");
+        }
+        _ => println!("{secret}"),
+    }
     Ok(())
 }
 
@@ -130,6 +154,7 @@ pub fn list(repo: &Repo, json: bool) -> anyhow::Result<()> {
                 serde_json::json!({
                     "name": k.name, "created": k.created, "author": k.author,
                     "scopes": k.scopes, "revoked": k.revoked,
+                    "s3_access_key": k.s3_access_key(),
                 })
             })
             .collect();

@@ -86,17 +86,23 @@ pub struct Audited {
     pub error: Option<String>,
 }
 
-struct Known {
+pub(super) struct Known {
     keys: Vec<ApiKey>,
     policy: Option<Policy>,
     /// The gateway's own `--policy`, which narrows the store's.
     narrowing: Option<Arc<Policy>>,
 }
 
+impl Known {
+    pub(super) fn keys(&self) -> &[ApiKey] {
+        &self.keys
+    }
+}
+
 /// A dataset as read from the store at `at`: its records (oldest first)
 /// and tags. Versions are immutable, so a view is only ever short of the
 /// newest versions and tag moves.
-struct View {
+pub(super) struct View {
     at: Instant,
     records: Vec<Record>,
     tags: Vec<Tag>,
@@ -166,10 +172,24 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl ApiError {
+    pub(super) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub(super) fn code(&self) -> &'static str {
+        self.code
+    }
+
+    pub(super) fn message(&self) -> &str {
+        &self.message
+    }
+}
+
 type Reply = Result<Response, ApiError>;
 
 /// Who called, as the policy names them.
-struct Caller {
+pub(super) struct Caller {
     /// `key:NAME` or `token:SUBJECT`: the author of its commits.
     name: String,
     scopes: Vec<String>,
@@ -180,7 +200,7 @@ struct Caller {
 impl Caller {
     /// Allowed if the caller's scopes hold the action and the policy (if
     /// one is set) allows it to the caller's principals on any of `resources`.
-    fn may(&self, action: Action, resources: &[String]) -> Result<(), ApiError> {
+    pub(super) fn may(&self, action: Action, resources: &[String]) -> Result<(), ApiError> {
         if !apikeys::scopes_allow(&self.scopes, action) {
             return Err(err(
                 StatusCode::FORBIDDEN,
@@ -211,7 +231,7 @@ impl Caller {
         Ok(())
     }
 
-    fn sees(&self, action: Action, resources: &[String]) -> bool {
+    pub(super) fn sees(&self, action: Action, resources: &[String]) -> bool {
         self.may(action, resources).is_ok()
     }
 
@@ -219,7 +239,7 @@ impl Caller {
     /// its scopes let it see versions and every policy in force shows the
     /// path (`Policy::sees_path`, the mount's rule). What it hides is
     /// neither listed nor found.
-    fn sees_path(&self, versions: &[String], path: &RelPath, dir: bool) -> bool {
+    pub(super) fn sees_path(&self, versions: &[String], path: &RelPath, dir: bool) -> bool {
         apikeys::scopes_allow(&self.scopes, Action::Versions)
             && self.policies_show(versions, path, dir)
     }
@@ -230,6 +250,19 @@ impl Caller {
             .into_iter()
             .flatten()
             .all(|p| p.sees_path(&self.who, versions, path, dir))
+    }
+}
+
+/// The caller an API key (or an S3 key) stands for.
+fn key_caller(key: &ApiKey, known: Arc<Known>) -> Caller {
+    let name = format!("key:{}", key.name);
+    Caller {
+        who: Who {
+            principals: vec![name.clone()],
+        },
+        name,
+        scopes: key.scopes.clone(),
+        known,
     }
 }
 
@@ -290,7 +323,7 @@ impl Api {
 
     /// Runs `f` on the blocking pool (the store's calls block), within the
     /// store's bound on such work (`Store::work`).
-    async fn run<T: Send + 'static>(
+    pub(super) async fn run<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&Repo) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
@@ -302,7 +335,7 @@ impl Api {
             .map_err(|e| err(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
     }
 
-    async fn known(self: &Arc<Self>) -> Result<Arc<Known>, ApiError> {
+    pub(super) async fn known(self: &Arc<Self>) -> Result<Arc<Known>, ApiError> {
         let fresh = || {
             let k = self.known.lock();
             k.as_ref()
@@ -392,7 +425,7 @@ impl Api {
     /// in one read after the request came: so a commit through any gateway
     /// is seen by the next request to any other, and a hidden version
     /// costs what a missing one does.
-    async fn visible_version(
+    pub(super) async fn visible_version(
         self: &Arc<Self>,
         caller: &Caller,
         id: &str,
@@ -463,15 +496,100 @@ impl Api {
         }
         let key = apikeys::check(&known.keys, presented)
             .ok_or_else(|| unauthenticated("unknown or revoked API key".into()))?;
-        let name = format!("key:{}", key.name);
-        Ok(Caller {
-            who: Who {
-                principals: vec![name.clone()],
-            },
-            name,
-            scopes: key.scopes,
-            known,
-        })
+        Ok(key_caller(&key, known))
+    }
+
+    /// The caller of an S3 request signed with access key id `access`.
+    pub(super) async fn s3_caller(self: &Arc<Self>, access: &str) -> Result<Caller, ApiError> {
+        let known = self.known().await?;
+        let key = apikeys::find_s3(&known.keys, access)
+            .cloned()
+            .ok_or_else(|| {
+                err(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthenticated",
+                    "unknown or revoked S3 key",
+                )
+            })?;
+        Ok(key_caller(&key, known))
+    }
+
+    /// Every dataset's name (what the caller sees of them is its own).
+    pub(super) async fn datasets(self: &Arc<Self>) -> Result<Vec<String>, ApiError> {
+        self.run(|repo| Ok(repo.datasets()?)).await
+    }
+
+    /// Dataset `id`'s version numbers and tag names, as of its view.
+    pub(super) async fn version_names(
+        self: &Arc<Self>,
+        id: &str,
+    ) -> Result<(Vec<u64>, Vec<String>), ApiError> {
+        let view = self.view(id, Instant::now()).await?;
+        Ok((
+            view.records.iter().map(|r| r.version).collect(),
+            view.tags.iter().map(|t| t.tag.clone()).collect(),
+        ))
+    }
+
+    /// Bytes `[start, end)` of a file of `chunks`: the first window read
+    /// before this returns (a missing or damaged object is an error, not a
+    /// cut-off body), the rest streamed.
+    pub(super) async fn read_span(
+        self: &Arc<Self>,
+        chunks: Vec<BlobRef>,
+        start: u64,
+        end: u64,
+    ) -> Result<impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> + use<>, ApiError>
+    {
+        let (window, cache) = (chunks.clone(), self.chunks.clone());
+        let first_end = (start + WINDOW).min(end);
+        let first = self
+            .run(move |_| {
+                Ok(cache
+                    .span(&window, start, first_end, false)?
+                    .expect("all is read when not memory-only"))
+            })
+            .await?;
+        Ok(self.stream_rest(chunks, first, first_end, end))
+    }
+
+    /// `first`, then the bytes `[at, end)` of a file of `chunks`, read one
+    /// window after another, each taking a worker only while it reads (a
+    /// slow client holds none).
+    fn stream_rest(
+        self: &Arc<Self>,
+        chunks: Vec<BlobRef>,
+        first: Vec<u8>,
+        mut at: u64,
+        end: u64,
+    ) -> impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> + use<> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
+        let reader = self.clone();
+        let cache = self.chunks.clone();
+        let chunks = Arc::new(chunks);
+        tokio::spawn(async move {
+            if tx.send(Ok(first)).await.is_err() {
+                return;
+            }
+            while at < end {
+                let to = (at + WINDOW).min(end);
+                let (window, cache) = (chunks.clone(), cache.clone());
+                let read = reader
+                    .run(move |_| {
+                        Ok(cache
+                            .span(&window, at, to, false)?
+                            .expect("all is read when not memory-only"))
+                    })
+                    .await
+                    .map_err(|e| std::io::Error::other(e.message));
+                let failed = read.is_err();
+                if tx.send(read).await.is_err() || failed {
+                    return; // the client went away, or the read failed
+                }
+                at = to;
+            }
+        });
+        tokio_stream_from(rx)
     }
 
     fn log(&self, caller: Option<&str>, route: &str, status: StatusCode, bytes: usize) {
@@ -750,7 +868,7 @@ async fn get_file(
 }
 
 /// An ETag for a file's content: its chunks' ids, hashed.
-fn etag(chunks: &[BlobRef]) -> String {
+pub(super) fn etag(chunks: &[BlobRef]) -> String {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
     for c in chunks {
@@ -921,36 +1039,7 @@ async fn serve_path(
     let body = if first_end == end {
         Body::from(part.first)
     } else {
-        // The rest is read one window after another, each taking a worker
-        // only while it reads (a slow client holds none).
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
-        let reader = api.clone();
-        let cache = api.chunks.clone();
-        let chunks = Arc::new(part.chunks);
-        tokio::spawn(async move {
-            if tx.send(Ok(part.first)).await.is_err() {
-                return;
-            }
-            let mut at = first_end;
-            while at < end {
-                let to = (at + WINDOW).min(end);
-                let (window, cache) = (chunks.clone(), cache.clone());
-                let read = reader
-                    .run(move |_| {
-                        Ok(cache
-                            .span(&window, at, to, false)?
-                            .expect("all is read when not memory-only"))
-                    })
-                    .await
-                    .map_err(|e| std::io::Error::other(e.message));
-                let failed = read.is_err();
-                if tx.send(read).await.is_err() || failed {
-                    return; // the client went away, or the read failed
-                }
-                at = to;
-            }
-        });
-        Body::from_stream(tokio_stream_from(rx))
+        Body::from_stream(api.stream_rest(part.chunks, part.first, first_end, end))
     };
     let mut res = Response::new(body);
     *res.status_mut() = part.status;

@@ -6,6 +6,7 @@
 //! gateways can serve one store.
 
 pub mod api;
+mod s3;
 mod stall;
 mod table;
 pub mod tls;
@@ -35,6 +36,10 @@ pub struct GatewayOptions {
     pub audit_interval: Duration,
     /// A policy applied on top of the store's (`--policy`).
     pub policy: Option<crate::access::Policy>,
+    /// Where the S3 protocol is also answered (`--s3-listen`), and the
+    /// domain of its virtual-host addressing (`--s3-domain`).
+    pub s3_listen: Option<SocketAddr>,
+    pub s3_domain: Option<String>,
 }
 
 /// One connection, counted while it is open (`detafs_connections`).
@@ -56,8 +61,13 @@ impl Drop for Open<'_> {
     }
 }
 
-/// Serves until SIGINT or SIGTERM; `ready` gets the address bound.
-pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAddr)) -> Result<()> {
+/// Serves until SIGINT or SIGTERM; `ready` gets the addresses bound (the
+/// REST API's, the S3 endpoint's).
+pub fn serve(
+    repo: Arc<Repo>,
+    opts: GatewayOptions,
+    ready: impl FnOnce(SocketAddr, Option<SocketAddr>),
+) -> Result<()> {
     let trail = Trail::open(&opts.audit, 64 << 20)?;
     let state = Arc::new(api::Api::new(repo.clone(), trail, opts.tokens, opts.policy));
     let app = api::router(state.clone());
@@ -82,24 +92,83 @@ pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAdd
     let serving = state.clone();
     let served = store.block_on(async move {
         use tokio::signal::unix::{SignalKind, signal};
-        let listener = tokio::net::TcpListener::bind(opts.listen)
-            .await
-            .map_err(|e| Error::io(opts.listen, e))?;
+        let rest = bind(opts.listen).await?;
+        let s3 = match opts.s3_listen {
+            Some(at) => Some(bind(at).await?),
+            None => None,
+        };
         let (mut int, mut term) = (
             signal(SignalKind::interrupt()).map_err(|e| Error::io("signal", e))?,
             signal(SignalKind::terminate()).map_err(|e| Error::io("signal", e))?,
         );
-        ready(
-            listener
-                .local_addr()
-                .map_err(|e| Error::io("listener", e))?,
-        );
+        let addr =
+            |l: &tokio::net::TcpListener| l.local_addr().map_err(|e| Error::io("listener", e));
+        ready(addr(&rest)?, s3.as_ref().map(addr).transpose()?);
         let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let on = Accept {
+            acceptor,
+            permits,
+            api: serving.clone(),
+            stopped,
+        };
+        let app = hyper_util::service::TowerToHyperService::new(app);
+        let mut loops = vec![tokio::spawn(on.clone().serve(rest, app))];
+        if let Some(listener) = s3 {
+            let service = s3::service(serving, opts.s3_domain);
+            loops.push(tokio::spawn(on.serve(listener, service)));
+        }
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        let _ = stop.send(true);
+        for l in loops {
+            let _ = l.await;
+        }
+        Ok::<(), Error>(())
+    });
+    state.flush();
+    served
+}
+
+async fn bind(at: SocketAddr) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(at)
+        .await
+        .map_err(|e| Error::io(at, e))
+}
+
+/// What every listener's connections share: TLS, the bound on connections
+/// (over all listeners), the count, and the end.
+#[derive(Clone)]
+struct Accept {
+    acceptor: tokio_rustls::TlsAcceptor,
+    permits: Arc<tokio::sync::Semaphore>,
+    api: Arc<api::Api>,
+    stopped: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Accept {
+    /// Accepts connections on `listener`, each served by `service` over
+    /// TLS and HTTP/1.1, until the gateway stops.
+    async fn serve<S, B>(mut self, listener: tokio::net::TcpListener, service: S)
+    where
+        S: hyper::service::Service<
+                http::Request<hyper::body::Incoming>,
+                Response = http::Response<B>,
+            > + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        B: hyper::body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         loop {
             let permit = tokio::select! {
-                p = permits.clone().acquire_owned() => p.expect("never closed"),
-                _ = int.recv() => break,
-                _ = term.recv() => break,
+                p = self.permits.clone().acquire_owned() => p.expect("never closed"),
+                _ = self.stopped.changed() => return,
             };
             let (tcp, _) = tokio::select! {
                 a = listener.accept() => match a {
@@ -111,10 +180,10 @@ pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAdd
                         continue;
                     }
                 },
-                _ = int.recv() => break,
-                _ = term.recv() => break,
+                _ = self.stopped.changed() => return,
             };
-            let (acceptor, app, counted) = (acceptor.clone(), app.clone(), serving.clone());
+            let (acceptor, service, counted) =
+                (self.acceptor.clone(), service.clone(), self.api.clone());
             tokio::spawn(async move {
                 let _permit = permit;
                 let _open = Open::count(&counted);
@@ -124,7 +193,6 @@ pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAdd
                 else {
                     return;
                 };
-                let service = hyper_util::service::TowerToHyperService::new(app);
                 let _ = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(HANDSHAKE)
@@ -135,8 +203,5 @@ pub fn serve(repo: Arc<Repo>, opts: GatewayOptions, ready: impl FnOnce(SocketAdd
                     .await;
             });
         }
-        Ok::<(), Error>(())
-    });
-    state.flush();
-    served
+    }
 }

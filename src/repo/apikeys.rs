@@ -1,8 +1,11 @@
 //! API keys for the gateway, kept in the store so every gateway knows
 //! them: `apikeys/ID.json` holds a key's name, scopes and the SHA-256 of its
-//! secret (never the secret), `apikeys/ID.revoked` revokes it. A key is
-//! `dtfs_ID_SECRET`: the id finds the record, the secret is checked
-//! against its hash in constant time.
+//! secret, `apikeys/ID.revoked` revokes it. A key is `dtfs_ID_SECRET`: the
+//! id finds the record, the secret is checked against its hash in constant
+//! time. An S3 key (`--s3`) is also access key id `DTFSID` with that
+//! secret: a SigV4 signature is checked by signing again, which needs the
+//! secret itself, so it is kept too, only in an encrypted store (where the
+//! key's object is sealed).
 
 use super::Repo;
 use crate::access::Action;
@@ -24,8 +27,28 @@ pub struct ApiKey {
     /// RFC 3339.
     pub created: String,
     pub author: String,
+    /// An S3 key's secret (`--s3`), for checking SigV4 signatures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_secret: Option<String>,
     #[serde(default, skip)]
     pub revoked: bool,
+}
+
+impl ApiKey {
+    /// An S3 key's access key id: `DTFS` and its id.
+    pub fn s3_access_key(&self) -> Option<String> {
+        self.s3_secret
+            .as_ref()
+            .map(|_| format!("DTFS{}", self.id.to_ascii_uppercase()))
+    }
+}
+
+/// The S3 key of access key id `access`, if it is one of `keys` and not
+/// revoked.
+pub fn find_s3<'k>(keys: &'k [ApiKey], access: &str) -> Option<&'k ApiKey> {
+    let id = access.strip_prefix("DTFS")?.to_ascii_lowercase();
+    keys.iter()
+        .find(|k| k.id == id && !k.revoked && k.s3_secret.is_some())
 }
 
 /// Whether scopes (as `parse_scopes` makes them) hold `action`.
@@ -123,13 +146,20 @@ impl Repo {
         Ok(Some(k))
     }
 
-    /// Makes a key; returns it with its secret form, shown once.
+    /// Makes a key (with `s3`, also an S3 key: `ApiKey::s3_access_key` and
+    /// the secret); returns it with its secret form, shown once.
     pub fn create_api_key(
         &self,
         name: &str,
         scopes: Vec<String>,
         author: &str,
+        s3: bool,
     ) -> Result<(ApiKey, String)> {
+        if s3 && !self.codec.is_sealed() {
+            return Err(Error::InvalidInput(
+                "S3 keys need an encrypted store: a signature is checked with the secret itself, which a plaintext store would show to whoever reads it".into(),
+            ));
+        }
         if !valid_name(name) {
             return Err(Error::InvalidInput(format!(
                 "invalid key name {name:?}: letters, digits, '-', '_' and '.'"
@@ -157,6 +187,7 @@ impl Repo {
             hash: hash(&secret),
             created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             author: author.to_string(),
+            s3_secret: s3.then(|| secret.clone()),
             revoked: false,
         };
         let body = serde_json::to_vec_pretty(&key).expect("serializable");

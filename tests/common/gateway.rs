@@ -8,6 +8,8 @@ use std::process::{Child, Command, Stdio};
 pub struct Gateway {
     child: Child,
     pub url: String,
+    /// The S3 endpoint (`--s3-listen`), if asked for.
+    pub s3: Option<String>,
 }
 
 impl Drop for Gateway {
@@ -71,9 +73,15 @@ pub fn serve_with(env: &Env, extra: &[&str]) -> Gateway {
             break u.trim_end_matches('/').to_string();
         }
     };
+    // Said right after, when asked for.
+    let s3 = extra.contains(&"--s3-listen").then(|| {
+        let line = lines.next().expect("serve exited").unwrap();
+        let at = line.strip_prefix("S3 endpoint ").expect("the S3 endpoint");
+        at.trim_end_matches('/').to_string()
+    });
     // Keep reading its stderr so it never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    Gateway { child, url }
+    Gateway { child, url, s3 }
 }
 
 /// The gateway's certificate, for clients that check it.

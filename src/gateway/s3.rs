@@ -1,0 +1,641 @@
+//! The S3 protocol on `detafs serve --s3-listen`, read-only: a bucket is a
+//! dataset, a key's first element a version as the CLI names it (`v3`,
+//! `latest`, `latest~1`, a tag) and the rest its path, so any S3 client
+//! reads `s3://weather/v3/tables/a.csv`. s3s parses requests, checks their
+//! SigV4 signatures (headers, presigned URLs, chunked payloads) against the
+//! S3 keys' secrets and writes S3's XML; this module answers, through the
+//! REST API's callers, policy, views and chunk cache: what a caller may
+//! not see does not exist for it here either.
+
+use super::api::{Api, ApiError, Caller, etag};
+use crate::access::{self, Action};
+use crate::error::Error;
+use crate::relpath::RelPath;
+use crate::repo::{Repo, apikeys};
+use crate::snapshot::tree::TreeSource;
+use crate::snapshot::{Node, Record};
+use crate::store::pack::BlobRef;
+use bytes::Bytes;
+use s3s::dto::{
+    Bucket, CommonPrefix, GetBucketLocationInput, GetBucketLocationOutput, GetObjectInput,
+    GetObjectOutput, HeadBucketInput, HeadBucketOutput, HeadObjectInput, HeadObjectOutput,
+    ListBucketsInput, ListBucketsOutput, ListObjectsV2Input, ListObjectsV2Output, Object,
+    StreamingBlob, Timestamp,
+};
+use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+use std::sync::Arc;
+
+/// Most keys one listing answers (S3's own bound).
+const MAX_KEYS: usize = 1000;
+
+/// The S3 service over the gateway's API state.
+pub fn service(api: Arc<Api>, domain: Option<String>) -> s3s::service::S3Service {
+    let mut b = s3s::service::S3ServiceBuilder::new(Front(api.clone()));
+    b.set_auth(Keys(api));
+    b.set_host(Domain(domain));
+    b.set_validation(DatasetNames);
+    b.build()
+}
+
+/// A bucket name is a dataset name (`limits::plain_name`), which S3's own
+/// rule (3 to 63 lowercase characters) would refuse for many.
+struct DatasetNames;
+
+impl s3s::validation::NameValidation for DatasetNames {
+    fn validate_bucket_name(&self, name: &str) -> bool {
+        crate::limits::plain_name(name)
+    }
+}
+
+/// Virtual-host addressing under `--s3-domain` (`BUCKET.DOMAIN`, with any
+/// port); any other host is path-style.
+struct Domain(Option<String>);
+
+/// `host` without its `:PORT`.
+fn without_port(host: &str) -> &str {
+    match host.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
+impl s3s::host::S3Host for Domain {
+    fn parse_host_header<'a>(&'a self, host: &'a str) -> S3Result<s3s::host::VirtualHost<'a>> {
+        let vh = s3s::host::VirtualHost::new(host);
+        let bucket = self.0.as_deref().and_then(|d| {
+            let b = without_port(host)
+                .strip_suffix(without_port(d))?
+                .strip_suffix('.')?;
+            (!b.is_empty()).then_some(b)
+        });
+        Ok(match bucket {
+            Some(b) => vh.with_bucket(b),
+            None => vh,
+        })
+    }
+}
+
+/// The S3 keys' secrets, for s3s's signature checks.
+struct Keys(Arc<Api>);
+
+#[async_trait::async_trait]
+impl s3s::auth::S3Auth for Keys {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<s3s::auth::SecretKey> {
+        let known = self.0.known().await.map_err(s3)?;
+        let key = apikeys::find_s3(known.keys(), access_key)
+            .ok_or_else(|| s3_error!(InvalidAccessKeyId, "unknown or revoked access key"))?;
+        Ok(key.s3_secret.clone().unwrap_or_default().into())
+    }
+}
+
+struct Front(Arc<Api>);
+
+impl Front {
+    /// The caller of a signed request (s3s checked the signature).
+    async fn caller<T>(&self, req: &S3Request<T>) -> S3Result<Caller> {
+        let Some(c) = &req.credentials else {
+            return Err(s3_error!(
+                AccessDenied,
+                "sign the request with an S3 key of this store"
+            ));
+        };
+        self.0.s3_caller(&c.access_key).await.map_err(s3)
+    }
+
+    /// The version `spec` of `bucket` the caller may see, as `NoSuchKey`
+    /// (or `NoSuchBucket`) if it may not.
+    async fn version(&self, caller: &Caller, bucket: &str, spec: &str) -> S3Result<Visible> {
+        let (_, record, names) = self
+            .0
+            .visible_version(caller, bucket, spec)
+            .await
+            .map_err(s3)?;
+        Ok(Visible {
+            name: spec.to_string(),
+            record,
+            names,
+        })
+    }
+
+    /// A file of a version the caller may read, by its key.
+    async fn file(&self, caller: Caller, bucket: &str, key: &str) -> S3Result<FileAt> {
+        let (spec, path) = key
+            .split_once('/')
+            .ok_or_else(|| s3_error!(NoSuchKey, "a key is VERSION/PATH"))?;
+        let v = self.version(&caller, bucket, spec).await?;
+        let path = RelPath::parse(path).map_err(|_| s3_error!(NoSuchKey))?;
+        self.0
+            .run(move |repo| file_at(repo, &caller, &v, &path))
+            .await
+            .map_err(s3)
+    }
+}
+
+/// A file the caller may read.
+struct FileAt {
+    chunks: Vec<BlobRef>,
+    size: u64,
+    mtime: i64,
+    etag: String,
+}
+
+/// File `path` of version `v`, if the caller may read it; what it may not
+/// see is not there.
+fn file_at(repo: &Repo, caller: &Caller, v: &Visible, path: &RelPath) -> Result<FileAt, ApiError> {
+    let missing = || {
+        ApiError::from(Error::NoPath {
+            version: v.name.clone(),
+            path: path.to_string(),
+        })
+    };
+    let node = repo.lookup(&v.record.tree, path)?.ok_or_else(missing)?;
+    if path.is_root() || !caller.sees_path(&v.names, path, node.is_dir()) {
+        return Err(missing());
+    }
+    let mut names = access::path_resources(&v.names, path, node.is_dir());
+    names.extend(v.names.iter().cloned());
+    caller.may(Action::Read, &names)?;
+    match node {
+        Node::File {
+            chunks,
+            size,
+            mtime,
+            ..
+        } => Ok(FileAt {
+            etag: etag(&chunks),
+            chunks,
+            size,
+            mtime: mtime.0,
+        }),
+        _ => Err(missing()),
+    }
+}
+
+/// A version as the caller names it, with its names for the policy.
+struct Visible {
+    name: String,
+    record: Record,
+    names: Vec<String>,
+}
+
+/// An API error as S3's: what the caller may not see is not there.
+fn s3(e: ApiError) -> S3Error {
+    let code = match (e.status().as_u16(), e.code()) {
+        (404, "no_dataset") => S3ErrorCode::NoSuchBucket,
+        (404, _) => S3ErrorCode::NoSuchKey,
+        (401 | 403, _) => S3ErrorCode::AccessDenied,
+        (400, _) => S3ErrorCode::InvalidArgument,
+        (503, _) => S3ErrorCode::ServiceUnavailable,
+        _ => S3ErrorCode::InternalError,
+    };
+    S3Error::with_message(code, e.message().to_string())
+}
+
+fn timestamp(secs: i64) -> Timestamp {
+    let t = std::time::UNIX_EPOCH
+        + std::time::Duration::from_secs(u64::try_from(secs.max(0)).unwrap_or(0));
+    Timestamp::from(t)
+}
+
+#[async_trait::async_trait]
+impl S3 for Front {
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        let caller = self.caller(&req).await?;
+        let names = self.0.datasets().await.map_err(s3)?;
+        let buckets = names
+            .into_iter()
+            .filter(|n| caller.sees(Action::Versions, &[access::dataset_resource(n)]))
+            .map(|name| Bucket {
+                name: Some(name),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(ListBucketsOutput {
+            buckets: Some(buckets),
+            ..Default::default()
+        }))
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        let caller = self.caller(&req).await?;
+        self.visible_bucket(&caller, &req.input.bucket).await?;
+        Ok(S3Response::new(HeadBucketOutput::default()))
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        let caller = self.caller(&req).await?;
+        self.visible_bucket(&caller, &req.input.bucket).await?;
+        // No constraint: us-east-1, what clients assume of an endpoint.
+        Ok(S3Response::new(GetBucketLocationOutput::default()))
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let caller = self.caller(&req).await?;
+        let input = req.input;
+        let bucket = input.bucket.clone();
+        self.visible_bucket(&caller, &bucket).await?;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let delimiter = match input.delimiter.as_deref() {
+            None | Some("") => false,
+            Some("/") => true,
+            Some(_) => {
+                return Err(s3_error!(NotImplemented, "the only delimiter is /"));
+            }
+        };
+        let after = match &input.continuation_token {
+            Some(t) => Some(token_key(t)?),
+            None => input.start_after.clone(),
+        };
+        let max = input.max_keys.map_or(MAX_KEYS, |m| {
+            usize::try_from(m.max(0)).unwrap_or(0).min(MAX_KEYS)
+        });
+        let roots = self.roots(&caller, &bucket, &prefix).await?;
+        let walk = Walk {
+            prefix: prefix.clone(),
+            delimiter,
+            after: after.unwrap_or_default(),
+            max,
+        };
+        let listed = self
+            .0
+            .run(move |repo| walk_keys(repo, &caller, &roots, &walk))
+            .await
+            .map_err(s3)?;
+        let contents: Vec<Object> = listed
+            .objects
+            .into_iter()
+            .map(|o| Object {
+                key: Some(o.key),
+                size: Some(i64::try_from(o.size).unwrap_or(i64::MAX)),
+                e_tag: o.etag.parse().ok(),
+                last_modified: Some(timestamp(o.mtime)),
+                storage_class: Some("STANDARD".to_string().into()),
+                ..Default::default()
+            })
+            .collect();
+        let prefixes: Vec<CommonPrefix> = listed
+            .prefixes
+            .into_iter()
+            .map(|p| CommonPrefix { prefix: Some(p) })
+            .collect();
+        let count = contents.len() + prefixes.len();
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(bucket),
+            prefix: Some(prefix),
+            delimiter: input.delimiter,
+            max_keys: Some(i32::try_from(max).unwrap_or(i32::MAX)),
+            key_count: Some(i32::try_from(count).unwrap_or(i32::MAX)),
+            is_truncated: Some(listed.next.is_some()),
+            next_continuation_token: listed.next.map(|k| key_token(&k)),
+            continuation_token: input.continuation_token,
+            start_after: input.start_after,
+            contents: Some(contents),
+            common_prefixes: Some(prefixes),
+            ..Default::default()
+        }))
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let caller = self.caller(&req).await?;
+        let input = req.input;
+        let file = self.file(caller, &input.bucket, &input.key).await?;
+        check_conditions(
+            &file.etag,
+            input.if_match.as_ref(),
+            input.if_none_match.as_ref(),
+        )?;
+        Ok(S3Response::new(HeadObjectOutput {
+            content_length: Some(i64::try_from(file.size).unwrap_or(i64::MAX)),
+            e_tag: file.etag.parse().ok(),
+            last_modified: Some(timestamp(file.mtime)),
+            accept_ranges: Some("bytes".into()),
+            content_type: Some("application/octet-stream".into()),
+            ..Default::default()
+        }))
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        let caller = self.caller(&req).await?;
+        let input = req.input;
+        let file = self.file(caller, &input.bucket, &input.key).await?;
+        check_conditions(
+            &file.etag,
+            input.if_match.as_ref(),
+            input.if_none_match.as_ref(),
+        )?;
+        let size = file.size;
+        let (span, partial) = match &input.range {
+            None => (0..size, false),
+            Some(r) => (
+                r.check(size).map_err(|_| {
+                    S3Error::with_message(
+                        S3ErrorCode::InvalidRange,
+                        format!("the object has {size} bytes"),
+                    )
+                })?,
+                true,
+            ),
+        };
+        let (etag, mtime) = (file.etag, file.mtime);
+        let stream = self
+            .0
+            .read_span(file.chunks, span.start, span.end)
+            .await
+            .map_err(s3)?;
+        let body = StreamingBlob::wrap(futures::StreamExt::map(stream, |r| r.map(Bytes::from)));
+        Ok(S3Response::new(GetObjectOutput {
+            body: Some(body),
+            content_length: Some(i64::try_from(span.end - span.start).unwrap_or(i64::MAX)),
+            content_range: partial
+                .then(|| format!("bytes {}-{}/{size}", span.start, span.end.saturating_sub(1))),
+            e_tag: etag.parse().ok(),
+            last_modified: Some(timestamp(mtime)),
+            accept_ranges: Some("bytes".into()),
+            content_type: Some("application/octet-stream".into()),
+            ..Default::default()
+        }))
+    }
+}
+
+impl Front {
+    /// Fails as `NoSuchBucket` unless the caller may see dataset `bucket`.
+    async fn visible_bucket(&self, caller: &Caller, bucket: &str) -> S3Result<()> {
+        let shown = caller.sees(Action::Versions, &[access::dataset_resource(bucket)]);
+        let exists = self
+            .0
+            .datasets()
+            .await
+            .map_err(s3)?
+            .iter()
+            .any(|d| d == bucket);
+        match shown && exists {
+            true => Ok(()),
+            false => Err(S3Error::with_message(
+                S3ErrorCode::NoSuchBucket,
+                format!("no bucket {bucket}"),
+            )),
+        }
+    }
+
+    /// The versions a listing of `prefix` starts from: the one its first
+    /// element names (any spec, `latest~2` too), else every version, tag
+    /// and `latest` the caller sees.
+    async fn roots(&self, caller: &Caller, bucket: &str, prefix: &str) -> S3Result<Vec<Visible>> {
+        if let Some((spec, _)) = prefix.split_once('/') {
+            return Ok(match self.version(caller, bucket, spec).await {
+                Ok(v) => vec![v],
+                Err(e) if *e.code() == S3ErrorCode::NoSuchKey => vec![],
+                Err(e) => return Err(e),
+            });
+        }
+        let mut names = vec!["latest".to_string()];
+        let (numbers, tags) = self.0.version_names(bucket).await.map_err(s3)?;
+        names.extend(numbers.iter().map(|n| format!("v{n}")));
+        names.extend(tags);
+        let mut roots = Vec::new();
+        for name in names.into_iter().filter(|n| n.starts_with(prefix)) {
+            match self.version(caller, bucket, &name).await {
+                Ok(v) => roots.push(v),
+                Err(e) if *e.code() == S3ErrorCode::NoSuchKey => {}
+                Err(e) => return Err(e),
+            }
+        }
+        roots.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(roots)
+    }
+}
+
+/// What one listing asks for.
+struct Walk {
+    prefix: String,
+    /// `/` groups keys below the prefix's folder into common prefixes.
+    delimiter: bool,
+    /// Only keys after this one (`start-after`, a continuation token).
+    after: String,
+    max: usize,
+}
+
+/// A continuation token: the last key answered, opaque to the client.
+fn key_token(key: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
+}
+
+fn token_key(token: &str) -> S3Result<String> {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()
+        .and_then(|k| String::from_utf8(k).ok())
+        .ok_or_else(|| s3_error!(InvalidArgument, "not a continuation token of this endpoint"))
+}
+
+/// `If-Match` that fails is 412; `If-None-Match` that matches, 304.
+fn check_conditions(
+    etag: &str,
+    if_match: Option<&s3s::dto::ETagCondition>,
+    if_none_match: Option<&s3s::dto::ETagCondition>,
+) -> S3Result<()> {
+    use s3s::dto::ETagCondition;
+    let matches = |c: &ETagCondition| match c {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(t) => format!("\"{}\"", t.value()) == etag,
+    };
+    if if_match.is_some_and(|c| !matches(c)) {
+        return Err(s3_error!(PreconditionFailed));
+    }
+    if if_none_match.is_some_and(matches) {
+        let mut e = S3Error::new(S3ErrorCode::NotModified);
+        e.set_status_code(http::StatusCode::NOT_MODIFIED);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// An object of a listing.
+struct Listed {
+    key: String,
+    size: u64,
+    etag: String,
+    mtime: i64,
+}
+
+/// Keys listed, in S3's order: objects and common prefixes, and the key to
+/// go on after if there are more.
+struct Keyed {
+    objects: Vec<Listed>,
+    prefixes: Vec<String>,
+    next: Option<String>,
+}
+
+/// What a listing's walk has yet to look at, last first.
+enum Todo {
+    /// A folder (`key` ends in `/`): version `root`'s tree at `path`.
+    Dir {
+        key: String,
+        tree: BlobRef,
+        path: RelPath,
+        root: usize,
+    },
+    File(Listed),
+}
+
+/// The keys of `roots` after `w.after` that start with `w.prefix`, in
+/// byte order, at most `w.max`: a folder's entries are taken in the order
+/// of their keys (a folder's name with its `/`), and folders whose keys
+/// all lie before `after`, or beside the prefix, are not read.
+fn walk_keys(repo: &Repo, caller: &Caller, roots: &[Visible], w: &Walk) -> Result<Keyed, ApiError> {
+    let mut out = Keyed {
+        objects: Vec::new(),
+        prefixes: Vec::new(),
+        next: None,
+    };
+    let mut last: Option<String> = None;
+    let mut todo: Vec<Todo> = roots
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(root, v)| Todo::Dir {
+            key: format!("{}/", v.name),
+            tree: v.record.tree,
+            path: RelPath::root(),
+            root,
+        })
+        .collect();
+    // Whether a key is answered here, or is a folder to look into.
+    let wanted = |key: &str| key > w.after.as_str() && key.starts_with(&w.prefix);
+    while let Some(item) = todo.pop() {
+        let answer = match item {
+            Todo::File(f) if wanted(&f.key) => Answer::Object(f),
+            Todo::File(_) => continue,
+            Todo::Dir {
+                key,
+                tree,
+                path,
+                root,
+            } => {
+                let inside = w.prefix.starts_with(&key);
+                if !inside && !key.starts_with(&w.prefix) {
+                    continue; // beside the prefix
+                }
+                if w.after.as_str() >= key.as_str() && !w.after.starts_with(&key) {
+                    continue; // every key in it comes before `after`
+                }
+                if w.delimiter && !inside {
+                    match wanted(&key) {
+                        true => Answer::Prefix(key),
+                        false => continue,
+                    }
+                } else {
+                    let folder = Folder {
+                        key: &key,
+                        tree: &tree,
+                        path: &path,
+                        root,
+                    };
+                    push_entries(repo, caller, &roots[root], &folder, &mut todo)?;
+                    continue;
+                }
+            }
+        };
+        if out.objects.len() + out.prefixes.len() == w.max {
+            out.next = last;
+            break;
+        }
+        match answer {
+            Answer::Object(f) => {
+                last = Some(f.key.clone());
+                out.objects.push(f);
+            }
+            Answer::Prefix(p) => {
+                last = Some(p.clone());
+                out.prefixes.push(p);
+            }
+        }
+    }
+    Ok(out)
+}
+
+enum Answer {
+    Object(Listed),
+    Prefix(String),
+}
+
+/// A folder a listing looks into: its key, tree and path in version `root`.
+struct Folder<'a> {
+    key: &'a str,
+    tree: &'a BlobRef,
+    path: &'a RelPath,
+    root: usize,
+}
+
+/// A folder's entries the caller sees, onto `todo` (last key first):
+/// files and folders; what is no object (a symlink, a device, a name that
+/// is not UTF-8) is left out.
+fn push_entries(
+    repo: &Repo,
+    caller: &Caller,
+    v: &Visible,
+    f: &Folder,
+    todo: &mut Vec<Todo>,
+) -> Result<(), ApiError> {
+    let (key, path, root) = (f.key, f.path, f.root);
+    let folder = repo.tree(f.tree)?;
+    let mut items: Vec<Todo> = Vec::new();
+    for e in &folder.entries {
+        let Ok(name) = std::str::from_utf8(&e.name) else {
+            continue;
+        };
+        let Ok(child) = path.join(&e.name) else {
+            continue;
+        };
+        if !caller.sees_path(&v.names, &child, e.node.is_dir()) {
+            continue;
+        }
+        match &e.node {
+            Node::Dir { tree, .. } => items.push(Todo::Dir {
+                key: format!("{key}{name}/"),
+                tree: *tree,
+                path: child,
+                root,
+            }),
+            Node::File {
+                chunks,
+                size,
+                mtime,
+                ..
+            } => items.push(Todo::File(Listed {
+                key: format!("{key}{name}"),
+                size: *size,
+                etag: etag(chunks),
+                mtime: mtime.0,
+            })),
+            Node::Symlink { .. } | Node::Special { .. } => {}
+        }
+    }
+    let sort_key = |t: &Todo| match t {
+        Todo::Dir { key, .. } => key.clone(),
+        Todo::File(f) => f.key.clone(),
+    };
+    items.sort_by_cached_key(sort_key);
+    todo.extend(items.into_iter().rev());
+    Ok(())
+}

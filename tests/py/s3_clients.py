@@ -1,0 +1,184 @@
+"""Used by tests/s3_endpoint.rs: real S3 clients against `detafs serve --s3-listen`.
+
+  s3_clients.py write DIR            writes a partitioned Parquet table into DIR/table
+  s3_clients.py check SETUP.json     runs every client's checks, prints "ok N checks"
+
+SETUP.json: endpoint (https://127.0.0.1:PORT), ca (the gateway's certificate),
+key/secret (reader), revoked_key/revoked_secret, src (the folder v3 was
+committed from), many (files under v3/many/), domain (--s3-domain).
+"""
+import json
+import os
+import subprocess
+import sys
+import urllib.parse
+
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    if not cond:
+        raise AssertionError(what)
+    checks += 1
+
+
+def write(where):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for part in ("a", "b"):
+        os.makedirs(f"{where}/table/part={part}", exist_ok=True)
+        n = 1000 if part == "a" else 500
+        t = pa.table({"id": list(range(n)), "value": [i * 2 for i in range(n)]})
+        pq.write_table(t, f"{where}/table/part={part}/data.parquet")
+
+
+def client(s, key=None, secret=None, **config):
+    import boto3
+    import botocore.config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=s["endpoint"],
+        aws_access_key_id=key or s["key"],
+        aws_secret_access_key=secret or s["secret"],
+        region_name="us-east-1",
+        verify=s["ca"],
+        config=botocore.config.Config(s3={"addressing_style": "path"}, **config),
+    )
+
+
+def error_code(f):
+    import botocore.exceptions
+
+    try:
+        f()
+    except botocore.exceptions.ClientError as e:
+        return e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]
+    return None, 200
+
+
+def boto3_checks(s):
+    c = client(s)
+    src = s["src"]
+    check([b["Name"] for b in c.list_buckets()["Buckets"]] == ["ds"], "buckets")
+    c.head_bucket(Bucket="ds")
+    check(error_code(lambda: c.head_bucket(Bucket="nope"))[1] == 404, "head of a missing bucket")
+    # The versions the reader sees: v1 is hidden, so it is not there.
+    root = c.list_objects_v2(Bucket="ds", Delimiter="/")
+    prefixes = [p["Prefix"] for p in root["CommonPrefixes"]]
+    check(prefixes == ["latest/", "published/", "v2/", "v3/"], f"root {prefixes}")
+    check("Contents" not in root or root["Contents"] == [], "no objects at the root")
+    # One folder level, with a delimiter.
+    top = c.list_objects_v2(Bucket="ds", Prefix="v3/", Delimiter="/")
+    check([p["Prefix"] for p in top["CommonPrefixes"]] == ["v3/many/", "v3/pub/", "v3/table/"], f"v3/ {top}")
+    check([o["Key"] for o in top.get("Contents", [])] == ["v3/big.bin"], f"v3/ objects {top}")
+    # What the policy hides does not exist: not listed, not found.
+    listed = [o["Key"] for page in c.get_paginator("list_objects_v2").paginate(Bucket="ds", Prefix="v3/p") for o in page.get("Contents", [])]
+    check(listed == ["v3/pub/a.csv"], f"v3/p {listed}")
+    check(error_code(lambda: c.get_object(Bucket="ds", Key="v3/private/secret.csv"))[0] == "NoSuchKey", "denied path")
+    check(error_code(lambda: c.get_object(Bucket="ds", Key="v1/pub/a.csv"))[0] == "NoSuchKey", "hidden version")
+    check(error_code(lambda: c.get_object(Bucket="ds", Key="v3/no/such/file"))[0] == "NoSuchKey", "404")
+    check(error_code(lambda: c.get_object(Bucket="nope", Key="v3/pub/a.csv"))[0] == "NoSuchBucket", "no bucket")
+    # 20,000 keys, paged 1,000 at a time, in S3's order, and from start-after.
+    keys = [o["Key"] for page in c.get_paginator("list_objects_v2").paginate(Bucket="ds", Prefix="v3/many/") for o in page["Contents"]]
+    want = sorted(f"v3/many/{n}" for n in s["many"])
+    check(keys == want, f"{len(keys)} keys of v3/many/")
+    after = c.list_objects_v2(Bucket="ds", Prefix="v3/many/", StartAfter=want[9999], MaxKeys=3)
+    check([o["Key"] for o in after["Contents"]] == want[10000:10003] and after["IsTruncated"], "start-after")
+    # Whole and ranged reads, byte for byte.
+    big = open(f"{src}/big.bin", "rb").read()
+    check(c.get_object(Bucket="ds", Key="v3/big.bin")["Body"].read() == big, "whole read")
+    part = c.get_object(Bucket="ds", Key="v3/big.bin", Range="bytes=1000000-1999999")
+    check(part["Body"].read() == big[1000000:2000000], "ranged read")
+    check(part["ContentRange"] == f"bytes 1000000-1999999/{len(big)}", part["ContentRange"])
+    tail = c.get_object(Bucket="ds", Key="v3/big.bin", Range="bytes=-10")["Body"].read()
+    check(tail == big[-10:], "suffix range")
+    check(error_code(lambda: c.get_object(Bucket="ds", Key="v3/pub/a.csv", Range=f"bytes={10**9}-"))[0] == "InvalidRange", "bad range")
+    # A stable ETag: the same bytes in two versions, asked twice.
+    e2 = c.head_object(Bucket="ds", Key="v2/pub/a.csv")["ETag"]
+    e3 = c.head_object(Bucket="ds", Key="published/pub/a.csv")["ETag"]
+    check(e2 == e3 == c.head_object(Bucket="ds", Key="v2/pub/a.csv")["ETag"], "stable ETag")
+    check(error_code(lambda: c.get_object(Bucket="ds", Key="v2/pub/a.csv", IfNoneMatch=e2))[1] == 304, "If-None-Match")
+    check(error_code(lambda: c.get_object(Bucket="ds", Key="v2/pub/a.csv", IfMatch='"nope"'))[1] == 412, "If-Match")
+    check(c.get_object(Bucket="ds", Key="v2/pub/a.csv", IfMatch=e2)["Body"].read() == b"a,b\n1,2\n", "If-Match met")
+    # latest~1 is a version name too.
+    check(c.get_object(Bucket="ds", Key="latest~1/pub/a.csv")["Body"].read() == b"a,b\n1,2\n", "latest~1")
+    # Presigned URLs.
+    import requests
+
+    url = c.generate_presigned_url("get_object", Params={"Bucket": "ds", "Key": "v3/pub/a.csv"}, ExpiresIn=300)
+    got = requests.get(url, verify=s["ca"])
+    check(got.status_code == 200 and got.content == open(f"{src}/pub/a.csv", "rb").read(), "presigned")
+    tampered = url.replace("v3%2Fpub", "v2%2Fpub").replace("/v3/pub", "/v2/pub")
+    check(requests.get(tampered, verify=s["ca"]).status_code == 403, "a presigned URL for another key")
+    # A wrong signature, a revoked key, no signature.
+    check(error_code(lambda: client(s, secret="wrong" * 8).list_buckets())[0] == "SignatureDoesNotMatch", "wrong secret")
+    revoked = client(s, key=s["revoked_key"], secret=s["revoked_secret"])
+    check(error_code(lambda: revoked.list_buckets())[0] == "InvalidAccessKeyId", "revoked key")
+    anonymous = requests.get(f"{s['endpoint']}/ds/v3/pub/a.csv", verify=s["ca"])
+    check(anonymous.status_code == 403 and b"AccessDenied" in anonymous.content, "unsigned")
+    # Chunked payload signing is accepted (a PUT is refused: read-only).
+    code = error_code(lambda: c.put_object(Bucket="ds", Key="v3/new.txt", Body=b"x"))[0]
+    check(code in ("NotImplemented", "AccessDenied", "MethodNotAllowed"), f"put: {code}")
+
+
+def virtual_host_checks(s):
+    """BUCKET.DOMAIN addressing, signed as botocore signs it."""
+    import botocore.auth
+    import botocore.awsrequest
+    import botocore.credentials
+    import requests
+
+    port = urllib.parse.urlparse(s["endpoint"]).port
+    host = f"ds.{s['domain']}"
+    req = botocore.awsrequest.AWSRequest(method="GET", url=f"https://{host}/v3/pub/a.csv")
+    creds = botocore.credentials.Credentials(s["key"], s["secret"])
+    botocore.auth.S3SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
+    headers = dict(req.headers)
+    headers["Host"] = host
+    got = requests.get(f"https://127.0.0.1:{port}/v3/pub/a.csv", headers=headers, verify=False)
+    check(got.status_code == 200 and got.content == open(f"{s['src']}/pub/a.csv", "rb").read(), f"virtual host {got.status_code} {got.content[:200]}")
+
+
+def aws_cli_checks(s):
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=s["key"], AWS_SECRET_ACCESS_KEY=s["secret"], AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+    aws = [os.path.join(os.path.dirname(sys.executable), "aws"), "--endpoint-url", s["endpoint"], "--ca-bundle", s["ca"]]
+    out = subprocess.run(aws + ["s3", "ls", "s3://ds/v3/"], env=env, capture_output=True, text=True, check=True).stdout
+    check("PRE many/" in out and "big.bin" in out and "private" not in out, out)
+    out = subprocess.run(aws + ["s3", "cp", "s3://ds/v3/pub/a.csv", "-"], env=env, capture_output=True, check=True).stdout
+    check(out == open(f"{s['src']}/pub/a.csv", "rb").read(), "aws s3 cp")
+
+
+def table_checks(s):
+    """pyarrow, polars and s3fs read the partitioned Parquet folder of v3."""
+    import pyarrow.dataset as ds
+    import pyarrow.fs
+
+    host = urllib.parse.urlparse(s["endpoint"]).netloc
+    fs = pyarrow.fs.S3FileSystem(access_key=s["key"], secret_key=s["secret"], endpoint_override=host, scheme="https", region="us-east-1", tls_ca_file_path=s["ca"])
+    t = ds.dataset("ds/v3/table", filesystem=fs, format="parquet", partitioning="hive").to_table()
+    check(t.num_rows == 1500 and sum(t.column("value").to_pylist()) == 2 * (sum(range(1000)) + sum(range(500))), f"pyarrow {t.num_rows}")
+    import polars as pl
+
+    opts = {"aws_access_key_id": s["key"], "aws_secret_access_key": s["secret"], "aws_region": "us-east-1", "aws_endpoint_url": s["endpoint"], "aws_allow_http": "false", "aws_virtual_hosted_style_request": "false"}
+    os.environ["SSL_CERT_FILE"] = s["ca"]
+    df = pl.scan_parquet("s3://ds/v3/table/part=a/data.parquet", storage_options=opts).select(pl.len(), pl.col("value").sum()).collect()
+    check(df.row(0) == (1000, 2 * sum(range(1000))), f"polars {df}")
+    import s3fs
+
+    f = s3fs.S3FileSystem(key=s["key"], secret=s["secret"], endpoint_url=s["endpoint"], client_kwargs={"verify": s["ca"], "region_name": "us-east-1"})
+    check(sorted(f.ls("ds/v3/table")) == ["ds/v3/table/part=a", "ds/v3/table/part=b"], f"s3fs ls {f.ls('ds/v3/table')}")
+    check(f.cat_file("ds/v3/pub/a.csv") == open(f"{s['src']}/pub/a.csv", "rb").read(), "s3fs cat")
+
+
+if sys.argv[1] == "write":
+    write(sys.argv[2])
+else:
+    setup = json.load(open(sys.argv[2]))
+    boto3_checks(setup)
+    virtual_host_checks(setup)
+    aws_cli_checks(setup)
+    table_checks(setup)
+    print(f"ok {checks} checks")
