@@ -14,8 +14,8 @@ fn python(args: &[&str]) -> String {
 }
 
 /// The two lines `apikey create --s3` prints, as (id, secret).
-fn s3_key(env: &Env, name: &str) -> (String, String) {
-    let out = env.ok(&["apikey", "create", name, "--scopes", "read", "--s3"]);
+fn s3_key(env: &Env, name: &str, scopes: &str) -> (String, String) {
+    let out = env.ok(&["apikey", "create", name, "--scopes", scopes, "--s3"]);
     let field = |k: &str| {
         out.lines()
             .find_map(|l| l.strip_prefix(k))
@@ -52,13 +52,14 @@ fn s3_clients_read_versions_under_the_keys_and_the_policy() {
     python(&["write", src.to_str().unwrap()]);
     env.commit(&src, "v3");
 
-    let (key, secret) = s3_key(&env, "reader");
-    let (revoked_key, revoked_secret) = s3_key(&env, "gone");
+    let (key, secret) = s3_key(&env, "reader", "read");
+    let (writer_key, writer_secret) = s3_key(&env, "writer", "read,commit");
+    let (revoked_key, revoked_secret) = s3_key(&env, "gone", "read");
     env.ok(&["apikey", "revoke", "gone"]);
     // The reader sees v2 and later, and never private/.
     common::gateway::set_policy_and_wait(
         &env,
-        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: read, effect: allow, principals: [\"key:reader\"], actions: [\"dataset:read\", \"dataset:versions\"], resources: [\"datasets/ds\"]}\n  - {name: not_v1, effect: deny, principals: [\"key:reader\"], actions: [\"dataset:versions\"], resources: [\"datasets/ds/versions/v1\"]}\n  - {name: no_private, effect: deny, principals: [\"key:reader\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\"]}\n",
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: read, effect: allow, principals: [\"key:reader\"], actions: [\"dataset:read\", \"dataset:versions\"], resources: [\"datasets/ds\"]}\n  - {name: not_v1, effect: deny, principals: [\"key:reader\"], actions: [\"dataset:versions\"], resources: [\"datasets/ds/versions/v1\"]}\n  - {name: no_private, effect: deny, principals: [\"key:reader\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\"]}\n  - {name: write, effect: allow, principals: [\"key:writer\"], actions: [\"dataset:*\"], resources: [\"datasets/ds\"]}\n",
     );
     let g = serve_with(
         &env,
@@ -71,12 +72,16 @@ fn s3_clients_read_versions_under_the_keys_and_the_policy() {
         "ca": cert(&env),
         "key": key,
         "secret": secret,
+        "writer_key": writer_key,
+        "writer_secret": writer_secret,
+        "tmp": env.path("client-tmp"),
         "revoked_key": revoked_key,
         "revoked_secret": revoked_secret,
         "src": src,
         "many": many,
         "domain": format!("s3.test:{port}"),
     });
+    std::fs::create_dir_all(env.path("client-tmp")).unwrap();
     let file = env.path("setup.json");
     std::fs::write(&file, setup.to_string()).unwrap();
     let out = python(&["check", file.to_str().unwrap()]);

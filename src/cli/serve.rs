@@ -40,8 +40,8 @@ pub struct ServeArgs {
     /// public gateway that only reads).
     #[arg(long)]
     pub policy: Option<PathBuf>,
-    /// Also answer the S3 protocol here (read-only; TLS with the same
-    /// certificate; S3 keys: `apikey create --s3`).
+    /// Also answer the S3 protocol here (versions read-only, writes under
+    /// staging/; TLS with the same certificate; S3 keys: `apikey create --s3`).
     #[arg(long)]
     pub s3_listen: Option<SocketAddr>,
     /// The endpoint's domain for virtual-host addressing

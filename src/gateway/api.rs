@@ -198,6 +198,11 @@ pub(super) struct Caller {
 }
 
 impl Caller {
+    /// `key:NAME` or `token:SUBJECT`.
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Allowed if the caller's scopes hold the action and the policy (if
     /// one is set) allows it to the caller's principals on any of `resources`.
     pub(super) fn may(&self, action: Action, resources: &[String]) -> Result<(), ApiError> {
@@ -1196,58 +1201,75 @@ async fn commit(
 ) -> Reply {
     let caller = api.caller(&headers).await?;
     let body = read_body(body).await?;
-    caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
-    let message = body
-        .get("commit_message")
-        .or_else(|| body.get("message"))
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            err(
-                StatusCode::BAD_REQUEST,
-                "invalid",
-                "commit_message is missing",
-            )
-        })?
-        .to_string();
-    let author = caller.name.clone();
-    let parent = body
-        .get("parent")
-        .and_then(Value::as_str)
-        .map(String::from)
-        .or_else(|| {
-            let m = headers.get(header::IF_MATCH)?.to_str().ok()?;
-            Some(m.trim_matches('"').to_string())
-        });
-    // The base is a version the caller may see (a hidden one answers as a
-    // missing one), named by its number from here on.
-    let base = match parent {
-        Some(p) => Some(api.visible_version(&caller, &id, &p).await?),
-        None => {
-            let view = api.view(&id, Instant::now()).await?;
-            let newest = view.records.last().cloned();
-            newest.map(|r| {
-                let names = resources(&id, &r, &view.tags);
-                (view, r, names)
-            })
-        }
-    };
-    let base = base.map(|(_, record, names)| Base { record, names });
-    let record = api
-        .run(move |repo| {
-            let tmp = tempdir_in(repo)?;
-            let edits = edits_of(repo, &id, &caller, base.as_ref(), &body, tmp.path())?;
-            let meta = CommitMeta {
-                content_only: false,
-                dataset: &id,
-                message: &message,
-                author: &author,
-            };
-            let parent = base.map(|b| format!("v{}", b.record.version));
-            Ok(commit_edits(repo, &meta, parent.as_deref(), edits)?)
-        })
-        .await?;
-    api.changed(&record.dataset);
+    let if_match = headers
+        .get(header::IF_MATCH)
+        .and_then(|m| m.to_str().ok())
+        .map(|m| m.trim_matches('"').to_string());
+    let record = api.commit_as(caller, id, body, if_match).await?;
     Ok((StatusCode::CREATED, Json(record.log_entry())).into_response())
+}
+
+impl Api {
+    /// A commit of `body` (the REST API's: commit_message, parent, delta,
+    /// files, uploads, delete) to dataset `id` by `caller`; `if_match` is
+    /// the parent when the body names none.
+    pub(super) async fn commit_as(
+        self: &Arc<Self>,
+        caller: Caller,
+        id: String,
+        body: Value,
+        if_match: Option<String>,
+    ) -> Result<Record, ApiError> {
+        caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
+        let message = body
+            .get("commit_message")
+            .or_else(|| body.get("message"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                err(
+                    StatusCode::BAD_REQUEST,
+                    "invalid",
+                    "commit_message is missing",
+                )
+            })?
+            .to_string();
+        let author = caller.name.clone();
+        let parent = body
+            .get("parent")
+            .and_then(Value::as_str)
+            .map(String::from)
+            .or(if_match);
+        // The base is a version the caller may see (a hidden one answers as
+        // a missing one), named by its number from here on.
+        let base = match parent {
+            Some(p) => Some(self.visible_version(&caller, &id, &p).await?),
+            None => {
+                let view = self.view(&id, Instant::now()).await?;
+                let newest = view.records.last().cloned();
+                newest.map(|r| {
+                    let names = resources(&id, &r, &view.tags);
+                    (view, r, names)
+                })
+            }
+        };
+        let base = base.map(|(_, record, names)| Base { record, names });
+        let record = self
+            .run(move |repo| {
+                let tmp = tempdir_in(repo)?;
+                let edits = edits_of(repo, &id, &caller, base.as_ref(), &body, tmp.path())?;
+                let meta = CommitMeta {
+                    content_only: false,
+                    dataset: &id,
+                    message: &message,
+                    author: &author,
+                };
+                let parent = base.map(|b| format!("v{}", b.record.version));
+                Ok(commit_edits(repo, &meta, parent.as_deref(), edits)?)
+            })
+            .await?;
+        self.changed(&record.dataset);
+        Ok(record)
+    }
 }
 
 /// `PUT /datasets/{id}/uploads/{path}`: the body (any size) streamed to a
@@ -1285,7 +1307,7 @@ async fn put_upload(
 }
 
 /// A private scratch folder under the store's local state, gone on drop.
-fn tempdir_in(repo: &Repo) -> Result<tempfile::TempDir, ApiError> {
+pub(super) fn tempdir_in(repo: &Repo) -> Result<tempfile::TempDir, ApiError> {
     let dir = repo.state_dir().join("gateway-tmp");
     crate::private::ensure_dir(&dir)?;
     tempfile::tempdir_in(&dir).map_err(|e| Error::io(dir.display(), e).into())

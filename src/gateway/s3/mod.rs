@@ -1,11 +1,14 @@
-//! The S3 protocol on `detafs serve --s3-listen`, read-only: a bucket is a
+//! The S3 protocol on `detafs serve --s3-listen`: a bucket is a
 //! dataset, a key's first element a version as the CLI names it (`v3`,
 //! `latest`, `latest~1`, a tag) and the rest its path, so any S3 client
 //! reads `s3://weather/v3/tables/a.csv`. s3s parses requests, checks their
 //! SigV4 signatures (headers, presigned URLs, chunked payloads) against the
 //! S3 keys' secrets and writes S3's XML; this module answers, through the
 //! REST API's callers, policy, views and chunk cache: what a caller may
-//! not see does not exist for it here either.
+//! not see does not exist for it here either. Writes go under `staging/`
+//! (`writes.rs`) and become a version in one commit.
+
+mod writes;
 
 use super::api::{Api, ApiError, Caller, etag};
 use crate::access::{self, Action};
@@ -17,10 +20,13 @@ use crate::snapshot::{Node, Record};
 use crate::store::pack::BlobRef;
 use bytes::Bytes;
 use s3s::dto::{
-    Bucket, CommonPrefix, GetBucketLocationInput, GetBucketLocationOutput, GetObjectInput,
-    GetObjectOutput, HeadBucketInput, HeadBucketOutput, HeadObjectInput, HeadObjectOutput,
-    ListBucketsInput, ListBucketsOutput, ListObjectsV2Input, ListObjectsV2Output, Object,
-    StreamingBlob, Timestamp,
+    AbortMultipartUploadInput, AbortMultipartUploadOutput, Bucket, CommonPrefix,
+    CompleteMultipartUploadInput, CompleteMultipartUploadOutput, CreateMultipartUploadInput,
+    CreateMultipartUploadOutput, DeleteObjectInput, DeleteObjectOutput, GetBucketLocationInput,
+    GetBucketLocationOutput, GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput,
+    HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListObjectsV2Input,
+    ListObjectsV2Output, Object, PutObjectInput, PutObjectOutput, StreamingBlob, Timestamp,
+    UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use std::sync::Arc;
@@ -30,7 +36,11 @@ const MAX_KEYS: usize = 1000;
 
 /// The S3 service over the gateway's API state.
 pub fn service(api: Arc<Api>, domain: Option<String>) -> s3s::service::S3Service {
-    let mut b = s3s::service::S3ServiceBuilder::new(Front(api.clone()));
+    let front = Front {
+        api: api.clone(),
+        writes: writes::Writes::default(),
+    };
+    let mut b = s3s::service::S3ServiceBuilder::new(front);
     b.set_auth(Keys(api));
     b.set_host(Domain(domain));
     b.set_validation(DatasetNames);
@@ -88,7 +98,10 @@ impl s3s::auth::S3Auth for Keys {
     }
 }
 
-struct Front(Arc<Api>);
+struct Front {
+    api: Arc<Api>,
+    writes: writes::Writes,
+}
 
 impl Front {
     /// The caller of a signed request (s3s checked the signature).
@@ -99,14 +112,14 @@ impl Front {
                 "sign the request with an S3 key of this store"
             ));
         };
-        self.0.s3_caller(&c.access_key).await.map_err(s3)
+        self.api.s3_caller(&c.access_key).await.map_err(s3)
     }
 
     /// The version `spec` of `bucket` the caller may see, as `NoSuchKey`
     /// (or `NoSuchBucket`) if it may not.
     async fn version(&self, caller: &Caller, bucket: &str, spec: &str) -> S3Result<Visible> {
         let (_, record, names) = self
-            .0
+            .api
             .visible_version(caller, bucket, spec)
             .await
             .map_err(s3)?;
@@ -124,7 +137,7 @@ impl Front {
             .ok_or_else(|| s3_error!(NoSuchKey, "a key is VERSION/PATH"))?;
         let v = self.version(&caller, bucket, spec).await?;
         let path = RelPath::parse(path).map_err(|_| s3_error!(NoSuchKey))?;
-        self.0
+        self.api
             .run(move |repo| file_at(repo, &caller, &v, &path))
             .await
             .map_err(s3)
@@ -178,6 +191,29 @@ struct Visible {
     names: Vec<String>,
 }
 
+/// The `x-amz-checksum-*` values of a request's input.
+macro_rules! checksums {
+    ($input:expr) => {
+        s3s::dto::Checksum {
+            checksum_crc32: $input.checksum_crc32.clone(),
+            checksum_crc32c: $input.checksum_crc32c.clone(),
+            checksum_sha1: $input.checksum_sha1.clone(),
+            checksum_sha256: $input.checksum_sha256.clone(),
+            checksum_crc64nvme: $input.checksum_crc64nvme.clone(),
+            ..Default::default()
+        }
+    };
+}
+
+/// A write outside `staging/`: versions never change.
+fn read_only() -> S3Error {
+    s3_error!(
+        AccessDenied,
+        "versions are read-only: write under staging/, then PUT staging/{} to commit",
+        writes::COMMIT_KEY
+    )
+}
+
 /// An API error as S3's: what the caller may not see is not there.
 fn s3(e: ApiError) -> S3Error {
     let code = match (e.status().as_u16(), e.code()) {
@@ -204,7 +240,7 @@ impl S3 for Front {
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
         let caller = self.caller(&req).await?;
-        let names = self.0.datasets().await.map_err(s3)?;
+        let names = self.api.datasets().await.map_err(s3)?;
         let buckets = names
             .into_iter()
             .filter(|n| caller.sees(Action::Versions, &[access::dataset_resource(n)]))
@@ -261,6 +297,15 @@ impl S3 for Front {
         let max = input.max_keys.map_or(MAX_KEYS, |m| {
             usize::try_from(m.max(0)).unwrap_or(0).min(MAX_KEYS)
         });
+        if writes::staging_path(&prefix).is_some() {
+            let staged = self.writes.listed(&bucket, &prefix);
+            return Ok(S3Response::new(staged_listing(
+                bucket,
+                prefix,
+                staged,
+                input.delimiter,
+            )));
+        }
         let roots = self.roots(&caller, &bucket, &prefix).await?;
         let walk = Walk {
             prefix: prefix.clone(),
@@ -269,7 +314,7 @@ impl S3 for Front {
             max,
         };
         let listed = self
-            .0
+            .api
             .run(move |repo| walk_keys(repo, &caller, &roots, &walk))
             .await
             .map_err(s3)?;
@@ -305,6 +350,124 @@ impl S3 for Front {
             common_prefixes: Some(prefixes),
             ..Default::default()
         }))
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let caller = self.caller(&req).await?;
+        let input = req.input;
+        self.visible_bucket(&caller, &input.bucket).await?;
+        let path = writes::staging_path(&input.key).ok_or_else(read_only)?;
+        let want = writes::Expected {
+            content_md5: input.content_md5.clone(),
+            checksums: checksums!(input),
+        };
+        let (etag, version) = self
+            .writes
+            .put(&self.api, caller, &input.bucket, path, input.body, &want)
+            .await?;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: etag.parse().ok(),
+            version_id: version.map(|v| format!("v{v}")),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let caller = self.caller(&req).await?;
+        let input = req.input;
+        self.visible_bucket(&caller, &input.bucket).await?;
+        let path = writes::staging_path(&input.key).ok_or_else(read_only)?;
+        self.writes.delete(&caller, &input.bucket, path)?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let caller = self.caller(&req).await?;
+        let input = req.input;
+        self.visible_bucket(&caller, &input.bucket).await?;
+        let path = writes::staging_path(&input.key).ok_or_else(read_only)?;
+        let id = self
+            .writes
+            .create_multipart(&self.api, &caller, &input.bucket, path)
+            .await?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            upload_id: Some(id),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let caller = self.caller(&req).await?;
+        let input = req.input;
+        let want = writes::Expected {
+            content_md5: input.content_md5.clone(),
+            checksums: checksums!(input),
+        };
+        let etag = self
+            .writes
+            .upload_part(
+                &caller,
+                &input.upload_id,
+                input.part_number,
+                input.body,
+                &want,
+            )
+            .await?;
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: etag.parse().ok(),
+            ..Default::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let caller = self.caller(&req).await?;
+        let input = req.input;
+        let named: Vec<(i32, String)> = input
+            .multipart_upload
+            .and_then(|m| m.parts)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| {
+                let etag = p.e_tag.map(|t| t.value().to_string()).unwrap_or_default();
+                (p.part_number.unwrap_or(0), etag)
+            })
+            .collect();
+        let etag = self
+            .writes
+            .complete(&self.api, &caller, &input.upload_id, named)
+            .await?;
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(input.bucket),
+            key: Some(input.key),
+            e_tag: etag.parse().ok(),
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let caller = self.caller(&req).await?;
+        self.writes.abort(&caller, &req.input.upload_id)?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
     }
 
     async fn head_object(
@@ -356,7 +519,7 @@ impl S3 for Front {
         };
         let (etag, mtime) = (file.etag, file.mtime);
         let stream = self
-            .0
+            .api
             .read_span(file.chunks, span.start, span.end)
             .await
             .map_err(s3)?;
@@ -380,7 +543,7 @@ impl Front {
     async fn visible_bucket(&self, caller: &Caller, bucket: &str) -> S3Result<()> {
         let shown = caller.sees(Action::Versions, &[access::dataset_resource(bucket)]);
         let exists = self
-            .0
+            .api
             .datasets()
             .await
             .map_err(s3)?
@@ -407,7 +570,7 @@ impl Front {
             });
         }
         let mut names = vec!["latest".to_string()];
-        let (numbers, tags) = self.0.version_names(bucket).await.map_err(s3)?;
+        let (numbers, tags) = self.api.version_names(bucket).await.map_err(s3)?;
         names.extend(numbers.iter().map(|n| format!("v{n}")));
         names.extend(tags);
         let mut roots = Vec::new();
@@ -638,4 +801,49 @@ fn push_entries(
     items.sort_by_cached_key(sort_key);
     todo.extend(items.into_iter().rev());
     Ok(())
+}
+
+/// A listing of what is staged (`staging/…`), one page: what a writer
+/// checks after its uploads.
+fn staged_listing(
+    bucket: String,
+    prefix: String,
+    staged: Vec<(String, u64, String)>,
+    delimiter: Option<String>,
+) -> ListObjectsV2Output {
+    let mut contents = Vec::new();
+    let mut prefixes: Vec<String> = Vec::new();
+    for (key, size, etag) in staged {
+        let rest = &key[prefix.len()..];
+        match rest.find('/').filter(|_| delimiter.as_deref() == Some("/")) {
+            Some(i) => {
+                let p = format!("{prefix}{}", &rest[..=i]);
+                if prefixes.last() != Some(&p) {
+                    prefixes.push(p);
+                }
+            }
+            None => contents.push(Object {
+                key: Some(key),
+                size: Some(i64::try_from(size).unwrap_or(i64::MAX)),
+                e_tag: etag.parse().ok(),
+                ..Default::default()
+            }),
+        }
+    }
+    let count = contents.len() + prefixes.len();
+    ListObjectsV2Output {
+        name: Some(bucket),
+        prefix: Some(prefix),
+        delimiter,
+        key_count: Some(i32::try_from(count).unwrap_or(i32::MAX)),
+        is_truncated: Some(false),
+        contents: Some(contents),
+        common_prefixes: Some(
+            prefixes
+                .into_iter()
+                .map(|p| CommonPrefix { prefix: Some(p) })
+                .collect(),
+        ),
+        ..Default::default()
+    }
 }

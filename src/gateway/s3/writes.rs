@@ -1,0 +1,497 @@
+//! Writes through the S3 endpoint: `PutObject`, multipart uploads and
+//! `DeleteObject` under `staging/` of a bucket stage changes for the next
+//! commit of its dataset, in this gateway; a `PutObject` of
+//! `staging/.detafs-commit` (its body the message) commits them as one
+//! version, through the REST API's commit (its `VersionId` is `vN`). Each
+//! body is bounded, streamed to a private file (never held in memory) and
+//! checked against its `Content-MD5` and `x-amz-checksum-*` headers, then
+//! stored as an upload (`commit/upload.rs`) before it is staged.
+
+use crate::access::{self, Action};
+use crate::commit::edit::edit_path;
+use crate::commit::upload;
+use crate::gateway::api::{Api, ApiError, Caller, tempdir_in};
+use crate::relpath::RelPath;
+use futures::StreamExt;
+use parking_lot::Mutex;
+use s3s::crypto::Checksum as _;
+use s3s::dto::StreamingBlob;
+use s3s::{S3Error, S3ErrorCode, S3Result, s3_error};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+
+/// The largest object one `PutObject` or part sends (S3's own bound).
+const MAX_PART: u64 = 5 << 30;
+/// Most parts of a multipart upload (S3's own bound).
+const MAX_PARTS: i32 = 10_000;
+/// Most multipart uploads open in a gateway, and paths staged per dataset.
+const MAX_OPEN: usize = 1000;
+const MAX_STAGED: usize = 100_000;
+/// The key whose `PutObject` commits what is staged.
+pub const COMMIT_KEY: &str = ".detafs-commit";
+
+/// A change staged for a dataset's next commit.
+#[derive(Clone)]
+enum Staged {
+    /// Bytes stored as an upload: its id, size and ETag.
+    Upload {
+        id: String,
+        size: u64,
+        etag: String,
+    },
+    Deleted,
+}
+
+/// A multipart upload under way: its parts as private files.
+struct Multipart {
+    dataset: String,
+    path: RelPath,
+    owner: String,
+    dir: tempfile::TempDir,
+    /// By number: the part's file, size and MD5 (hex).
+    parts: BTreeMap<i32, (std::path::PathBuf, u64, String)>,
+}
+
+/// What this gateway has staged through S3, per dataset, and the
+/// multipart uploads under way.
+#[derive(Default)]
+pub struct Writes {
+    staged: Mutex<HashMap<String, BTreeMap<String, Staged>>>,
+    multiparts: Mutex<HashMap<String, Multipart>>,
+}
+
+/// The checks a body's headers ask for.
+pub struct Expected {
+    pub content_md5: Option<String>,
+    pub checksums: s3s::dto::Checksum,
+}
+
+/// An object received, in its private folder, to be stored.
+struct Object {
+    file: std::path::PathBuf,
+    tmp: tempfile::TempDir,
+    size: u64,
+    etag: String,
+}
+
+/// A body received into a file: its size and MD5 (hex).
+struct Received {
+    size: u64,
+    md5: String,
+}
+
+/// The staging path a key names (`staging/PATH`), if it is one.
+pub fn staging_path(key: &str) -> Option<&str> {
+    key.strip_prefix("staging/")
+}
+
+fn api_err(e: ApiError) -> S3Error {
+    super::s3(e)
+}
+
+/// May `caller` commit to dataset `bucket`?
+fn may_commit(caller: &Caller, bucket: &str) -> S3Result<()> {
+    caller
+        .may(Action::Commit, &[access::dataset_resource(bucket)])
+        .map_err(api_err)
+}
+
+/// Receives `body` into `file`, bounded, checking what `want` says of it.
+async fn receive(
+    body: Option<StreamingBlob>,
+    file: &std::path::Path,
+    want: &Expected,
+) -> S3Result<Received> {
+    let io = |e: std::io::Error| S3Error::with_message(S3ErrorCode::InternalError, e.to_string());
+    let mut out = tokio::fs::File::create(file).await.map_err(io)?;
+    let mut md5 = s3s::crypto::Md5::new();
+    let c = &want.checksums;
+    let mut sums = s3s::checksum::ChecksumHasher {
+        crc32: c.checksum_crc32.as_ref().map(|_| Default::default()),
+        crc32c: c.checksum_crc32c.as_ref().map(|_| Default::default()),
+        sha1: c.checksum_sha1.as_ref().map(|_| s3s::crypto::Sha1::new()),
+        sha256: c
+            .checksum_sha256
+            .as_ref()
+            .map(|_| s3s::crypto::Sha256::new()),
+        crc64nvme: c.checksum_crc64nvme.as_ref().map(|_| Default::default()),
+    };
+    let mut size = 0u64;
+    if let Some(mut body) = body {
+        while let Some(part) = body.next().await {
+            let part = part
+                .map_err(|e| S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string()))?;
+            size += part.len() as u64;
+            if size > MAX_PART {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::EntityTooLarge,
+                    format!("at most {MAX_PART} bytes a request (multipart uploads send more)"),
+                ));
+            }
+            md5.update(&part);
+            sums.update(&part);
+            out.write_all(&part).await.map_err(io)?;
+        }
+    }
+    out.flush().await.map_err(io)?;
+    let md5 = md5.finalize();
+    if let Some(given) = &want.content_md5 {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(md5.as_ref());
+        if *given != b64 {
+            return Err(s3_error!(
+                BadDigest,
+                "the Content-MD5 does not match the body"
+            ));
+        }
+    }
+    let got = sums.finalize();
+    let pairs = [
+        (&c.checksum_crc32, &got.checksum_crc32),
+        (&c.checksum_crc32c, &got.checksum_crc32c),
+        (&c.checksum_sha1, &got.checksum_sha1),
+        (&c.checksum_sha256, &got.checksum_sha256),
+        (&c.checksum_crc64nvme, &got.checksum_crc64nvme),
+    ];
+    if pairs.iter().any(|(w, g)| w.is_some() && w != g) {
+        return Err(s3_error!(
+            BadDigest,
+            "a checksum header does not match the body"
+        ));
+    }
+    Ok(Received {
+        size,
+        md5: hex::encode(md5.as_ref()),
+    })
+}
+
+impl Writes {
+    /// `PutObject` of `staging/PATH` (or of the commit key) in `bucket`.
+    /// Returns the ETag, and the version a commit made.
+    pub async fn put(
+        &self,
+        api: &Arc<Api>,
+        caller: Caller,
+        bucket: &str,
+        path: &str,
+        body: Option<StreamingBlob>,
+        want: &Expected,
+    ) -> S3Result<(String, Option<u64>)> {
+        may_commit(&caller, bucket)?;
+        if path == COMMIT_KEY {
+            let message = read_message(body).await?;
+            let version = self.commit(api, caller, bucket, message).await?;
+            return Ok((String::new(), Some(version)));
+        }
+        let path = edit_path(path).map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
+        let tmp = api.run(tempdir_in).await.map_err(api_err)?;
+        let file = tmp.path().join("object");
+        let got = receive(body, &file, want).await?;
+        let etag = format!("\"{}\"", got.md5);
+        let o = Object {
+            file,
+            tmp,
+            size: got.size,
+            etag: etag.clone(),
+        };
+        self.store(api, bucket, path, o).await?;
+        Ok((etag, None))
+    }
+
+    /// Stores `o` as an upload and stages it at `path`.
+    async fn store(&self, api: &Arc<Api>, bucket: &str, path: RelPath, o: Object) -> S3Result<()> {
+        let Object {
+            file,
+            tmp,
+            size,
+            etag,
+        } = o;
+        let (dataset, at) = (bucket.to_string(), path.clone());
+        let up = api
+            .run(move |repo| {
+                let up = upload::store_upload(repo, &dataset, &at, &file)?;
+                drop(tmp);
+                Ok(up)
+            })
+            .await
+            .map_err(api_err)?;
+        self.stage(
+            bucket,
+            path,
+            Staged::Upload {
+                id: up.id,
+                size,
+                etag,
+            },
+        )
+    }
+
+    fn stage(&self, bucket: &str, path: RelPath, change: Staged) -> S3Result<()> {
+        let mut staged = self.staged.lock();
+        let ds = staged.entry(bucket.to_string()).or_default();
+        if ds.len() >= MAX_STAGED && !ds.contains_key(&path.to_string()) {
+            return Err(S3Error::with_message(
+                S3ErrorCode::SlowDown,
+                format!("{MAX_STAGED} paths are staged: commit them first"),
+            ));
+        }
+        ds.insert(path.to_string(), change);
+        Ok(())
+    }
+
+    /// `DeleteObject` of `staging/PATH`: a staged upload is dropped; any
+    /// other path is staged for deletion.
+    pub fn delete(&self, caller: &Caller, bucket: &str, path: &str) -> S3Result<()> {
+        may_commit(caller, bucket)?;
+        let path = edit_path(path).map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
+        let dropped = {
+            let mut staged = self.staged.lock();
+            let ds = staged.entry(bucket.to_string()).or_default();
+            matches!(ds.get(&path.to_string()), Some(Staged::Upload { .. }))
+                && ds.remove(&path.to_string()).is_some()
+        };
+        match dropped {
+            true => Ok(()),
+            false => self.stage(bucket, path, Staged::Deleted),
+        }
+    }
+
+    /// Commits what is staged for `bucket` as one version (through the
+    /// REST API's commit); what was staged meanwhile stays staged.
+    async fn commit(
+        &self,
+        api: &Arc<Api>,
+        caller: Caller,
+        bucket: &str,
+        message: String,
+    ) -> S3Result<u64> {
+        let staged = self.staged.lock().get(bucket).cloned().unwrap_or_default();
+        if staged.is_empty() {
+            return Err(s3_error!(
+                InvalidRequest,
+                "nothing is staged under staging/ to commit"
+            ));
+        }
+        let uploads: Vec<&str> = staged
+            .values()
+            .filter_map(|s| match s {
+                Staged::Upload { id, .. } => Some(id.as_str()),
+                Staged::Deleted => None,
+            })
+            .collect();
+        let deleted: Vec<&String> = staged
+            .iter()
+            .filter(|(_, s)| matches!(s, Staged::Deleted))
+            .map(|(p, _)| p)
+            .collect();
+        let body = serde_json::json!({
+            "commit_message": message,
+            "uploads": uploads,
+            "delete": deleted,
+        });
+        let record = api
+            .commit_as(caller, bucket.to_string(), body, None)
+            .await
+            .map_err(|e| match e.status().as_u16() {
+                409 => {
+                    S3Error::with_message(S3ErrorCode::OperationAborted, e.message().to_string())
+                }
+                _ => api_err(e),
+            })?;
+        let mut now = self.staged.lock();
+        if let Some(ds) = now.get_mut(bucket) {
+            for (path, was) in &staged {
+                if ds.get(path).is_some_and(|s| same(s, was)) {
+                    ds.remove(path);
+                }
+            }
+        }
+        Ok(record.version)
+    }
+
+    /// The staged uploads of `bucket` under `prefix` (of `staging/…` keys),
+    /// as (key, size, ETag), in key order.
+    pub fn listed(&self, bucket: &str, prefix: &str) -> Vec<(String, u64, String)> {
+        let staged = self.staged.lock();
+        let Some(ds) = staged.get(bucket) else {
+            return Vec::new();
+        };
+        ds.iter()
+            .filter_map(|(path, s)| match s {
+                Staged::Upload { size, etag, .. } => {
+                    Some((format!("staging/{path}"), *size, etag.clone()))
+                }
+                Staged::Deleted => None,
+            })
+            .filter(|(key, ..)| key.starts_with(prefix))
+            .collect()
+    }
+
+    /// `CreateMultipartUpload` of `staging/PATH`: its id.
+    pub async fn create_multipart(
+        &self,
+        api: &Arc<Api>,
+        caller: &Caller,
+        bucket: &str,
+        path: &str,
+    ) -> S3Result<String> {
+        may_commit(caller, bucket)?;
+        let path = edit_path(path).map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
+        let dir = api.run(tempdir_in).await.map_err(api_err)?;
+        let mut open = self.multiparts.lock();
+        if open.len() >= MAX_OPEN {
+            return Err(s3_error!(SlowDown, "too many multipart uploads under way"));
+        }
+        let id = hex::encode(rand::random::<[u8; 16]>());
+        open.insert(
+            id.clone(),
+            Multipart {
+                dataset: bucket.to_string(),
+                path,
+                owner: caller_name(caller),
+                dir,
+                parts: BTreeMap::new(),
+            },
+        );
+        Ok(id)
+    }
+
+    /// `UploadPart`: part `number` of upload `id`; its ETag.
+    pub async fn upload_part(
+        &self,
+        caller: &Caller,
+        id: &str,
+        number: i32,
+        body: Option<StreamingBlob>,
+        want: &Expected,
+    ) -> S3Result<String> {
+        if !(1..=MAX_PARTS).contains(&number) {
+            return Err(s3_error!(
+                InvalidArgument,
+                "part numbers are 1 to {MAX_PARTS}"
+            ));
+        }
+        let file = {
+            let open = self.multiparts.lock();
+            let m = owned(&open, id, caller)?;
+            m.dir.path().join(format!("part-{number}"))
+        };
+        let got = receive(body, &file, want).await?;
+        let mut open = self.multiparts.lock();
+        let m = open.get_mut(id).ok_or_else(|| s3_error!(NoSuchUpload))?;
+        m.parts.insert(number, (file, got.size, got.md5.clone()));
+        Ok(format!("\"{}\"", got.md5))
+    }
+
+    /// `CompleteMultipartUpload`: the parts named, in order and with their
+    /// ETags, become one upload, staged; its ETag.
+    pub async fn complete(
+        &self,
+        api: &Arc<Api>,
+        caller: &Caller,
+        id: &str,
+        named: Vec<(i32, String)>,
+    ) -> S3Result<String> {
+        let m = {
+            let mut open = self.multiparts.lock();
+            owned(&open, id, caller)?;
+            open.remove(id).ok_or_else(|| s3_error!(NoSuchUpload))?
+        };
+        if named.is_empty() || named.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(s3_error!(InvalidPartOrder, "name parts in ascending order"));
+        }
+        let mut files = Vec::new();
+        let mut md5s = Vec::new();
+        let mut size = 0u64;
+        for (n, etag) in &named {
+            let (file, len, md5) = m.parts.get(n).ok_or_else(|| s3_error!(InvalidPart))?;
+            if etag.trim_matches('"') != md5 {
+                return Err(s3_error!(InvalidPart, "part {n}'s ETag does not match"));
+            }
+            files.push(file.clone());
+            md5s.extend(hex::decode(md5).unwrap_or_default());
+            size += len;
+        }
+        let whole = m.dir.path().join("whole");
+        let joined = whole.clone();
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            let mut out = std::fs::File::create(&joined)?;
+            for f in files {
+                std::io::copy(&mut std::fs::File::open(&f)?, &mut out)?;
+                std::fs::remove_file(&f)?;
+            }
+            out.sync_all()
+        })
+        .await
+        .map_err(|e| S3Error::with_message(S3ErrorCode::InternalError, e.to_string()))?
+        .map_err(|e| S3Error::with_message(S3ErrorCode::InternalError, e.to_string()))?;
+        let mut md5 = s3s::crypto::Md5::new();
+        md5.update(&md5s);
+        let etag = format!(
+            "\"{}-{}\"",
+            hex::encode(md5.finalize().as_ref()),
+            named.len()
+        );
+        let o = Object {
+            file: whole,
+            tmp: m.dir,
+            size,
+            etag: etag.clone(),
+        };
+        self.store(api, &m.dataset, m.path, o).await?;
+        Ok(etag)
+    }
+
+    /// `AbortMultipartUpload`: its parts are gone.
+    pub fn abort(&self, caller: &Caller, id: &str) -> S3Result<()> {
+        let mut open = self.multiparts.lock();
+        owned(&open, id, caller)?;
+        open.remove(id);
+        Ok(())
+    }
+}
+
+/// Whether two staged changes are the same (the same upload, or both
+/// deletions).
+fn same(a: &Staged, b: &Staged) -> bool {
+    match (a, b) {
+        (Staged::Upload { id: x, .. }, Staged::Upload { id: y, .. }) => x == y,
+        (Staged::Deleted, Staged::Deleted) => true,
+        _ => false,
+    }
+}
+
+fn caller_name(caller: &Caller) -> String {
+    caller.name().to_string()
+}
+
+/// Upload `id`, if `caller` began it.
+fn owned<'m>(
+    open: &'m HashMap<String, Multipart>,
+    id: &str,
+    caller: &Caller,
+) -> S3Result<&'m Multipart> {
+    open.get(id)
+        .filter(|m| m.owner == caller.name())
+        .ok_or_else(|| s3_error!(NoSuchUpload))
+}
+
+/// A commit message: the body of a `PutObject` of the commit key.
+async fn read_message(body: Option<StreamingBlob>) -> S3Result<String> {
+    let mut bytes = Vec::new();
+    if let Some(mut body) = body {
+        while let Some(part) = body.next().await {
+            let part = part
+                .map_err(|e| S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string()))?;
+            bytes.extend_from_slice(&part);
+            if bytes.len() > crate::limits::MAX_MESSAGE {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "a commit message is at most 64 KiB"
+                ));
+            }
+        }
+    }
+    String::from_utf8(bytes).map_err(|_| s3_error!(InvalidArgument, "a commit message is UTF-8"))
+}
