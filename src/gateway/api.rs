@@ -524,6 +524,13 @@ impl Api {
         self.run(|repo| Ok(repo.datasets()?)).await
     }
 
+    /// Fails unless dataset `id` exists (as of a view up to `FRESH` old).
+    pub(super) async fn dataset_exists(self: &Arc<Self>, id: &str) -> Result<(), ApiError> {
+        let asked = Instant::now();
+        let recent = asked.checked_sub(FRESH).unwrap_or(self.started);
+        self.view(id, recent).await.map(|_| ())
+    }
+
     /// Dataset `id`'s version numbers and tag names, as of its view.
     pub(super) async fn version_names(
         self: &Arc<Self>,

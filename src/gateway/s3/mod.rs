@@ -541,20 +541,15 @@ impl S3 for Front {
 impl Front {
     /// Fails as `NoSuchBucket` unless the caller may see dataset `bucket`.
     async fn visible_bucket(&self, caller: &Caller, bucket: &str) -> S3Result<()> {
-        let shown = caller.sees(Action::Versions, &[access::dataset_resource(bucket)]);
-        let exists = self
-            .api
-            .datasets()
-            .await
-            .map_err(s3)?
-            .iter()
-            .any(|d| d == bucket);
-        match shown && exists {
-            true => Ok(()),
-            false => Err(S3Error::with_message(
-                S3ErrorCode::NoSuchBucket,
-                format!("no bucket {bucket}"),
-            )),
+        let missing =
+            || S3Error::with_message(S3ErrorCode::NoSuchBucket, format!("no bucket {bucket}"));
+        if !caller.sees(Action::Versions, &[access::dataset_resource(bucket)]) {
+            return Err(missing());
+        }
+        match self.api.dataset_exists(bucket).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.code() == "no_dataset" => Err(missing()),
+            Err(e) => Err(s3(e)),
         }
     }
 
