@@ -16,6 +16,7 @@ use detafs::staging::{Kind, ROOT, Staging};
 use detafs::store::Store;
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::process::Command;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -98,7 +99,7 @@ fn a_real_server_that_overwrites_is_refused() {
         err.contains("does not honour conditional create") && err.contains("overwrites"),
         "{err}"
     );
-    let listing = std::process::Command::new("curl")
+    let listing = Command::new("curl")
         .args([
             "-fsS",
             &format!("http://127.0.0.1:4568/liar?prefix={prefix}"),
@@ -656,4 +657,83 @@ fn a_server_that_does_not_apply_server_side_encryption_is_refused_at_once() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// `curl --aws-sigv4` against an S3 endpoint of a gateway: (status, body).
+fn s3_curl(endpoint: &str, key: &(String, String), args: &[&str], path: &str) -> (u16, Vec<u8>) {
+    let out = Command::new("curl")
+        .args(["-sk", "-o", "-", "-w", "\n%{http_code}"])
+        .args(["--aws-sigv4", "aws:amz:us-east-1:s3"])
+        .args(["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "--user"])
+        .arg(format!("{}:{}", key.0, key.1))
+        .args(args)
+        .arg(format!("{endpoint}/{path}"))
+        .output()
+        .unwrap();
+    let mut body = out.stdout;
+    let at = body.iter().rposition(|&b| b == b'\n').unwrap();
+    let code = String::from_utf8_lossy(&body[at + 1..]).parse().unwrap();
+    body.truncate(at);
+    (code, body)
+}
+
+/// Two gateways on one bucket: what one serves the other serves alike
+/// (bytes and ETag), and a version committed through one's S3 endpoint
+/// is read through the other's at once.
+#[test]
+fn two_gateways_on_one_bucket_serve_one_history_over_s3() {
+    use common::gateway::serve_with;
+    let env = Env::new_s3();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.csv"), "a\n1\n").unwrap();
+    env.commit(&src, "v1");
+    let out = env.ok(&["apikey", "create", "w", "--scopes", "read,commit", "--s3"]);
+    let field = |k: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let key = (
+        field("aws_access_key_id = "),
+        field("aws_secret_access_key = "),
+    );
+    let other = env.other_host();
+    let (a, b) = (
+        serve_with(&env, &["--s3-listen", "127.0.0.1:0"]),
+        serve_with(&other, &["--s3-listen", "127.0.0.1:0"]),
+    );
+    let (a, b) = (a.s3.clone().unwrap(), b.s3.clone().unwrap());
+    let head = |at: &str| s3_curl(at, &key, &["-I"], "ds/v1/a.csv");
+    let (ha, hb) = (head(&a), head(&b));
+    assert_eq!((ha.0, hb.0), (200, 200));
+    let etag = |h: &[u8]| {
+        String::from_utf8_lossy(h)
+            .lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("etag:"))
+            .map(|l| l[5..].trim().to_string())
+    };
+    assert!(etag(&ha.1).is_some() && etag(&ha.1) == etag(&hb.1));
+    // Staged and committed through a, read through b.
+    let staged = env.path("b.csv");
+    std::fs::write(&staged, "b\n2\n").unwrap();
+    let put = |path: &str, file: &std::path::Path| {
+        s3_curl(&a, &key, &["-T", file.to_str().unwrap()], path)
+    };
+    assert_eq!(put("ds/staging/b.csv", &staged).0, 200);
+    let message = env.path("message");
+    std::fs::write(&message, "through a").unwrap();
+    let (code, _) = put("ds/staging/.detafs-commit", &message);
+    assert_eq!(code, 200);
+    assert_eq!(
+        s3_curl(&b, &key, &[], "ds/latest/b.csv"),
+        (200, b"b\n2\n".to_vec())
+    );
+    assert_eq!(
+        s3_curl(&b, &key, &[], "ds/v2/a.csv"),
+        (200, b"a\n1\n".to_vec())
+    );
+    assert_eq!(env.log().last().unwrap()["message"], "through a");
 }
