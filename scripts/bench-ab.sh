@@ -11,7 +11,11 @@ cd "$(dirname "$0")/.."
 OLD=$1 NEW=$2 RUNS=${3:-6}
 ROOT=${BENCH_DIR:-/var/tmp/detafs-bench}
 [ -d "$ROOT/data/small" ] || { echo "run scripts/bench.sh first (it makes $ROOT/data)" >&2; exit 1; }
-W=$ROOT/ab; rm -rf "$W"; mkdir -p "$W/src"
+W=$ROOT/ab
+# A run cut short leaves its mount: never delete through one.
+unmount() { mountpoint -q "$W/run/mnt" 2>/dev/null && { umount "$W/run/mnt" || umount -l "$W/run/mnt"; }; true; }
+unmount; trap unmount EXIT
+rm -rf "$W"; mkdir -p "$W/src"
 cp -a "$ROOT/data/small" "$W/src/"
 head -c 256M "$ROOT/data/big.bin" > "$W/src/big.bin"
 now() { date +%s.%N; }
@@ -38,7 +42,8 @@ PY
   tar -C "$d/mnt/versions/v1" -cf - small | cat >/dev/null
   t=$(now); tar -C "$d/mnt/versions/v1" -cf - small | cat >/dev/null; tar=$(since "$t")
   # 100 folders of 100 files.
-  mkdir -p "$d/half"; find "$d/work/small" -mindepth 1 -maxdepth 1 -type d | sort | head -100 | xargs cp -a -t "$d/half"
+  local dirs=("$d/work/small"/dir*)
+  mkdir -p "$d/half"; cp -a "${dirs[@]:0:100}" "$d/half/"
   t=$(now); cp -a "$d/half" "$d/mnt/staging/"; sync; cp=$(since "$t")
   "$bin" umount "$d/mnt"
   echo "$label $v1 $v2 $tar $cp" | tee -a "$res" >&2
