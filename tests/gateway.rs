@@ -4,7 +4,8 @@
 mod common;
 
 use common::gateway::{
-    Gateway, bearer, cert, curl, json_of, key, post_json, serve, serve_with, set_policy_and_wait,
+    Gateway, bearer, cert, curl, json_of, key, post_json, s3_curl, s3_key, serve, serve_with,
+    set_policy_and_wait,
 };
 use common::{Env, within};
 use serde_json::{Value, json};
@@ -1022,6 +1023,13 @@ fn sixty_four_clients_at_once_are_all_answered() {
 /// A store with `raw/pii/secret.csv` denied to reading by `key:analyst`
 /// (allowed the rest), served; (env, gateway, the analyst's key).
 fn pii_denied() -> (Env, Gateway, String) {
+    let (env, g, analyst, _) = pii_denied_with_s3();
+    (env, g, analyst)
+}
+
+/// `pii_denied`'s store and policy, served with an S3 endpoint too, and
+/// an S3 key (`key:analyst-s3`) under the same policy as `key:analyst`.
+fn pii_denied_with_s3() -> (Env, Gateway, String, (String, String)) {
     let env = Env::new();
     let src = env.path("src");
     std::fs::create_dir_all(src.join("raw/pii")).unwrap();
@@ -1030,12 +1038,13 @@ fn pii_denied() -> (Env, Gateway, String) {
     env.commit(&src, "v1");
     env.ok(&["tag", "ds", "v1", "pub"]);
     let analyst = key(&env, "analyst", "read,commit");
+    let s3 = s3_key(&env, "analyst-s3", "read,commit");
     set_policy_and_wait(
         &env,
-        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: read, effect: allow, principals: [\"key:analyst\"], actions: [\"dataset:*\"], resources: [\"datasets/ds\"]}\n  - {name: no_pii, effect: deny, principals: [\"key:analyst\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/raw/pii/*\"]}\n",
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: read, effect: allow, principals: [\"key:analyst\", \"key:analyst-s3\"], actions: [\"dataset:*\"], resources: [\"datasets/ds\"]}\n  - {name: no_pii, effect: deny, principals: [\"key:analyst\", \"key:analyst-s3\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/raw/pii/*\"]}\n",
     );
-    let g = serve(&env);
-    (env, g, analyst)
+    let g = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
+    (env, g, analyst, s3)
 }
 
 /// `curl --path-as-is` (no client-side clean-up of `.` and `..`).
@@ -1142,6 +1151,82 @@ fn any_spelling_gets_what_its_canonical_path_gets() {
             }
             Ok(())
         })
+        .unwrap();
+}
+
+/// The REST API and the S3 endpoint keep one read rule: for any spelling
+/// of a version and a path, what S3 serves the REST API serves alike, a
+/// file the REST API serves S3 serves alike or refuses, and neither ever
+/// sends a denied file's bytes.
+#[test]
+fn rest_and_s3_answer_every_spelling_alike() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let (_env, g, analyst, s3) = pii_denied_with_s3();
+    let endpoint = g.s3.clone().unwrap();
+    let version = prop_oneof![
+        Just("v1"),
+        Just("pub"),
+        Just("latest"),
+        Just("1"),
+        Just("v01"),
+        Just("%76%31"),
+        Just("latest~0"),
+    ];
+    let part = prop_oneof![
+        Just("raw"),
+        Just("pii"),
+        Just("secret.csv"),
+        Just("ok.csv"),
+        Just("."),
+        Just(".."),
+        Just(""),
+        Just("%2e"),
+        Just("%2E%2e"),
+        Just("%2F"),
+        Just("%2fpii"),
+        Just("raw%2Fpii%2Fsecret.csv"),
+        Just("ok%2ecsv"),
+        Just("%00"),
+    ];
+    let answers = |v: &str, spelled: &str| {
+        let rest = get_as_is(&g, &analyst, &format!("{v}/files/{spelled}"));
+        let over_s3 = s3_curl(&endpoint, &s3, &[], &format!("ds/{v}/{spelled}"));
+        let shown = |(s, b): &(u16, Vec<u8>)| format!("{s} {}", String::from_utf8_lossy(b));
+        let said = format!(
+            "{v}/{spelled}: REST {} S3 {}",
+            shown(&rest),
+            shown(&over_s3)
+        );
+        (rest, over_s3, said)
+    };
+    // The canonical spellings: the file served alike, the denied one by
+    // neither.
+    for v in ["v1", "pub", "latest"] {
+        let (rest, over_s3, said) = answers(v, "raw/ok.csv");
+        assert_eq!(rest, (200, b"a\n1\n".to_vec()), "{said}");
+        assert_eq!(rest, over_s3, "{said}");
+        let (rest, over_s3, said) = answers(v, "raw/pii/secret.csv");
+        assert_eq!((rest.0, over_s3.0), (404, 404), "{said}");
+    }
+    let mut runner = TestRunner::new(Config::with_cases(96));
+    runner
+        .run(
+            &(version, prop::collection::vec(part, 1..6)),
+            |(v, parts)| {
+                let (rest, over_s3, said) = answers(v, &parts.join("/"));
+                for (_, body) in [&rest, &over_s3] {
+                    prop_assert!(!String::from_utf8_lossy(body).contains("123"), "{said}");
+                }
+                if over_s3.0 == 200 {
+                    prop_assert_eq!(&rest, &over_s3, "{}", said);
+                }
+                if rest == (200, b"a\n1\n".to_vec()) {
+                    prop_assert!(over_s3.0 == 200 || over_s3.0 >= 400, "{said}");
+                }
+                Ok(())
+            },
+        )
         .unwrap();
 }
 

@@ -659,47 +659,18 @@ fn a_server_that_does_not_apply_server_side_encryption_is_refused_at_once() {
     );
 }
 
-/// `curl --aws-sigv4` against an S3 endpoint of a gateway: (status, body).
-fn s3_curl(endpoint: &str, key: &(String, String), args: &[&str], path: &str) -> (u16, Vec<u8>) {
-    let out = Command::new("curl")
-        .args(["-sk", "-o", "-", "-w", "\n%{http_code}"])
-        .args(["--aws-sigv4", "aws:amz:us-east-1:s3"])
-        .args(["-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "--user"])
-        .arg(format!("{}:{}", key.0, key.1))
-        .args(args)
-        .arg(format!("{endpoint}/{path}"))
-        .output()
-        .unwrap();
-    let mut body = out.stdout;
-    let at = body.iter().rposition(|&b| b == b'\n').unwrap();
-    let code = String::from_utf8_lossy(&body[at + 1..]).parse().unwrap();
-    body.truncate(at);
-    (code, body)
-}
-
 /// Two gateways on one bucket: what one serves the other serves alike
 /// (bytes and ETag), and a version committed through one's S3 endpoint
 /// is read through the other's at once.
 #[test]
 fn two_gateways_on_one_bucket_serve_one_history_over_s3() {
-    use common::gateway::serve_with;
+    use common::gateway::{s3_curl, s3_key, serve_with};
     let env = Env::new_s3();
     let src = env.path("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("a.csv"), "a\n1\n").unwrap();
     env.commit(&src, "v1");
-    let out = env.ok(&["apikey", "create", "w", "--scopes", "read,commit", "--s3"]);
-    let field = |k: &str| {
-        out.lines()
-            .find_map(|l| l.strip_prefix(k))
-            .unwrap()
-            .trim()
-            .to_string()
-    };
-    let key = (
-        field("aws_access_key_id = "),
-        field("aws_secret_access_key = "),
-    );
+    let key = s3_key(&env, "w", "read,commit");
     let other = env.other_host();
     let (a, b) = (
         serve_with(&env, &["--s3-listen", "127.0.0.1:0"]),

@@ -4,29 +4,13 @@
 
 mod common;
 
-use common::gateway::{cert, serve_with};
+use common::gateway::{cert, s3_key, serve_with};
 use common::{Env, noise, run_ok};
 use std::process::Command;
 
 fn python(args: &[&str]) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/py/s3_clients.py");
     run_ok(Command::new("python3").arg(script).args(args))
-}
-
-/// The two lines `apikey create --s3` prints, as (id, secret).
-fn s3_key(env: &Env, name: &str, scopes: &str) -> (String, String) {
-    let out = env.ok(&["apikey", "create", name, "--scopes", scopes, "--s3"]);
-    let field = |k: &str| {
-        out.lines()
-            .find_map(|l| l.strip_prefix(k))
-            .unwrap_or_else(|| panic!("{k} in {out}"))
-            .trim()
-            .to_string()
-    };
-    (
-        field("aws_access_key_id = "),
-        field("aws_secret_access_key = "),
-    )
 }
 
 #[test]

@@ -249,6 +249,42 @@ impl Caller {
             && self.policies_show(versions, path, dir)
     }
 
+    /// The one read rule of the REST API and the S3 endpoint: `node`, as
+    /// looked up at `path` of version `record` (named `versions`), if the
+    /// caller may read it. What it may not see answers as a missing path
+    /// does; what it sees but may not read is denied.
+    pub(super) fn readable(
+        &self,
+        record: &Record,
+        versions: &[String],
+        path: &RelPath,
+        node: Option<Node>,
+    ) -> Result<Node, ApiError> {
+        let hidden = || Error::NoPath {
+            version: format!("v{}", record.version),
+            path: path.to_string(),
+        };
+        let node = node.ok_or_else(hidden)?;
+        if !path.is_root() && !self.sees_path(versions, path, node.is_dir()) {
+            return Err(hidden().into());
+        }
+        self.may_read(versions, path, node.is_dir())?;
+        Ok(node)
+    }
+
+    /// Whether the caller may read `path` (a folder if `dir`) of a version
+    /// named `versions`, decided on the path alone.
+    pub(super) fn may_read(
+        &self,
+        versions: &[String],
+        path: &RelPath,
+        dir: bool,
+    ) -> Result<(), ApiError> {
+        let mut names = access::path_resources(versions, path, dir);
+        names.extend(versions.iter().cloned());
+        self.may(Action::Read, &names)
+    }
+
     /// Whether no policy in force hides `path` from the caller.
     fn policies_show(&self, versions: &[String], path: &RelPath, dir: bool) -> bool {
         [self.known.policy.as_ref(), self.known.narrowing.as_deref()]
@@ -948,18 +984,7 @@ impl Asked {
             },
             false => repo.lookup(&self.record.tree, clean)?,
         };
-        // A path the caller may not see answers as a missing one does.
-        let hidden = || Error::NoPath {
-            version: format!("v{}", self.record.version),
-            path: clean.to_string(),
-        };
-        let node = node.ok_or_else(hidden)?;
-        if !clean.is_root() && !caller.sees_path(versions, clean, node.is_dir()) {
-            return Err(hidden().into());
-        }
-        let mut names = access::path_resources(versions, clean, node.is_dir());
-        names.extend(versions.iter().cloned());
-        caller.may(Action::Read, &names)?;
+        let node = caller.readable(&self.record, versions, clean, node)?;
         match node {
             Node::Dir { .. } if memory_only => Ok(None),
             Node::Dir { tree, .. } => Ok(Some(Served::Listing(listing(
@@ -1370,9 +1395,7 @@ fn edits_of(
         // Decided on the path before it is looked up: whether the file is
         // there shows only to who may read it.
         if let Some(b) = base {
-            let mut names = access::path_resources(&b.names, &path, false);
-            names.extend(b.names.iter().cloned());
-            caller.may(Action::Read, &names).map_err(|e| {
+            caller.may_read(&b.names, &path, false).map_err(|e| {
                 err(
                     StatusCode::FORBIDDEN,
                     "forbidden",

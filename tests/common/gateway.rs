@@ -124,6 +124,44 @@ pub fn key(env: &Env, name: &str, scopes: &str) -> String {
         .to_string()
 }
 
+/// An S3 key (access key id, secret): `apikey create NAME --s3`.
+pub fn s3_key(env: &Env, name: &str, scopes: &str) -> (String, String) {
+    let out = env.ok(&["apikey", "create", name, "--scopes", scopes, "--s3"]);
+    let field = |k: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap_or_else(|| panic!("no {k} in {out}"))
+            .trim()
+            .to_string()
+    };
+    (
+        field("aws_access_key_id = "),
+        field("aws_secret_access_key = "),
+    )
+}
+
+/// `curl --aws-sigv4` (path as is) to `endpoint/path` of an S3 endpoint:
+/// (status, body).
+pub fn s3_curl(
+    endpoint: &str,
+    key: &(String, String),
+    args: &[&str],
+    path: &str,
+) -> (u16, Vec<u8>) {
+    let user = format!("{}:{}", key.0, key.1);
+    let url = format!("{endpoint}/{path}");
+    let signed = [
+        "--path-as-is",
+        "--aws-sigv4",
+        "aws:amz:us-east-1:s3",
+        "-H",
+        "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+        "--user",
+        &user,
+    ];
+    curl(&[&signed[..], args, &[&url]].concat())
+}
+
 pub fn bearer(k: &str) -> String {
     format!("Authorization: Bearer {k}")
 }

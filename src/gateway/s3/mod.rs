@@ -155,20 +155,8 @@ struct FileAt {
 /// File `path` of version `v`, if the caller may read it; what it may not
 /// see is not there.
 fn file_at(repo: &Repo, caller: &Caller, v: &Visible, path: &RelPath) -> Result<FileAt, ApiError> {
-    let missing = || {
-        ApiError::from(Error::NoPath {
-            version: v.name.clone(),
-            path: path.to_string(),
-        })
-    };
-    let node = repo.lookup(&v.record.tree, path)?.ok_or_else(missing)?;
-    if path.is_root() || !caller.sees_path(&v.names, path, node.is_dir()) {
-        return Err(missing());
-    }
-    let mut names = access::path_resources(&v.names, path, node.is_dir());
-    names.extend(v.names.iter().cloned());
-    caller.may(Action::Read, &names)?;
-    match node {
+    let node = repo.lookup(&v.record.tree, path)?;
+    match caller.readable(&v.record, &v.names, path, node)? {
         Node::File {
             chunks,
             size,
@@ -180,7 +168,12 @@ fn file_at(repo: &Repo, caller: &Caller, v: &Visible, path: &RelPath) -> Result<
             size,
             mtime: mtime.0,
         }),
-        _ => Err(missing()),
+        // Not an object: a folder is a prefix.
+        _ => Err(Error::NoPath {
+            version: v.name.clone(),
+            path: path.to_string(),
+        }
+        .into()),
     }
 }
 
