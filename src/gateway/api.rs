@@ -24,6 +24,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -587,14 +588,13 @@ impl Api {
         chunks: Vec<BlobRef>,
         start: u64,
         end: u64,
-    ) -> Result<impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> + use<>, ApiError>
-    {
+    ) -> Result<impl futures::Stream<Item = Result<Bytes, std::io::Error>> + use<>, ApiError> {
         let (window, cache) = (chunks.clone(), self.chunks.clone());
         let first_end = (start + WINDOW).min(end);
         let first = self
             .run(move |_| {
                 Ok(cache
-                    .span(&window, start, first_end, false)?
+                    .slices(&window, start, first_end, false)?
                     .expect("all is read when not memory-only"))
             })
             .await?;
@@ -603,15 +603,16 @@ impl Api {
 
     /// `first`, then the bytes `[at, end)` of a file of `chunks`, read one
     /// window after another, each taking a worker only while it reads (a
-    /// slow client holds none).
+    /// slow client holds none): slices of the chunk cache's buffers, sent
+    /// as they are.
     fn stream_rest(
         self: &Arc<Self>,
         chunks: Vec<BlobRef>,
-        first: Vec<u8>,
+        first: Vec<Bytes>,
         mut at: u64,
         end: u64,
-    ) -> impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> + use<> {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(2);
+    ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + use<> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<Bytes>, std::io::Error>>(2);
         let reader = self.clone();
         let cache = self.chunks.clone();
         let chunks = Arc::new(chunks);
@@ -625,7 +626,7 @@ impl Api {
                 let read = reader
                     .run(move |_| {
                         Ok(cache
-                            .span(&window, at, to, false)?
+                            .slices(&window, at, to, false)?
                             .expect("all is read when not memory-only"))
                     })
                     .await
@@ -1014,7 +1015,7 @@ struct Part {
     status: StatusCode,
     start: u64,
     end: u64,
-    first: Vec<u8>,
+    first: Vec<Bytes>,
 }
 
 async fn serve_path(
@@ -1072,9 +1073,9 @@ async fn serve_path(
         Served::File(part) => part,
     };
     let (start, end, size) = (part.start, part.end, part.size);
-    let first_end = start + part.first.len() as u64;
+    let first_end = start + part.first.iter().map(|b| b.len() as u64).sum::<u64>();
     let body = if first_end == end {
-        Body::from(part.first)
+        Body::from(part.first.concat())
     } else {
         Body::from_stream(api.stream_rest(part.chunks, part.first, first_end, end))
     };
@@ -1157,7 +1158,7 @@ fn file_part(
         Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, a, b),
         Some(Err(())) => return Ok(Some(Served::BadRange(size))),
     };
-    let first = cache.span(&chunks, start, (start + WINDOW).min(end), memory_only)?;
+    let first = cache.slices(&chunks, start, (start + WINDOW).min(end), memory_only)?;
     let Some(first) = first else {
         return Ok(None);
     };
@@ -1172,10 +1173,18 @@ fn file_part(
     })))
 }
 
+/// The slices sent on `rx`, one after another.
 fn tokio_stream_from(
-    mut rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, std::io::Error>>,
-) -> impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+    mut rx: tokio::sync::mpsc::Receiver<Result<Vec<Bytes>, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    use futures::StreamExt;
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).flat_map(|window| {
+        let items: Vec<Result<Bytes, std::io::Error>> = match window {
+            Ok(slices) => slices.into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e)],
+        };
+        futures::stream::iter(items)
+    })
 }
 
 /// How long a client may send nothing in the middle of a body, or read

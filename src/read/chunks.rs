@@ -205,7 +205,33 @@ impl ChunkCache {
         Ok(Some((crate::limits::to_usize(start - first_at), out)))
     }
 
-    /// `pieces`, as the bytes `[start, end)` in one buffer.
+    /// `pieces`, cut to the bytes `[start, end)`: slices of the cache's
+    /// own buffers, nothing copied.
+    pub fn slices(
+        self: &Arc<Self>,
+        chunks: &[BlobRef],
+        start: u64,
+        end: u64,
+        memory_only: bool,
+    ) -> Result<Option<Vec<Bytes>>> {
+        let Some((mut skip, pieces)) = self.pieces(chunks, start, end, memory_only)? else {
+            return Ok(None);
+        };
+        let mut left = crate::limits::to_usize(end.saturating_sub(start));
+        let mut out = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            let from = skip.min(p.len());
+            let to = (from + left).min(p.len());
+            if to > from {
+                out.push(p.slice(from..to));
+                left -= to - from;
+            }
+            skip = skip.saturating_sub(p.len());
+        }
+        Ok(Some(out))
+    }
+
+    /// `slices`, as one buffer.
     pub fn span(
         self: &Arc<Self>,
         chunks: &[BlobRef],
@@ -213,12 +239,8 @@ impl ChunkCache {
         end: u64,
         memory_only: bool,
     ) -> Result<Option<Vec<u8>>> {
-        let Some((skip, pieces)) = self.pieces(chunks, start, end, memory_only)? else {
-            return Ok(None);
-        };
-        let mut out = vec![0; crate::limits::to_usize(end.saturating_sub(start))];
-        copy_pieces(skip, &pieces, &mut out);
-        Ok(Some(out))
+        let slices = self.slices(chunks, start, end, memory_only)?;
+        Ok(slices.map(|s| s.concat()))
     }
 
     /// Starts fetching, in the background, the chunks holding bytes

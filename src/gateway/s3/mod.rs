@@ -18,7 +18,6 @@ use crate::repo::{Repo, apikeys};
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Node, Record};
 use crate::store::pack::BlobRef;
-use bytes::Bytes;
 use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, Bucket, CommonPrefix,
     CompleteMultipartUploadInput, CompleteMultipartUploadOutput, CreateMultipartUploadInput,
@@ -516,7 +515,7 @@ impl S3 for Front {
             .read_span(file.chunks, span.start, span.end)
             .await
             .map_err(s3)?;
-        let body = StreamingBlob::wrap(futures::StreamExt::map(stream, |r| r.map(Bytes::from)));
+        let body = StreamingBlob::wrap(stream);
         Ok(S3Response::new(GetObjectOutput {
             body: Some(body),
             content_length: Some(i64::try_from(span.end - span.start).unwrap_or(i64::MAX)),
