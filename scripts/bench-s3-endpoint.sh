@@ -2,7 +2,8 @@
 # The S3 endpoint (`serve --s3-listen`) beside LocalStack serving the same
 # bytes as plain objects, in the same run (docs/benchmarks.md, issue 40):
 #  - the 512 MiB file read by scripts/s3-ranged-get.py (8 ranged GETs of
-#    8 MiB in flight), from each, and through a mount (cat, cold);
+#    8 MiB in flight), from each (LocalStack over HTTP and over TLS), and
+#    through a mount (cat, cold); the same ranges by curl, 8 in flight;
 #  - ListObjectsV2 of the 20,000 small files (1,000 a page), from each;
 #  - 64 clients each reading small objects: requests/s and p99 latency,
 #    beside the REST API's; the gateway's peak RSS.
@@ -45,6 +46,17 @@ with concurrent.futures.ThreadPoolExecutor(16) as pool:
 PY
 
 ls_env() { env AWS_ENDPOINT_URL=http://127.0.0.1:4566 "$@"; }
+# LocalStack over TLS too (its own certificate names localhost): the same
+# transport as the gateway's.
+ls_ca=/var/lib/localstack/cache/server.test.pem.crt
+ls_tls_env() { env AWS_ENDPOINT_URL=https://localhost:4566 AWS_CA_BUNDLE=$ls_ca "$@"; }
+# The same 64 ranges of 8 MiB, 8 in flight, by curl (a client that is not
+# the bottleneck on 2 cores): seconds.
+curl8() {
+  local t; t=$(date +%s.%N)
+  seq 0 63 | xargs -P8 -I{} sh -c 's=$(({} * 8388608)); curl -sf -o /dev/null -H "Range: bytes=$s-$((s + 8388607))" "$@"' _ "$@"
+  echo "$(date +%s.%N) - $t" | bc
+}
 dt_env() { env AWS_ENDPOINT_URL="$s3" AWS_ACCESS_KEY_ID="$key" AWS_SECRET_ACCESS_KEY="$secret" AWS_CA_BUNDLE="$ca" "$@"; }
 res=$W/results.txt; : > "$res"
 mnt=$W/mnt; mkdir -p "$mnt"
@@ -59,7 +71,11 @@ for run in $(seq "$RUNS"); do
   read -r list_ls n_ls < <(ls_env python3 scripts/s3-ranged-get.py --list "$bucket" v1/small/)
   read -r list_dt n_dt < <(dt_env python3 scripts/s3-ranged-get.py --list bench v1/small/)
   [ "$n_ls" = "$n_dt" ] || { echo "listed $n_ls from LocalStack, $n_dt from detafs" >&2; exit 1; }
-  echo "$run $get_ls $get_dt $get_mnt $list_ls $list_dt $n_dt" | tee -a "$res" >&2
+  read -r _ get_ls_tls < <(ls_tls_env python3 scripts/s3-ranged-get.py "$bucket" v1/big.bin $((512 << 20)))
+  curl_ls=$(curl8 "http://127.0.0.1:4566/$bucket/v1/big.bin")
+  curl_dt=$(curl8 --cacert "$ca" --aws-sigv4 aws:amz:us-east-1:s3 --user "$key:$secret" \
+    -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$s3/bench/v1/big.bin")
+  echo "$run $get_ls $get_dt $get_mnt $list_ls $list_dt $n_dt $get_ls_tls $curl_ls $curl_dt" | tee -a "$res" >&2
 done
 # 64 clients, small objects: the S3 endpoint, then the REST API.
 python3 - "$s3" "$rest" "$key" "$secret" "$rest_key" "$ca" "$ROOT/data" <<'PY' | tee -a "$res.clients" >&2
@@ -96,5 +112,8 @@ mib = 512
 print(f"ranged GET of 512 MiB, 8 in flight: LocalStack {med(1):.2f} s ({mib / med(1):.0f} MiB/s), "
       f"detafs S3 {med(2):.2f} s ({mib / med(2):.0f} MiB/s) = {med(1) / med(2) * 100:.0f}% of LocalStack; "
       f"mount (cat, cold) {med(3):.2f} s: S3 = {med(3) / med(2) * 100:.0f}% of the mount")
+print(f"the same client against LocalStack over TLS {med(7):.2f} s: S3 = {med(7) / med(2) * 100:.0f}% of it")
+print(f"curl, the same 64 ranges 8 in flight: LocalStack {med(8):.2f} s, detafs S3 {med(9):.2f} s = "
+      f"{med(8) / med(9) * 100:.0f}% of LocalStack, {med(3) / med(9) * 100:.0f}% of the mount")
 print(f"ListObjectsV2 of {int(med(6))} keys: LocalStack {med(4):.2f} s, detafs {med(5):.2f} s = {med(5) / med(4):.2f}x")
 PY
