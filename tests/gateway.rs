@@ -1427,3 +1427,184 @@ fn a_commit_reaches_nothing_its_caller_may_not_see() {
     );
     assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
 }
+
+/// A store with v1 (`a.csv`, `keep.csv`) and an S3 key that may commit.
+fn s3_writable() -> (Env, (String, String)) {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.csv"), "a\n1\n").unwrap();
+    std::fs::write(src.join("keep.csv"), "k\n").unwrap();
+    env.commit(&src, "v1");
+    let key = s3_key(&env, "writer", "read,commit");
+    (env, key)
+}
+
+/// `PUT endpoint/ds/KEY` of `body` through S3: (status, answer).
+fn s3_put(
+    env: &Env,
+    endpoint: &str,
+    key: &(String, String),
+    at: &str,
+    body: &str,
+) -> (u16, Vec<u8>) {
+    let file = env.path(&format!("body-{}", at.replace('/', "_")));
+    std::fs::write(&file, body).unwrap();
+    s3_curl(
+        endpoint,
+        key,
+        &["-T", file.to_str().unwrap()],
+        &format!("ds/{at}"),
+    )
+}
+
+/// The `staging/` keys an S3 listing names.
+fn staged_keys(endpoint: &str, key: &(String, String)) -> Vec<String> {
+    let (s, b) = s3_curl(endpoint, key, &[], "ds?list-type=2&prefix=staging%2F");
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+    listed(&String::from_utf8_lossy(&b))
+}
+
+/// What is staged through S3 is kept in the store: a gateway killed
+/// after the PUTs loses none of them, another gateway of the store lists
+/// and commits them, a deletion drops a staged file or deletes a path of
+/// the version, and a commit of nothing that changes anything is refused
+/// and changes nothing.
+#[test]
+fn s3_staging_outlives_its_gateway_and_is_shared() {
+    let (env, key) = s3_writable();
+    let first = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
+    let at = first.s3.clone().unwrap();
+    assert_eq!(s3_put(&env, &at, &key, "staging/b.csv", "b\n").0, 200);
+    assert_eq!(s3_put(&env, &at, &key, "staging/c/d.csv", "d\n").0, 200);
+    drop(first); // killed (SIGKILL)
+    let second = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
+    let at = second.s3.clone().unwrap();
+    assert_eq!(staged_keys(&at, &key), ["staging/b.csv", "staging/c/d.csv"]);
+    // A deletion of a staged file drops it; of a path of v1 deletes it.
+    for gone in ["staging/b.csv", "staging/a.csv"] {
+        let (s, b) = s3_curl(&at, &key, &["-X", "DELETE"], &format!("ds/{gone}"));
+        assert_eq!(s, 204, "{}", String::from_utf8_lossy(&b));
+    }
+    assert_eq!(staged_keys(&at, &key), ["staging/c/d.csv"]);
+    assert_eq!(
+        s3_put(&env, &at, &key, "staging/.detafs-commit", "two").0,
+        200
+    );
+    assert_eq!(staged_keys(&at, &key), Vec::<String>::new());
+    let out = env.path("v2");
+    env.ok(&["export", "ds", "v2", out.to_str().unwrap()]);
+    let mut names: Vec<String> = walk_names(&out);
+    names.sort();
+    assert_eq!(names, ["c/d.csv", "keep.csv"]);
+    assert_eq!(env.log().last().unwrap()["message"], "two");
+    // Deleting what no version has, then committing: refused, no version.
+    let (s, _) = s3_curl(&at, &key, &["-X", "DELETE"], "ds/staging/never.csv");
+    assert_eq!(s, 204);
+    let (s, b) = s3_put(&env, &at, &key, "staging/.detafs-commit", "none");
+    assert_eq!(s, 400, "{}", String::from_utf8_lossy(&b));
+    assert!(String::from_utf8_lossy(&b).contains("InvalidRequest"));
+    assert_eq!(env.log().len(), 2);
+    env.ok(&["verify"]);
+}
+
+/// Every file's path under `root`, relative.
+fn walk_names(root: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                let rel = e.path().strip_prefix(root).unwrap().to_owned();
+                out.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    out
+}
+
+/// A gateway killed in the middle of an S3 commit (its record not yet
+/// made) commits nothing and loses nothing: another gateway finds the
+/// changes still staged and commits them.
+#[test]
+fn an_s3_commit_killed_before_its_record_is_made_again_elsewhere() {
+    let (env, key) = s3_writable();
+    let hold = common::Hold::new(&env, "before-record");
+    let first = common::gateway::serve_failing(&env, &["--s3-listen", "127.0.0.1:0"], &hold.spec);
+    let at = first.s3.clone().unwrap();
+    assert_eq!(s3_put(&env, &at, &key, "staging/b.csv", "b\n").0, 200);
+    let committing = {
+        let (env_dir, at, key) = (env.path("m"), at.clone(), key.clone());
+        std::fs::write(&env_dir, "killed").unwrap();
+        std::thread::spawn(move || {
+            s3_curl(
+                &at,
+                &key,
+                &["-T", env_dir.to_str().unwrap()],
+                "ds/staging/.detafs-commit",
+            )
+        })
+    };
+    hold.reached();
+    drop(first);
+    let _ = committing.join().unwrap(); // no answer: the gateway died
+    assert_eq!(env.log().len(), 1, "nothing committed");
+    let second = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
+    let at = second.s3.clone().unwrap();
+    assert_eq!(staged_keys(&at, &key), ["staging/b.csv"]);
+    assert_eq!(
+        s3_put(&env, &at, &key, "staging/.detafs-commit", "again").0,
+        200
+    );
+    assert_eq!(
+        s3_curl(&at, &key, &[], "ds/v2/b.csv"),
+        (200, b"b\n".to_vec())
+    );
+    env.ok(&["verify"]);
+}
+
+/// An S3 commit while another commit is on its way (held before its
+/// record): each lands as its own version, the later one on the earlier,
+/// and the newest version holds both.
+#[test]
+fn an_s3_commit_beside_a_cli_commit_keeps_both() {
+    let (env, key) = s3_writable();
+    let g = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
+    let at = g.s3.clone().unwrap();
+    let src = env.path("src");
+    std::fs::write(src.join("cli.csv"), "cli\n").unwrap();
+    let hold = common::Hold::new(&env, "before-record");
+    let cli = env
+        .commit_command(&src, "from the CLI", &hold.spec)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    hold.reached();
+    assert_eq!(s3_put(&env, &at, &key, "staging/s3.csv", "s3\n").0, 200);
+    let (s, b) = s3_put(&env, &at, &key, "staging/.detafs-commit", "from S3");
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+    hold.release();
+    let out = cli.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = env.log();
+    assert_eq!(log.len(), 3);
+    for (file, body) in [
+        ("s3.csv", "s3\n"),
+        ("cli.csv", "cli\n"),
+        ("a.csv", "a\n1\n"),
+    ] {
+        assert_eq!(
+            s3_curl(&at, &key, &[], &format!("ds/latest/{file}")),
+            (200, body.as_bytes().to_vec()),
+            "{file}"
+        );
+    }
+    env.ok(&["verify"]);
+}

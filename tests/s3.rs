@@ -660,8 +660,8 @@ fn a_server_that_does_not_apply_server_side_encryption_is_refused_at_once() {
 }
 
 /// Two gateways on one bucket: what one serves the other serves alike
-/// (bytes and ETag), and a version committed through one's S3 endpoint
-/// is read through the other's at once.
+/// (bytes and ETag), what is staged through one is committed through the
+/// other, and the version is read through either at once.
 #[test]
 fn two_gateways_on_one_bucket_serve_one_history_over_s3() {
     use common::gateway::{s3_curl, s3_key, serve_with};
@@ -687,16 +687,16 @@ fn two_gateways_on_one_bucket_serve_one_history_over_s3() {
             .map(|l| l[5..].trim().to_string())
     };
     assert!(etag(&ha.1).is_some() && etag(&ha.1) == etag(&hb.1));
-    // Staged and committed through a, read through b.
+    // Staged through a (staging is in the store), committed through b.
     let staged = env.path("b.csv");
     std::fs::write(&staged, "b\n2\n").unwrap();
-    let put = |path: &str, file: &std::path::Path| {
-        s3_curl(&a, &key, &["-T", file.to_str().unwrap()], path)
+    let put = |at: &str, path: &str, file: &std::path::Path| {
+        s3_curl(at, &key, &["-T", file.to_str().unwrap()], path)
     };
-    assert_eq!(put("ds/staging/b.csv", &staged).0, 200);
+    assert_eq!(put(&a, "ds/staging/b.csv", &staged).0, 200);
     let message = env.path("message");
-    std::fs::write(&message, "through a").unwrap();
-    let (code, _) = put("ds/staging/.detafs-commit", &message);
+    std::fs::write(&message, "staged through a").unwrap();
+    let (code, _) = put(&b, "ds/staging/.detafs-commit", &message);
     assert_eq!(code, 200);
     assert_eq!(
         s3_curl(&b, &key, &[], "ds/latest/b.csv"),
@@ -706,5 +706,5 @@ fn two_gateways_on_one_bucket_serve_one_history_over_s3() {
         s3_curl(&b, &key, &[], "ds/v2/a.csv"),
         (200, b"a\n1\n".to_vec())
     );
-    assert_eq!(env.log().last().unwrap()["message"], "through a");
+    assert_eq!(env.log().last().unwrap()["message"], "staged through a");
 }

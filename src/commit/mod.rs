@@ -9,6 +9,7 @@ pub mod edit;
 mod encoder;
 mod listed;
 mod ordered;
+pub mod pending;
 pub mod scan;
 mod small;
 pub mod staged;

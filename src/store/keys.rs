@@ -21,6 +21,8 @@ pub enum Kind {
     ApiKey,
     /// Files uploaded through the gateway, not yet committed.
     Upload,
+    /// Changes staged through the S3 endpoint for a dataset's next commit.
+    Staged,
     /// Notes of gc runs (names only, no content).
     GcNote,
     /// Packs of blobs (sealed blob by blob, not as one object).
@@ -40,6 +42,7 @@ impl Kind {
             (POLICY_RECORDS, Kind::PolicyRecord),
             (APIKEYS, Kind::ApiKey),
             (UPLOADS, Kind::Upload),
+            (STAGED, Kind::Staged),
             (GC_NOTES, Kind::GcNote),
             (PACKS, Kind::Pack),
         ]
@@ -51,7 +54,7 @@ impl Kind {
     /// codec's small objects); packs seal each blob, slots wrap their keys.
     pub fn sealed(self) -> bool {
         match self {
-            Kind::Dataset | Kind::PolicyRecord | Kind::ApiKey | Kind::Upload => true,
+            Kind::Dataset | Kind::PolicyRecord | Kind::ApiKey | Kind::Upload | Kind::Staged => true,
             Kind::Marker | Kind::KeySlot | Kind::Probe | Kind::GcNote | Kind::Pack => false,
         }
     }
@@ -81,6 +84,14 @@ pub fn apikey_revoked(id: &str) -> String {
 pub const UPLOADS: &str = "uploads/";
 pub fn upload(id: &str) -> String {
     format!("{UPLOADS}{id}.json")
+}
+pub const STAGED: &str = "staged/";
+/// Every change staged for `dataset` (`commit/pending.rs`).
+pub fn staged_all(dataset: &str) -> String {
+    format!("{STAGED}{dataset}/")
+}
+pub fn staged(dataset: &str, name: &str) -> String {
+    format!("{STAGED}{dataset}/{name}.json")
 }
 
 pub fn dataset(name: &str) -> String {
@@ -163,6 +174,7 @@ mod tests {
             (apikey("k"), Kind::ApiKey, true),
             (apikey_revoked("k"), Kind::ApiKey, true),
             (upload("u"), Kind::Upload, true),
+            (staged("ds", "n"), Kind::Staged, true),
             (gc_note(1, 2), Kind::GcNote, false),
             (pack(&id), Kind::Pack, false),
         ];

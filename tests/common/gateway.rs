@@ -59,8 +59,16 @@ pub fn serve(env: &Env) -> Gateway {
 }
 
 pub fn serve_with(env: &Env, extra: &[&str]) -> Gateway {
-    let mut child = env
-        .command()
+    serve_failing(env, extra, "")
+}
+
+/// `serve_with`, the gateway run with FAILPOINTS `failpoints`.
+pub fn serve_failing(env: &Env, extra: &[&str], failpoints: &str) -> Gateway {
+    let mut command = env.command();
+    if !failpoints.is_empty() {
+        command.env("FAILPOINTS", failpoints);
+    }
+    let mut child = command
         .args(["serve", "--listen", "127.0.0.1:0"])
         .args(extra)
         .stderr(Stdio::piped())

@@ -290,7 +290,7 @@ impl S3 for Front {
             usize::try_from(m.max(0)).unwrap_or(0).min(MAX_KEYS)
         });
         if writes::staging_path(&prefix).is_some() {
-            let staged = self.writes.listed(&bucket, &prefix);
+            let staged = self.writes.listed(&self.api, &bucket, &prefix).await?;
             return Ok(S3Response::new(staged_listing(
                 bucket,
                 prefix,
@@ -375,7 +375,9 @@ impl S3 for Front {
         let input = req.input;
         self.visible_bucket(&caller, &input.bucket).await?;
         let path = writes::staging_path(&input.key).ok_or_else(read_only)?;
-        self.writes.delete(&caller, &input.bucket, path)?;
+        self.writes
+            .delete(&self.api, &caller, &input.bucket, path)
+            .await?;
         Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 

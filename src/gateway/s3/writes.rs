@@ -1,14 +1,17 @@
 //! Writes through the S3 endpoint: `PutObject`, multipart uploads and
 //! `DeleteObject` under `staging/` of a bucket stage changes for the next
-//! commit of its dataset, in this gateway; a `PutObject` of
-//! `staging/.detafs-commit` (its body the message) commits them as one
+//! commit of its dataset, kept in the store (`commit/pending.rs`: every
+//! gateway of the store shares them, a restart loses none); a `PutObject`
+//! of `staging/.detafs-commit` (its body the message) commits them as one
 //! version, through the REST API's commit (its `VersionId` is `vN`). Each
 //! body is bounded, streamed to a private file (never held in memory) and
 //! checked against its `Content-MD5` and `x-amz-checksum-*` headers, then
-//! stored as an upload (`commit/upload.rs`) before it is staged.
+//! stored as an upload (`commit/upload.rs`) before it is staged. Parts of
+//! a multipart upload under way are this gateway's until it completes.
 
 use crate::access::{self, Action};
 use crate::commit::edit::edit_path;
+use crate::commit::pending::{self, Pending};
 use crate::commit::upload;
 use crate::gateway::api::{Api, ApiError, Caller, tempdir_in};
 use crate::relpath::RelPath;
@@ -31,18 +34,6 @@ const MAX_STAGED: usize = 100_000;
 /// The key whose `PutObject` commits what is staged.
 pub const COMMIT_KEY: &str = ".detafs-commit";
 
-/// A change staged for a dataset's next commit.
-#[derive(Clone)]
-enum Staged {
-    /// Bytes stored as an upload: its id, size and ETag.
-    Upload {
-        id: String,
-        size: u64,
-        etag: String,
-    },
-    Deleted,
-}
-
 /// A multipart upload under way: its parts as private files.
 struct Multipart {
     dataset: String,
@@ -53,12 +44,15 @@ struct Multipart {
     parts: BTreeMap<i32, (std::path::PathBuf, u64, String)>,
 }
 
-/// What this gateway has staged through S3, per dataset, and the
-/// multipart uploads under way.
+/// The multipart uploads under way in this gateway, and what it knows of
+/// the store's staged changes.
 #[derive(Default)]
 pub struct Writes {
-    staged: Mutex<HashMap<String, BTreeMap<String, Staged>>>,
     multiparts: Mutex<HashMap<String, Multipart>>,
+    /// Staged changes read, by key (they never change), and how many each
+    /// dataset had at its last listing, plus those staged here since.
+    seen: Mutex<HashMap<String, Pending>>,
+    counted: Mutex<HashMap<String, usize>>,
 }
 
 /// The checks a body's headers ask for.
@@ -207,58 +201,116 @@ impl Writes {
             size,
             etag,
         } = o;
-        let (dataset, at) = (bucket.to_string(), path.clone());
-        let up = api
-            .run(move |repo| {
-                let up = upload::store_upload(repo, &dataset, &at, &file)?;
-                drop(tmp);
-                Ok(up)
-            })
-            .await
-            .map_err(api_err)?;
-        self.stage(
-            bucket,
-            path,
-            Staged::Upload {
-                id: up.id,
+        self.room(api, bucket).await?;
+        let dataset = bucket.to_string();
+        api.run(move |repo| {
+            let up = upload::store_upload(repo, &dataset, &path, &file)?;
+            drop(tmp);
+            let change = Pending {
+                path: path.to_string(),
+                upload: Some(up.id),
                 size,
                 etag,
-            },
-        )
-    }
-
-    fn stage(&self, bucket: &str, path: RelPath, change: Staged) -> S3Result<()> {
-        let mut staged = self.staged.lock();
-        let ds = staged.entry(bucket.to_string()).or_default();
-        if ds.len() >= MAX_STAGED && !ds.contains_key(&path.to_string()) {
-            return Err(S3Error::with_message(
-                S3ErrorCode::SlowDown,
-                format!("{MAX_STAGED} paths are staged: commit them first"),
-            ));
-        }
-        ds.insert(path.to_string(), change);
+            };
+            Ok(pending::stage(repo, &dataset, &change)?)
+        })
+        .await
+        .map_err(api_err)?;
+        *self.counted.lock().entry(bucket.to_string()).or_default() += 1;
         Ok(())
     }
 
-    /// `DeleteObject` of `staging/PATH`: a staged upload is dropped; any
-    /// other path is staged for deletion.
-    pub fn delete(&self, caller: &Caller, bucket: &str, path: &str) -> S3Result<()> {
+    /// Fails as `SlowDown` once `MAX_STAGED` changes are staged for
+    /// `bucket` (counted again from the store when this gateway's count
+    /// says so: others' commits may have cleared them).
+    async fn room(&self, api: &Arc<Api>, bucket: &str) -> S3Result<()> {
+        let counted = self.counted.lock().get(bucket).copied();
+        if counted.is_some_and(|n| n < MAX_STAGED) {
+            return Ok(());
+        }
+        let n = self.staged(api, bucket).await?.len();
+        if n >= MAX_STAGED {
+            return Err(S3Error::with_message(
+                S3ErrorCode::SlowDown,
+                format!("{MAX_STAGED} changes are staged: commit them first"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// What is staged for `bucket`, oldest first, as (key, change).
+    async fn staged(&self, api: &Arc<Api>, bucket: &str) -> S3Result<Vec<(String, Pending)>> {
+        let dataset = bucket.to_string();
+        let keys = api
+            .run(move |repo| Ok(pending::keys(repo, &dataset)?))
+            .await
+            .map_err(api_err)?;
+        self.counted.lock().insert(bucket.to_string(), keys.len());
+        let unread: Vec<String> = {
+            let seen = self.seen.lock();
+            keys.iter()
+                .filter(|k| !seen.contains_key(*k))
+                .cloned()
+                .collect()
+        };
+        let read = api
+            .run(move |repo| {
+                let bodies = repo.store().get_many(&unread)?;
+                let mut out = Vec::new();
+                for (key, body) in unread.into_iter().zip(bodies) {
+                    // Gone meanwhile: committed by another gateway.
+                    let Some(body) = body else { continue };
+                    let change: Pending = serde_json::from_slice(&body)
+                        .map_err(|e| crate::Error::malformed(&key, e.to_string()))?;
+                    out.push((key, change));
+                }
+                Ok(out)
+            })
+            .await
+            .map_err(api_err)?;
+        let mut seen = self.seen.lock();
+        seen.extend(read);
+        // What is no longer staged is forgotten.
+        let listed: std::collections::HashSet<&String> = keys.iter().collect();
+        seen.retain(|k, _| {
+            !k.starts_with(&crate::store::keys::staged_all(bucket)) || listed.contains(k)
+        });
+        Ok(keys
+            .iter()
+            .filter_map(|k| seen.get(k).map(|c| (k.clone(), c.clone())))
+            .collect())
+    }
+
+    /// `DeleteObject` of `staging/PATH`: staged as a deletion, which
+    /// drops what was staged there and, at the commit, deletes the path if
+    /// the version it commits on has it.
+    pub async fn delete(
+        &self,
+        api: &Arc<Api>,
+        caller: &Caller,
+        bucket: &str,
+        path: &str,
+    ) -> S3Result<()> {
         may_commit(caller, bucket)?;
         let path = edit_path(path).map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
-        let dropped = {
-            let mut staged = self.staged.lock();
-            let ds = staged.entry(bucket.to_string()).or_default();
-            matches!(ds.get(&path.to_string()), Some(Staged::Upload { .. }))
-                && ds.remove(&path.to_string()).is_some()
+        self.room(api, bucket).await?;
+        let dataset = bucket.to_string();
+        let change = Pending {
+            path: path.to_string(),
+            upload: None,
+            size: 0,
+            etag: String::new(),
         };
-        match dropped {
-            true => Ok(()),
-            false => self.stage(bucket, path, Staged::Deleted),
-        }
+        api.run(move |repo| Ok(pending::stage(repo, &dataset, &change)?))
+            .await
+            .map_err(api_err)?;
+        *self.counted.lock().entry(bucket.to_string()).or_default() += 1;
+        Ok(())
     }
 
     /// Commits what is staged for `bucket` as one version (through the
-    /// REST API's commit); what was staged meanwhile stays staged.
+    /// REST API's commit, on its newest version); then clears what it
+    /// read: what was staged meanwhile stays staged.
     async fn commit(
         &self,
         api: &Arc<Api>,
@@ -266,25 +318,28 @@ impl Writes {
         bucket: &str,
         message: String,
     ) -> S3Result<u64> {
-        let staged = self.staged.lock().get(bucket).cloned().unwrap_or_default();
-        if staged.is_empty() {
+        let staged = self.staged(api, bucket).await?;
+        let newest = pending::newest(&staged);
+        let deleted = self
+            .present(
+                api,
+                &caller,
+                bucket,
+                newest.values().filter(|c| c.upload.is_none()),
+            )
+            .await?;
+        let uploads: Vec<&str> = newest
+            .values()
+            .filter_map(|c| c.upload.as_deref())
+            .collect();
+        let keys: Vec<String> = staged.into_iter().map(|(k, _)| k).collect();
+        if uploads.is_empty() && deleted.is_empty() {
+            self.clear(api, keys).await?;
             return Err(s3_error!(
                 InvalidRequest,
                 "nothing is staged under staging/ to commit"
             ));
         }
-        let uploads: Vec<&str> = staged
-            .values()
-            .filter_map(|s| match s {
-                Staged::Upload { id, .. } => Some(id.as_str()),
-                Staged::Deleted => None,
-            })
-            .collect();
-        let deleted: Vec<&String> = staged
-            .iter()
-            .filter(|(_, s)| matches!(s, Staged::Deleted))
-            .map(|(p, _)| p)
-            .collect();
         let body = serde_json::json!({
             "commit_message": message,
             "uploads": uploads,
@@ -297,35 +352,83 @@ impl Writes {
                 409 => {
                     S3Error::with_message(S3ErrorCode::OperationAborted, e.message().to_string())
                 }
-                _ => api_err(e),
+                _ => {
+                    // Name the path of an upload the commit refused.
+                    let named = newest.values().find(|c| {
+                        c.upload
+                            .as_ref()
+                            .is_some_and(|id| e.message().contains(id.as_str()))
+                    });
+                    let mut s3e = api_err(e);
+                    if let Some(c) = named {
+                        s3e.set_message(format!(
+                            "staging/{}: {}",
+                            c.path,
+                            s3e.message().unwrap_or_default()
+                        ));
+                    }
+                    s3e
+                }
             })?;
-        let mut now = self.staged.lock();
-        if let Some(ds) = now.get_mut(bucket) {
-            for (path, was) in &staged {
-                if ds.get(path).is_some_and(|s| same(s, was)) {
-                    ds.remove(path);
+        self.clear(api, keys).await?;
+        Ok(record.version)
+    }
+
+    /// The deleted paths of `changes` that the newest version the caller
+    /// sees has (a deletion of a path it lacks changes nothing).
+    async fn present(
+        &self,
+        api: &Arc<Api>,
+        caller: &Caller,
+        bucket: &str,
+        changes: impl Iterator<Item = &Pending>,
+    ) -> S3Result<Vec<String>> {
+        let paths: Vec<String> = changes.map(|c| c.path.clone()).collect();
+        if paths.is_empty() {
+            return Ok(paths);
+        }
+        let record = match api.visible_version(caller, bucket, "latest").await {
+            Ok((_, record, _)) => record,
+            Err(e) if e.status().as_u16() == 404 => return Ok(Vec::new()),
+            Err(e) => return Err(api_err(e)),
+        };
+        api.run(move |repo| {
+            let mut out = Vec::new();
+            for p in paths {
+                let at = RelPath::parse(&p)?;
+                if repo.lookup(&record.tree, &at)?.is_some() {
+                    out.push(p);
                 }
             }
-        }
-        Ok(record.version)
+            Ok(out)
+        })
+        .await
+        .map_err(api_err)
+    }
+
+    /// Clears the staged changes at `keys`.
+    async fn clear(&self, api: &Arc<Api>, keys: Vec<String>) -> S3Result<()> {
+        api.run(move |repo| Ok(pending::clear(repo, &keys)?))
+            .await
+            .map_err(api_err)
     }
 
     /// The staged uploads of `bucket` under `prefix` (of `staging/…` keys),
     /// as (key, size, ETag), in key order.
-    pub fn listed(&self, bucket: &str, prefix: &str) -> Vec<(String, u64, String)> {
-        let staged = self.staged.lock();
-        let Some(ds) = staged.get(bucket) else {
-            return Vec::new();
-        };
-        ds.iter()
-            .filter_map(|(path, s)| match s {
-                Staged::Upload { size, etag, .. } => {
-                    Some((format!("staging/{path}"), *size, etag.clone()))
-                }
-                Staged::Deleted => None,
+    pub async fn listed(
+        &self,
+        api: &Arc<Api>,
+        bucket: &str,
+        prefix: &str,
+    ) -> S3Result<Vec<(String, u64, String)>> {
+        let staged = self.staged(api, bucket).await?;
+        Ok(pending::newest(&staged)
+            .into_values()
+            .filter_map(|c| {
+                let key = format!("staging/{}", c.path);
+                (c.upload.is_some() && key.starts_with(prefix)).then_some((key, c.size, c.etag))
             })
-            .filter(|(key, ..)| key.starts_with(prefix))
-            .collect()
+            .collect())
     }
 
     /// `CreateMultipartUpload` of `staging/PATH`: its id.
@@ -449,16 +552,6 @@ impl Writes {
         owned(&open, id, caller)?;
         open.remove(id);
         Ok(())
-    }
-}
-
-/// Whether two staged changes are the same (the same upload, or both
-/// deletions).
-fn same(a: &Staged, b: &Staged) -> bool {
-    match (a, b) {
-        (Staged::Upload { id: x, .. }, Staged::Upload { id: y, .. }) => x == y,
-        (Staged::Deleted, Staged::Deleted) => true,
-        _ => false,
     }
 }
 

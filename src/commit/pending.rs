@@ -1,0 +1,68 @@
+//! Changes staged in the store for a dataset's next commit: what the S3
+//! endpoint's `staging/` prefix holds. Each `PutObject` or `DeleteObject`
+//! adds one object, `staged/DATASET/TIME-NONCE.json` (sealed like
+//! records), naming the path and the upload that holds its bytes, or none
+//! for a deletion; the newest per path wins. Objects are only ever created
+//! and deleted, never rewritten, so every gateway of a store sees one
+//! staging area, a restart loses nothing staged, and a commit clears
+//! exactly the objects it read: what was staged meanwhile stays staged.
+
+use crate::error::{Error, Result};
+use crate::repo::Repo;
+use crate::store::keys;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One staged change of a path.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pending {
+    pub path: String,
+    /// The upload (`commit/upload.rs`) holding the bytes; none for a
+    /// deletion.
+    pub upload: Option<String>,
+    pub size: u64,
+    /// The S3 ETag its `PutObject` answered.
+    pub etag: String,
+}
+
+/// Stages `change` for the next commit of `dataset`.
+pub fn stage(repo: &Repo, dataset: &str, change: &Pending) -> Result<()> {
+    repo.check_dataset(dataset)?;
+    // Names sort in the order they were staged (within a clock's
+    // agreement between hosts; the same path staged on two hosts in the
+    // same instant is a race either could win).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let name = format!("{nanos:024}-{}", hex::encode(rand::random::<[u8; 8]>()));
+    let body = serde_json::to_vec(change).expect("serializable");
+    match repo
+        .store()
+        .put_create(&keys::staged(dataset, &name), body.into())?
+    {
+        true => Ok(()),
+        false => Err(Error::InvalidInput("staged name taken; try again".into())),
+    }
+}
+
+/// The keys of what is staged for `dataset`, oldest first.
+pub fn keys(repo: &Repo, dataset: &str) -> Result<Vec<String>> {
+    let listed = repo.store().list(&keys::staged_all(dataset), None)?;
+    Ok(listed.into_iter().map(|l| l.key).collect())
+}
+
+/// The newest change of each path among `staged` (oldest first).
+pub fn newest(staged: &[(String, Pending)]) -> BTreeMap<String, Pending> {
+    let mut out = BTreeMap::new();
+    for (_, change) in staged {
+        out.insert(change.path.clone(), change.clone());
+    }
+    out
+}
+
+/// Clears the staged changes at `keys` (once committed).
+pub fn clear(repo: &Repo, keys: &[String]) -> Result<()> {
+    keys.iter().try_for_each(|k| repo.store().delete(k))
+}
