@@ -1467,9 +1467,10 @@ fn staged_keys(endpoint: &str, key: &(String, String)) -> Vec<String> {
 
 /// What is staged through S3 is kept in the store: a gateway killed
 /// after the PUTs loses none of them, another gateway of the store lists
-/// and commits them, a deletion drops a staged file or deletes a path of
-/// the version, and a commit of nothing that changes anything is refused
-/// and changes nothing.
+/// (a page at a time) and commits them, a deletion drops a staged file or
+/// deletes a path of the version, and a commit of nothing that changes
+/// anything is refused and changes nothing. A staging area is its
+/// key's: another key neither lists nor commits it.
 #[test]
 fn s3_staging_outlives_its_gateway_and_is_shared() {
     let (env, key) = s3_writable();
@@ -1481,6 +1482,34 @@ fn s3_staging_outlives_its_gateway_and_is_shared() {
     let second = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
     let at = second.s3.clone().unwrap();
     assert_eq!(staged_keys(&at, &key), ["staging/b.csv", "staging/c/d.csv"]);
+    let page = |q: &str| {
+        let (s, b) = s3_curl(&at, &key, &[], &format!("ds?{q}"));
+        assert_eq!(s, 200);
+        String::from_utf8_lossy(&b).into_owned()
+    };
+    let first_page = page("list-type=2&max-keys=1&prefix=staging%2F");
+    assert_eq!(listed(&first_page), ["staging/b.csv"]);
+    let token = first_page
+        .split("<NextContinuationToken>")
+        .nth(1)
+        .and_then(|t| t.split('<').next())
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        listed(&page(&format!(
+            "continuation-token={token}&list-type=2&max-keys=1&prefix=staging%2F"
+        ))),
+        ["staging/c/d.csv"]
+    );
+    assert_eq!(
+        listed(&page("delimiter=%2F&list-type=2&prefix=staging%2F")),
+        ["staging/b.csv", "staging/c/"]
+    );
+    let other = s3_key(&env, "other", "read,commit");
+    assert_eq!(staged_keys(&at, &other), Vec::<String>::new());
+    let (s, _) = s3_put(&env, &at, &other, "staging/.detafs-commit", "not mine");
+    assert_eq!(s, 400);
+    assert_eq!(env.log().len(), 1);
     // A deletion of a staged file drops it; of a path of v1 deletes it.
     for gone in ["staging/b.csv", "staging/a.csv"] {
         let (s, b) = s3_curl(&at, &key, &["-X", "DELETE"], &format!("ds/{gone}"));

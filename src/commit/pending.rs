@@ -1,10 +1,12 @@
 //! Changes staged in the store for a dataset's next commit: what the S3
 //! endpoint's `staging/` prefix holds. Each `PutObject` or `DeleteObject`
-//! adds one object, `staged/DATASET/TIME-NONCE.json` (sealed like
+//! adds one object, `staged/DATASET/OWNER/TIME-NONCE.json` (sealed like
 //! records), naming the path and the upload that holds its bytes, or none
-//! for a deletion; the newest per path wins. Objects are only ever created
-//! and deleted, never rewritten, so every gateway of a store sees one
-//! staging area, a restart loses nothing staged, and a commit clears
+//! for a deletion; the newest per path wins. A staging area is its
+//! stager's (OWNER is a digest of the caller's name): another caller
+//! neither lists nor commits it. Objects are only ever created and
+//! deleted, never rewritten, so every gateway of a store sees the same
+//! staging areas, a restart loses nothing staged, and a commit clears
 //! exactly the objects it read: what was staged meanwhile stays staged.
 
 use crate::error::{Error, Result};
@@ -26,8 +28,14 @@ pub struct Pending {
     pub etag: String,
 }
 
-/// Stages `change` for the next commit of `dataset`.
-pub fn stage(repo: &Repo, dataset: &str, change: &Pending) -> Result<()> {
+/// Whose staging area: a caller's name (`key:NAME`, `token:SUBJECT`) as
+/// a store key's element.
+pub fn owner(caller: &str) -> String {
+    crate::id::digest_hex(caller.as_bytes())[..32].to_string()
+}
+
+/// Stages `change` for the next commit of `dataset` by `owner`.
+pub fn stage(repo: &Repo, dataset: &str, owner: &str, change: &Pending) -> Result<()> {
     repo.check_dataset(dataset)?;
     // Names sort in the order they were staged (within a clock's
     // agreement between hosts; the same path staged on two hosts in the
@@ -40,16 +48,16 @@ pub fn stage(repo: &Repo, dataset: &str, change: &Pending) -> Result<()> {
     let body = serde_json::to_vec(change).expect("serializable");
     match repo
         .store()
-        .put_create(&keys::staged(dataset, &name), body.into())?
+        .put_create(&keys::staged(dataset, owner, &name), body.into())?
     {
         true => Ok(()),
         false => Err(Error::InvalidInput("staged name taken; try again".into())),
     }
 }
 
-/// The keys of what is staged for `dataset`, oldest first.
-pub fn keys(repo: &Repo, dataset: &str) -> Result<Vec<String>> {
-    let listed = repo.store().list(&keys::staged_all(dataset), None)?;
+/// The keys of what `owner` staged for `dataset`, oldest first.
+pub fn keys(repo: &Repo, dataset: &str, owner: &str) -> Result<Vec<String>> {
+    let listed = repo.store().list(&keys::staged_all(dataset, owner), None)?;
     Ok(listed.into_iter().map(|l| l.key).collect())
 }
 

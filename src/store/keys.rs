@@ -86,12 +86,13 @@ pub fn upload(id: &str) -> String {
     format!("{UPLOADS}{id}.json")
 }
 pub const STAGED: &str = "staged/";
-/// Every change staged for `dataset` (`commit/pending.rs`).
-pub fn staged_all(dataset: &str) -> String {
-    format!("{STAGED}{dataset}/")
+/// Every change `owner` (a digest of who staged it) staged for `dataset`
+/// (`commit/pending.rs`).
+pub fn staged_all(dataset: &str, owner: &str) -> String {
+    format!("{STAGED}{dataset}/{owner}/")
 }
-pub fn staged(dataset: &str, name: &str) -> String {
-    format!("{STAGED}{dataset}/{name}.json")
+pub fn staged(dataset: &str, owner: &str, name: &str) -> String {
+    format!("{STAGED}{dataset}/{owner}/{name}.json")
 }
 
 pub fn dataset(name: &str) -> String {
@@ -174,7 +175,7 @@ mod tests {
             (apikey("k"), Kind::ApiKey, true),
             (apikey_revoked("k"), Kind::ApiKey, true),
             (upload("u"), Kind::Upload, true),
-            (staged("ds", "n"), Kind::Staged, true),
+            (staged("ds", "o", "n"), Kind::Staged, true),
             (gc_note(1, 2), Kind::GcNote, false),
             (pack(&id), Kind::Pack, false),
         ];

@@ -289,27 +289,25 @@ impl S3 for Front {
         let max = input.max_keys.map_or(MAX_KEYS, |m| {
             usize::try_from(m.max(0)).unwrap_or(0).min(MAX_KEYS)
         });
-        if writes::staging_path(&prefix).is_some() {
-            let staged = self.writes.listed(&self.api, &bucket, &prefix).await?;
-            return Ok(S3Response::new(staged_listing(
-                bucket,
-                prefix,
-                staged,
-                input.delimiter,
-            )));
-        }
-        let roots = self.roots(&caller, &bucket, &prefix).await?;
         let walk = Walk {
             prefix: prefix.clone(),
             delimiter,
             after: after.unwrap_or_default(),
             max,
         };
-        let listed = self
-            .api
-            .run(move |repo| walk_keys(repo, &caller, &roots, &walk))
-            .await
-            .map_err(s3)?;
+        let listed = if writes::staging_path(&prefix).is_some() {
+            let staged = self
+                .writes
+                .listed(&self.api, &caller, &bucket, &prefix)
+                .await?;
+            staged_keys(staged, &walk)
+        } else {
+            let roots = self.roots(&caller, &bucket, &prefix).await?;
+            self.api
+                .run(move |repo| walk_keys(repo, &caller, &roots, &walk))
+                .await
+                .map_err(s3)?
+        };
         let contents: Vec<Object> = listed
             .objects
             .into_iter()
@@ -317,7 +315,7 @@ impl S3 for Front {
                 key: Some(o.key),
                 size: Some(i64::try_from(o.size).unwrap_or(i64::MAX)),
                 e_tag: o.etag.parse().ok(),
-                last_modified: Some(timestamp(o.mtime)),
+                last_modified: o.mtime.map(timestamp),
                 storage_class: Some("STANDARD".to_string().into()),
                 ..Default::default()
             })
@@ -627,15 +625,41 @@ struct Listed {
     key: String,
     size: u64,
     etag: String,
-    mtime: i64,
+    /// A version's file's time (a staged file has none).
+    mtime: Option<i64>,
 }
 
 /// Keys listed, in S3's order: objects and common prefixes, and the key to
 /// go on after if there are more.
+#[derive(Default)]
 struct Keyed {
     objects: Vec<Listed>,
     prefixes: Vec<String>,
     next: Option<String>,
+    /// The last key taken.
+    last: Option<String>,
+}
+
+impl Keyed {
+    /// Takes `answer` unless the page holds `max` keys already: then it
+    /// notes where the next page starts and says the page is full.
+    fn take(&mut self, answer: Answer, max: usize) -> bool {
+        if self.objects.len() + self.prefixes.len() == max {
+            self.next = self.last.take();
+            return false;
+        }
+        match answer {
+            Answer::Object(f) => {
+                self.last = Some(f.key.clone());
+                self.objects.push(f);
+            }
+            Answer::Prefix(p) => {
+                self.last = Some(p.clone());
+                self.prefixes.push(p);
+            }
+        }
+        true
+    }
 }
 
 /// What a listing's walk has yet to look at, last first.
@@ -655,12 +679,7 @@ enum Todo {
 /// of their keys (a folder's name with its `/`), and folders whose keys
 /// all lie before `after`, or beside the prefix, are not read.
 fn walk_keys(repo: &Repo, caller: &Caller, roots: &[Visible], w: &Walk) -> Result<Keyed, ApiError> {
-    let mut out = Keyed {
-        objects: Vec::new(),
-        prefixes: Vec::new(),
-        next: None,
-    };
-    let mut last: Option<String> = None;
+    let mut out = Keyed::default();
     let mut todo: Vec<Todo> = roots
         .iter()
         .enumerate()
@@ -708,19 +727,8 @@ fn walk_keys(repo: &Repo, caller: &Caller, roots: &[Visible], w: &Walk) -> Resul
                 }
             }
         };
-        if out.objects.len() + out.prefixes.len() == w.max {
-            out.next = last;
+        if !out.take(answer, w.max) {
             break;
-        }
-        match answer {
-            Answer::Object(f) => {
-                last = Some(f.key.clone());
-                out.objects.push(f);
-            }
-            Answer::Prefix(p) => {
-                last = Some(p.clone());
-                out.prefixes.push(p);
-            }
         }
     }
     Ok(out)
@@ -778,7 +786,7 @@ fn push_entries(
                 key: format!("{key}{name}"),
                 size: *size,
                 etag: etag(chunks),
-                mtime: mtime.0,
+                mtime: Some(mtime.0),
             })),
             Node::Symlink { .. } | Node::Special { .. } => {}
         }
@@ -792,47 +800,33 @@ fn push_entries(
     Ok(())
 }
 
-/// A listing of what is staged (`staging/…`), one page: what a writer
-/// checks after its uploads.
-fn staged_listing(
-    bucket: String,
-    prefix: String,
-    staged: Vec<(String, u64, String)>,
-    delimiter: Option<String>,
-) -> ListObjectsV2Output {
-    let mut contents = Vec::new();
-    let mut prefixes: Vec<String> = Vec::new();
+/// One page of what is staged (`staging/…` keys, in key order), as
+/// `walk_keys` pages a version.
+fn staged_keys(staged: Vec<(String, u64, String)>, w: &Walk) -> Keyed {
+    let mut out = Keyed::default();
     for (key, size, etag) in staged {
-        let rest = &key[prefix.len()..];
-        match rest.find('/').filter(|_| delimiter.as_deref() == Some("/")) {
+        if key.as_str() <= w.after.as_str() || !key.starts_with(&w.prefix) {
+            continue;
+        }
+        let rest = &key[w.prefix.len()..];
+        let answer = match rest.find('/').filter(|_| w.delimiter) {
             Some(i) => {
-                let p = format!("{prefix}{}", &rest[..=i]);
-                if prefixes.last() != Some(&p) {
-                    prefixes.push(p);
+                let p = format!("{}{}", w.prefix, &rest[..=i]);
+                if p.as_str() <= w.after.as_str() || out.prefixes.last() == Some(&p) {
+                    continue;
                 }
+                Answer::Prefix(p)
             }
-            None => contents.push(Object {
-                key: Some(key),
-                size: Some(i64::try_from(size).unwrap_or(i64::MAX)),
-                e_tag: etag.parse().ok(),
-                ..Default::default()
+            None => Answer::Object(Listed {
+                key,
+                size,
+                etag,
+                mtime: None,
             }),
+        };
+        if !out.take(answer, w.max) {
+            break;
         }
     }
-    let count = contents.len() + prefixes.len();
-    ListObjectsV2Output {
-        name: Some(bucket),
-        prefix: Some(prefix),
-        delimiter,
-        key_count: Some(i32::try_from(count).unwrap_or(i32::MAX)),
-        is_truncated: Some(false),
-        contents: Some(contents),
-        common_prefixes: Some(
-            prefixes
-                .into_iter()
-                .map(|p| CommonPrefix { prefix: Some(p) })
-                .collect(),
-        ),
-        ..Default::default()
-    }
+    out
 }

@@ -55,6 +55,26 @@ pub struct Writes {
     counted: Mutex<HashMap<String, usize>>,
 }
 
+/// A staging area: what one caller stages for one dataset.
+struct Area {
+    dataset: String,
+    owner: String,
+}
+
+impl Area {
+    fn new(dataset: &str, caller: &str) -> Area {
+        Area {
+            dataset: dataset.to_string(),
+            owner: pending::owner(caller),
+        }
+    }
+
+    /// Its keys' common prefix in the store.
+    fn prefix(&self) -> String {
+        crate::store::keys::staged_all(&self.dataset, &self.owner)
+    }
+}
+
 /// The checks a body's headers ask for.
 pub struct Expected {
     pub content_md5: Option<String>,
@@ -189,20 +209,21 @@ impl Writes {
             size: got.size,
             etag: etag.clone(),
         };
-        self.store(api, bucket, path, o).await?;
+        self.store(api, &Area::new(bucket, caller.name()), path, o)
+            .await?;
         Ok((etag, None))
     }
 
     /// Stores `o` as an upload and stages it at `path`.
-    async fn store(&self, api: &Arc<Api>, bucket: &str, path: RelPath, o: Object) -> S3Result<()> {
+    async fn store(&self, api: &Arc<Api>, area: &Area, path: RelPath, o: Object) -> S3Result<()> {
         let Object {
             file,
             tmp,
             size,
             etag,
         } = o;
-        self.room(api, bucket).await?;
-        let dataset = bucket.to_string();
+        self.room(api, area).await?;
+        let (dataset, owner) = (area.dataset.clone(), area.owner.clone());
         api.run(move |repo| {
             let up = upload::store_upload(repo, &dataset, &path, &file)?;
             drop(tmp);
@@ -212,23 +233,23 @@ impl Writes {
                 size,
                 etag,
             };
-            Ok(pending::stage(repo, &dataset, &change)?)
+            Ok(pending::stage(repo, &dataset, &owner, &change)?)
         })
         .await
         .map_err(api_err)?;
-        *self.counted.lock().entry(bucket.to_string()).or_default() += 1;
+        *self.counted.lock().entry(area.prefix()).or_default() += 1;
         Ok(())
     }
 
-    /// Fails as `SlowDown` once `MAX_STAGED` changes are staged for
-    /// `bucket` (counted again from the store when this gateway's count
-    /// says so: others' commits may have cleared them).
-    async fn room(&self, api: &Arc<Api>, bucket: &str) -> S3Result<()> {
-        let counted = self.counted.lock().get(bucket).copied();
+    /// Fails as `SlowDown` once `MAX_STAGED` changes are staged in
+    /// `area` (counted again from the store when this gateway's count
+    /// says so: a commit through another may have cleared them).
+    async fn room(&self, api: &Arc<Api>, area: &Area) -> S3Result<()> {
+        let counted = self.counted.lock().get(&area.prefix()).copied();
         if counted.is_some_and(|n| n < MAX_STAGED) {
             return Ok(());
         }
-        let n = self.staged(api, bucket).await?.len();
+        let n = self.staged(api, area).await?.len();
         if n >= MAX_STAGED {
             return Err(S3Error::with_message(
                 S3ErrorCode::SlowDown,
@@ -238,14 +259,15 @@ impl Writes {
         Ok(())
     }
 
-    /// What is staged for `bucket`, oldest first, as (key, change).
-    async fn staged(&self, api: &Arc<Api>, bucket: &str) -> S3Result<Vec<(String, Pending)>> {
-        let dataset = bucket.to_string();
+    /// What is staged in `area`, oldest first, as (key, change).
+    async fn staged(&self, api: &Arc<Api>, area: &Area) -> S3Result<Vec<(String, Pending)>> {
+        let (dataset, owner) = (area.dataset.clone(), area.owner.clone());
         let keys = api
-            .run(move |repo| Ok(pending::keys(repo, &dataset)?))
+            .run(move |repo| Ok(pending::keys(repo, &dataset, &owner)?))
             .await
             .map_err(api_err)?;
-        self.counted.lock().insert(bucket.to_string(), keys.len());
+        let prefix = area.prefix();
+        self.counted.lock().insert(prefix.clone(), keys.len());
         let unread: Vec<String> = {
             let seen = self.seen.lock();
             keys.iter()
@@ -272,9 +294,7 @@ impl Writes {
         seen.extend(read);
         // What is no longer staged is forgotten.
         let listed: std::collections::HashSet<&String> = keys.iter().collect();
-        seen.retain(|k, _| {
-            !k.starts_with(&crate::store::keys::staged_all(bucket)) || listed.contains(k)
-        });
+        seen.retain(|k, _| !k.starts_with(&prefix) || listed.contains(k));
         Ok(keys
             .iter()
             .filter_map(|k| seen.get(k).map(|c| (k.clone(), c.clone())))
@@ -293,18 +313,19 @@ impl Writes {
     ) -> S3Result<()> {
         may_commit(caller, bucket)?;
         let path = edit_path(path).map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
-        self.room(api, bucket).await?;
-        let dataset = bucket.to_string();
+        let area = Area::new(bucket, caller.name());
+        self.room(api, &area).await?;
+        let (dataset, owner) = (area.dataset.clone(), area.owner.clone());
         let change = Pending {
             path: path.to_string(),
             upload: None,
             size: 0,
             etag: String::new(),
         };
-        api.run(move |repo| Ok(pending::stage(repo, &dataset, &change)?))
+        api.run(move |repo| Ok(pending::stage(repo, &dataset, &owner, &change)?))
             .await
             .map_err(api_err)?;
-        *self.counted.lock().entry(bucket.to_string()).or_default() += 1;
+        *self.counted.lock().entry(area.prefix()).or_default() += 1;
         Ok(())
     }
 
@@ -318,7 +339,7 @@ impl Writes {
         bucket: &str,
         message: String,
     ) -> S3Result<u64> {
-        let staged = self.staged(api, bucket).await?;
+        let staged = self.staged(api, &Area::new(bucket, caller.name())).await?;
         let newest = pending::newest(&staged);
         let deleted = self
             .present(
@@ -413,15 +434,16 @@ impl Writes {
             .map_err(api_err)
     }
 
-    /// The staged uploads of `bucket` under `prefix` (of `staging/…` keys),
-    /// as (key, size, ETag), in key order.
+    /// The uploads `caller` staged in `bucket` under `prefix` (of
+    /// `staging/…` keys), as (key, size, ETag), in key order.
     pub async fn listed(
         &self,
         api: &Arc<Api>,
+        caller: &Caller,
         bucket: &str,
         prefix: &str,
     ) -> S3Result<Vec<(String, u64, String)>> {
-        let staged = self.staged(api, bucket).await?;
+        let staged = self.staged(api, &Area::new(bucket, caller.name())).await?;
         Ok(pending::newest(&staged)
             .into_values()
             .filter_map(|c| {
@@ -542,7 +564,8 @@ impl Writes {
             size,
             etag: etag.clone(),
         };
-        self.store(api, &m.dataset, m.path, o).await?;
+        self.store(api, &Area::new(&m.dataset, &m.owner), m.path, o)
+            .await?;
         Ok(etag)
     }
 
