@@ -589,16 +589,36 @@ impl Api {
         start: u64,
         end: u64,
     ) -> Result<impl futures::Stream<Item = Result<Bytes, std::io::Error>> + use<>, ApiError> {
-        let (window, cache) = (chunks.clone(), self.chunks.clone());
         let first_end = (start + WINDOW).min(end);
-        let first = self
-            .run(move |_| {
-                Ok(cache
-                    .slices(&window, start, first_end, false)?
-                    .expect("all is read when not memory-only"))
-            })
-            .await?;
+        // Read where the request is when it is all in memory.
+        let first = match self.chunks.slices(&chunks, start, first_end, true)? {
+            Some(first) => first,
+            None => {
+                let (window, cache) = (chunks.clone(), self.chunks.clone());
+                self.run(move |_| {
+                    Ok(cache
+                        .slices(&window, start, first_end, false)?
+                        .expect("all is read when not memory-only"))
+                })
+                .await?
+            }
+        };
         Ok(self.stream_rest(chunks, first, first_end, end))
+    }
+
+    /// `f` of the node at `path` under `tree`: looked up where the request
+    /// is when the trees on the way are in memory, else on the blocking
+    /// pool.
+    pub(super) async fn with_node<T: Send + 'static>(
+        self: &Arc<Self>,
+        tree: BlobRef,
+        path: RelPath,
+        f: impl FnOnce(Option<Node>) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        match self.repo.lookup_cached(&tree, &path) {
+            Some(node) => f(node),
+            None => self.run(move |repo| f(repo.lookup(&tree, &path)?)).await,
+        }
     }
 
     /// `first`, then the bytes `[at, end)` of a file of `chunks`, read one
@@ -613,6 +633,11 @@ impl Api {
         end: u64,
     ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + use<> {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<Bytes>, std::io::Error>>(2);
+        if at >= end {
+            // All of it is in `first`: no task to read the rest.
+            let _ = tx.try_send(Ok(first));
+            return tokio_stream_from(rx);
+        }
         let reader = self.clone();
         let cache = self.chunks.clone();
         let chunks = Arc::new(chunks);

@@ -136,8 +136,9 @@ impl Front {
             .ok_or_else(|| s3_error!(NoSuchKey, "a key is VERSION/PATH"))?;
         let v = self.version(&caller, bucket, spec).await?;
         let path = RelPath::parse(path).map_err(|_| s3_error!(NoSuchKey))?;
+        let (tree, at) = (v.record.tree, path.clone());
         self.api
-            .run(move |repo| file_at(repo, &caller, &v, &path))
+            .with_node(tree, at, move |node| file_at(&caller, &v, &path, node))
             .await
             .map_err(s3)
     }
@@ -151,10 +152,14 @@ struct FileAt {
     etag: String,
 }
 
-/// File `path` of version `v`, if the caller may read it; what it may not
-/// see is not there.
-fn file_at(repo: &Repo, caller: &Caller, v: &Visible, path: &RelPath) -> Result<FileAt, ApiError> {
-    let node = repo.lookup(&v.record.tree, path)?;
+/// File `path` of version `v` (`node` as looked up there), if the caller
+/// may read it; what it may not see is not there.
+fn file_at(
+    caller: &Caller,
+    v: &Visible,
+    path: &RelPath,
+    node: Option<Node>,
+) -> Result<FileAt, ApiError> {
     match caller.readable(&v.record, &v.names, path, node)? {
         Node::File {
             chunks,
