@@ -85,6 +85,6 @@ print(rows, total, f"{took:.2f}", len(per), file=sys.stdout)
 PY
 )
 read -r rows total took parts <<<"$got"
-echo "spark $(java -version 2>&1 | head -1 | cut -d'"' -f2), pyspark 3.5.3, s3a (hadoop-aws 3.3.1): read $rows rows, sum $total in $took s through the S3 endpoint ($parts regions of 2023 by partition pruning); pyarrow on disk: $expected"
+echo "spark $(java -version 2>&1 | head -1 | cut -d'"' -f2), pyspark 3.5.3, s3a (hadoop-aws 3.3.1): read $rows rows, sum $total in $took s through the S3 endpoint (year=2023 by region: $parts groups); pyarrow on disk: $expected"
 [ "$rows $total" = "$expected" ] || { echo "MISMATCH: spark $rows $total, pyarrow $expected" >&2; exit 1; }
 echo "sums agree"
