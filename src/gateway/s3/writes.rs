@@ -104,6 +104,17 @@ fn api_err(e: ApiError) -> S3Error {
     super::s3(e)
 }
 
+/// A body that did not arrive whole: a chunk whose signature fails
+/// (s3s checks each of a signed chunked body; its error type is private,
+/// its message says which) is `SignatureDoesNotMatch`, as S3 answers.
+fn body_error(e: s3s::StdError) -> S3Error {
+    let said = e.to_string();
+    match said.ends_with("SignatureMismatch") {
+        true => S3Error::with_message(S3ErrorCode::SignatureDoesNotMatch, said),
+        false => S3Error::with_message(S3ErrorCode::IncompleteBody, said),
+    }
+}
+
 /// May `caller` commit to dataset `bucket`?
 fn may_commit(caller: &Caller, bucket: &str) -> S3Result<()> {
     caller
@@ -134,8 +145,7 @@ async fn receive(
     let mut size = 0u64;
     if let Some(mut body) = body {
         while let Some(part) = body.next().await {
-            let part = part
-                .map_err(|e| S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string()))?;
+            let part = part.map_err(body_error)?;
             size += part.len() as u64;
             if size > MAX_PART {
                 return Err(S3Error::with_message(
@@ -598,8 +608,7 @@ async fn read_message(body: Option<StreamingBlob>) -> S3Result<String> {
     let mut bytes = Vec::new();
     if let Some(mut body) = body {
         while let Some(part) = body.next().await {
-            let part = part
-                .map_err(|e| S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string()))?;
+            let part = part.map_err(body_error)?;
             bytes.extend_from_slice(&part);
             if bytes.len() > crate::limits::MAX_MESSAGE {
                 return Err(s3_error!(
