@@ -1637,3 +1637,34 @@ fn an_s3_commit_beside_a_cli_commit_keeps_both() {
     }
     env.ok(&["verify"]);
 }
+
+/// A gc that may have deleted data a staged upload reuses: the S3 commit
+/// names the path to send again and commits nothing; sent again, it
+/// commits.
+#[test]
+fn an_s3_commit_after_a_gc_names_the_path_to_send_again() {
+    let (env, key) = s3_writable();
+    let g = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
+    let at = g.s3.clone().unwrap();
+    assert_eq!(s3_put(&env, &at, &key, "staging/b.csv", "b\n").0, 200);
+    env.ok(&["dataset", "create", "old"]);
+    env.ok(&["dataset", "delete", "old"]);
+    env.ok(&["gc", "--grace", "0s"]);
+    let (s, b) = s3_put(&env, &at, &key, "staging/.detafs-commit", "after gc");
+    let said = String::from_utf8_lossy(&b);
+    assert_eq!(s, 400, "{said}");
+    assert!(
+        said.contains("staging/b.csv") && said.contains("upload it again"),
+        "{said}"
+    );
+    assert_eq!(env.log().len(), 1);
+    assert_eq!(s3_put(&env, &at, &key, "staging/b.csv", "b\n").0, 200);
+    assert_eq!(
+        s3_put(&env, &at, &key, "staging/.detafs-commit", "again").0,
+        200
+    );
+    assert_eq!(
+        s3_curl(&at, &key, &[], "ds/v2/b.csv"),
+        (200, b"b\n".to_vec())
+    );
+}
