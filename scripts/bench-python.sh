@@ -8,9 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
-ROOT=${BENCH_DIR:-/var/tmp/detafs-bench}
-cargo build --release -q
-BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/detafs
+. scripts/release-build.sh
 VENV=$ROOT/py-venv
 if ! "$VENV/bin/python3" -c 'import pandas, pyarrow, fsspec' 2>/dev/null || [ ! -x "$VENV/bin/maturin" ]; then
   rm -rf "$VENV" && python3 -m venv "$VENV"

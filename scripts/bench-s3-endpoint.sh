@@ -11,9 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
-ROOT=${BENCH_DIR:-/var/tmp/detafs-bench}
-cargo build --release -q
-BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/detafs
+. scripts/release-build.sh
 [ -d "$ROOT/data" ] || { echo "run scripts/bench.sh first (it makes $ROOT/data)" >&2; exit 1; }
 ./scripts/localstack.sh
 W=$ROOT/s3e; rm -rf "$W"; mkdir -p "$W"

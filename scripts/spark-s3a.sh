@@ -15,9 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS=${1:-2000000}
-ROOT=${BENCH_DIR:-/var/tmp/detafs-bench}
-cargo build --release -q
-BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/detafs
+. scripts/release-build.sh
 VENV=$ROOT/spark-venv JARS=$ROOT/spark-jars
 if ! [ -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import pyspark' 2>/dev/null; then
   python3 -m venv "$VENV"
