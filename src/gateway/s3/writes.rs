@@ -50,7 +50,8 @@ struct Multipart {
 pub struct Writes {
     multiparts: Mutex<HashMap<String, Multipart>>,
     /// Staged changes read, by key (they never change), and how many each
-    /// dataset had at its last listing, plus those staged here since.
+    /// staging area (by its prefix) had at its last listing, plus those
+    /// staged here since.
     seen: Mutex<HashMap<String, Pending>>,
     counted: Mutex<HashMap<String, usize>>,
 }
