@@ -1659,3 +1659,71 @@ fn an_s3_commit_after_a_gc_names_the_path_to_send_again() {
     assert_eq!(s3_put(&env, &at, &key, "staging/b.csv", "b\n").0, 200);
     commits_b_as_v2(&env, &at, &key);
 }
+
+/// `CopyObject` into `staging/`: an object staged under another name (the
+/// first half of a rename, as S3 file systems commit their output) and a
+/// file of a version, neither sent again; a file the policy hides is not
+/// there to copy, and nothing is copied into a version. (A bucket name S3
+/// accepts: s3s checks `x-amz-copy-source` by S3's bucket rule.)
+#[test]
+fn s3_copies_into_staging_what_its_key_may_read() {
+    let env = Env::new();
+    let src = env.path("sales-src");
+    std::fs::create_dir_all(src.join("pub")).unwrap();
+    std::fs::create_dir_all(src.join("private")).unwrap();
+    std::fs::write(src.join("pub/a.csv"), "a\n").unwrap();
+    std::fs::write(src.join("private/secret.csv"), "ssn\n123\n").unwrap();
+    env.ok(&["dataset", "create", "sales"]);
+    env.ok(&[
+        "commit",
+        "sales",
+        "--from",
+        src.to_str().unwrap(),
+        "-m",
+        "v1",
+    ]);
+    let key = s3_key(&env, "writer", "read,commit");
+    set_policy_and_wait(
+        &env,
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: use, effect: allow, principals: [\"key:writer\"], actions: [\"dataset:*\"], resources: [\"datasets/sales\"]}\n  - {name: no_private, effect: deny, principals: [\"key:writer\"], actions: [\"dataset:read\"], resources: [\"datasets/sales/versions/*/files/private/*\"]}\n",
+    );
+    let g = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
+    let at = g.s3.clone().unwrap();
+    let copy = |to: &str, from: &str| {
+        let source = format!("x-amz-copy-source: {from}");
+        s3_curl(&at, &key, &["-X", "PUT", "-H", &source], to)
+    };
+    let part = env.path("part");
+    std::fs::write(&part, "p0\n").unwrap();
+    let put = s3_curl(
+        &at,
+        &key,
+        &["-T", part.to_str().unwrap()],
+        "sales/staging/out/_tmp/p0",
+    );
+    assert_eq!(put.0, 200);
+    let (s, b) = copy("sales/staging/out/p0", "sales/staging/out/_tmp/p0");
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+    let (s, _) = s3_curl(&at, &key, &["-X", "DELETE"], "sales/staging/out/_tmp/p0");
+    assert_eq!(s, 204);
+    let (s, b) = copy("sales/staging/a-copy.csv", "sales/v1/pub/a.csv");
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+    let (s, b) = copy("sales/staging/s.csv", "sales/v1/private/secret.csv");
+    assert_eq!(s, 404, "{}", String::from_utf8_lossy(&b));
+    assert!(!String::from_utf8_lossy(&b).contains("123"));
+    assert_eq!(copy("sales/v1/x.csv", "sales/v1/pub/a.csv").0, 403);
+    let message = env.path("message");
+    std::fs::write(&message, "copied").unwrap();
+    let commit = ["-T", message.to_str().unwrap()];
+    assert_eq!(
+        s3_curl(&at, &key, &commit, "sales/staging/.detafs-commit").0,
+        200
+    );
+    for (file, body) in [("out/p0", "p0\n"), ("a-copy.csv", "a\n")] {
+        let got = s3_curl(&at, &key, &[], &format!("sales/v2/{file}"));
+        assert_eq!(got, (200, body.as_bytes().to_vec()), "{file}");
+    }
+    assert_eq!(s3_curl(&at, &key, &[], "sales/v2/out/_tmp/p0").0, 404);
+    assert_eq!(s3_curl(&at, &key, &[], "sales/v2/s.csv").0, 404);
+    env.ok(&["verify"]);
+}

@@ -70,6 +70,14 @@ pub fn newest(staged: &[(String, Pending)]) -> BTreeMap<String, Pending> {
     out
 }
 
+/// When the change at `key` was staged, in seconds since the epoch (its
+/// name says), if it is such a key.
+pub fn staged_at(key: &str) -> Option<i64> {
+    let name = key.rsplit('/').next()?;
+    let nanos: u128 = name.split('-').next()?.parse().ok()?;
+    i64::try_from(nanos / 1_000_000_000).ok()
+}
+
 /// Clears the staged changes at `keys` (once committed).
 pub fn clear(repo: &Repo, keys: &[String]) -> Result<()> {
     keys.iter().try_for_each(|k| repo.store().delete(k))

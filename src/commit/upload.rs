@@ -48,10 +48,53 @@ const ENTRY: &[u8] = b"file";
 
 /// Stores the bytes of local file `file` as an upload for `path` of `dataset`.
 pub fn store_upload(repo: &Repo, dataset: &str, path: &RelPath, file: &Path) -> Result<Upload> {
-    let path = path.to_string();
     repo.check_dataset(dataset)?;
     let mut scanner = Scanner::new(repo, &Quiet)?;
     let (chunks, size) = scanner.chunk_prefix(file, u64::MAX)?;
+    record(repo, scanner, dataset, path, chunks, size)
+}
+
+/// An upload for `path` of `dataset` of a file of a version (its `chunks`
+/// and `size`): a copy that reads no bytes. Its chunks are a version's,
+/// so it is as young as an upload stored now.
+pub fn store_chunks(
+    repo: &Repo,
+    dataset: &str,
+    path: &RelPath,
+    chunks: Vec<BlobRef>,
+    size: u64,
+) -> Result<Upload> {
+    repo.check_dataset(dataset)?;
+    let scanner = Scanner::new(repo, &Quiet)?;
+    record(repo, scanner, dataset, path, chunks, size)
+}
+
+/// Upload `id` of `dataset` again, for `path`: the same bytes, as old as
+/// the upload copied (its chunks are only as safe from gc as it is).
+pub fn copy_upload(repo: &Repo, dataset: &str, id: &str, path: &RelPath) -> Result<Upload> {
+    load_upload(repo, dataset, id)?;
+    let bytes = repo
+        .store()
+        .get(&keys::upload(id))?
+        .ok_or_else(|| Error::InvalidInput(format!("no upload {id}")))?;
+    let mut up: Upload = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::malformed(keys::upload(id), e.to_string()))?;
+    up.id = hex::encode(rand::random::<[u8; 16]>());
+    up.path = path.to_string();
+    create(repo, &up)?;
+    Ok(up)
+}
+
+/// The upload of `chunks` for `path`: their one-entry tree, through
+/// `scanner`, and its manifest.
+fn record(
+    repo: &Repo,
+    mut scanner: Scanner,
+    dataset: &str,
+    path: &RelPath,
+    chunks: Vec<BlobRef>,
+    size: u64,
+) -> Result<Upload> {
     let now = std::time::SystemTime::now();
     let node = Node::File {
         mode: 0o644,
@@ -76,14 +119,20 @@ pub fn store_upload(repo: &Repo, dataset: &str, path: &RelPath, file: &Path) -> 
         time: humantime::format_rfc3339_seconds(now).to_string(),
         gc_mark,
     };
-    let body = serde_json::to_vec(&up).expect("serializable");
-    if !repo
+    create(repo, &up)?;
+    Ok(up)
+}
+
+/// Creates `up`'s manifest (its id is fresh: a taken one is refused).
+fn create(repo: &Repo, up: &Upload) -> Result<()> {
+    let body = serde_json::to_vec(up).expect("serializable");
+    match repo
         .store()
         .put_create(&keys::upload(&up.id), body.into())?
     {
-        return Err(Error::InvalidInput("upload id taken; upload again".into()));
+        true => Ok(()),
+        false => Err(Error::InvalidInput("upload id taken; upload again".into())),
     }
-    Ok(up)
 }
 
 /// The upload `id` of `dataset`, checked: it decodes, its tree holds one

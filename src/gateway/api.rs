@@ -190,6 +190,7 @@ impl ApiError {
 type Reply = Result<Response, ApiError>;
 
 /// Who called, as the policy names them.
+#[derive(Clone)]
 pub(super) struct Caller {
     /// `key:NAME` or `token:SUBJECT`: the author of its commits.
     name: String,

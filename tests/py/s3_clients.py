@@ -157,6 +157,19 @@ def write_checks(s):
     w.delete_object(Bucket="ds", Key="staging/pub/a.csv")
     w.put_object(Bucket="ds", Key="staging/dropped.txt", Body=b"x")
     w.delete_object(Bucket="ds", Key="staging/dropped.txt")
+    # Staged objects read back; what is not staged is not found.
+    head = w.head_object(Bucket="ds", Key="staging/new/a.txt")
+    check(head["ContentLength"] == len(body) and head["ETag"] == put["ETag"], f"HEAD of a staged object {head}")
+    check(w.get_object(Bucket="ds", Key="staging/new/a.txt")["Body"].read() == body, "GET of a staged object")
+    check(error_code(lambda: w.head_object(Bucket="ds", Key="staging/nothing"))[1] == 404, "HEAD of nothing staged")
+    # A folder marker is taken and stages nothing; one with bytes is refused.
+    check(w.put_object(Bucket="ds", Key="staging/made/", Body=b"")["ETag"] == '"d41d8cd98f00b204e9800998ecf8427e"', "folder marker")
+    check(error_code(lambda: w.put_object(Bucket="ds", Key="staging/made2/", Body=b"x"))[0] == "InvalidArgument", "a folder marker with bytes")
+    # DeleteObjects: staged keys deleted, a version's key refused by name.
+    w.put_object(Bucket="ds", Key="staging/dropped2.txt", Body=b"y")
+    gone = w.delete_objects(Bucket="ds", Delete={"Objects": [{"Key": "staging/dropped2.txt"}, {"Key": "v3/pub/a.csv"}]})
+    check([d["Key"] for d in gone.get("Deleted", [])] == ["staging/dropped2.txt"], f"DeleteObjects {gone}")
+    check([(e["Key"], e["Code"]) for e in gone.get("Errors", [])] == [("v3/pub/a.csv", "AccessDenied")], f"DeleteObjects errors {gone}")
     staged = [o["Key"] for o in w.list_objects_v2(Bucket="ds", Prefix="staging/").get("Contents", [])]
     check(staged == ["staging/new/a.txt", "staging/new/big.bin", "staging/new/chunked.bin"], f"staged {staged}")
     done = w.put_object(Bucket="ds", Key="staging/.detafs-commit", Body=b"from S3")

@@ -20,12 +20,13 @@ use crate::snapshot::{Node, Record};
 use crate::store::pack::BlobRef;
 use s3s::dto::{
     AbortMultipartUploadInput, AbortMultipartUploadOutput, Bucket, CommonPrefix,
-    CompleteMultipartUploadInput, CompleteMultipartUploadOutput, CreateMultipartUploadInput,
-    CreateMultipartUploadOutput, DeleteObjectInput, DeleteObjectOutput, GetBucketLocationInput,
-    GetBucketLocationOutput, GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput,
-    HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListObjectsV2Input,
-    ListObjectsV2Output, Object, PutObjectInput, PutObjectOutput, StreamingBlob, Timestamp,
-    UploadPartInput, UploadPartOutput,
+    CompleteMultipartUploadInput, CompleteMultipartUploadOutput, CopyObjectInput, CopyObjectOutput,
+    CopyObjectResult, CopySource, CreateMultipartUploadInput, CreateMultipartUploadOutput,
+    DeleteObjectInput, DeleteObjectOutput, DeleteObjectsInput, DeleteObjectsOutput, DeletedObject,
+    GetBucketLocationInput, GetBucketLocationOutput, GetObjectInput, GetObjectOutput,
+    HeadBucketInput, HeadBucketOutput, HeadObjectInput, HeadObjectOutput, ListBucketsInput,
+    ListBucketsOutput, ListObjectsV2Input, ListObjectsV2Output, Object, PutObjectInput,
+    PutObjectOutput, StreamingBlob, Timestamp, UploadPartInput, UploadPartOutput,
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use std::sync::Arc;
@@ -131,6 +132,9 @@ impl Front {
 
     /// A file of a version the caller may read, by its key.
     async fn file(&self, caller: Caller, bucket: &str, key: &str) -> S3Result<FileAt> {
+        if let Some(path) = writes::staging_path(key) {
+            return self.staged_file(&caller, bucket, path).await;
+        }
         let (spec, path) = key
             .split_once('/')
             .ok_or_else(|| s3_error!(NoSuchKey, "a key is VERSION/PATH"))?;
@@ -141,6 +145,31 @@ impl Front {
             .with_node(tree, at, move |node| file_at(&caller, &v, &path, node))
             .await
             .map_err(s3)
+    }
+}
+
+impl Front {
+    /// An upload the caller staged, read back (read-your-writes, as S3
+    /// clients expect after a PUT).
+    async fn staged_file(&self, caller: &Caller, bucket: &str, path: &str) -> S3Result<FileAt> {
+        self.visible_bucket(caller, bucket).await?;
+        let o = self
+            .writes
+            .staged_object(&self.api, caller, bucket, path)
+            .await?
+            .ok_or_else(|| s3_error!(NoSuchKey, "nothing is staged at staging/{path}"))?;
+        let (dataset, upload) = (bucket.to_string(), o.upload.clone());
+        let loaded = self
+            .api
+            .run(move |repo| Ok(crate::commit::upload::load_upload(repo, &dataset, &upload)?))
+            .await
+            .map_err(s3)?;
+        Ok(FileAt {
+            chunks: loaded.chunks,
+            size: o.size,
+            mtime: o.mtime,
+            etag: o.etag,
+        })
     }
 }
 
@@ -320,7 +349,7 @@ impl S3 for Front {
                 key: Some(o.key),
                 size: Some(i64::try_from(o.size).unwrap_or(i64::MAX)),
                 e_tag: o.etag.parse().ok(),
-                last_modified: o.mtime.map(timestamp),
+                last_modified: Some(timestamp(o.mtime)),
                 storage_class: Some("STANDARD".to_string().into()),
                 ..Default::default()
             })
@@ -366,6 +395,108 @@ impl S3 for Front {
         Ok(S3Response::new(PutObjectOutput {
             e_tag: etag.parse().ok(),
             version_id: version.map(|v| format!("v{v}")),
+            ..Default::default()
+        }))
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let caller = self.caller(&req).await?;
+        let input = req.input;
+        self.visible_bucket(&caller, &input.bucket).await?;
+        let path = writes::staging_path(&input.key).ok_or_else(read_only)?;
+        let CopySource::Bucket { bucket, key, .. } = &input.copy_source else {
+            return Err(s3_error!(
+                NotImplemented,
+                "copy from a bucket of this endpoint"
+            ));
+        };
+        if **bucket != *input.bucket {
+            return Err(s3_error!(
+                NotImplemented,
+                "a copy stays in its bucket (dataset)"
+            ));
+        }
+        let from = match writes::staging_path(key) {
+            Some(staged) => {
+                self.visible_bucket(&caller, bucket).await?;
+                let o = self
+                    .writes
+                    .staged_object(&self.api, &caller, bucket, staged)
+                    .await?
+                    .ok_or_else(|| s3_error!(NoSuchKey, "nothing is staged at {key}"))?;
+                writes::Copied::Staged(o)
+            }
+            None => {
+                let f = self.file(caller.clone(), bucket, key).await?;
+                writes::Copied::File {
+                    chunks: f.chunks,
+                    size: f.size,
+                    etag: f.etag,
+                }
+            }
+        };
+        let etag = match &from {
+            writes::Copied::Staged(o) => o.etag.clone(),
+            writes::Copied::File { etag, .. } => etag.clone(),
+        };
+        check_copy_conditions(
+            &etag,
+            input.copy_source_if_match.as_ref(),
+            input.copy_source_if_none_match.as_ref(),
+        )?;
+        self.writes
+            .copy(&self.api, &caller, &input.bucket, path, from)
+            .await?;
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: etag.parse().ok(),
+                last_modified: Some(Timestamp::from(std::time::SystemTime::now())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let caller = self.caller(&req).await?;
+        let input = req.input;
+        self.visible_bucket(&caller, &input.bucket).await?;
+        if input.delete.objects.len() > MAX_KEYS {
+            return Err(s3_error!(MalformedXML, "at most {MAX_KEYS} keys a request"));
+        }
+        let (mut deleted, mut errors) = (Vec::new(), Vec::new());
+        for o in input.delete.objects {
+            let done = match writes::staging_path(&o.key) {
+                Some(path) => {
+                    self.writes
+                        .delete(&self.api, &caller, &input.bucket, path)
+                        .await
+                }
+                None => Err(read_only()),
+            };
+            match done {
+                Ok(()) => deleted.push(DeletedObject {
+                    key: Some(o.key),
+                    ..Default::default()
+                }),
+                Err(e) => errors.push(s3s::dto::Error {
+                    code: Some(e.code().as_str().to_string()),
+                    message: e.message().map(str::to_string),
+                    key: Some(o.key),
+                    ..Default::default()
+                }),
+            }
+        }
+        let quiet = input.delete.quiet.unwrap_or(false);
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: (!quiet).then_some(deleted),
+            errors: Some(errors),
             ..Default::default()
         }))
     }
@@ -625,13 +756,26 @@ fn check_conditions(
     Ok(())
 }
 
+/// A `CopyObject`'s conditions on its source: either failing is 412.
+fn check_copy_conditions(
+    etag: &str,
+    if_match: Option<&s3s::dto::ETagCondition>,
+    if_none_match: Option<&s3s::dto::ETagCondition>,
+) -> S3Result<()> {
+    match check_conditions(etag, if_match, if_none_match) {
+        Err(e) if *e.code() == S3ErrorCode::NotModified => Err(s3_error!(PreconditionFailed)),
+        other => other,
+    }
+}
+
 /// An object of a listing.
 struct Listed {
     key: String,
     size: u64,
     etag: String,
-    /// A version's file's time (a staged file has none).
-    mtime: Option<i64>,
+    /// Seconds since the epoch: a version's file's time, or when a staged
+    /// file was staged.
+    mtime: i64,
 }
 
 /// Keys listed, in S3's order: objects and common prefixes, and the key to
@@ -791,7 +935,7 @@ fn push_entries(
                 key: format!("{key}{name}"),
                 size: *size,
                 etag: etag(chunks),
-                mtime: Some(mtime.0),
+                mtime: mtime.0,
             })),
             Node::Symlink { .. } | Node::Special { .. } => {}
         }
@@ -807,9 +951,16 @@ fn push_entries(
 
 /// One page of what is staged (`staging/…` keys, in key order), as
 /// `walk_keys` pages a version.
-fn staged_keys(staged: Vec<(String, u64, String)>, w: &Walk) -> Keyed {
+fn staged_keys(staged: Vec<writes::StagedObject>, w: &Walk) -> Keyed {
     let mut out = Keyed::default();
-    for (key, size, etag) in staged {
+    for writes::StagedObject {
+        key,
+        size,
+        etag,
+        mtime,
+        ..
+    } in staged
+    {
         if key.as_str() <= w.after.as_str() || !key.starts_with(&w.prefix) {
             continue;
         }
@@ -826,7 +977,7 @@ fn staged_keys(staged: Vec<(String, u64, String)>, w: &Walk) -> Keyed {
                 key,
                 size,
                 etag,
-                mtime: None,
+                mtime,
             }),
         };
         if !out.take(answer, w.max) {

@@ -209,6 +209,9 @@ impl Writes {
             let version = self.commit(api, caller, bucket, message).await?;
             return Ok((String::new(), Some(version)));
         }
+        if path.is_empty() || path.ends_with('/') {
+            return folder_marker(body).await.map(|etag| (etag, None));
+        }
         let path = edit_path(path).map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
         let tmp = api.run(tempdir_in).await.map_err(api_err)?;
         let file = tmp.path().join("object");
@@ -446,22 +449,72 @@ impl Writes {
     }
 
     /// The uploads `caller` staged in `bucket` under `prefix` (of
-    /// `staging/…` keys), as (key, size, ETag), in key order.
+    /// `staging/…` keys), in key order.
     pub async fn listed(
         &self,
         api: &Arc<Api>,
         caller: &Caller,
         bucket: &str,
         prefix: &str,
-    ) -> S3Result<Vec<(String, u64, String)>> {
+    ) -> S3Result<Vec<StagedObject>> {
         let staged = self.staged(api, &Area::new(bucket, caller.name())).await?;
-        Ok(pending::newest(&staged)
+        Ok(objects(&staged)
             .into_values()
-            .filter_map(|c| {
-                let key = format!("staging/{}", c.path);
-                (c.upload.is_some() && key.starts_with(prefix)).then_some((key, c.size, c.etag))
-            })
+            .filter(|o| o.key.starts_with(prefix))
             .collect())
+    }
+
+    /// `CopyObject` to `staging/PATH` of `bucket`: `from` staged there by
+    /// another name (a rename, as S3 file systems commit their output), or
+    /// a file of a version; no bytes are read or sent again.
+    pub async fn copy(
+        &self,
+        api: &Arc<Api>,
+        caller: &Caller,
+        bucket: &str,
+        path: &str,
+        from: Copied,
+    ) -> S3Result<()> {
+        may_commit(caller, bucket)?;
+        let path = edit_path(path).map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
+        let area = Area::new(bucket, caller.name());
+        self.room(api, &area).await?;
+        let (dataset, owner) = (area.dataset.clone(), area.owner.clone());
+        api.run(move |repo| {
+            let (up, etag) = match from {
+                Copied::Staged(o) => (
+                    upload::copy_upload(repo, &dataset, &o.upload, &path)?,
+                    o.etag,
+                ),
+                Copied::File { chunks, size, etag } => (
+                    upload::store_chunks(repo, &dataset, &path, chunks, size)?,
+                    etag,
+                ),
+            };
+            let change = Pending {
+                path: path.to_string(),
+                upload: Some(up.id),
+                size: up.size,
+                etag,
+            };
+            Ok(pending::stage(repo, &dataset, &owner, &change)?)
+        })
+        .await
+        .map_err(api_err)?;
+        *self.counted.lock().entry(area.prefix()).or_default() += 1;
+        Ok(())
+    }
+
+    /// The upload `caller` staged at `staging/PATH` of `bucket`, if any.
+    pub async fn staged_object(
+        &self,
+        api: &Arc<Api>,
+        caller: &Caller,
+        bucket: &str,
+        path: &str,
+    ) -> S3Result<Option<StagedObject>> {
+        let staged = self.staged(api, &Area::new(bucket, caller.name())).await?;
+        Ok(objects(&staged).remove(path))
     }
 
     /// `CreateMultipartUpload` of `staging/PATH`: its id.
@@ -589,6 +642,47 @@ impl Writes {
     }
 }
 
+/// What a `CopyObject` copies: an upload staged, or a file of a version.
+pub enum Copied {
+    Staged(StagedObject),
+    File {
+        chunks: Vec<crate::store::pack::BlobRef>,
+        size: u64,
+        etag: String,
+    },
+}
+
+/// An upload staged at a path, as an object of `staging/`.
+pub struct StagedObject {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+    /// When it was staged (seconds since the epoch).
+    pub mtime: i64,
+    pub upload: String,
+}
+
+/// The uploads among `staged` (oldest first) that are the newest change
+/// of their path, by path.
+fn objects(staged: &[(String, Pending)]) -> BTreeMap<String, StagedObject> {
+    let mut out = BTreeMap::new();
+    for (key, c) in staged {
+        let Some(upload) = &c.upload else {
+            out.remove(&c.path);
+            continue;
+        };
+        let o = StagedObject {
+            key: format!("staging/{}", c.path),
+            size: c.size,
+            etag: c.etag.clone(),
+            mtime: pending::staged_at(key).unwrap_or(0),
+            upload: upload.clone(),
+        };
+        out.insert(c.path.clone(), o);
+    }
+    out
+}
+
 fn caller_name(caller: &Caller) -> String {
     caller.name().to_string()
 }
@@ -602,6 +696,24 @@ fn owned<'m>(
     open.get(id)
         .filter(|m| m.owner == caller.name())
         .ok_or_else(|| s3_error!(NoSuchUpload))
+}
+
+/// A `PutObject` of an empty object whose key ends in `/`: a folder
+/// marker, as S3 file systems (s3a, s3fs) make for a `mkdir`. A version
+/// keeps files, not empty folders: it is taken and changes nothing.
+async fn folder_marker(body: Option<StreamingBlob>) -> S3Result<String> {
+    if let Some(mut body) = body {
+        while let Some(part) = body.next().await {
+            if !part.map_err(body_error)?.is_empty() {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "a key ending in / is a folder marker: send it empty"
+                ));
+            }
+        }
+    }
+    // The MD5 of nothing, as S3 answers for an empty object.
+    Ok("\"d41d8cd98f00b204e9800998ecf8427e\"".to_string())
 }
 
 /// A commit message: the body of a `PutObject` of the commit key.
