@@ -167,8 +167,9 @@ def write_checks(s):
     check(error_code(lambda: w.put_object(Bucket="ds", Key="staging/made2/", Body=b"x"))[0] == "InvalidArgument", "a folder marker with bytes")
     # DeleteObjects: staged keys deleted, a version's key refused by name.
     w.put_object(Bucket="ds", Key="staging/dropped2.txt", Body=b"y")
-    gone = w.delete_objects(Bucket="ds", Delete={"Objects": [{"Key": "staging/dropped2.txt"}, {"Key": "v3/pub/a.csv"}]})
-    check([d["Key"] for d in gone.get("Deleted", [])] == ["staging/dropped2.txt"], f"DeleteObjects {gone}")
+    marker_keys = [{"Key": "staging/made/"}, {"Key": "staging/"}]
+    gone = w.delete_objects(Bucket="ds", Delete={"Objects": [{"Key": "staging/dropped2.txt"}, {"Key": "v3/pub/a.csv"}] + marker_keys})
+    check([d["Key"] for d in gone.get("Deleted", [])] == ["staging/dropped2.txt", "staging/made/", "staging/"], f"DeleteObjects {gone}")
     check([(e["Key"], e["Code"]) for e in gone.get("Errors", [])] == [("v3/pub/a.csv", "AccessDenied")], f"DeleteObjects errors {gone}")
     staged = [o["Key"] for o in w.list_objects_v2(Bucket="ds", Prefix="staging/").get("Contents", [])]
     check(staged == ["staging/new/a.txt", "staging/new/big.bin", "staging/new/chunked.bin"], f"staged {staged}")

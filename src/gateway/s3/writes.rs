@@ -326,6 +326,12 @@ impl Writes {
         path: &str,
     ) -> S3Result<()> {
         may_commit(caller, bucket)?;
+        if path.is_empty() || path.ends_with('/') {
+            // A folder marker is never stored: deleting one (as s3a does
+            // for a file's parents) changes nothing, as a deletion of a
+            // missing key does on S3.
+            return Ok(());
+        }
         let path = edit_path(path).map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
         let area = Area::new(bucket, caller.name());
         self.room(api, &area).await?;
