@@ -236,17 +236,31 @@ impl Writes {
             size,
             etag,
         } = o;
-        self.room(api, area).await?;
-        let (dataset, owner) = (area.dataset.clone(), area.owner.clone());
-        api.run(move |repo| {
-            let up = upload::store_upload(repo, &dataset, &path, &file)?;
+        self.add(api, area, move |repo, dataset| {
+            let up = upload::store_upload(repo, dataset, &path, &file)?;
             drop(tmp);
-            let change = Pending {
+            Ok(Pending {
                 path: path.to_string(),
                 upload: Some(up.id),
                 size,
                 etag,
-            };
+            })
+        })
+        .await
+    }
+
+    /// Stages in `area` the change `make` builds (on the blocking pool,
+    /// given the dataset), room allowing.
+    async fn add(
+        &self,
+        api: &Arc<Api>,
+        area: &Area,
+        make: impl FnOnce(&crate::repo::Repo, &str) -> crate::Result<Pending> + Send + 'static,
+    ) -> S3Result<()> {
+        self.room(api, area).await?;
+        let (dataset, owner) = (area.dataset.clone(), area.owner.clone());
+        api.run(move |repo| {
+            let change = make(repo, &dataset)?;
             Ok(pending::stage(repo, &dataset, &owner, &change)?)
         })
         .await
@@ -333,20 +347,14 @@ impl Writes {
             return Ok(());
         }
         let path = edit_path(path).map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
-        let area = Area::new(bucket, caller.name());
-        self.room(api, &area).await?;
-        let (dataset, owner) = (area.dataset.clone(), area.owner.clone());
         let change = Pending {
             path: path.to_string(),
             upload: None,
             size: 0,
             etag: String::new(),
         };
-        api.run(move |repo| Ok(pending::stage(repo, &dataset, &owner, &change)?))
-            .await
-            .map_err(api_err)?;
-        *self.counted.lock().entry(area.prefix()).or_default() += 1;
-        Ok(())
+        let area = Area::new(bucket, caller.name());
+        self.add(api, &area, move |_, _| Ok(change)).await
     }
 
     /// Commits what is staged for `bucket` as one version (through the
@@ -484,31 +492,25 @@ impl Writes {
         may_commit(caller, bucket)?;
         let path = edit_path(path).map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
         let area = Area::new(bucket, caller.name());
-        self.room(api, &area).await?;
-        let (dataset, owner) = (area.dataset.clone(), area.owner.clone());
-        api.run(move |repo| {
+        self.add(api, &area, move |repo, dataset| {
             let (up, etag) = match from {
                 Copied::Staged(o) => (
-                    upload::copy_upload(repo, &dataset, &o.upload, &path)?,
+                    upload::copy_upload(repo, dataset, &o.upload, &path)?,
                     o.etag,
                 ),
                 Copied::File { chunks, size, etag } => (
-                    upload::store_chunks(repo, &dataset, &path, chunks, size)?,
+                    upload::store_chunks(repo, dataset, &path, chunks, size)?,
                     etag,
                 ),
             };
-            let change = Pending {
+            Ok(Pending {
                 path: path.to_string(),
                 upload: Some(up.id),
                 size: up.size,
                 etag,
-            };
-            Ok(pending::stage(repo, &dataset, &owner, &change)?)
+            })
         })
         .await
-        .map_err(api_err)?;
-        *self.counted.lock().entry(area.prefix()).or_default() += 1;
-        Ok(())
     }
 
     /// The upload `caller` staged at `staging/PATH` of `bucket`, if any.
