@@ -44,7 +44,7 @@ pub fn stage(repo: &Repo, dataset: &str, owner: &str, change: &Pending) -> Resul
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_nanos();
-    let name = format!("{nanos:024}-{}", hex::encode(rand::random::<[u8; 8]>()));
+    let name = name_at(nanos, rand::random());
     let body = serde_json::to_vec(change).expect("serializable");
     match repo
         .store()
@@ -70,15 +70,52 @@ pub fn newest(staged: &[(String, Pending)]) -> BTreeMap<String, Pending> {
     out
 }
 
+/// The name of a change staged `nanos` after the epoch: the time first
+/// (names sort as changes were staged), then a nonce. `staged_at` reads it.
+fn name_at(nanos: u128, nonce: [u8; 8]) -> String {
+    format!("{nanos:024}-{}", hex::encode(nonce))
+}
+
 /// When the change at `key` was staged, in seconds since the epoch (its
-/// name says), if it is such a key.
+/// name says, as `name_at` wrote it), if it is such a key.
 pub fn staged_at(key: &str) -> Option<i64> {
-    let name = key.rsplit('/').next()?;
-    let nanos: u128 = name.split('-').next()?.parse().ok()?;
+    let name = key.rsplit('/').next()?.strip_suffix(".json")?;
+    let (digits, nonce) = name.split_once('-')?;
+    if digits.len() != 24 || nonce.len() != 16 {
+        return None;
+    }
+    let nanos: u128 = digits.parse().ok()?;
     i64::try_from(nanos / 1_000_000_000).ok()
 }
 
 /// Clears the staged changes at `keys` (once committed).
 pub fn clear(repo: &Repo, keys: &[String]) -> Result<()> {
     keys.iter().try_for_each(|k| repo.store().delete(k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// What `stage` names, `staged_at` reads back; names sort by time.
+        #[test]
+        fn a_staged_name_says_when(a in 0u128..10u128.pow(24), b in 0u128..10u128.pow(24), nonce: [u8; 8]) {
+            let key = keys::staged("ds", "owner", &name_at(a, nonce));
+            prop_assert_eq!(staged_at(&key), i64::try_from(a / 1_000_000_000).ok());
+            let other = keys::staged("ds", "owner", &name_at(b, nonce));
+            prop_assert_eq!(a.cmp(&b), key.cmp(&other));
+        }
+
+        /// Anything else under `staged/` says no time, never a wrong one.
+        #[test]
+        fn a_foreign_name_says_no_time(name in "[0-9a-z./-]{0,48}") {
+            let key = format!("staged/ds/owner/{name}");
+            if let Some(secs) = staged_at(&key) {
+                let digits = &name[..24];
+                prop_assert_eq!(Some(secs), i64::try_from(digits.parse::<u128>().unwrap() / 1_000_000_000).ok());
+            }
+        }
+    }
 }

@@ -72,13 +72,8 @@ pub fn store_chunks(
 /// Upload `id` of `dataset` again, for `path`: the same bytes, as old as
 /// the upload copied (its chunks are only as safe from gc as it is).
 pub fn copy_upload(repo: &Repo, dataset: &str, id: &str, path: &RelPath) -> Result<Upload> {
-    load_upload(repo, dataset, id)?;
-    let bytes = repo
-        .store()
-        .get(&keys::upload(id))?
-        .ok_or_else(|| Error::InvalidInput(format!("no upload {id}")))?;
-    let mut up: Upload = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::malformed(keys::upload(id), e.to_string()))?;
+    let mut up = manifest(repo, id)?;
+    check(repo, dataset, &up)?;
     up.id = hex::encode(rand::random::<[u8; 16]>());
     up.path = path.to_string();
     create(repo, &up)?;
@@ -138,6 +133,17 @@ fn create(repo: &Repo, up: &Upload) -> Result<()> {
 /// The upload `id` of `dataset`, checked: it decodes, its tree holds one
 /// file of its size, and it is young enough to commit.
 pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
+    let up = manifest(repo, id)?;
+    let chunks = check(repo, dataset, &up)?;
+    Ok(Loaded {
+        path: up.path,
+        size: up.size,
+        chunks,
+    })
+}
+
+/// Upload `id`'s manifest, as stored.
+fn manifest(repo: &Repo, id: &str) -> Result<Upload> {
     if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::InvalidInput(format!("bad upload id {id:?}")));
     }
@@ -153,6 +159,13 @@ pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
             "upload does not hold together",
         ));
     }
+    Ok(up)
+}
+
+/// `up`'s chunks, if it is of `dataset`, young enough to commit and holds
+/// together.
+fn check(repo: &Repo, dataset: &str, up: &Upload) -> Result<Vec<BlobRef>> {
+    let id = &up.id;
     if up.dataset != dataset {
         return Err(Error::InvalidInput(format!(
             "upload {id} is for dataset {}",
@@ -201,9 +214,5 @@ pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
             "upload does not hold together",
         ));
     }
-    Ok(Loaded {
-        path: up.path,
-        size: up.size,
-        chunks,
-    })
+    Ok(chunks)
 }

@@ -421,7 +421,6 @@ impl S3 for Front {
         }
         let from = match writes::staging_path(key) {
             Some(staged) => {
-                self.visible_bucket(&caller, bucket).await?;
                 let o = self
                     .writes
                     .staged_object(&self.api, &caller, bucket, staged)
@@ -438,10 +437,7 @@ impl S3 for Front {
                 }
             }
         };
-        let etag = match &from {
-            writes::Copied::Staged(o) => o.etag.clone(),
-            writes::Copied::File { etag, .. } => etag.clone(),
-        };
+        let etag = from.etag().to_string();
         check_copy_conditions(
             &etag,
             input.copy_source_if_match.as_ref(),

@@ -277,7 +277,13 @@ impl Writes {
         if counted.is_some_and(|n| n < MAX_STAGED) {
             return Ok(());
         }
-        let n = self.staged(api, area).await?.len();
+        // Counted by listing keys alone: nothing is read to count it.
+        let (dataset, owner) = (area.dataset.clone(), area.owner.clone());
+        let n = api
+            .run(move |repo| Ok(pending::keys(repo, &dataset, &owner)?.len()))
+            .await
+            .map_err(api_err)?;
+        self.counted.lock().insert(area.prefix(), n);
         if n >= MAX_STAGED {
             return Err(S3Error::with_message(
                 S3ErrorCode::SlowDown,
@@ -658,6 +664,16 @@ pub enum Copied {
         size: u64,
         etag: String,
     },
+}
+
+impl Copied {
+    /// The source's ETag, which the copy keeps.
+    pub fn etag(&self) -> &str {
+        match self {
+            Copied::Staged(o) => &o.etag,
+            Copied::File { etag, .. } => etag,
+        }
+    }
 }
 
 /// An upload staged at a path, as an object of `staging/`.
