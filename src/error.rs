@@ -181,6 +181,10 @@ pub enum FsError {
     TooManyLinks,
     #[error("busy")]
     Busy,
+    /// An inode the kernel names that is gone (ESTALE: the kernel looks
+    /// the name up again and retries a path's system call).
+    #[error("stale file handle")]
+    Stale,
 }
 
 impl Error {

@@ -148,9 +148,7 @@ impl Mounted {
             .with_context(|| format!("cannot read {}", file.display()))?;
         let version = match text.trim() {
             "none" => 0,
-            v => v
-                .strip_prefix('v')
-                .and_then(|n| n.parse().ok())
+            v => detafs::repo::tag::version_name(v.as_bytes())
                 .with_context(|| format!("{} holds {text:?}, not a version", file.display()))?,
         };
         let base = repo

@@ -571,7 +571,8 @@ pub fn checkout(
                         })?
                 }
             };
-            Ok(st.checkout(repo, &record.tree, &names)?)
+            st.checkout(repo, &record.tree, &names)?;
+            Ok(())
         }
         Owner::Mount(mp) => {
             let (file, order) = match version {
@@ -614,14 +615,17 @@ pub fn tell_mount(repo: &Repo, staging_base: &Path, name: &str) {
 }
 
 /// Writes `text` to control file `.detafs/FILE` of the mount at `mp` as
-/// one request: it acts when the handle closes, and the close says how it
-/// went (std's drop would ignore that).
+/// one request, then reads the handle back: the read is the request's
+/// stated end, carries it out and fails as it did (docs/semantics.md).
 fn request(mp: &Path, file: &str, text: &[u8]) -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new()
+        .read(true)
         .write(true)
         .open(mp.join(".detafs").join(file))?;
     f.write_all(text)?;
-    nix::unistd::close(f).map_err(std::io::Error::from)
+    let mut answer = String::new();
+    f.read_to_string(&mut answer)?;
+    Ok(())
 }
 
 /// Paths changed in staging (`detafs status NAME`), not escaped.

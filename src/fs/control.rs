@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ino::{FIRST_CONTROL_FILE, Ino};
+use super::orders::{Due, Order};
 
 const COMMIT: u64 = FIRST_CONTROL_FILE;
 const STATUS: u64 = 6;
@@ -31,10 +32,15 @@ pub(super) struct Control {
     pub(super) last_error: Mutex<String>,
     /// The log entry of the last commit made through this mount.
     pub(super) last_commit: Mutex<Vec<u8>>,
-    /// The commit through this mount under way, if one is.
-    pub(super) committing: Mutex<Option<UnderWay>>,
+    /// Commits through this mount asked for: the one running, those
+    /// waiting for their turn.
+    pub(super) committing: Mutex<Vec<UnderWay>>,
+    /// The number of the next commit asked for (`.detafs/progress`'s `id`).
+    next_commit: std::sync::atomic::AtomicU64,
     /// Control files' content as last sized, by inode (`attr`).
     pub(super) texts: Mutex<HashMap<u64, SizedText>>,
+    /// Requests carried out in order (`orders.rs`).
+    pub(super) sequence: super::orders::Sequence,
 }
 
 /// A control file's content, and when it was made.
@@ -113,8 +119,10 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
         perm: match (ino, fs.gated()) {
             (COMMIT, false) => 0o600,
             (COMMIT, true) => 0o666,
-            (RESTORE | CHECKOUT | CANCEL | REFRESH, false) => 0o200,
-            (RESTORE | CHECKOUT | CANCEL | REFRESH, true) => 0o222,
+            // Readable too: a read of the handle a request was written
+            // through carries it out and says how it went (`orders.rs`).
+            (RESTORE | CHECKOUT | CANCEL | REFRESH, false) => 0o600,
+            (RESTORE | CHECKOUT | CANCEL | REFRESH, true) => 0o666,
             (STATUS | LAST_ERROR | PROGRESS, false) => 0o400,
             _ => 0o444,
         },
@@ -245,6 +253,7 @@ pub(super) fn open(
                     Arc::default(),
                     judge.is_some().then_some(*caller),
                 )),
+                // Its writer's closes are checked (`orders.rs`).
                 keep_cache: false,
                 direct_io: true,
                 flush: true,
@@ -269,10 +278,11 @@ pub(super) fn open(
     })
 }
 
-/// `echo MESSAGE > .detafs/commit`: returns once the version is durable.
-pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32) -> Result<Record> {
+/// `echo MESSAGE > .detafs/commit` by process `pid`: returns once the
+/// version is durable.
+pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32, pid: u32) -> Result<Record> {
     let message = String::from_utf8_lossy(data);
-    match fs.commit_staging(&message, uid) {
+    match fs.commit_staging(&message, uid, pid) {
         Ok(record) => {
             tracing::info!("committed v{} ({})", record.version, record.message);
             fs.control.last_error.lock().clear();
@@ -284,43 +294,67 @@ pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32) -> Result<Record> {
     }
 }
 
-/// Most bytes a restore or checkout request may hold.
-const MAX_ORDER: usize = 1 << 20;
-
-/// A write to `.detafs/restore` or `.detafs/checkout`: kept with what was
-/// written before through the same handle; nothing acts until it closes.
-pub(super) fn write_order(text: &Mutex<Vec<u8>>, data: &[u8]) -> Result<usize> {
-    let mut text = text.lock();
-    if text.len() + data.len() > MAX_ORDER {
-        return Err(Error::InvalidInput(format!(
-            "a restore or checkout request holds at most {MAX_ORDER} bytes"
-        )));
-    }
-    text.extend_from_slice(data);
-    Ok(data.len())
-}
-
-/// The request written through a handle since it last acted, acted on
-/// once (at its close): an invalid one changes nothing.
-pub(super) fn take_order(
+/// A request at the end of its open (`orders.rs`), carried out:
+/// `.detafs/last-error` then says why it failed, or nothing.
+pub(super) fn carry_out(
     fs: &MountFs,
     ino: u64,
-    text: &Mutex<Vec<u8>>,
+    due: Due,
     caller: Option<&super::Caller>,
 ) -> Result<()> {
-    let data = std::mem::take(&mut *text.lock());
-    match data.is_empty() {
-        true => Ok(()),
-        false => order(fs, ino, &data, caller),
+    let res = match due {
+        Due::Nothing => return Ok(()),
+        Due::Void(why) => Err(Error::InvalidInput(why)),
+        Due::Act(text, writer) => order(fs, ino, &text, writer, caller),
+    };
+    match res {
+        Ok(()) => {
+            fs.control.last_error.lock().clear();
+            forget_texts(fs);
+            Ok(())
+        }
+        Err(e) => failed(fs, e),
     }
+}
+
+/// A read of a request's handle: the request written since the last
+/// read is carried out now, in order with the others (`orders.rs`), and
+/// the read answers `done` or fails as it did, once the kernel was told
+/// what changed; with nothing written since, the read finds the end.
+pub(super) fn read_order(
+    fs: &Arc<MountFs>,
+    ino: u64,
+    order: Arc<Order>,
+    caller: Option<super::Caller>,
+) -> Result<Vec<u8>> {
+    let outcome: super::orders::Outcome = Arc::default();
+    let (job_fs, told) = (fs.clone(), outcome.clone());
+    fs.control.sequence.queue(move || {
+        let res = match order.take() {
+            Due::Nothing => Ok(false),
+            due => carry_out(&job_fs, ino, due, caller.as_ref()).map(|()| true),
+        };
+        super::orders::tell(&told, res);
+    });
+    if !super::orders::wait(&outcome)? {
+        return Ok(Vec::new());
+    }
+    fs.settle_kernel();
+    Ok(b"done\n".to_vec())
 }
 
 /// A request to `.detafs/restore` (paths, one per line; `.` for all) or
 /// `.detafs/checkout` (a version, then paths; none for all): those paths of
 /// staging become as in the base version, or in that version.
-fn order(fs: &MountFs, ino: u64, data: &[u8], caller: Option<&super::Caller>) -> Result<()> {
+fn order(
+    fs: &MountFs,
+    ino: u64,
+    data: &[u8],
+    process: Option<u32>,
+    caller: Option<&super::Caller>,
+) -> Result<()> {
     match ino {
-        CANCEL => return cancel(fs),
+        CANCEL => return cancel(fs, data, process),
         // A change made beside the mount (`detafs commit --from`, `tag`):
         // shown when the writer's close returns, not a poll later.
         REFRESH => return fs.poll(),
@@ -345,7 +379,6 @@ fn order(fs: &MountFs, ino: u64, data: &[u8], caller: Option<&super::Caller>) ->
         paths.push(".");
     }
     fs.checkout(version, &paths, caller)
-        .or_else(|e| failed(fs, e))
 }
 
 /// A commit (or restore) through the mount failed with `e`:
@@ -376,61 +409,112 @@ fn status(fs: &MountFs) -> Result<Vec<u8>> {
     Ok(out.into_bytes())
 }
 
-/// `.detafs/cancel`: the commit under way through the mount stops if it
-/// has not reached its record yet (its writer gets ECANCELED, staging
-/// stays as it was); past that it completes. Without a commit under way
-/// (it may have just ended) there is nothing to do.
-fn cancel(fs: &MountFs) -> Result<()> {
-    if let Some(c) = &*fs.control.committing.lock() {
-        c.progress.cancel();
+/// `.detafs/cancel`: a request names the commits it cancels: the number
+/// `.detafs/progress` gives one (`id`), or, for any other text, those
+/// asked for by the process that writes it (Ctrl-C of `detafs commit`).
+/// Each stops if it has not reached its record yet (its writer gets
+/// ECANCELED, staging stays as it was); one still waiting for its turn is
+/// withdrawn; past its record it completes. No other commit is touched.
+fn cancel(fs: &MountFs, text: &[u8], process: Option<u32>) -> Result<()> {
+    let named = std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok());
+    let committing = fs.control.committing.lock();
+    let mut hit = committing
+        .iter()
+        .filter(|c| match named {
+            Some(id) => c.id == id,
+            None => process.is_some() && c.process == process,
+        })
+        .peekable();
+    if hit.peek().is_none() {
+        return Err(Error::InvalidInput(match named {
+            Some(id) => format!("no commit {id} is under way through this mount"),
+            None => "no commit of the process that wrote the request is under way: write the id .detafs/progress gives the commit to cancel".into(),
+        }));
     }
+    hit.for_each(|c| c.progress.cancel());
     Ok(())
 }
 
-/// A commit through the mount, from its start to its end, for
-/// `.detafs/progress`.
+/// A commit through the mount, from when it is asked for to its end, for
+/// `.detafs/progress` and `.detafs/cancel`.
 pub(super) struct UnderWay {
+    id: u64,
+    /// The process that asked for it (its thread group), if known.
+    process: Option<u32>,
     message: String,
     author: String,
     started: Instant,
+    /// Its turn came (one commit runs at a time).
+    running: bool,
     progress: Arc<crate::progress::Counters>,
 }
 
-/// Clears `.detafs/progress` when the commit ends, however it ends.
-pub(super) struct Told<'a>(&'a MountFs);
+/// Removes its commit from `.detafs/progress` when it ends, however it ends.
+pub(super) struct Told<'a> {
+    fs: &'a MountFs,
+    id: u64,
+}
 
 impl UnderWay {
-    pub(super) fn begin<'a>(
+    /// A commit asked for by process `pid` (0: unknown), waiting for its turn.
+    pub(super) fn asked<'a>(
         fs: &'a MountFs,
         meta: &crate::commit::CommitMeta,
+        pid: u32,
         progress: Arc<crate::progress::Counters>,
     ) -> Told<'a> {
-        *fs.control.committing.lock() = Some(UnderWay {
+        let id = fs
+            .control
+            .next_commit
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        fs.control.committing.lock().push(UnderWay {
+            id,
+            process: super::orders::process_of(pid),
             message: meta.message.to_string(),
             author: meta.author.to_string(),
             started: Instant::now(),
+            running: false,
             progress,
         });
-        Told(fs)
+        Told { fs, id }
+    }
+}
+
+impl Told<'_> {
+    /// Its turn came.
+    pub(super) fn running(&self) {
+        if let Some(c) = self.fs.control.committing.lock().iter_mut().find(|c| c.id == self.id) {
+            c.running = true;
+            c.started = Instant::now();
+        }
     }
 }
 
 impl Drop for Told<'_> {
     fn drop(&mut self) {
-        *self.0.control.committing.lock() = None;
+        self.fs.control.committing.lock().retain(|c| c.id != self.id);
     }
 }
 
 /// One JSON line: whether a commit is under way, and how far it got
 /// (bytes of staged copies read of those to read).
 fn progress(fs: &MountFs) -> Vec<u8> {
-    let body = match &*fs.control.committing.lock() {
-        None => serde_json::json!({"committing": false}),
+    let committing = fs.control.committing.lock();
+    let waiting = committing.iter().filter(|c| !c.running).count();
+    let body = match committing.iter().find(|c| c.running) {
+        None => serde_json::json!({"committing": false, "waiting": waiting}),
         Some(c) => {
             let (done, total) = c.progress.read();
             let done = done.min(total);
             serde_json::json!({
                 "committing": true,
+                // What `.detafs/cancel` names it by.
+                "id": c.id,
+                // Commits asked for after it, waiting for their turn.
+                "waiting": waiting,
                 "message": c.message,
                 "author": c.author,
                 "elapsed_secs": c.started.elapsed().as_secs_f64(),

@@ -59,8 +59,11 @@ pub(super) struct Gate {
 pub trait KernelCache: Send + Sync {
     /// The entry for (folder, name), and what is below it.
     fn forget_name(&self, parent: u64, name: &[u8]);
-    /// A directory's attributes and the listing the kernel keeps of it.
+    /// An inode's attributes and pages (a directory's listing).
     fn forget_listing(&self, ino: u64);
+    /// Returns once what was told before reached the kernel (or a second
+    /// passed: the kernel may be waiting for this very thread).
+    fn settle(&self);
     /// A policy came: `versions/`'s own connection, where the kernel opens
     /// files without asking, is detached (the main connection judges).
     fn versions_judged(&self);

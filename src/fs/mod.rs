@@ -12,6 +12,7 @@ mod control;
 mod gate;
 mod ino;
 mod listings;
+mod orders;
 mod overlay;
 mod passthrough;
 pub mod requests;
@@ -28,6 +29,7 @@ use crate::commit::CommitMeta;
 use crate::error::{Error, FsError, Result};
 use crate::read::chunks::ChunkCache;
 use crate::repo::Repo;
+use crate::repo::tag::version_name;
 use crate::snapshot::{Mtime, Node, Record, Special};
 use crate::staging::{self, Kind, Staging};
 use parking_lot::{Mutex, RwLock};
@@ -140,10 +142,10 @@ enum Handle {
     /// `.detafs/commit` open for writing: what the last write committed
     /// (its log entry), readable on the same handle; None until written.
     Commit(Arc<Mutex<Option<Vec<u8>>>>),
-    /// `.detafs/restore` or `.detafs/checkout` open for writing (its
-    /// inode), what was written through it since it last acted, and under
-    /// a policy who opened it.
-    Order(u64, Arc<Mutex<Vec<u8>>>, Option<Caller>),
+    /// `.detafs/restore`, `checkout`, `cancel` or `refresh` open for
+    /// writing (its inode), the request written through it, and under a
+    /// policy who opened it (`orders.rs`).
+    Order(u64, Arc<orders::Order>, Option<Caller>),
 }
 
 pub struct MountOptions {
@@ -211,13 +213,6 @@ fn staging_kind(k: Kind) -> FileKind {
     }
 }
 
-/// Parses `vN`.
-fn version_name(name: &[u8]) -> Option<u64> {
-    std::str::from_utf8(name.strip_prefix(b"v")?)
-        .ok()?
-        .parse()
-        .ok()
-}
 
 impl MountFs {
     pub fn new(
@@ -591,11 +586,14 @@ impl MountFs {
         self.versions.is_live(ino)
     }
 
-    /// The last close of a handle. A commit handle never written to
-    /// (`printf '' > .detafs/commit`) committed nothing: `last-error` says
-    /// so. (No close can fail for it: a shell closes the file it opened
-    /// once before it writes, through the copy it made.)
-    pub fn release(&self, fh: u64) {
+    /// The last close of a handle (the kernel's request thread: nothing
+    /// here waits). A commit handle never written to (`printf '' >
+    /// .detafs/commit`) committed nothing: `last-error` says so. (No close
+    /// can fail for it: a shell closes the file it opened once before it
+    /// writes, through the copy it made.) A request to a control file is
+    /// carried out now, in order, later requests held until it is
+    /// (`orders.rs`).
+    pub fn release(self: &Arc<Self>, fh: u64) {
         let handle = self.handles.lock().remove(&fh);
         self.staging.release(fh);
         match handle {
@@ -608,29 +606,63 @@ impl MountFs {
                     ),
                 );
             }
-            // Written but never flushed (the kernel flushes at each close):
-            // acted on now, an error said in last-error.
-            Some(Handle::Order(ino, text, caller)) => {
-                let _ = control::take_order(self, ino, &text, caller.as_ref());
+            Some(Handle::Order(ino, order, caller)) => {
+                let sequence = &self.control.sequence;
+                sequence.raise();
+                let fs = self.clone();
+                sequence.queue(move || {
+                    let _ = control::carry_out(&fs, ino, order.take(), caller.as_ref());
+                    let store = fs.repo.store().clone();
+                    fs.control
+                        .sequence
+                        .lower(|job| store.spawn_work(job));
+                });
             }
             _ => {}
         }
     }
 
-    /// A close of a handle: a restore or checkout acts on the whole text
-    /// written through it since it last acted, once.
-    pub fn flush(&self, fh: u64) -> Result<()> {
-        let order = match self.handles.lock().get(&fh) {
-            Some(Handle::Order(ino, text, caller)) => Some((*ino, text.clone(), *caller)),
-            _ => None,
-        };
-        match order {
-            Some((ino, text, caller)) => control::take_order(self, ino, &text, caller.as_ref()),
-            None => Ok(()),
+    /// A close of one copy of handle `fh` by process `pid`: a request's
+    /// writer is checked in order with the requests (`orders.rs`); `done`
+    /// gets the answer.
+    pub fn flush(
+        self: &Arc<Self>,
+        fh: u64,
+        pid: u32,
+        done: impl FnOnce(Result<()>) + Send + 'static,
+    ) {
+        match self.handles.lock().get(&fh) {
+            Some(Handle::Order(_, order, _)) => {
+                let order = order.clone();
+                self.control.sequence.queue(move || {
+                    order.closed_by(pid);
+                    done(Ok(()));
+                });
+            }
+            _ => done(Ok(())),
         }
     }
 
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+    /// `job` back to run now, or None: held until the control-file
+    /// requests the kernel released before it are carried out.
+    pub fn after_orders(&self, job: orders::Job) -> Option<orders::Job> {
+        self.control.sequence.after_pending(job)
+    }
+
+    /// Returns once what the kernel was told to drop reached it.
+    fn settle_kernel(&self) {
+        if let Some(k) = self.kernel.get() {
+            k.settle();
+        }
+    }
+
+    /// Whether a control-file request the kernel released is not carried
+    /// out yet (later requests wait for it).
+    pub fn orders_pending(&self) -> bool {
+        self.control.sequence.pending()
+    }
+
+    pub fn read(self: &Arc<Self>, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
         if let Some(c) = self.staging.copy(fh) {
             return self.staging.read(&c, offset, size);
         }
@@ -639,17 +671,20 @@ impl MountFs {
             Some(Handle::Dir(_)) => return Err(Error::fs(FsError::IsDir, "directory")),
             Some(Handle::Text(t)) => Handle::Text(t.clone()),
             Some(Handle::Commit(c)) => Handle::Text(Arc::new(c.lock().clone().unwrap_or_default())),
-            Some(Handle::Order(..)) => return Ok(vec![]),
+            Some(Handle::Order(ino, order, caller)) => Handle::Order(*ino, order.clone(), *caller),
             None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
         };
         match h {
+            // The read is the end its writer states: carried out now, and
+            // answered with how it went.
+            Handle::Order(ino, order, caller) => control::read_order(self, ino, order, caller),
             Handle::Stored(f) => self.versions.read_stored(&f, offset, size as u64),
             Handle::Text(t) => {
                 let start = crate::limits::to_usize(offset).min(t.len());
                 let end = (start + size as usize).min(t.len());
                 Ok(t[start..end].to_vec())
             }
-            Handle::Commit(_) | Handle::Order(..) | Handle::Dir(_) => Ok(vec![]),
+            Handle::Commit(_) | Handle::Dir(_) => Ok(vec![]),
         }
     }
 
@@ -786,14 +821,15 @@ impl MountFs {
         }
     }
 
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8], uid: u32) -> Result<usize> {
+    /// A write by thread `pid` (0: unknown) of user `uid`.
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8], uid: u32, pid: u32) -> Result<usize> {
         if let Some(c) = self.staging.copy(fh) {
             return self.staging.write(&c, offset, data);
         }
         // The handles' lock is let go before the commit runs.
         let target = match self.handles.lock().get(&fh) {
             Some(Handle::Commit(c)) => Handle::Commit(c.clone()),
-            Some(Handle::Order(ino, text, caller)) => Handle::Order(*ino, text.clone(), *caller),
+            Some(Handle::Order(ino, order, caller)) => Handle::Order(*ino, order.clone(), *caller),
             Some(Handle::Stored(_)) => return Err(read_only()),
             Some(_) => return Err(Error::fs(FsError::Invalid, "file not open for writing")),
             // A file the kernel opened without asking: this mount is read-only.
@@ -801,8 +837,8 @@ impl MountFs {
             None => return Err(Error::fs(FsError::Invalid, "bad file handle")),
         };
         match target {
-            Handle::Commit(c) => self.commit_write(c, data, uid),
-            Handle::Order(_, text, _) => control::write_order(&text, data),
+            Handle::Commit(c) => self.commit_write(c, data, uid, pid),
+            Handle::Order(_, order, _) => order.write(data, pid),
             _ => unreachable!("only control files are taken above"),
         }
     }
@@ -829,8 +865,9 @@ impl MountFs {
         outcome: Arc<Mutex<Option<Vec<u8>>>>,
         data: &[u8],
         uid: u32,
+        pid: u32,
     ) -> Result<usize> {
-        let res = control::commit(self, data, uid);
+        let res = control::commit(self, data, uid, pid);
         *outcome.lock() = Some(match &res {
             Ok(record) => control::log_line(record),
             Err(_) => Vec::new(),
@@ -839,7 +876,7 @@ impl MountFs {
     }
 
     /// Commits staging (`.detafs/commit`), then reads the new version.
-    fn commit_staging(&self, message: &str, uid: u32) -> Result<Record> {
+    fn commit_staging(&self, message: &str, uid: u32, pid: u32) -> Result<Record> {
         let author = crate::access::caller::author(uid);
         let meta = CommitMeta {
             content_only: false,
@@ -847,10 +884,13 @@ impl MountFs {
             message: message.trim(),
             author: &author,
         };
-        let record = self.staging.commit(&meta, |progress| {
-            control::UnderWay::begin(self, &meta, progress)
-        })?;
+        let progress = Arc::new(crate::progress::Counters::default());
+        let told = control::UnderWay::asked(self, &meta, pid, progress.clone());
+        let record = self.staging.commit(&meta, &progress, || told.running())?;
+        drop(told);
         self.poll()?;
+        // The writer's next command sees the new version in `versions/`.
+        self.settle_kernel();
         Ok(record)
     }
 
@@ -902,7 +942,20 @@ impl MountFs {
                 ));
             }
         }
-        self.staging.checkout(&record.tree, &names)
+        let stale = self.staging.checkout(&record.tree, &names)?;
+        // What the kernel keeps of staging agrees with it before the
+        // request's reader (the CLI) hears it is done (`settle`).
+        if let Some(k) = self.kernel.get() {
+            for s in stale {
+                match s {
+                    staging::Stale::Name(parent, name) => {
+                        k.forget_name(ino::Ino::staged(parent), &name)
+                    }
+                    staging::Stale::Inode(id) => k.forget_listing(ino::Ino::staged(id)),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Free space where staged data lives.

@@ -14,6 +14,9 @@ use crate::staging::{Kind, SNode, Staging, Writes};
 use crate::store::pack::BlobRef;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::{HashMap, HashSet};
+
+/// How often a commit waiting for its turn looks whether it was withdrawn.
+const TURN_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -290,7 +293,7 @@ impl StagingArea {
         match self.getattr(id) {
             Err(
                 e @ Error::Fs {
-                    kind: FsError::NotFound,
+                    kind: FsError::Stale,
                     ..
                 },
             ) => match fh
@@ -556,14 +559,28 @@ impl StagingArea {
     /// Commits what staging holds, one commit at a time; `told` runs once
     /// it is this commit's turn and what it returns lives until the commit
     /// ends (`.detafs/progress`).
-    pub(super) fn commit<T>(
+    /// Commits staging once no other commit through the mount runs;
+    /// `progress` asked to stop while this one waits withdraws it.
+    /// `started` is called when its turn comes.
+    pub(super) fn commit(
         &self,
         meta: &CommitMeta,
-        told: impl FnOnce(Arc<crate::progress::Counters>) -> T,
+        progress: &crate::progress::Counters,
+        started: impl FnOnce(),
     ) -> Result<Record> {
-        let _turn = self.commit_turn.lock();
-        let progress = Arc::new(crate::progress::Counters::default());
-        let _told = told(progress.clone());
+        use crate::progress::Progress;
+        let _turn = loop {
+            if let Some(turn) = self.commit_turn.try_lock_for(TURN_CHECK) {
+                break turn;
+            }
+            if progress.cancelled() {
+                return Err(Error::Cancelled);
+            }
+        };
+        if progress.cancelled() {
+            return Err(Error::Cancelled);
+        }
+        started();
         // The commit hashes and compresses on a thread of its own at a lower
         // priority, so the threads answering readers get the cores first.
         std::thread::scope(|s| {
@@ -582,7 +599,7 @@ impl StagingArea {
                         meta,
                         || self.lock(),
                         || self.open_copies(),
-                        &*progress,
+                        progress,
                     )
                 })
                 .map_err(|e| Error::io("starting the commit's thread", e))?
@@ -592,7 +609,11 @@ impl StagingArea {
     }
 
     /// Puts the staged paths `names` back as tree `source` has them.
-    pub(super) fn checkout(&self, source: &BlobRef, names: &[Vec<Vec<u8>>]) -> Result<()> {
+    pub(super) fn checkout(
+        &self,
+        source: &BlobRef,
+        names: &[Vec<Vec<u8>>],
+    ) -> Result<Vec<crate::staging::Stale>> {
         // The trees on the way to each path are read before the lock is
         // taken, so that under it they come from memory (errors are met
         // again, and reported, under the lock).

@@ -131,9 +131,13 @@ impl Fuse {
     }
 
     /// Runs `op` off the kernel-reading thread.
-    fn spawn(&self, op: impl FnOnce(&MountFs) + Send + 'static) {
+    /// Held, taking no worker, while a control-file request the kernel
+    /// released before it is carried out (`fs/orders.rs`).
+    fn spawn(&self, op: impl FnOnce(&Arc<MountFs>) + Send + 'static) {
         let fs = self.fs.clone();
-        self.fs.repo().store().spawn_work(move || op(&fs));
+        if let Some(job) = self.fs.after_orders(Box::new(move || op(&fs))) {
+            self.fs.repo().store().spawn_work(job);
+        }
     }
 
     /// Creates a staged directory, empty file, symlink (`target`) or special
@@ -171,6 +175,11 @@ impl Fuse {
         op: impl Fn(&MountFs) -> Result<T, Error> + Send + 'static,
         reply: impl FnOnce(&MountFs, Result<T, Error>) + Send + 'static,
     ) {
+        // After a control-file request, nothing is answered before it is
+        // carried out (`fs/orders.rs`).
+        if self.fs.orders_pending() {
+            return self.spawn(move |fs| reply(fs, op(fs)));
+        }
         match crate::nowait::attempt(|| op(&self.fs)) {
             Err(Error::WouldBlock) => self.spawn(move |fs| reply(fs, op(fs))),
             res => reply(&self.fs, res),
@@ -199,6 +208,7 @@ pub fn errno(e: &Error) -> Errno {
             FsError::TooManyLinks => libc::EMLINK,
             FsError::Busy => libc::EBUSY,
             FsError::Denied => libc::EACCES,
+            FsError::Stale => libc::ESTALE,
         }),
         Error::Io { source, .. } => Errno::from_i32(source.raw_os_error().unwrap_or(libc::EIO)),
         Error::Conflict { .. } | Error::Unresolved { .. } | Error::StagingBusy(_) => {
@@ -877,8 +887,8 @@ impl Filesystem for Fuse {
         reply: ReplyWrite,
     ) {
         self.fs.requests().seen(Op::Write);
-        let (data, uid) = (data.to_vec(), req.uid());
-        self.spawn(move |fs| match fs.write(fh.0, offset, &data, uid) {
+        let (data, uid, pid) = (data.to_vec(), req.uid(), req.pid());
+        self.spawn(move |fs| match fs.write(fh.0, offset, &data, uid, pid) {
             Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
             Err(e) => reply.error(fail("write", &e)),
         });
@@ -886,20 +896,21 @@ impl Filesystem for Fuse {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         self.fs.requests().seen(Op::Flush);
-        // Only handles that act at close are opened without FOPEN_NOFLUSH;
-        // where the kernel opens files itself (no handle, no flag), ENOSYS
-        // stops it sending FLUSH at all.
+        // Only handles of control-file requests are opened without
+        // FOPEN_NOFLUSH; where the kernel opens files itself (no handle, no
+        // flag), ENOSYS stops it sending FLUSH at all.
         if self.skips_opens {
             return reply.error(Errno::ENOSYS);
         }
-        self.spawn(move |fs| empty(reply, fs.flush(fh.0), "flush"));
+        self.fs
+            .flush(fh.0, req.pid(), move |res| empty(reply, res, "flush"));
     }
 
     fn release(
@@ -1176,20 +1187,83 @@ impl Kernel {
     }
 }
 
-impl crate::fs::KernelCache for Kernel {
-    fn forget_name(&self, parent: u64, name: &[u8]) {
-        self.each(|n, ids| {
-            let _ = n.inval_entry(ids.outward(parent), OsStr::from_bytes(name));
+/// What the kernel is told to drop.
+enum Notice {
+    Name(u64, Vec<u8>),
+    /// An inode's attributes and pages (a directory's listing).
+    Inode(u64),
+    /// Answered once every notice before it was sent.
+    Settle(std::sync::mpsc::Sender<()>),
+}
+
+/// Notices are sent to the kernel from a thread of their own: the kernel
+/// takes a folder's lock to drop a name in it, and a process holding that
+/// lock may be waiting for an answer that waits for the sender (a
+/// control-file request, `fs/orders.rs`). So no thread of the daemon
+/// waits on the kernel's locks, but `settle`, for at most a second.
+struct Notices {
+    kernel: Arc<Kernel>,
+    queue: Mutex<std::sync::mpsc::Sender<Notice>>,
+}
+
+impl Notices {
+    fn start(kernel: Arc<Kernel>) -> Notices {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sender = kernel.clone();
+        std::thread::spawn(move || {
+            for notice in rx {
+                sender.send(notice);
+            }
         });
+        Notices {
+            kernel,
+            queue: Mutex::new(tx),
+        }
+    }
+
+    fn tell(&self, notice: Notice) {
+        let _ = self.queue.lock().send(notice);
+    }
+}
+
+impl Kernel {
+    fn send(&self, notice: Notice) {
+        match notice {
+            Notice::Name(parent, name) => self.each(|n, ids| {
+                let _ = n.inval_entry(ids.outward(parent), OsStr::from_bytes(&name));
+            }),
+            // A directory's listing is kept in its pages: drop them all.
+            Notice::Inode(ino) => self.each(|n, ids| {
+                let _ = n.inval_inode(ids.outward(ino), 0, 0);
+            }),
+            Notice::Settle(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+impl crate::fs::KernelCache for Notices {
+    fn forget_name(&self, parent: u64, name: &[u8]) {
+        self.tell(Notice::Name(parent, name.to_vec()));
     }
 
     fn forget_listing(&self, ino: u64) {
-        // A directory's listing is kept in its pages: drop them all.
-        self.each(|n, ids| {
-            let _ = n.inval_inode(ids.outward(ino), 0, 0);
-        });
+        self.tell(Notice::Inode(ino));
     }
 
+    fn settle(&self) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.tell(Notice::Settle(tx));
+        let _ = rx.recv_timeout(Duration::from_secs(1));
+    }
+
+    fn versions_judged(&self) {
+        self.kernel.versions_judged();
+    }
+}
+
+impl Kernel {
     fn versions_judged(&self) {
         if self.versions.lock().take().is_none() {
             return;
@@ -1332,7 +1406,7 @@ pub fn serve(
         versions: Mutex::new(apart),
         versions_at: mountpoint.join("versions"),
     });
-    fs.on_kernel_cache(kernel.clone());
+    fs.on_kernel_cache(Arc::new(Notices::start(kernel.clone())));
     let store = fs.clone();
     let at = mountpoint.to_path_buf();
     std::thread::spawn(move || {

@@ -204,7 +204,7 @@ pub fn resolve(
     let (base, back) = match spec.split_once('~') {
         Some((base, n)) => (
             base,
-            n.parse::<u64>().map_err(|_| {
+            digits(n.as_bytes()).ok_or_else(|| {
                 Error::InvalidInput(format!(
                     "bad version {spec:?}: after '~' comes a number of versions back"
                 ))
@@ -233,11 +233,31 @@ pub fn resolve(
         .ok_or_else(no_version)
 }
 
-/// `v3` or `3`.
+/// `v3` or `3` (the CLI's, the gateway's and Python's spellings).
 fn number_of(spec: &str) -> Option<u64> {
-    let digits = spec.strip_prefix('v').unwrap_or(spec);
-    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| digits.parse().ok())
+    match spec.strip_prefix('v') {
+        Some(_) => version_name(spec.as_bytes()),
+        None => digits(spec.as_bytes()),
+    }
+}
+
+/// The one spelling of a version's name, `vN` (as `versions/` lists it):
+/// `v` and N's digits, no sign, no leading zero. Every reader of a version
+/// name (the mount's `versions/`, version specs) decides by this, so
+/// `v01` or `v+1` is no version anywhere.
+pub fn version_name(name: &[u8]) -> Option<u64> {
+    digits(name.strip_prefix(b"v")?)
+}
+
+/// A number written as `Display` writes it: digits only, no leading zero.
+fn digits(text: &[u8]) -> Option<u64> {
+    let canonical = match text {
+        [] => false,
+        [b'0', _, ..] => false,
+        _ => text.iter().all(u8::is_ascii_digit),
+    };
+    canonical
+        .then(|| std::str::from_utf8(text).ok()?.parse().ok())
         .flatten()
 }
 

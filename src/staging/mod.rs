@@ -25,7 +25,7 @@ mod sweep;
 mod writes;
 
 pub use freeze::{Frozen, Read};
-pub use restore::{asked_path, path_names};
+pub use restore::{Stale, asked_path, path_names};
 pub use row::{COLUMNS, Kind, SCHEMA, SCHEMA_VERSION, SNode, row};
 pub use writes::{Direct, Writes, settle};
 
@@ -64,6 +64,9 @@ pub struct Staging {
     deferred: RefCell<Option<Vec<u64>>>,
     /// Staged copies dropped by a change not committed yet (`atomically`).
     dropping: RefCell<Option<Vec<u64>>>,
+    /// During a restore or checkout: what the kernel may keep that it made
+    /// stale (`restore.rs`).
+    stale: RefCell<Option<Vec<Stale>>>,
     /// Dropped before the lock: no sweep outlives staging's owner.
     sweeper: sweep::Sweeper,
     /// Its store's versions hold atimes (format 2): else the atime is the
@@ -125,6 +128,7 @@ impl Staging {
             writes: Arc::default(),
             deferred: RefCell::new(None),
             dropping: RefCell::new(None),
+            stale: RefCell::new(None),
             sweeper: sweep::Sweeper::new(dir.join("data")),
             keeps_atime: repo.codec().format() >= 2,
             lock: Some(lock),
@@ -275,6 +279,7 @@ impl Staging {
             writes: self.writes.clone(),
             deferred: RefCell::new(None),
             dropping: RefCell::new(None),
+            stale: RefCell::new(None),
             sweeper: sweep::Sweeper::new(self.dir.join("data")),
             keeps_atime: self.keeps_atime,
             lock: None,
@@ -320,9 +325,13 @@ impl Staging {
             .map_err(|e| bad_row(&format!("node {id}"), e))
     }
 
+    /// Row `id`. One that is gone (a restore, a checkout or a commit
+    /// removed it while the kernel kept its name) is stale, not missing:
+    /// the kernel then looks its name up again, so a create right after
+    /// such a request makes the name anew instead of failing.
     pub fn node(&self, id: u64) -> Result<SNode> {
         self.get(id)?
-            .ok_or_else(|| Error::fs(FsError::NotFound, format!("staging inode {id}")))
+            .ok_or_else(|| Error::fs(FsError::Stale, format!("staging inode {id}")))
     }
 
     fn dir_node(&self, id: u64) -> Result<SNode> {
@@ -733,6 +742,7 @@ impl Staging {
     /// upper files. A file with other names lives on under them; open
     /// descriptors of upper files keep working (POSIX unlink semantics).
     fn delete_subtree(&self, node: &SNode) -> Result<()> {
+        self.made_stale(Stale::Name(node.parent, node.name.clone()));
         let mut todo = vec![node.clone()];
         while let Some(n) = todo.pop() {
             if n.row != n.id {

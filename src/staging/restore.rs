@@ -13,6 +13,15 @@ use crate::snapshot::tree::TreeSource;
 use crate::store::pack::BlobRef;
 use rusqlite::params;
 
+/// What the kernel may keep of staging that a restore or checkout changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stale {
+    /// The entry `name` of folder row `parent`.
+    Name(u64, Vec<u8>),
+    /// Row `id`'s attributes, content and (a folder's) listing.
+    Inode(u64),
+}
+
 /// A path to restore or check out as the user gave it (`data/x.csv`,
 /// `/data/`), parsed as every path is (`RelPath`); `.` alone, the
 /// documented word for everything, is the root.
@@ -32,7 +41,13 @@ impl Staging {
     /// Makes each of `paths` (each a list of names; an empty one is the
     /// whole dataset) hold what `source` (a version's root tree) holds
     /// there: its content, or nothing if it has none. All or nothing.
-    pub fn checkout(&self, repo: &Repo, source: &BlobRef, paths: &[Vec<Vec<u8>>]) -> Result<()> {
+    /// Returns what the kernel may keep that this made stale.
+    pub fn checkout(
+        &self,
+        repo: &Repo,
+        source: &BlobRef,
+        paths: &[Vec<Vec<u8>>],
+    ) -> Result<Vec<Stale>> {
         // Like any change during a commit (it is a batch of removes and
         // creates): the commit keeps what it froze, staging keeps this.
         // Every path is looked up first: a bad one changes nothing.
@@ -51,7 +66,8 @@ impl Staging {
             }
             wanted.push((names, node));
         }
-        self.atomically(|| {
+        *self.stale.borrow_mut() = Some(Vec::new());
+        let done = self.atomically(|| {
             for (names, node) in &wanted {
                 match names.split_last() {
                     None => self.checkout_root(repo, source)?,
@@ -65,7 +81,16 @@ impl Staging {
             }
             crate::hold::hold("checkout-applied");
             Ok(())
-        })
+        });
+        let stale = self.stale.borrow_mut().take().unwrap_or_default();
+        done.map(|()| stale)
+    }
+
+    /// Notes what a restore or checkout under way made stale.
+    pub(super) fn made_stale(&self, what: Stale) {
+        if let Some(stale) = &mut *self.stale.borrow_mut() {
+            stale.push(what);
+        }
     }
 
     /// Staging's whole tree becomes `source`'s (unexpanded, like a fresh one).
@@ -76,6 +101,7 @@ impl Staging {
 
     /// Row `old` takes version node `node`'s content, of the same kind.
     fn replace(&self, repo: &Repo, old: &super::SNode, node: &Node) -> Result<()> {
+        self.made_stale(Stale::Inode(old.id));
         // The version's times: its atime (or none apart), ctime now.
         let a = Node::atime_apart(Some(node.atime()), node.mtime());
         let c = Mtime::now();
@@ -131,6 +157,7 @@ impl Staging {
         mode: u32,
         mtime: crate::snapshot::Mtime,
     ) -> Result<()> {
+        self.made_stale(Stale::Inode(dir.id));
         let new = repo.tree(tree)?;
         let links = new.has_links();
         if dir.tree.is_none() && !links {
@@ -207,6 +234,7 @@ impl Staging {
                     self.delete_subtree(&old)?;
                 }
                 if let Some(node) = node {
+                    self.made_stale(Stale::Name(dir.id, name.to_vec()));
                     self.insert_version_node(repo, dir.id, name, node, (dir.uid, dir.gid))?;
                 }
                 Ok(())

@@ -103,7 +103,7 @@ pub type Seen = Option<(String, Result<Vec<u8>, i32>)>;
 /// The file-system core over a fresh store, as a mount daemon holds it.
 pub struct Core<'e> {
     env: &'e Env,
-    fs: Option<MountFs>,
+    fs: Option<std::sync::Arc<MountFs>>,
 }
 
 impl<'e> Core<'e> {
@@ -131,10 +131,12 @@ impl<'e> Core<'e> {
             gid: 0,
             log: None,
         };
-        self.fs = Some(MountFs::new(repo, "ds", Some(staging), opts).unwrap());
+        self.fs = Some(std::sync::Arc::new(
+            MountFs::new(repo, "ds", Some(staging), opts).unwrap(),
+        ));
     }
 
-    pub fn fs(&self) -> &MountFs {
+    pub fn fs(&self) -> &std::sync::Arc<MountFs> {
         self.fs.as_ref().unwrap()
     }
 
@@ -237,7 +239,7 @@ impl<'e> Core<'e> {
                     }
                     Err(e) => return Err(e),
                 };
-                let res = fs.write(fh, *offset, &data, 0).map_err(errno);
+                let res = fs.write(fh, *offset, &data, 0, 0).map_err(errno);
                 fs.release(fh);
                 res.map(|_| ())
             }
@@ -291,7 +293,7 @@ impl<'e> Core<'e> {
                     .open(ino, libc::O_WRONLY, &ROOT_CALLER)
                     .map_err(errno)?
                     .fh;
-                let res = fs.write(fh, 0, b"a step", 0).map_err(errno);
+                let res = fs.write(fh, 0, b"a step", 0, 0).map_err(errno);
                 fs.release(fh);
                 match res {
                     Err(libc::ENODATA) => Ok(()), // nothing to commit

@@ -1,0 +1,289 @@
+//! Requests written to `.detafs/restore`, `checkout`, `cancel` and
+//! `refresh`: where a request ends, and in which order requests are
+//! carried out.
+//!
+//! A request is the whole text written through one open. It is carried
+//! out once, at the end of that open as the kernel defines it: its last
+//! close (RELEASE), which no inherited copy, `dup` or child process can
+//! send early (FLUSH comes at every close of every copy). A close at the
+//! exit of a process killed by a signal or failing (a non-zero exit
+//! status) voids the request: a writer that died mid-way never has its
+//! truncated request carried out. A program that wants the outcome reads
+//! the handle it wrote through: that read is the end the writer states,
+//! carries the request out and answers with how it went (the CLI does so).
+//!
+//! The kernel answers a close before it sends RELEASE, so a request's
+//! effect is ordered by the daemon: from the RELEASE on, every request the
+//! mount receives waits (held, taking no worker) until the request is
+//! carried out, so the shell's next command sees its result. Requests are
+//! carried out one at a time on a thread of their own, in the order the
+//! kernel sent them, with the closes' checks of their writers.
+
+use crate::error::{Error, Result};
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
+use std::sync::mpsc;
+
+/// Most bytes a request may hold.
+pub(super) const MAX_ORDER: usize = 1 << 20;
+
+/// A request being written through one open handle.
+#[derive(Default)]
+pub(super) struct Order {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    text: Vec<u8>,
+    /// Why it will never be carried out, once that is known.
+    void: Option<String>,
+    /// Carried out already (by a read of its handle).
+    taken: bool,
+    /// The process that wrote it (its thread group), if known.
+    writer: Option<u32>,
+}
+
+/// What to do with a request at the end of its open.
+pub(super) enum Due {
+    /// Nothing was written (or it was taken by a read): nothing to do.
+    Nothing,
+    /// Carry out this text, written by this process.
+    Act(Vec<u8>, Option<u32>),
+    /// Refused: why.
+    Void(String),
+}
+
+impl Order {
+    /// A write through the handle by process `pid`: kept with what came
+    /// before it.
+    pub(super) fn write(&self, data: &[u8], pid: u32) -> Result<usize> {
+        let writer = process_of(pid);
+        let mut s = self.state.lock();
+        s.writer = s.writer.or(writer);
+        if s.text.len() + data.len() > MAX_ORDER {
+            s.void = Some(format!("the request is over {MAX_ORDER} bytes"));
+            return Err(Error::InvalidInput(format!(
+                "a request to a control file holds at most {MAX_ORDER} bytes"
+            )));
+        }
+        // A request written after its handle was read is a new one.
+        if s.taken {
+            s.taken = false;
+            s.text.clear();
+        }
+        s.text.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    /// A close of one copy of the handle, by process `pid` (0: unknown):
+    /// if that process is dying of a signal or failing, the request written
+    /// so far is void.
+    pub(super) fn closed_by(&self, pid: u32) {
+        if self.state.lock().text.is_empty() {
+            return;
+        }
+        if let Some(why) = ended_badly(pid) {
+            self.state.lock().void.get_or_insert(why);
+        }
+    }
+
+    /// The request as it stands, taken: it is not carried out again.
+    pub(super) fn take(&self) -> Due {
+        let mut s = self.state.lock();
+        let text = std::mem::take(&mut s.text);
+        if let Some(why) = s.void.take() {
+            s.taken = true;
+            return Due::Void(why);
+        }
+        match text.is_empty() {
+            true => Due::Nothing,
+            false => {
+                s.taken = true;
+                Due::Act(text, s.writer)
+            }
+        }
+    }
+}
+
+/// Why a close by process `pid` must void the request it ends, if it
+/// must: the process is exiting, killed by a signal or with a failure
+/// status. Read from `/proc/PID/stat` while the process waits for the
+/// close's answer, so it is there. A process that cannot be read (another
+/// PID namespace; its exit status hidden from this daemon) is taken as
+/// closing normally.
+fn ended_badly(pid: u32) -> Option<String> {
+    if pid == 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let status = exit_status(&stat)?;
+    match (status & 0x7f, status >> 8) {
+        (0, 0) => None,
+        (0, code) => Some(format!(
+            "a process that held it (pid {pid}) exited with status {code} before the request was closed: nothing was done"
+        )),
+        (signal, _) => Some(format!(
+            "a process that held it (pid {pid}) was killed by signal {signal} before the request was closed: nothing was done"
+        )),
+    }
+}
+
+/// The process (thread group) thread `pid` belongs to (0: unknown).
+pub(super) fn process_of(pid: u32) -> Option<u32> {
+    if pid == 0 {
+        return None;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|t| t.trim().parse().ok())
+}
+
+/// The exit status (as `waitpid` gives it) of the process whose
+/// `/proc/PID/stat` is `stat`, if it is exiting (`PF_EXITING`).
+fn exit_status(stat: &str) -> Option<u64> {
+    const PF_EXITING: u64 = 0x4;
+    // The command name (field 2) is in parentheses and may hold anything.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    // Fields from 3 on: flags is field 9, exit_code field 52.
+    let flags: u64 = fields.get(9 - 3)?.parse().ok()?;
+    let code: u64 = fields.get(52 - 3)?.parse().ok()?;
+    (flags & PF_EXITING != 0).then_some(code)
+}
+
+pub(super) type Job = Box<dyn FnOnce() + Send>;
+
+/// The thread that carries out requests and checks closes, in the order
+/// the kernel sent them, and the barrier that holds later requests.
+#[derive(Default)]
+pub(super) struct Sequence {
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    barrier: Mutex<Barrier>,
+}
+
+#[derive(Default)]
+struct Barrier {
+    /// Requests released by the kernel and not carried out yet.
+    pending: usize,
+    /// Work for requests that came meanwhile, run once `pending` is 0.
+    held: Vec<Job>,
+}
+
+impl Sequence {
+    /// Runs `job` on the sequence's thread after the jobs queued before it.
+    pub(super) fn queue(&self, job: impl FnOnce() + Send + 'static) {
+        let mut jobs = self.jobs.lock();
+        let tx = jobs.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel::<Job>();
+            let started = std::thread::Builder::new()
+                .name("control".into())
+                .spawn(move || rx.into_iter().for_each(|job| job()));
+            if let Err(e) = started {
+                tracing::error!("cannot start the control files' thread: {e}");
+            }
+            tx
+        });
+        if let Err(mpsc::SendError(job)) = tx.send(Box::new(job)) {
+            // No thread to run it: run it here rather than lose it.
+            *jobs = None;
+            drop(jobs);
+            job();
+        }
+    }
+
+    /// A request the kernel released: later requests are held until
+    /// `lower` is called for it. (The kernel's request thread: no waiting.)
+    pub(super) fn raise(&self) {
+        self.barrier.lock().pending += 1;
+    }
+
+    /// The request `raise` was called for is carried out: `run` gets the
+    /// held work once no request is pending.
+    pub(super) fn lower(&self, run: impl Fn(Job)) {
+        let held = {
+            let mut b = self.barrier.lock();
+            b.pending -= 1;
+            match b.pending {
+                0 => std::mem::take(&mut b.held),
+                _ => Vec::new(),
+            }
+        };
+        held.into_iter().for_each(run);
+    }
+
+    /// `job` back to run now, or None: held until the requests released
+    /// before it are carried out. (The kernel's request thread: no waiting.)
+    pub(super) fn after_pending(&self, job: Job) -> Option<Job> {
+        let mut b = self.barrier.lock();
+        match b.pending {
+            0 => Some(job),
+            _ => {
+                b.held.push(job);
+                None
+            }
+        }
+    }
+
+    /// Whether a released request is not carried out yet.
+    pub(super) fn pending(&self) -> bool {
+        self.barrier.lock().pending > 0
+    }
+}
+
+/// Where the outcome of a request taken by a read arrives.
+pub(super) type Outcome = Arc<(Mutex<Option<Result<bool>>>, Condvar)>;
+
+/// Waits for an outcome set by the sequence's thread.
+pub(super) fn wait(outcome: &Outcome) -> Result<bool> {
+    let (slot, cv) = &**outcome;
+    let mut got = slot.lock();
+    while got.is_none() {
+        cv.wait(&mut got);
+    }
+    got.take().expect("set before notified")
+}
+
+/// Sets an outcome and wakes its reader.
+pub(super) fn tell(outcome: &Outcome, res: Result<bool>) {
+    let (slot, cv) = &**outcome;
+    *slot.lock() = Some(res);
+    cv.notify_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(flags: u64, code: u64) -> String {
+        let mut fields = vec!["0".to_string(); 50];
+        fields[0] = "S".into();
+        fields[9 - 3] = flags.to_string();
+        fields[52 - 3] = code.to_string();
+        format!("42 (a (b) c) {}", fields.join(" "))
+    }
+
+    #[test]
+    fn a_close_at_a_killed_or_failed_exit_is_told_apart() {
+        assert_eq!(exit_status(&stat(0x4, 9)), Some(9));
+        assert_eq!(exit_status(&stat(0x4 | 0x400, 0)), Some(0));
+        assert_eq!(exit_status(&stat(0x400000, 9)), None, "not exiting");
+        assert_eq!(exit_status("garbage"), None);
+    }
+
+    #[test]
+    fn a_request_is_taken_once_and_a_void_one_never() {
+        let o = Order::default();
+        o.write(b"v1\n", 0).unwrap();
+        o.write(b"a.csv\n", 0).unwrap();
+        assert!(matches!(o.take(), Due::Act(t, None) if t == b"v1\na.csv\n"));
+        assert!(matches!(o.take(), Due::Nothing));
+        let void = Order::default();
+        void.write(b"v1\n", 0).unwrap();
+        void.state.lock().void = Some("killed".into());
+        assert!(matches!(void.take(), Due::Void(_)));
+        assert!(matches!(void.take(), Due::Nothing));
+    }
+}
