@@ -81,7 +81,11 @@ fn a_request_is_carried_out_at_its_last_close_only() {
         stage_work(&m);
         sh(&m, "rm -rf staging/d");
         sh(&m, form);
-        assert_eq!(status(&env), ["M a.csv", "A d/b.csv", "A new.txt"], "{form}");
+        assert_eq!(
+            status(&env),
+            ["M a.csv", "A d/b.csv", "A new.txt"],
+            "{form}"
+        );
         assert_eq!(
             std::fs::read_to_string(m.path("staging/new.txt")).unwrap(),
             "never committed",
@@ -259,7 +263,10 @@ fn a_name_a_restore_removed_can_be_created_at_once() {
          echo made > staging/c.csv; cat staging/c.csv",
     );
     assert_eq!(out, "2a.csv\nd\nmade\n");
-    assert_ne!(std::fs::metadata(m.path("staging/c.csv")).unwrap().ino(), ino);
+    assert_ne!(
+        std::fs::metadata(m.path("staging/c.csv")).unwrap().ino(),
+        ino
+    );
 }
 
 /// A version has one name, `vN`: the mount and the CLI agree on every
@@ -316,27 +323,39 @@ fn a_cancel_stops_only_its_own_commit() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // B's write waits in the kernel, which lets one write to the commit
+    // file in at a time, or in the daemon for its turn.
+    let waits = |pid: u32| {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        tasks.flatten().any(|t| {
+            std::fs::read_to_string(t.path().join("wchan"))
+                .is_ok_and(|w| w.starts_with("fuse_file_write") || w.contains("request_wait"))
+        }) || progress()["waiting"] == 1
+    };
     common::within(std::time::Duration::from_secs(20), "B waiting", || {
-        progress()["waiting"] == 1
+        waits(second.id())
     });
     assert!(common::signal(second.id(), libc::SIGINT));
-    // Withdrawn while A is still held.
-    let out = second.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    assert!(err.contains("nothing was committed"), "{err}");
+    // Withdrawn; A is not touched.
+    common::within(std::time::Duration::from_secs(20), "B withdrawn", || {
+        progress()["withdrawn"] == 1 || progress()["cancelling"] == true
+    });
     assert_eq!(progress()["committing"], true);
     assert_eq!(progress()["cancelling"], false);
     frozen.release();
     let first = first.wait_with_output().unwrap();
     assert!(first.status.success());
+    let out = second.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("nothing was committed"), "{err}");
     let log = env.log();
     assert_eq!(log.len(), 3);
     assert_eq!(log[2]["message"], "A");
     assert_eq!(status(&env), Vec::<String>::new());
-    // A cancel that names no commit of its writer's touches nothing.
+    // A cancel that names a commit not under way touches nothing.
     let said = Command::new("sh")
-        .args(["-c", "exec 3<>.detafs/cancel; echo cancel >&3; cat <&3"])
+        .args(["-c", "exec 3<>.detafs/cancel; echo 99 >&3; cat <&3"])
         .current_dir(&m.dir)
         .output()
         .unwrap();

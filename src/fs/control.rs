@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ino::{FIRST_CONTROL_FILE, Ino};
-use super::orders::{Due, Order};
+use super::orders::{Due, Order, Process};
 
 const COMMIT: u64 = FIRST_CONTROL_FILE;
 const STATUS: u64 = 6;
@@ -37,6 +37,10 @@ pub(super) struct Control {
     pub(super) committing: Mutex<Vec<UnderWay>>,
     /// The number of the next commit asked for (`.detafs/progress`'s `id`).
     next_commit: std::sync::atomic::AtomicU64,
+    /// Processes that cancelled their commits before the kernel let any
+    /// reach the daemon (it lets one write to `.detafs/commit` in at a
+    /// time): a commit they ask for is withdrawn when it comes.
+    withdrawn: Mutex<Vec<Process>>,
     /// Control files' content as last sized, by inode (`attr`).
     pub(super) texts: Mutex<HashMap<u64, SizedText>>,
     /// Requests carried out in order (`orders.rs`).
@@ -350,7 +354,7 @@ fn order(
     fs: &MountFs,
     ino: u64,
     data: &[u8],
-    process: Option<u32>,
+    process: Option<Process>,
     caller: Option<&super::Caller>,
 ) -> Result<()> {
     match ino {
@@ -415,7 +419,7 @@ fn status(fs: &MountFs) -> Result<Vec<u8>> {
 /// Each stops if it has not reached its record yet (its writer gets
 /// ECANCELED, staging stays as it was); one still waiting for its turn is
 /// withdrawn; past its record it completes. No other commit is touched.
-fn cancel(fs: &MountFs, text: &[u8], process: Option<u32>) -> Result<()> {
+fn cancel(fs: &MountFs, text: &[u8], process: Option<Process>) -> Result<()> {
     let named = std::str::from_utf8(text)
         .ok()
         .and_then(|t| t.trim().parse::<u64>().ok());
@@ -427,22 +431,33 @@ fn cancel(fs: &MountFs, text: &[u8], process: Option<u32>) -> Result<()> {
             None => process.is_some() && c.process == process,
         })
         .peekable();
-    if hit.peek().is_none() {
-        return Err(Error::InvalidInput(match named {
-            Some(id) => format!("no commit {id} is under way through this mount"),
-            None => "no commit of the process that wrote the request is under way: write the id .detafs/progress gives the commit to cancel".into(),
-        }));
+    if hit.peek().is_some() {
+        hit.for_each(|c| c.progress.cancel());
+        return Ok(());
     }
-    hit.for_each(|c| c.progress.cancel());
-    Ok(())
+    match (named, process) {
+        (Some(id), _) => Err(Error::InvalidInput(format!(
+            "no commit {id} is under way through this mount"
+        ))),
+        // Its commit may still wait in the kernel behind another one.
+        (None, Some(p)) => {
+            let mut withdrawn = fs.control.withdrawn.lock();
+            withdrawn.retain(|w| super::orders::process_of(w.0) == Some(*w));
+            withdrawn.push(p);
+            Ok(())
+        }
+        (None, None) => Err(Error::InvalidInput(
+            "write the id .detafs/progress gives the commit to cancel".into(),
+        )),
+    }
 }
 
 /// A commit through the mount, from when it is asked for to its end, for
 /// `.detafs/progress` and `.detafs/cancel`.
 pub(super) struct UnderWay {
     id: u64,
-    /// The process that asked for it (its thread group), if known.
-    process: Option<u32>,
+    /// The process that asked for it, if known.
+    process: Option<Process>,
     message: String,
     author: String,
     started: Instant,
@@ -458,13 +473,21 @@ pub(super) struct Told<'a> {
 }
 
 impl UnderWay {
-    /// A commit asked for by process `pid` (0: unknown), waiting for its turn.
+    /// A commit asked for by thread `pid` (0: unknown), waiting for its
+    /// turn; cancelled already if its process withdrew it (`cancel`).
     pub(super) fn asked<'a>(
         fs: &'a MountFs,
         meta: &crate::commit::CommitMeta,
         pid: u32,
         progress: Arc<crate::progress::Counters>,
     ) -> Told<'a> {
+        let process = super::orders::process_of(pid);
+        let mut withdrawn = fs.control.withdrawn.lock();
+        if let Some(at) = withdrawn.iter().position(|w| Some(*w) == process) {
+            withdrawn.remove(at);
+            progress.cancel();
+        }
+        drop(withdrawn);
         let id = fs
             .control
             .next_commit
@@ -472,7 +495,7 @@ impl UnderWay {
             + 1;
         fs.control.committing.lock().push(UnderWay {
             id,
-            process: super::orders::process_of(pid),
+            process,
             message: meta.message.to_string(),
             author: meta.author.to_string(),
             started: Instant::now(),
@@ -486,7 +509,14 @@ impl UnderWay {
 impl Told<'_> {
     /// Its turn came.
     pub(super) fn running(&self) {
-        if let Some(c) = self.fs.control.committing.lock().iter_mut().find(|c| c.id == self.id) {
+        if let Some(c) = self
+            .fs
+            .control
+            .committing
+            .lock()
+            .iter_mut()
+            .find(|c| c.id == self.id)
+        {
             c.running = true;
             c.started = Instant::now();
         }
@@ -495,7 +525,11 @@ impl Told<'_> {
 
 impl Drop for Told<'_> {
     fn drop(&mut self) {
-        self.fs.control.committing.lock().retain(|c| c.id != self.id);
+        self.fs
+            .control
+            .committing
+            .lock()
+            .retain(|c| c.id != self.id);
     }
 }
 
@@ -504,8 +538,12 @@ impl Drop for Told<'_> {
 fn progress(fs: &MountFs) -> Vec<u8> {
     let committing = fs.control.committing.lock();
     let waiting = committing.iter().filter(|c| !c.running).count();
+    // Processes whose commit will be withdrawn when it comes (`cancel`).
+    let withdrawn = fs.control.withdrawn.lock().len();
     let body = match committing.iter().find(|c| c.running) {
-        None => serde_json::json!({"committing": false, "waiting": waiting}),
+        None => {
+            serde_json::json!({"committing": false, "waiting": waiting, "withdrawn": withdrawn})
+        }
         Some(c) => {
             let (done, total) = c.progress.read();
             let done = done.min(total);
@@ -515,6 +553,7 @@ fn progress(fs: &MountFs) -> Vec<u8> {
                 "id": c.id,
                 // Commits asked for after it, waiting for their turn.
                 "waiting": waiting,
+                "withdrawn": withdrawn,
                 "message": c.message,
                 "author": c.author,
                 "elapsed_secs": c.started.elapsed().as_secs_f64(),

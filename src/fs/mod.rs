@@ -213,7 +213,6 @@ fn staging_kind(k: Kind) -> FileKind {
     }
 }
 
-
 impl MountFs {
     pub fn new(
         repo: Repo,
@@ -613,9 +612,7 @@ impl MountFs {
                 sequence.queue(move || {
                     let _ = control::carry_out(&fs, ino, order.take(), caller.as_ref());
                     let store = fs.repo.store().clone();
-                    fs.control
-                        .sequence
-                        .lower(|job| store.spawn_work(job));
+                    fs.control.sequence.lower(|job| store.spawn_work(job));
                 });
             }
             _ => {}

@@ -40,8 +40,8 @@ struct State {
     void: Option<String>,
     /// Carried out already (by a read of its handle).
     taken: bool,
-    /// The process that wrote it (its thread group), if known.
-    writer: Option<u32>,
+    /// The process that wrote it, if known.
+    writer: Option<Process>,
 }
 
 /// What to do with a request at the end of its open.
@@ -49,7 +49,7 @@ pub(super) enum Due {
     /// Nothing was written (or it was taken by a read): nothing to do.
     Nothing,
     /// Carry out this text, written by this process.
-    Act(Vec<u8>, Option<u32>),
+    Act(Vec<u8>, Option<Process>),
     /// Refused: why.
     Void(String),
 }
@@ -129,16 +129,27 @@ fn ended_badly(pid: u32) -> Option<String> {
     }
 }
 
+/// A process: its id and its start time (so a reused id is another).
+pub(super) type Process = (u32, u64);
+
 /// The process (thread group) thread `pid` belongs to (0: unknown).
-pub(super) fn process_of(pid: u32) -> Option<u32> {
+pub(super) fn process_of(pid: u32) -> Option<Process> {
     if pid == 0 {
         return None;
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
+    let tgid: u32 = status
         .lines()
         .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|t| t.trim().parse().ok())
+        .and_then(|t| t.trim().parse().ok())?;
+    let stat = std::fs::read_to_string(format!("/proc/{tgid}/stat")).ok()?;
+    Some((tgid, start_time(&stat)?))
+}
+
+/// Field 22 of `/proc/PID/stat`: when the process started.
+fn start_time(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
 }
 
 /// The exit status (as `waitpid` gives it) of the process whose
