@@ -541,6 +541,7 @@ fn progress(fs: &MountFs) -> Vec<u8> {
     // Processes whose commit will be withdrawn when it comes (`cancel`).
     let withdrawn = fs.control.withdrawn.lock().len();
     let body = match committing.iter().find(|c| c.running) {
+        None if waiting + withdrawn == 0 => serde_json::json!({"committing": false}),
         None => {
             serde_json::json!({"committing": false, "waiting": waiting, "withdrawn": withdrawn})
         }
