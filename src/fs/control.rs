@@ -331,16 +331,19 @@ pub(super) fn read_order(
     order: Arc<Order>,
     caller: Option<super::Caller>,
 ) -> Result<Vec<u8>> {
-    let outcome: super::orders::Outcome = Arc::default();
-    let (job_fs, told) = (fs.clone(), outcome.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let job_fs = fs.clone();
     fs.control.sequence.queue(move || {
         let res = match order.take() {
             Due::Nothing => Ok(false),
             due => carry_out(&job_fs, ino, due, caller.as_ref()).map(|()| true),
         };
-        super::orders::tell(&told, res);
+        let _ = tx.send(res);
     });
-    if !super::orders::wait(&outcome)? {
+    let acted = rx
+        .recv()
+        .map_err(|_| Error::InvalidInput("the request was not carried out".into()))??;
+    if !acted {
         return Ok(Vec::new());
     }
     fs.settle_kernel();

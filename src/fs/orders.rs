@@ -20,8 +20,7 @@
 //! kernel sent them, with the closes' checks of their writers.
 
 use crate::error::{Error, Result};
-use parking_lot::{Condvar, Mutex};
-use std::sync::Arc;
+use parking_lot::Mutex;
 use std::sync::mpsc;
 
 /// Most bytes a request may hold.
@@ -242,26 +241,6 @@ impl Sequence {
     pub(super) fn pending(&self) -> bool {
         self.barrier.lock().pending > 0
     }
-}
-
-/// Where the outcome of a request taken by a read arrives.
-pub(super) type Outcome = Arc<(Mutex<Option<Result<bool>>>, Condvar)>;
-
-/// Waits for an outcome set by the sequence's thread.
-pub(super) fn wait(outcome: &Outcome) -> Result<bool> {
-    let (slot, cv) = &**outcome;
-    let mut got = slot.lock();
-    while got.is_none() {
-        cv.wait(&mut got);
-    }
-    got.take().expect("set before notified")
-}
-
-/// Sets an outcome and wakes its reader.
-pub(super) fn tell(outcome: &Outcome, res: Result<bool>) {
-    let (slot, cv) = &**outcome;
-    *slot.lock() = Some(res);
-    cv.notify_all();
 }
 
 #[cfg(test)]
