@@ -107,6 +107,14 @@ pub enum Error {
     #[error("malformed {what}: {detail}")]
     Malformed { what: String, detail: String },
     #[error(
+        "the history of {dataset} is damaged at v{version} ({why}): the versions before it are served, none after it, and nothing can be committed onto it; `detafs verify {dataset}` tells more"
+    )]
+    DamagedHistory {
+        dataset: String,
+        version: u64,
+        why: String,
+    },
+    #[error(
         "conflict: v{winner} was committed meanwhile and also changed {}; nothing was committed{}",
         shown(paths),
         if *staged { staged_hint(*winner) } else { String::new() }

@@ -43,7 +43,7 @@ fn reachable_packs(repo: &Repo, datasets: &[String]) -> Result<HashSet<PackId>> 
     let mut packs = HashSet::new();
     let mut seen = HashSet::new();
     for ds in datasets {
-        for record in repo.sync(ds)? {
+        for record in repo.sync_whole(ds)? {
             let mut todo = vec![record.tree];
             while let Some(r) = todo.pop() {
                 if !seen.insert(r.id) {

@@ -798,6 +798,29 @@ fn checkout_and_health_reach_no_version_or_path_the_caller_may_not_see() {
     let (ok, err) = tried(WRITER, &d, "printf 'v2\\ntop.txt\\n' > .detafs/checkout");
     assert!(ok, "{err}");
     assert_eq!(staged_top(), "top 2\n");
+    // The writer's request is whole at its last close, and its undo brings
+    // back what its checkout replaced; a user who may not commit may not
+    // undo either.
+    let (ok, err) = tried(
+        WRITER,
+        &d,
+        "{ echo v2; sleep 0.1; echo pub/a.csv; } > .detafs/checkout",
+    );
+    assert!(ok, "{err}");
+    let staged_pub = || std::fs::read_to_string(m.path("staging/pub/a.csv")).unwrap();
+    assert_eq!(
+        (staged_pub(), staged_top()),
+        ("public 2\n".into(), "top 2\n".into())
+    );
+    let (ok, _) = tried(ANALYST, &d, "echo > .detafs/undo");
+    assert!(!ok);
+    assert_eq!(staged_pub(), "public 2\n");
+    let (ok, err) = tried(WRITER, &d, "echo > .detafs/undo");
+    assert!(ok, "{err}");
+    assert_eq!(
+        (staged_pub(), staged_top()),
+        ("public 3\n".into(), "top 2\n".into())
+    );
     // Health counts the versions each caller may see.
     let versions = |who| {
         let text = seen(who, &d, "cat .detafs/health");

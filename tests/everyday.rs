@@ -266,36 +266,6 @@ impl Drop for Unmount<'_> {
     }
 }
 
-fn mounted(at: &Path) -> bool {
-    let at = at.to_str().unwrap();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(at))
-}
-
-/// A process whose working folder is `dir`, killed on drop.
-struct Inside(std::process::Child);
-
-impl Inside {
-    fn new(dir: &Path) -> Inside {
-        Inside(
-            Command::new("sleep")
-                .arg("600")
-                .current_dir(dir)
-                .spawn()
-                .unwrap(),
-        )
-    }
-}
-
-impl Drop for Inside {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_busy_unmount_says_what_uses_it_and_lazy_detaches_it() {
     let env = Env::new();
@@ -314,20 +284,25 @@ fn a_busy_unmount_says_what_uses_it_and_lazy_detaches_it() {
         .parse()
         .unwrap();
     for inside in ["versions/v1/d", "staging/d"] {
-        let shell = Inside::new(&mnt.join(inside));
+        let shell = common::Inside::new(&mnt.join(inside));
         let (code, err) = env.fails(&["umount", mnt.to_str().unwrap()]);
         assert_eq!(code, 1, "{err}");
         assert!(
-            err.contains("something inside still uses it"),
+            err.contains(&format!("in use by {} (sleep)", shell.pid())),
             "{inside}: {err}"
         );
+        assert!(err.contains("nothing was detached"), "{err}");
+        assert!(common::mounted_at(&mnt.join("versions")), "{inside}");
         assert!(err.contains("detafs umount --lazy"), "{err}");
         drop(shell);
     }
-    assert!(mounted(&mnt), "a refused unmount leaves it mounted");
-    let shell = Inside::new(&mnt.join("staging/d"));
+    assert!(
+        common::mounted_at(&mnt),
+        "a refused unmount leaves it mounted"
+    );
+    let shell = common::Inside::new(&mnt.join("staging/d"));
     env.ok(&["umount", "--lazy", mnt.to_str().unwrap()]);
-    assert!(!mounted(&mnt), "detached at once");
+    assert!(!common::mounted_at(&mnt), "detached at once");
     drop(shell);
     within(Duration::from_secs(20), "the daemon's end", || {
         common::gone(pid)
@@ -352,7 +327,7 @@ fn a_second_interrupt_detaches_a_busy_foreground_mount() {
     within(Duration::from_secs(30), "the mount", || {
         said().contains("mounted ds at")
     });
-    let shell = Inside::new(&mnt.join("staging"));
+    let shell = common::Inside::new(&mnt.join("staging"));
     let interrupt = || common::signal(daemon.id(), libc::SIGINT);
     interrupt();
     within(
@@ -360,11 +335,23 @@ fn a_second_interrupt_detaches_a_busy_foreground_mount() {
         "the first interrupt's answer",
         || said().contains("interrupt again"),
     );
-    assert!(mounted(&mnt), "busy: still mounted after one interrupt");
+    assert!(
+        common::mounted_at(&mnt),
+        "busy: still mounted after one interrupt"
+    );
+    assert!(
+        common::mounted_at(&mnt.join("versions")),
+        "both connections or neither"
+    );
+    assert!(
+        said().contains(&format!("in use by {}", shell.pid())),
+        "{}",
+        said()
+    );
     assert!(said().contains("a shell's working folder"), "{}", said());
     interrupt();
     within(Duration::from_secs(30), "the lazy detach", || {
-        said().contains("detached") && !mounted(&mnt)
+        said().contains("detached") && !common::mounted_at(&mnt)
     });
     drop(shell);
     let status = daemon.wait().unwrap();
@@ -432,7 +419,7 @@ fn a_user_who_may_not_mount_is_told_why_and_what_works_without() {
         "{err}"
     );
     assert!(err.contains("detafs ls, cat, export"), "{err}");
-    assert!(!mounted(&mnt));
+    assert!(!common::mounted_at(&mnt));
 }
 
 #[test]

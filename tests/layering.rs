@@ -12,13 +12,13 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &[
         "error", "escape", "id", "limits", "relpath", "private", "nowait", "hold", "progress",
-        "schema", "sys",
+        "schema", "sys", "procs",
     ],
     &["store"],
     &["snapshot"],
     &["cache"],
     &["access"],
-    &["repo"],
+    &["repo", "remote"],
     &["commit", "staging", "read", "audit", "verify", "gc"],
     &["fs"],
     &["fuse", "gateway", "cli"],

@@ -6,29 +6,9 @@
 
 mod common;
 
-use common::{Env, Mount};
+use common::{Env, Mount, status, two_versions};
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
-
-/// v1: a.csv "1", d/b.csv "2"; v2: a.csv "11", c.csv "3", no d/.
-fn two_versions(env: &Env) {
-    let src = env.path("src");
-    std::fs::create_dir_all(src.join("d")).unwrap();
-    std::fs::write(src.join("a.csv"), "1").unwrap();
-    std::fs::write(src.join("d/b.csv"), "2").unwrap();
-    env.commit(&src, "v1");
-    std::fs::write(src.join("a.csv"), "11").unwrap();
-    std::fs::remove_dir_all(src.join("d")).unwrap();
-    std::fs::write(src.join("c.csv"), "3").unwrap();
-    env.commit(&src, "v2");
-}
-
-fn status(env: &Env) -> Vec<String> {
-    env.ok(&["status", "ds"])
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
 
 /// Staged work a careless request would lose: a change and a file never
 /// committed.
@@ -361,4 +341,481 @@ fn a_cancel_stops_only_its_own_commit() {
         .unwrap();
     assert!(!said.status.success());
     assert!(last_error(&m).contains("no commit"), "{}", last_error(&m));
+}
+
+/// The trash's entries as `detafs trash --json` lists them, newest first:
+/// (entry, what, paths, bytes).
+fn trash(env: &Env) -> Vec<(u64, String, Vec<String>, u64)> {
+    let v: serde_json::Value = serde_json::from_str(&env.ok(&["trash", "ds", "--json"])).unwrap();
+    v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["entry"].as_u64().unwrap(),
+                e["what"].as_str().unwrap().to_string(),
+                e["paths"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p.as_str().unwrap().to_string())
+                    .collect(),
+                e["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn read(m: &Mount, rel: &str) -> Vec<u8> {
+    std::fs::read(m.path(rel)).unwrap()
+}
+
+/// What a restore or checkout replaces, files never committed included, is
+/// kept: `detafs restore --undo` and `.detafs/undo` bring it back (the
+/// newest, or an entry by number), and an undo is undone the same way;
+/// `detafs trash` lists it; a commit keeps nothing there.
+#[test]
+fn discarded_work_is_brought_back() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    stage_work(&m);
+    std::fs::create_dir_all(m.path("staging/new/deep")).unwrap();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(m.path("staging/new/deep/x.bin"), &big).unwrap();
+    std::fs::hard_link(m.path("staging/new.txt"), m.path("staging/new/link.txt")).unwrap();
+    std::fs::remove_file(m.path("staging/c.csv")).unwrap();
+    let before = status(&env);
+    assert_eq!(
+        before,
+        [
+            "M a.csv",
+            "D c.csv",
+            "A new/deep/x.bin",
+            "A new/link.txt",
+            "A new.txt",
+        ]
+    );
+
+    env.ok(&["restore", "ds"]);
+    assert!(status(&env).is_empty());
+    let kept = trash(&env);
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        (kept[0].1.as_str(), &kept[0].2[..]),
+        ("restore", &[".".to_string()][..])
+    );
+    assert!(kept[0].3 >= big.len() as u64, "{kept:?}");
+    env.ok(&["restore", "ds", "--undo"]);
+    assert_eq!(status(&env), before);
+    assert_eq!(read(&m, "staging/a.csv"), b"changed");
+    assert_eq!(read(&m, "staging/new/deep/x.bin"), big);
+    assert_eq!(read(&m, "staging/new/link.txt"), b"never committed");
+    let ino = |rel: &str| std::fs::metadata(m.path(rel)).unwrap().ino();
+    assert_eq!(ino("staging/new.txt"), ino("staging/new/link.txt"));
+    assert!(!m.path("staging/c.csv").exists());
+    // The undo kept what it replaced (the restored staging): undone again,
+    // and again.
+    assert_eq!(trash(&env)[0].1, format!("undo of {}", kept[0].0));
+    env.ok(&["restore", "ds", "--undo"]);
+    assert!(status(&env).is_empty());
+    env.ok(&["restore", "ds", "--undo"]);
+    assert_eq!(status(&env), before);
+
+    // Through the mount's control files: a path, then a checkout of all.
+    sh(&m, "echo a.csv > .detafs/restore");
+    assert_eq!(read(&m, "staging/a.csv"), b"11");
+    sh(&m, "echo v1 > .detafs/checkout");
+    assert_eq!(read(&m, "staging/d/b.csv"), b"2");
+    assert!(!m.path("staging/new.txt").exists());
+    let newest = trash(&env);
+    assert_eq!(newest[0].1, "checkout v1");
+    assert_eq!(
+        (newest[1].1.as_str(), &newest[1].2[..]),
+        ("restore", &["a.csv".to_string()][..])
+    );
+    assert_eq!(sh(&m, "exec 3<>.detafs/undo; echo >&3; cat <&3"), "done\n");
+    assert_eq!(read(&m, "staging/new.txt"), b"never committed");
+    assert_eq!(read(&m, "staging/a.csv"), b"11");
+    assert!(!m.path("staging/d/b.csv").exists());
+    // An older entry by its number: a.csv as it was before its restore.
+    env.ok(&["restore", "ds", "--undo", &newest[1].0.to_string()]);
+    assert_eq!(read(&m, "staging/a.csv"), b"changed");
+    assert_eq!(status(&env), before);
+    // A file in the way of a checked-out path's folders is kept too.
+    sh(&m, "rm -rf staging/d; echo in the way > staging/d");
+    sh(&m, "printf 'v1\\nd/b.csv\\n' > .detafs/checkout");
+    assert_eq!(read(&m, "staging/d/b.csv"), b"2");
+    env.ok(&["restore", "ds", "--undo"]);
+    assert_eq!(read(&m, "staging/d"), b"in the way\n");
+    sh(&m, "rm staging/d; mkdir staging/d");
+    assert_eq!(status(&env), before);
+    // Bad requests change nothing and say why.
+    let (_, err) = env.fails(&["restore", "ds", "--undo", "999"]);
+    assert!(err.contains("999"), "{err}");
+    sh(&m, "echo nonsense > .detafs/undo");
+    assert!(last_error(&m).contains("nonsense"), "{}", last_error(&m));
+    assert_eq!(status(&env), before);
+
+    // A commit is history, not trash; health tells what the trash holds.
+    let entries = trash(&env).len();
+    env.ok(&["commit", "ds", "-m", "kept"]);
+    assert_eq!(trash(&env).len(), entries);
+    let health: serde_json::Value = serde_json::from_slice(&read(&m, ".detafs/health")).unwrap();
+    assert_eq!(health["trash"]["entries"], entries, "{health}");
+    let bytes: u64 = trash(&env).iter().map(|e| e.3).sum();
+    assert_eq!(health["trash"]["bytes"], bytes);
+}
+
+/// Without a mount, the command that owns staging keeps and brings back
+/// the same; the trash keeps within the size set, the newest entry
+/// whatever its size.
+#[test]
+fn the_trash_keeps_within_its_bounds() {
+    let env = Env::new();
+    two_versions(&env);
+    env.ok(&["checkout", "ds", "v1"]);
+    let v1 = status(&env);
+    env.ok(&["restore", "ds"]);
+    assert!(status(&env).is_empty());
+    env.ok(&["restore", "ds", "--undo"]);
+    assert_eq!(status(&env), v1);
+    let (_, err) = env.fails(&["trash", "ds", "--max-size", "lots"]);
+    assert!(err.contains("lots"), "{err}");
+
+    // A limits file that does not decode never fails a restore; the trash
+    // command names it.
+    let limits = std::fs::read_dir(env.staging())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("ds/trash.json"))
+        .find(|p| p.parent().unwrap().join("staging.sqlite").exists())
+        .unwrap();
+    std::fs::write(&limits, "not json").unwrap();
+    env.ok(&["checkout", "ds", "v1"]);
+    env.ok(&["restore", "ds"]);
+    let (_, err) = env.fails(&["trash", "ds"]);
+    assert!(err.contains("trash.json"), "{err}");
+    std::fs::remove_file(&limits).unwrap();
+    env.ok(&["trash", "ds", "--max-size", "1000"]);
+    let m = env.mount(&[]);
+    for (name, size) in [("one", 600), ("two", 600), ("three", 5000)] {
+        std::fs::write(m.path(&format!("staging/{name}")), vec![1u8; size]).unwrap();
+        env.ok(&["restore", "ds", name]);
+    }
+    let kept = trash(&env);
+    assert_eq!(kept[0].2, ["three"]);
+    assert_eq!(kept[0].3, 5000);
+    assert!(
+        kept.iter().all(|e| e.2 != ["one"] && e.2 != ["two"]),
+        "{kept:?}"
+    );
+    // A smaller bound set while mounted applies at once: the newest stays.
+    env.ok(&["trash", "ds", "--max-size", "1"]);
+    assert_eq!(trash(&env).len(), 1);
+    env.ok(&["restore", "ds", "--undo"]);
+    assert_eq!(read(&m, "staging/three").len(), 5000);
+}
+
+/// A step of `restores_and_undos_agree_with_the_model`.
+#[derive(Clone, Debug)]
+enum Step {
+    /// `>`, `>>` or Python's `open('w')` of a name, with a text.
+    Write(usize, u8, u8),
+    Remove(usize),
+    /// A name, or (None) everything.
+    Restore(Option<usize>),
+    Checkout(u64, Option<usize>),
+    Undo,
+}
+
+const NAMES: [&str; 5] = ["a.csv", "c.csv", "x.txt", "d/b.csv", "d/y.txt"];
+
+/// A staged file: its content and the version it reads through from
+/// (None: written in staging).
+type Staged = Option<(String, Option<u64>)>;
+
+/// Staging as the model has it: files, whether `d/` exists, and the
+/// version its root still equals (nothing changed since a restore or
+/// checkout of everything).
+#[derive(Clone, Debug, PartialEq)]
+struct State {
+    files: std::collections::BTreeMap<String, (String, Option<u64>)>,
+    d: bool,
+    clean: Option<u64>,
+}
+
+enum Kept {
+    All(State),
+    Path(String, Staged),
+}
+
+/// v1 and v2 (`two_versions`) as staging has them after a checkout.
+fn version(v: u64) -> State {
+    let files: &[(&str, &str)] = match v {
+        1 => &[("a.csv", "1"), ("d/b.csv", "2")],
+        _ => &[("a.csv", "11"), ("c.csv", "3")],
+    };
+    State {
+        files: files
+            .iter()
+            .map(|(n, c)| (n.to_string(), (c.to_string(), Some(v))))
+            .collect(),
+        d: true,
+        clean: Some(v),
+    }
+}
+
+/// What the model expects of a step: the state after it; entries kept.
+fn model_step(now: &mut State, trash: &mut Vec<Kept>, step: &Step) {
+    let path_op = |now: &mut State, trash: &mut Vec<Kept>, name: &str, v: u64| {
+        let target = version(v).files.get(name).cloned();
+        let staged = now.files.get(name).cloned();
+        if target.is_none() && staged.is_none() {
+            return; // refused: neither staged nor in that version
+        }
+        if staged != target {
+            trash.push(Kept::Path(name.into(), staged));
+        }
+        match target {
+            Some(t) => now.files.insert(name.into(), t),
+            None => now.files.remove(name),
+        };
+        now.d |= name.starts_with("d/");
+        now.clean = None;
+    };
+    let all_op = |now: &mut State, trash: &mut Vec<Kept>, v: u64| {
+        if now.clean != Some(v) {
+            trash.push(Kept::All(now.clone()));
+        }
+        *now = version(v);
+    };
+    match *step {
+        Step::Write(n, how, t) => {
+            let name = NAMES[n];
+            let text = format!("t{t}");
+            let content = match how % 3 {
+                0 => format!("{text}\n"),
+                1 => match now.files.get(name) {
+                    Some((c, _)) => format!("{c}{text}\n"),
+                    None => format!("{text}\n"),
+                },
+                _ => text,
+            };
+            now.files.insert(name.into(), (content, None));
+            now.d |= name.starts_with("d/");
+            now.clean = None;
+        }
+        Step::Remove(n) => {
+            if now.files.remove(NAMES[n]).is_some() {
+                now.clean = None;
+            }
+        }
+        Step::Restore(None) => all_op(now, trash, 2),
+        Step::Restore(Some(n)) => path_op(now, trash, NAMES[n], 2),
+        Step::Checkout(v, None) => all_op(now, trash, v),
+        Step::Checkout(v, Some(n)) => path_op(now, trash, NAMES[n], v),
+        Step::Undo => match trash.pop() {
+            None => {}
+            Some(Kept::All(state)) => {
+                trash.push(Kept::All(now.clone()));
+                *now = state;
+            }
+            Some(Kept::Path(name, staged)) => {
+                trash.push(Kept::Path(name.clone(), now.files.get(&name).cloned()));
+                match staged {
+                    Some(s) => now.files.insert(name.clone(), s),
+                    None => now.files.remove(&name),
+                };
+                now.d |= name.starts_with("d/");
+                now.clean = None;
+            }
+        },
+    }
+}
+
+/// The step as a shell runs it in the mount, with a create right after
+/// each request (the model then holds both).
+fn shell_step(step: &Step) -> String {
+    let path = |n: &Option<usize>| n.map_or(".", |n| NAMES[n]);
+    match step {
+        Step::Write(n, how, t) => {
+            let name = NAMES[*n];
+            let dir = if name.starts_with("d/") {
+                "mkdir -p staging/d; "
+            } else {
+                ""
+            };
+            match how % 3 {
+                0 => format!("{dir}echo t{t} > staging/{name}"),
+                1 => format!("{dir}echo t{t} >> staging/{name}"),
+                _ => format!("{dir}python3 -c \"open('staging/{name}', 'w').write('t{t}')\""),
+            }
+        }
+        Step::Remove(n) => format!("rm -f staging/{}", NAMES[*n]),
+        Step::Restore(n) => format!("echo {} > .detafs/restore", path(n)),
+        Step::Checkout(v, n) => format!("printf 'v{v}\\n{}\\n' > .detafs/checkout", path(n)),
+        Step::Undo => "echo > .detafs/undo".into(),
+    }
+}
+
+/// Staging as the mount shows it, in the model's terms (origins aside).
+fn seen(m: &Mount) -> (std::collections::BTreeMap<String, String>, bool) {
+    let mut files = std::collections::BTreeMap::new();
+    for dir in ["", "d/"] {
+        let Ok(entries) = std::fs::read_dir(m.path(&format!("staging/{dir}"))) else {
+            continue;
+        };
+        for e in entries {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_file() {
+                let name = format!("{dir}{}", e.file_name().to_str().unwrap());
+                files.insert(name, std::fs::read_to_string(e.path()).unwrap());
+            }
+        }
+    }
+    (files, m.path("staging/d").is_dir())
+}
+
+fn a_step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    let name = 0..NAMES.len();
+    let path = proptest::option::weighted(0.8, 0..NAMES.len());
+    prop_oneof![
+        3 => (name.clone(), any::<u8>(), 0..10u8).prop_map(|(n, h, t)| Step::Write(n, h, t)),
+        1 => name.prop_map(Step::Remove),
+        2 => path.clone().prop_map(Step::Restore),
+        2 => (1..=2u64, path).prop_map(|(v, p)| Step::Checkout(v, p)),
+        2 => Just(Step::Undo),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(12),
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Restores, checkouts and undos through the mount's control files,
+    /// each followed at once by shell-style creates, agree with a model
+    /// of staging and its trash: every name is what the model says the
+    /// moment the request is done, and every undo brings back exactly
+    /// what the last request replaced.
+    #[test]
+    fn restores_and_undos_agree_with_the_model(
+        steps in proptest::collection::vec(a_step(), 1..14)
+    ) {
+        let env = Env::new();
+        two_versions(&env);
+        let m = env.mount(&[]);
+        let (mut now, mut trash) = (version(2), Vec::new());
+        let mut script = Vec::new();
+        let mut i = 0;
+        while i < steps.len() {
+            let step = &steps[i];
+            let mut line = shell_step(step);
+            model_step(&mut now, &mut trash, step);
+            i += 1;
+            // A request, then the next write in the same shell.
+            if let (false, Some(next @ Step::Write(..))) =
+                (matches!(step, Step::Write(..)), steps.get(i))
+            {
+                line = format!("{line}; {}", shell_step(next));
+                model_step(&mut now, &mut trash, next);
+                i += 1;
+            }
+            sh(&m, &line);
+            script.push(line);
+            let want: std::collections::BTreeMap<String, String> =
+                now.files.iter().map(|(n, (c, _))| (n.clone(), c.clone())).collect();
+            proptest::prop_assert_eq!(seen(&m), (want, now.d), "after {:?}", script);
+        }
+    }
+}
+
+/// A count as `Display` writes it: digits, no sign, no leading zero.
+fn count(s: &str) -> Option<u64> {
+    let canonical = !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && !(s.len() > 1 && s.starts_with('0'));
+    canonical.then(|| s.parse().ok()).flatten()
+}
+
+/// Random spellings through the mount's `versions/` and the CLI agree
+/// with the rule, written out here on its own: `versions/` holds `vN`
+/// alone (and `latest`); the CLI takes `vN`, `N` and `latest`, each with
+/// `~N` back.
+#[test]
+fn random_version_spellings_follow_one_rule() {
+    let env = Env::new();
+    two_versions(&env);
+    let m = env.mount(&[]);
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(64);
+    let mut runner =
+        proptest::test_runner::TestRunner::new(proptest::test_runner::Config::with_cases(cases));
+    let spelling = "(v|V|latest|lat|)[0-9+~ v\\-٣１x.]{0,4}";
+    runner
+        .run(&spelling, |s| {
+            // `.` and `..` are the folder and its parent, not names.
+            proptest::prop_assume!(!s.is_empty() && s != "." && s != "..");
+            let named = |s: &str| s.strip_prefix('v').and_then(count);
+            let mounted = std::fs::symlink_metadata(m.path(&format!("versions/{s}"))).is_ok();
+            let want = s == "latest" || named(&s).is_some_and(|n| (1..=2).contains(&n));
+            proptest::prop_assert_eq!(mounted, want, "versions/{}", s);
+            let cli = env.run(&["ls", "ds", "--", &s]).status.success();
+            let want = (|| {
+                let (base, back) = match s.split_once('~') {
+                    Some((b, n)) => (b, count(n)?),
+                    None => (s.as_str(), 0),
+                };
+                let n = match base {
+                    "latest" => 2,
+                    b if b.starts_with('v') => named(b)?,
+                    b => count(b)?,
+                };
+                Some(n > back && n - back <= 2)
+            })()
+            .unwrap_or(false);
+            proptest::prop_assert_eq!(cli, want, "detafs ls ds {:?}", s);
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// A request while a commit runs through the mount is carried out at
+/// once (the commit works from what it froze): the version holds what was
+/// staged when it began, staging keeps the request's result, and what the
+/// request replaced is in the trash.
+#[test]
+fn a_request_during_a_commit_is_carried_out_and_kept_apart() {
+    let env = Env::new();
+    two_versions(&env);
+    let frozen = common::Hold::new(&env, "staging-frozen");
+    let m = env.mount_failing(&[], &frozen.spec);
+    stage_work(&m);
+    let commit = Command::new("sh")
+        .args(["-c", "echo mine > .detafs/commit"])
+        .current_dir(&m.dir)
+        .spawn()
+        .unwrap();
+    frozen.reached();
+    assert_eq!(
+        sh(&m, "echo a.csv > .detafs/restore; cat staging/a.csv"),
+        "11"
+    );
+    frozen.release();
+    assert!(commit.wait_with_output().unwrap().status.success());
+    assert_eq!(env.ok(&["cat", "ds", "v3", "a.csv"]), "changed");
+    assert_eq!(env.ok(&["cat", "ds", "v3", "new.txt"]), "never committed");
+    assert_eq!(read(&m, "staging/a.csv"), b"11");
+    assert_eq!(status(&env), ["M a.csv"]);
+    env.ok(&["restore", "ds", "--undo"]);
+    assert!(
+        status(&env).is_empty(),
+        "a.csv as it was staged, as v3 has it"
+    );
 }

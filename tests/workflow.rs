@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Env, Mount, commit_via_control, run_ok};
+use common::{Env, Mount, commit_via_control, run_ok, status, two_versions};
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
@@ -361,27 +361,6 @@ fn a_mount_shows_tags_as_symlinks_and_follows_new_ones() {
         .collect();
     names.sort();
     assert_eq!(names, ["first", "latest", "second", "v1", "v2", "v3"]);
-}
-
-fn status(env: &Env) -> Vec<String> {
-    env.ok(&["status", "ds"])
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-/// v1: a.csv "1", d/b.csv "2"; v2: a.csv "11", c.csv "3", no d/b.csv.
-fn two_versions(env: &Env) -> std::path::PathBuf {
-    let src = env.path("src");
-    std::fs::create_dir_all(src.join("d")).unwrap();
-    std::fs::write(src.join("a.csv"), "1").unwrap();
-    std::fs::write(src.join("d/b.csv"), "2").unwrap();
-    env.commit(&src, "v1");
-    std::fs::write(src.join("a.csv"), "11").unwrap();
-    std::fs::remove_file(src.join("d/b.csv")).unwrap();
-    std::fs::write(src.join("c.csv"), "3").unwrap();
-    env.commit(&src, "v2");
-    src
 }
 
 #[test]
@@ -1351,9 +1330,27 @@ fn a_checkout_killed_before_it_lands_changes_nothing() {
         "3"
     );
     assert_eq!(status(&env), ["M a.csv"]);
+    // What it kept in the trash went with it: no entry, no files left.
+    let entries = || -> Vec<serde_json::Value> {
+        let listed: serde_json::Value =
+            serde_json::from_str(&env.ok(&["trash", "ds", "--json"])).unwrap();
+        listed["entries"].as_array().unwrap().clone()
+    };
+    assert!(entries().is_empty());
+    let kept_dirs = || -> usize {
+        std::fs::read_dir(env.staging())
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_dir(e.path().join("ds/trash")).ok())
+            .map(|d| d.count())
+            .sum()
+    };
+    assert_eq!(kept_dirs(), 0, "a killed checkout's kept files are swept");
     // And it works once the daemon is whole.
     env.ok(&["checkout", "ds", "v1"]);
     assert_eq!(status(&env), ["M a.csv", "D c.csv", "A d/b.csv"]);
+    assert_eq!(entries().len(), 1);
+    assert_eq!(kept_dirs(), 1);
 }
 
 /// A control file acts on its whole text, once: `printf 'v1\npath\n'` is

@@ -393,18 +393,36 @@ impl Policy {
             && !self.denies_path(who, Action::Read, &paths)
     }
 
+    /// Whether the policy may hide some path of `dataset` from `who` (a
+    /// deny of reading that names paths, `denies_path`, applies to it
+    /// there): then what a version's figures count (files added, changed,
+    /// removed, bytes) would tell of what it hides, and they are withheld.
+    pub fn may_hide_paths(&self, who: &Who, dataset: &str) -> bool {
+        let ours = format!("datasets/{dataset}/");
+        self.path_denials(who, Action::Read).any(|r| {
+            let start = r.literal_start();
+            start.starts_with(&ours) || ours.starts_with(start)
+        })
+    }
+
+    /// The resources naming paths (`…/files/…`) of the denies of `action`
+    /// that apply to `who`: what they cover is hidden.
+    fn path_denials<'a>(&'a self, who: &'a Who, action: Action) -> impl Iterator<Item = &'a Glob> {
+        self.statements
+            .iter()
+            .filter(move |s| {
+                s.effect == Effect::Deny && s.actions & action.bit() != 0 && s.applies_to(who)
+            })
+            .flat_map(|s| s.resources.iter())
+            .filter(|r| r.text.contains("/files/"))
+    }
+
     /// Whether a deny whose resource names a path (`…/files/…`) covers one
     /// of `paths`: what such a statement denies reading is hidden, not
     /// merely unreadable.
     pub fn denies_path(&self, who: &Who, action: Action, paths: &[String]) -> bool {
-        self.statements.iter().any(|s| {
-            s.effect == Effect::Deny
-                && s.actions & action.bit() != 0
-                && s.applies_to(who)
-                && s.resources
-                    .iter()
-                    .any(|r| r.text.contains("/files/") && paths.iter().any(|p| r.matches(p)))
-        })
+        self.path_denials(who, action)
+            .any(|r| paths.iter().any(|p| r.matches(p)))
     }
 
     /// The Unix principals (`user:NAME`, `group:NAME`, as written) of the

@@ -3,12 +3,16 @@
 
 mod audit;
 mod diff;
+mod fstab;
 mod keys;
+mod lifetime;
 pub mod log;
 mod mount;
 mod policy;
+mod remote;
 mod serve;
 mod show;
+mod trash;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -78,6 +82,18 @@ struct Cli {
     /// is refused at the first write).
     #[arg(long, global = true, env = "DETAFS_SSE", help_heading = GLOBAL, value_parser = parse_sse)]
     sse: Option<detafs::store::sse::Sse>,
+    /// With --store https://GATEWAY: a file whose first line is the API
+    /// key to present (`detafs apikey create` printed it).
+    #[arg(long, global = true, env = "DETAFS_API_KEY_FILE", help_heading = GLOBAL)]
+    api_key_file: Option<PathBuf>,
+    /// With --store https://GATEWAY: a file whose first line is a bearer
+    /// token (a JWT), read again at each request.
+    #[arg(long, global = true, env = "DETAFS_TOKEN_FILE", help_heading = GLOBAL)]
+    token_file: Option<PathBuf>,
+    /// With --store https://GATEWAY: the gateway's certificate (PEM), for
+    /// one the system does not trust (its self-signed one).
+    #[arg(long, global = true, env = "DETAFS_CA_CERT", help_heading = GLOBAL)]
+    ca_cert: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -325,14 +341,24 @@ enum Command {
     /// Discard staged changes: PATHs (default: all) become as in the version
     /// staging is based on (through its mount if one is up).
     #[command(
-        after_help = "Examples:\n  detafs restore weather               (discard every staged change)\n  detafs restore weather tables/a.csv\nExit codes: 0, 1 error (nothing changed)."
+        after_help = "What a restore or checkout replaces is kept in the trash (detafs trash NAME).\nExamples:\n  detafs restore weather               (discard every staged change)\n  detafs restore weather tables/a.csv\n  detafs restore weather --undo        (bring back what the last restore or checkout replaced)\n  detafs restore weather --undo 4      (entry 4 of detafs trash weather)\nExit codes: 0, 1 error (nothing changed)."
     )]
     Restore {
         /// Dataset name.
         name: String,
         /// Paths inside the dataset, e.g. data/x.csv (default: everything).
         paths: Vec<String>,
+        /// Bring back what the last restore or checkout replaced, or trash
+        /// entry ENTRY; what is there now goes to the trash in turn.
+        #[arg(long, value_name = "ENTRY", num_args = 0..=1, conflicts_with = "paths")]
+        undo: Option<Option<u64>>,
     },
+    /// List what restores and checkouts replaced, which `detafs restore
+    /// NAME --undo` brings back; set how long and how much is kept.
+    #[command(
+        after_help = "Kept per dataset on this host, in its staging folder; the newest entry stays whatever its size until it is older than --keep.\nExamples:\n  detafs trash weather\n  detafs trash weather --keep 30days --max-size 5GiB\n  detafs trash weather --json\nExit codes: 0, 1 error, 2 usage."
+    )]
+    Trash(trash::TrashArgs),
     /// Make staged PATHs (default: all) as in VERSION, e.g. to commit a revert.
     #[command(
         after_help = "Examples:\n  detafs checkout weather v1 && detafs commit weather -m \"revert to v1\"\n  detafs checkout weather latest~1 tables/a.csv\nExit codes: 0, 1 error (nothing changed)."
@@ -562,8 +588,29 @@ fn report(err: &anyhow::Error) -> String {
     out
 }
 
+/// The command line this process runs, as `detafs` would be given it (a
+/// mount helper's translated): what a daemon is started with again.
+static ARGS: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::OnceLock::new();
+
+pub(super) fn args() -> &'static [std::ffi::OsString] {
+    ARGS.get().map_or(&[], Vec::as_slice)
+}
+
 pub fn run() -> ExitCode {
-    let cli = Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let argv = match argv.first().is_some_and(|a| fstab::is_helper(a)) {
+        // mount(8)'s helper for an fstab line (`fstab.rs`).
+        true => match fstab::command_line(&argv) {
+            Ok(Some(line)) => line,
+            Ok(None) => return ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(1);
+            }
+        },
+        false => argv,
+    };
+    let cli = Cli::parse_from(ARGS.get_or_init(|| argv));
     if !matches!(cli.command, Command::Mount { .. } | Command::Serve { .. }) {
         // `detafs log | head` ends quietly, as other Unix tools do, rather
         // than failing on a write to a closed pipe. (Not for a daemon: its
@@ -676,7 +723,26 @@ fn options(cli: &Cli) -> Options {
 /// within `detafs::store::grace::MAX_COMMIT_AGE` of its first upload.
 const MAX_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 
+/// Runs the command on the store, or through the gateway `--store` names.
 fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli
+        .store
+        .as_deref()
+        .filter(|s| detafs::remote::is_gateway(s))
+    {
+        Some(store) => {
+            let opts = detafs::remote::Options {
+                api_key_file: cli.api_key_file.clone(),
+                token_file: cli.token_file.clone(),
+                ca_cert: cli.ca_cert.clone(),
+            };
+            remote::execute(cli.command, store, &opts)
+        }
+        None => on_store(cli),
+    }
+}
+
+fn on_store(cli: Cli) -> anyhow::Result<ExitCode> {
     let opts = options(&cli);
     let staging = cli
         .staging_dir
@@ -797,10 +863,16 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             detafs::sys::tune_allocator();
             mount::mount(open()?, &staging, &args)?;
         }
-        Command::Umount { mountpoint, lazy } => mount::umount(&mountpoint, lazy)?,
-        Command::Restore { name, paths } => {
+        Command::Umount { mountpoint, lazy } => lifetime::umount(&mountpoint, lazy)?,
+        Command::Restore {
+            name,
+            undo: Some(entry),
+            ..
+        } => trash::undo(&open()?, &staging, &name, entry)?,
+        Command::Restore { name, paths, .. } => {
             mount::checkout(&open()?, &staging, &name, None, &paths)?;
         }
+        Command::Trash(args) => trash::trash(&open()?, &staging, &args)?,
         Command::Checkout {
             name,
             version,
@@ -969,16 +1041,27 @@ fn tag_cmd(
         return Ok(());
     }
     repo.check_dataset(name)?;
-    let tags = repo.tags(name)?;
+    let tags: Vec<(String, u64)> = repo
+        .tags(name)?
+        .into_iter()
+        .map(|t| (t.tag, t.version))
+        .collect();
+    print_tags(tags, json)
+}
+
+/// `tag NAME`'s list, in tag-name order (from a store, or as a gateway
+/// listed the versions' tags).
+fn print_tags(mut tags: Vec<(String, u64)>, json: bool) -> anyhow::Result<()> {
+    tags.sort();
     if json {
         let rows: Vec<_> = tags
             .iter()
-            .map(|t| serde_json::json!({"tag": t.tag, "version": t.version}))
+            .map(|(tag, version)| serde_json::json!({"tag": tag, "version": version}))
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
     }
-    for t in tags.iter().filter(|_| !json) {
-        println!("{} v{}", t.tag, t.version);
+    for (tag, version) in tags.iter().filter(|_| !json) {
+        println!("{tag} v{version}");
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! `detafs mount`, `detafs umount`, and committing staging from the CLI.
 
+use super::lifetime::{self, is_mounted};
 use anyhow::{Context, bail};
 use detafs::Error;
 use detafs::access::trail::Trail;
@@ -44,24 +45,8 @@ pub struct MountArgs {
     pub poll_interval: humantime::Duration,
 }
 
-fn staging_root(repo: &Repo, root: &Path, name: &str) -> anyhow::Result<PathBuf> {
+pub(super) fn staging_root(repo: &Repo, root: &Path, name: &str) -> anyhow::Result<PathBuf> {
     Ok(staging_dir(root, repo, name)?)
-}
-
-/// Is `path` a mount point whose daemon is gone?
-fn stale(path: &Path) -> bool {
-    matches!(std::fs::metadata(path), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN))
-}
-
-fn is_mounted(path: &Path) -> bool {
-    let Ok(canon) = std::fs::canonicalize(path) else {
-        return false;
-    };
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    mounts
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .any(|m| Path::new(&m.replace("\\040", " ")) == canon)
 }
 
 /// Refuses to delete a dataset this host mounts (read-write or read-only)
@@ -96,27 +81,35 @@ pub fn check_unused(repo: &Repo, staging_base: &Path, name: &str) -> anyhow::Res
 }
 
 /// One read-write mount per dataset on a host (it owns staging): a second
-/// is refused with where the first one is.
+/// is refused with where the first one is. One whose daemon is gone is
+/// detached; one detached lazily whose daemon still runs is named.
 fn refuse_second_mount(dir: &Path, name: &str) -> anyhow::Result<()> {
-    let Ok(at) = std::fs::read_to_string(dir.join(MOUNT_FILE)) else {
+    let marker = dir.join(MOUNT_FILE);
+    let Ok(at) = std::fs::read_to_string(&marker) else {
         return Ok(());
     };
-    if is_mounted(Path::new(&at)) {
+    let at_path = Path::new(&at);
+    if lifetime::dead(at_path) {
+        lifetime::detach_dead(at_path)?;
+        eprintln!("detached {at}, a mount of {name} whose daemon is gone");
+        return Ok(());
+    }
+    if is_mounted(at_path) {
         bail!(
             "dataset {name} is already mounted read-write at {at} (one read-write mount per dataset on a host: it owns staging); use that mount, or mount this one with --read-only"
         );
     }
-    Ok(())
+    match lifetime::daemon(&marker) {
+        Some(_) => Err(lifetime::held(&marker, name)),
+        None => Ok(()),
+    }
 }
 
 pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Result<()> {
     let mp = &args.mountpoint;
-    if stale(mp) {
-        bail!(
-            "{} is a stale detafs mount (its daemon is gone); run `detafs umount {}` first",
-            mp.display(),
-            mp.display()
-        );
+    if lifetime::dead(mp) {
+        lifetime::detach_dead(mp)?;
+        eprintln!("detached {}, a mount whose daemon is gone", mp.display());
     }
     let meta = match std::fs::metadata(mp) {
         Ok(m) => m,
@@ -163,7 +156,7 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
         match Staging::open(&repo, &dir, &args.name) {
             Err(Error::StagingBusy(_)) => {
                 refuse_second_mount(&dir, &args.name)?;
-                return Err(Error::StagingBusy(args.name.clone()).into());
+                return Err(lifetime::held(&dir.join(MOUNT_FILE), &args.name));
             }
             other => Some(other?),
         }
@@ -185,6 +178,7 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
     let absolute = std::path::absolute(mp)?;
     let served = serve(fs.clone(), mp, &session, || {
         let _ = std::fs::write(&marker, absolute.as_os_str().as_encoded_bytes());
+        lifetime::write_pid(&marker, mp);
         eprintln!("mounted {} at {}", args.name, mp.display());
     })
     .map_err(|e| {
@@ -200,8 +194,9 @@ pub fn mount(repo: Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resul
     });
     fs.flush_trail();
     super::log::flush();
-    served?;
     let _ = std::fs::remove_file(&marker);
+    lifetime::remove_pid(&marker);
+    served?;
     Ok(())
 }
 
@@ -248,7 +243,8 @@ fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resu
         .append(true)
         .open(&log_path)?;
     let start = log.metadata()?.len();
-    let argv: Vec<String> = std::env::args().filter(|a| a != "--daemon").collect();
+    let argv: Vec<&std::ffi::OsString> =
+        super::args().iter().filter(|a| *a != "--daemon").collect();
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.args(&argv[1..])
         .env(super::log::DAEMON_LOG_ENV, &log_path)
@@ -285,51 +281,6 @@ fn daemonize(repo: &Repo, staging_base: &Path, args: &MountArgs) -> anyhow::Resu
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-pub fn umount(mountpoint: &Path, lazy: bool) -> anyhow::Result<()> {
-    let was_stale = stale(mountpoint);
-    if !was_stale && !is_mounted(mountpoint) {
-        bail!("{} is not mounted", mountpoint.display());
-    }
-    // A stale mount, or one asked to go lazily, is detached with what is
-    // mounted inside it.
-    if was_stale || lazy {
-        return fusermount(mountpoint, &["-u", "-z"]);
-    }
-    // versions/ on a connection of its own is mounted inside: it goes
-    // first (the outer mount is busy while it is there).
-    let versions = mountpoint.join("versions");
-    let apart = is_mounted(&versions);
-    if apart {
-        fusermount(&versions, &["-u"])?;
-    }
-    let res = fusermount(mountpoint, &["-u"]);
-    match apart {
-        true => res.context("versions/ is served by the mount's main connection from now on"),
-        false => res,
-    }
-}
-
-fn fusermount(at: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let out = std::process::Command::new("fusermount3")
-        .args(args)
-        .arg(at)
-        .output()
-        .context("cannot run fusermount3 (install fuse3)")?;
-    if !out.status.success() {
-        let said = String::from_utf8_lossy(&out.stderr);
-        let hint = match said.contains("busy") {
-            true => format!(
-                "; something inside still uses it (a shell's working folder, an open file; `fuser -vm {}` lists them): leave it and try again, or detach it now with `detafs umount --lazy {}`",
-                at.display(),
-                at.display()
-            ),
-            false => String::new(),
-        };
-        bail!("cannot unmount {}: {}{hint}", at.display(), said.trim());
-    }
-    Ok(())
 }
 
 /// A commit through a mount failed; its errno tells the exit code (EBUSY: a
@@ -571,7 +522,11 @@ pub fn checkout(
                         })?
                 }
             };
-            st.checkout(repo, &record.tree, &names)?;
+            let what = match version {
+                Some(_) => format!("checkout v{}", record.version),
+                None => "restore".into(),
+            };
+            st.checkout(repo, &record.tree, &names, &what)?;
             Ok(())
         }
         Owner::Mount(mp) => {
@@ -579,20 +534,25 @@ pub fn checkout(
                 Some(v) => ("checkout", format!("{v}\n{}\n", paths.join("\n"))),
                 None => ("restore", format!("{}\n", paths.join("\n"))),
             };
-            request(&mp, file, order.as_bytes()).map_err(|e| {
-                let reason =
-                    std::fs::read_to_string(mp.join(".detafs/last-error")).unwrap_or_default();
-                anyhow::anyhow!(
-                    "{file} through the mount at {} failed: {}",
-                    mp.display(),
-                    match reason.trim() {
-                        "" => e.to_string(),
-                        r => r.to_string(),
-                    }
-                )
-            })
+            ask(&mp, file, order.as_bytes())
         }
     }
+}
+
+/// A request through the mount at `mp`'s control file `file`, its
+/// refusal told with the mount's reason.
+pub(super) fn ask(mp: &Path, file: &str, text: &[u8]) -> anyhow::Result<()> {
+    request(mp, file, text).map_err(|e| {
+        let reason = std::fs::read_to_string(mp.join(".detafs/last-error")).unwrap_or_default();
+        anyhow::anyhow!(
+            "{file} through the mount at {} failed: {}",
+            mp.display(),
+            match reason.trim() {
+                "" => e.to_string(),
+                r => r.to_string(),
+            }
+        )
+    })
 }
 
 /// After a change to dataset `name` made beside a running read-write mount
@@ -667,10 +627,13 @@ pub fn open_staging(repo: &Repo, staging_base: &Path, name: &str) -> anyhow::Res
     let dir = staging_root(repo, staging_base, name)?;
     match Staging::open(repo, &dir, name) {
         Ok(st) => Ok(Owner::Here(Box::new(st))),
-        Err(Error::StagingBusy(_)) => Ok(Owner::Mount(PathBuf::from(
-            std::fs::read_to_string(dir.join(MOUNT_FILE))
-                .map_err(|_| Error::StagingBusy(name.to_string()))?,
-        ))),
+        Err(Error::StagingBusy(_)) => {
+            let marker = dir.join(MOUNT_FILE);
+            match std::fs::read_to_string(&marker).map(PathBuf::from) {
+                Ok(at) if is_mounted(&at) && !lifetime::dead(&at) => Ok(Owner::Mount(at)),
+                _ => Err(lifetime::held(&marker, name)),
+            }
+        }
         Err(e) => Err(e.into()),
     }
 }

@@ -18,34 +18,71 @@ fn human(bytes: u64) -> String {
     bytesize::ByteSize(bytes).display().iec().to_string()
 }
 
+/// `detafs log`: the versions served. Where the history is damaged, those
+/// before the damage are listed, then the damage is the command's error
+/// (exit 1).
 pub fn log(repo: &Repo, name: &str, as_json: bool, path: Option<&str>) -> anyhow::Result<()> {
     repo.check_dataset(name)?;
     let records = repo.sync(name)?;
-    if let Some(path) = path {
-        return path_log(repo, name, &records, path, as_json);
+    list(repo, name, &records, as_json, path)?;
+    match repo.damage(name) {
+        Some(d) => Err(d.error(name).into()),
+        None => Ok(()),
     }
-    // Newest first, as text and as JSON (docs/cli.md names the fields).
+}
+
+fn list(
+    repo: &Repo,
+    name: &str,
+    records: &[Record],
+    as_json: bool,
+    path: Option<&str>,
+) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        return path_log(repo, name, records, path, as_json);
+    }
+    let mut rows = repo.log_entries_of(name, records)?;
+    rows.reverse();
+    print_log(&rows, as_json)
+}
+
+/// `detafs log`'s rows (`Record::log_entry`, with `tags`), newest first,
+/// as text or JSON (docs/cli.md names the fields): from a store, or as a
+/// gateway answered them.
+pub fn print_log(rows: &[serde_json::Value], as_json: bool) -> anyhow::Result<()> {
     if as_json {
-        let mut rows = repo.log_entries_of(name, &records)?;
-        rows.reverse();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!("{}", serde_json::to_string_pretty(rows)?);
         return Ok(());
     }
-    let tags = tags_by_version(repo, name)?;
-    for r in records.iter().rev() {
+    for e in rows {
+        let figure = |k: &str| e[k].as_u64();
+        // Withheld figures (a policy hides paths from the caller) are `?`.
+        let shown = |k: &str| figure(k).map_or("?".to_string(), |n| n.to_string());
         // Time-only changes (`T`) are shown only where there are some.
-        let touched = match r.stats.files_touched {
-            0 => String::new(),
-            n => format!(" T{n}"),
+        let touched = match figure("files_touched") {
+            Some(0) | None => String::new(),
+            Some(n) => format!(" T{n}"),
         };
         let counts = format!(
             "+{} ~{} -{}{touched}  {:>10}",
-            r.stats.files_added,
-            r.stats.files_changed,
-            r.stats.files_removed,
-            human(r.stats.bytes_added),
+            shown("files_added"),
+            shown("files_changed"),
+            shown("files_removed"),
+            figure("delta_size").map_or("?".to_string(), human),
         );
-        print_line(r, &counts, &tags);
+        let tags: Vec<String> = e["tags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(str::to_string))
+            .collect();
+        let text = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+        print_line(
+            (figure("version").unwrap_or(0), &text("timestamp")),
+            (&text("author"), &text("message")),
+            &counts,
+            &tags,
+        );
     }
     Ok(())
 }
@@ -59,17 +96,20 @@ fn tags_by_version(repo: &Repo, name: &str) -> anyhow::Result<HashMap<u64, Vec<S
 }
 
 /// One line of `log`: version, time, author, `what`, message, tags.
-fn print_line(r: &Record, what: &str, tags: &HashMap<u64, Vec<String>>) {
-    let named = match tags.get(&r.version) {
-        Some(t) => format!(" ({})", t.join(", ")),
-        None => String::new(),
+fn print_line(
+    (version, time): (u64, &str),
+    (author, message): (&str, &str),
+    what: &str,
+    tags: &[String],
+) {
+    let named = match tags {
+        [] => String::new(),
+        t => format!(" ({})", t.join(", ")),
     };
     println!(
-        "v{:<4} {}  {:<12} {what}  {}{named}",
-        r.version,
-        r.time,
-        line(r.author.as_bytes()),
-        line(r.message.as_bytes())
+        "v{version:<4} {time}  {:<12} {what}  {}{named}",
+        line(author.as_bytes()),
+        line(message.as_bytes())
     );
 }
 
@@ -167,7 +207,8 @@ fn path_log(
         if let Some(to) = &c.renamed_to {
             what.push_str(&format!(" (renamed to {})", line(to)));
         }
-        print_line(r, &what, &tags);
+        let named = tags.get(&r.version).map_or(&[][..], Vec::as_slice);
+        print_line((r.version, &r.time), (&r.author, &r.message), &what, named);
     }
     Ok(())
 }
@@ -295,30 +336,70 @@ fn kind_and_mode(node: &Node) -> (char, u32) {
     }
 }
 
-fn entry(out: &mut impl Write, node: &Node, name: &[u8]) -> std::io::Result<()> {
-    let (kind, mode) = kind_and_mode(node);
+/// An entry as `ls` shows it: from a version's node, or as a gateway
+/// listed it (`remote.rs`).
+pub struct Listed {
+    pub name: Vec<u8>,
+    /// `-`, `d`, `l`, `p`, `s`, `c` or `b`, as `ls -l` shows it.
+    pub kind: char,
+    pub mode: u32,
+    pub size: u64,
+    /// Seconds since the epoch.
+    pub mtime: i64,
+    pub target: Option<Vec<u8>>,
+    /// A device's (major, minor).
+    pub rdev: Option<(u32, u32)>,
+}
+
+impl Listed {
+    fn of(node: &Node, name: &[u8]) -> Listed {
+        let (kind, mode) = kind_and_mode(node);
+        Listed {
+            name: name.to_vec(),
+            kind,
+            mode,
+            size: node.size(),
+            mtime: node.mtime().0,
+            target: match node {
+                Node::Symlink { target, .. } => Some(target.clone()),
+                _ => None,
+            },
+            rdev: match node {
+                Node::Special { kind, rdev, .. } if kind.has_rdev() => {
+                    Some((libc::major(*rdev), libc::minor(*rdev)))
+                }
+                _ => None,
+            },
+        }
+    }
+
+    fn when(&self) -> String {
+        when(Mtime(self.mtime, 0))
+    }
+}
+
+fn entry(out: &mut impl Write, e: &Listed) -> std::io::Result<()> {
     write!(
         out,
-        "{kind}{:04o} {:>12} {} ",
-        mode,
-        node.size(),
-        when(node.mtime())
+        "{}{:04o} {:>12} {} {}",
+        e.kind,
+        e.mode,
+        e.size,
+        e.when(),
+        line(&e.name)
     )?;
-    write!(out, "{}", line(name))?;
-    match node {
-        Node::Symlink { target, .. } => write!(out, " -> {}", line(target))?,
-        Node::Special { kind, rdev, .. } if kind.has_rdev() => {
-            write!(out, " ({}, {})", libc::major(*rdev), libc::minor(*rdev))?
-        }
-        _ => {}
+    if let Some(target) = &e.target {
+        write!(out, " -> {}", line(target))?;
+    }
+    if let Some((major, minor)) = e.rdev {
+        write!(out, " ({major}, {minor})")?;
     }
     writeln!(out)
 }
 
 /// One entry of `ls --json`.
-fn entry_json(node: &Node, name: &[u8]) -> serde_json::Value {
-    let (kind, mode) = kind_and_mode(node);
-    let kind = match kind {
+fn entry_json(e: &Listed) -> serde_json::Value {
+    let kind = match e.kind {
         '-' => "file",
         'd' => "dir",
         'l' => "symlink",
@@ -328,20 +409,33 @@ fn entry_json(node: &Node, name: &[u8]) -> serde_json::Value {
         _ => "block",
     };
     let mut row = serde_json::json!({
-        "name": line(name),
+        "name": line(&e.name),
         "type": kind,
-        "mode": format!("{mode:04o}"),
-        "size": node.size(),
-        "mtime": when(node.mtime()),
+        "mode": format!("{:04o}", e.mode),
+        "size": e.size,
+        "mtime": e.when(),
     });
-    match node {
-        Node::Symlink { target, .. } => row["target"] = line(target).into(),
-        Node::Special { kind, rdev, .. } if kind.has_rdev() => {
-            row["rdev"] = serde_json::json!([libc::major(*rdev), libc::minor(*rdev)])
-        }
-        _ => {}
+    if let Some(target) = &e.target {
+        row["target"] = line(target).into();
+    }
+    if let Some((major, minor)) = e.rdev {
+        row["rdev"] = serde_json::json!([major, minor]);
     }
     row
+}
+
+/// `ls`'s output of `listed`, as text or JSON.
+pub fn print_ls(listed: &[Listed], as_json: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if as_json {
+        let rows: Vec<_> = listed.iter().map(entry_json).collect();
+        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
+        return Ok(());
+    }
+    for e in listed {
+        entry(&mut out, e)?;
+    }
+    Ok(())
 }
 
 pub fn ls(repo: &Repo, name: &str, version: &str, path: &str, as_json: bool) -> anyhow::Result<()> {
@@ -349,27 +443,18 @@ pub fn ls(repo: &Repo, name: &str, version: &str, path: &str, as_json: bool) -> 
     let node = repo
         .lookup(&record.tree, &RelPath::parse(path)?)?
         .ok_or_else(|| no_path(record.version, path))?;
-    let listed: Vec<(Node, Vec<u8>)> = match &node {
+    let listed: Vec<Listed> = match &node {
         Node::Dir { tree, .. } => {
             use detafs::snapshot::tree::TreeSource;
             let tree = repo.tree(tree)?;
             tree.entries
                 .iter()
-                .map(|e| (e.node.clone(), e.name.clone()))
+                .map(|e| Listed::of(&e.node, &e.name))
                 .collect()
         }
-        other => vec![(other.clone(), path.as_bytes().to_vec())],
+        other => vec![Listed::of(other, path.as_bytes())],
     };
-    let mut out = std::io::stdout().lock();
-    if as_json {
-        let rows: Vec<_> = listed.iter().map(|(n, name)| entry_json(n, name)).collect();
-        writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?;
-        return Ok(());
-    }
-    for (n, name) in &listed {
-        entry(&mut out, n, name)?;
-    }
-    Ok(())
+    print_ls(&listed, as_json)
 }
 
 pub fn cat(repo: &Repo, name: &str, version: &str, path: &str) -> anyhow::Result<()> {

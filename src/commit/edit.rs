@@ -59,7 +59,7 @@ pub fn commit_edits(
     repo.check_dataset(meta.dataset)?;
     let base = match parent {
         Some(spec) => Some(repo.version(meta.dataset, spec)?),
-        None => repo.sync(meta.dataset)?.pop(),
+        None => repo.sync_whole(meta.dataset)?.pop(),
     };
     let mut root = Folder::default();
     for e in edits {

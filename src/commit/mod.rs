@@ -75,7 +75,7 @@ pub fn commit_dir(
             from.display()
         )));
     }
-    let base = repo.sync(meta.dataset)?.pop();
+    let base = repo.sync_whole(meta.dataset)?.pop();
     let mut scanner = Scanner::new(repo, progress)?;
     if let Some(b) = &base {
         repo.index_tree(&b.tree)?;
@@ -194,7 +194,7 @@ pub fn publish<'r>(
             stat_rows.land()?;
             return Ok(record);
         }
-        parent = repo.sync(req.dataset)?.pop();
+        parent = repo.sync_whole(req.dataset)?.pop();
     }
     Err(Error::TooManyRetries(MAX_ATTEMPTS))
 }

@@ -35,7 +35,7 @@ pub fn commit_staging<G: Deref<Target = Staging>>(
 ) -> Result<Record> {
     meta.check()?;
     let t = std::time::Instant::now();
-    let records = repo.sync(meta.dataset)?;
+    let records = repo.sync_whole(meta.dataset)?;
     let frozen = staging()?.freeze(repo, &records)?;
     tracing::debug!("commit: synced and frozen in {:?}", t.elapsed());
     crate::hold::hold("staging-frozen");

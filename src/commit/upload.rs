@@ -34,6 +34,10 @@ pub struct Upload {
     /// reuse blobs a later gc deleted, so a commit after one refuses it.
     #[serde(default)]
     pub gc_mark: Option<String>,
+    /// Whose it is (`pending::owner` of the caller that stored it): only
+    /// they commit or copy it. (None: stored before uploads had owners.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// An upload as a commit takes it.
@@ -47,11 +51,17 @@ pub struct Loaded {
 const ENTRY: &[u8] = b"file";
 
 /// Stores the bytes of local file `file` as an upload for `path` of `dataset`.
-pub fn store_upload(repo: &Repo, dataset: &str, path: &RelPath, file: &Path) -> Result<Upload> {
+pub fn store_upload(
+    repo: &Repo,
+    dataset: &str,
+    path: &RelPath,
+    file: &Path,
+    owner: &str,
+) -> Result<Upload> {
     repo.check_dataset(dataset)?;
     let mut scanner = Scanner::new(repo, &Quiet)?;
     let (chunks, size) = scanner.chunk_prefix(file, u64::MAX)?;
-    record(repo, scanner, dataset, path, chunks, size)
+    record(repo, scanner, (dataset, path, owner), chunks, size)
 }
 
 /// An upload for `path` of `dataset` of a file of a version (its `chunks`
@@ -63,16 +73,23 @@ pub fn store_chunks(
     path: &RelPath,
     chunks: Vec<BlobRef>,
     size: u64,
+    owner: &str,
 ) -> Result<Upload> {
     repo.check_dataset(dataset)?;
     let scanner = Scanner::new(repo, &Quiet)?;
-    record(repo, scanner, dataset, path, chunks, size)
+    record(repo, scanner, (dataset, path, owner), chunks, size)
 }
 
 /// Upload `id` of `dataset` again, for `path`: the same bytes, as old as
 /// the upload copied (its chunks are only as safe from gc as it is).
-pub fn copy_upload(repo: &Repo, dataset: &str, id: &str, path: &RelPath) -> Result<Upload> {
-    let mut up = manifest(repo, id)?;
+pub fn copy_upload(
+    repo: &Repo,
+    dataset: &str,
+    id: &str,
+    path: &RelPath,
+    owner: &str,
+) -> Result<Upload> {
+    let mut up = manifest(repo, id, owner)?;
     check(repo, dataset, &up)?;
     up.id = hex::encode(rand::random::<[u8; 16]>());
     up.path = path.to_string();
@@ -80,13 +97,12 @@ pub fn copy_upload(repo: &Repo, dataset: &str, id: &str, path: &RelPath) -> Resu
     Ok(up)
 }
 
-/// The upload of `chunks` for `path`: their one-entry tree, through
-/// `scanner`, and its manifest.
+/// The upload of `chunks` for `path` of `dataset` by `owner`: their
+/// one-entry tree, through `scanner`, and its manifest.
 fn record(
     repo: &Repo,
     mut scanner: Scanner,
-    dataset: &str,
-    path: &RelPath,
+    (dataset, path, owner): (&str, &RelPath, &str),
     chunks: Vec<BlobRef>,
     size: u64,
 ) -> Result<Upload> {
@@ -113,6 +129,7 @@ fn record(
         tree,
         time: humantime::format_rfc3339_seconds(now).to_string(),
         gc_mark,
+        owner: Some(owner.to_string()),
     };
     create(repo, &up)?;
     Ok(up)
@@ -132,8 +149,8 @@ fn create(repo: &Repo, up: &Upload) -> Result<()> {
 
 /// The upload `id` of `dataset`, checked: it decodes, its tree holds one
 /// file of its size, and it is young enough to commit.
-pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
-    let up = manifest(repo, id)?;
+pub fn load_upload(repo: &Repo, dataset: &str, id: &str, owner: &str) -> Result<Loaded> {
+    let up = manifest(repo, id, owner)?;
     let chunks = check(repo, dataset, &up)?;
     Ok(Loaded {
         path: up.path,
@@ -142,8 +159,9 @@ pub fn load_upload(repo: &Repo, dataset: &str, id: &str) -> Result<Loaded> {
     })
 }
 
-/// Upload `id`'s manifest, as stored.
-fn manifest(repo: &Repo, id: &str) -> Result<Upload> {
+/// Upload `id`'s manifest, as stored, if `owner` stored it (another's
+/// is as one that does not exist).
+fn manifest(repo: &Repo, id: &str, owner: &str) -> Result<Upload> {
     if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::InvalidInput(format!("bad upload id {id:?}")));
     }
@@ -158,6 +176,9 @@ fn manifest(repo: &Repo, id: &str) -> Result<Upload> {
             keys::upload(id),
             "upload does not hold together",
         ));
+    }
+    if up.owner.as_deref().is_some_and(|o| o != owner) {
+        return Err(Error::InvalidInput(format!("no upload {id}")));
     }
     Ok(up)
 }

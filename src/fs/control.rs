@@ -25,9 +25,9 @@ const PROGRESS: u64 = 13;
 const BASE: u64 = 14;
 const CANCEL: u64 = 15;
 const REFRESH: u64 = 16;
+const UNDO: u64 = 17;
 
 /// `.detafs/`'s state.
-#[derive(Default)]
 pub(super) struct Control {
     pub(super) last_error: Mutex<String>,
     /// The log entry of the last commit made through this mount.
@@ -47,6 +47,21 @@ pub(super) struct Control {
     pub(super) sequence: super::orders::Sequence,
 }
 
+impl Control {
+    pub(super) fn new() -> Result<Control> {
+        Ok(Control {
+            last_error: Mutex::default(),
+            last_commit: Mutex::default(),
+            committing: Mutex::default(),
+            next_commit: Default::default(),
+            withdrawn: Mutex::default(),
+            texts: Mutex::default(),
+            sequence: super::orders::Sequence::start()
+                .map_err(|e| Error::io("starting the control files' thread", e))?,
+        })
+    }
+}
+
 /// A control file's content, and when it was made.
 pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
 
@@ -54,7 +69,7 @@ pub(super) type SizedText = (Instant, Arc<Vec<u8>>);
 /// reads see.
 const SIZED_TEXT_LIFE: Duration = Duration::from_secs(1);
 
-const FILES: [(&[u8], u64); 12] = [
+const FILES: [(&[u8], u64); 13] = [
     (b"commit", COMMIT),
     (b"status", STATUS),
     (b"log", LOG),
@@ -67,6 +82,7 @@ const FILES: [(&[u8], u64); 12] = [
     (b"base", BASE),
     (b"cancel", CANCEL),
     (b"refresh", REFRESH),
+    (b"undo", UNDO),
 ];
 
 pub(super) fn is_control(ino: u64) -> bool {
@@ -97,7 +113,7 @@ pub(super) fn lookup(fs: &MountFs, name: &[u8]) -> Result<Attr> {
 /// DuckDB) get all of it; content is made again at each open.
 pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
     let size = match ino {
-        COMMIT | RESTORE | CHECKOUT | CANCEL | REFRESH => 0,
+        COMMIT | RESTORE | CHECKOUT | CANCEL | REFRESH | UNDO => 0,
         // Their size would tell how many versions there are, seen or not:
         // each caller's content is made at its open. (A shut mount, where
         // the kernel reads without opening, tells everyone alike that it
@@ -125,8 +141,8 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
             (COMMIT, true) => 0o666,
             // Readable too: a read of the handle a request was written
             // through carries it out and says how it went (`orders.rs`).
-            (RESTORE | CHECKOUT | CANCEL | REFRESH, false) => 0o600,
-            (RESTORE | CHECKOUT | CANCEL | REFRESH, true) => 0o666,
+            (RESTORE | CHECKOUT | CANCEL | REFRESH | UNDO, false) => 0o600,
+            (RESTORE | CHECKOUT | CANCEL | REFRESH | UNDO, true) => 0o666,
             (STATUS | LAST_ERROR | PROGRESS, false) => 0o400,
             _ => 0o444,
         },
@@ -217,6 +233,7 @@ pub(super) fn open(
             | LAST_COMMIT
             | CANCEL
             | REFRESH
+            | UNDO
     );
     match judge {
         Some(j) if staged && !j.may_commit() => {
@@ -249,7 +266,7 @@ pub(super) fn open(
     }
     let handle = match (ino, writing) {
         (COMMIT, true) => Handle::Commit(Arc::default()),
-        (RESTORE | CHECKOUT | CANCEL | REFRESH, true) => {
+        (RESTORE | CHECKOUT | CANCEL | REFRESH | UNDO, true) => {
             return Ok(Opened {
                 // Under a policy, the request is judged as its writer sees.
                 fh: fs.add_handle(Handle::Order(
@@ -264,7 +281,7 @@ pub(super) fn open(
                 backing: None,
             });
         }
-        (RESTORE | CHECKOUT | CANCEL | REFRESH, false) => Handle::Text(Arc::default()),
+        (RESTORE | CHECKOUT | CANCEL | REFRESH | UNDO, false) => Handle::Text(Arc::default()),
         (_, true) => {
             return Err(Error::fs(
                 FsError::NotPermitted,
@@ -290,7 +307,7 @@ pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32, pid: u32) -> Result<Re
         Ok(record) => {
             tracing::info!("committed v{} ({})", record.version, record.message);
             fs.control.last_error.lock().clear();
-            *fs.control.last_commit.lock() = log_line(&record);
+            *fs.control.last_commit.lock() = log_line(&record, false);
             forget_texts(fs);
             Ok(record)
         }
@@ -365,6 +382,7 @@ fn order(
         // A change made beside the mount (`detafs commit --from`, `tag`):
         // shown when the writer's close returns, not a poll later.
         REFRESH => return fs.poll(),
+        UNDO => return fs.undo(undo_entry(data)?),
         _ => {}
     }
     let text =
@@ -388,6 +406,21 @@ fn order(
     fs.checkout(version, &paths, caller)
 }
 
+/// A request to `.detafs/undo`: empty for the newest entry of the
+/// trash, or an entry's number (`detafs trash NAME`).
+fn undo_entry(data: &[u8]) -> Result<Option<u64>> {
+    let text = std::str::from_utf8(data).unwrap_or("?").trim();
+    match text {
+        "" => Ok(None),
+        n => n.parse().map(Some).map_err(|_| {
+            Error::InvalidInput(format!(
+                "write nothing (the last restore or checkout) or an entry of detafs trash to .detafs/undo, not {}",
+                crate::escape::line(text.as_bytes())
+            ))
+        }),
+    }
+}
+
 /// A commit (or restore) through the mount failed with `e`:
 /// `.detafs/last-error` says why.
 pub(super) fn failed<T>(fs: &MountFs, e: Error) -> Result<T> {
@@ -398,9 +431,11 @@ pub(super) fn failed<T>(fs: &MountFs, e: Error) -> Result<T> {
     Err(e)
 }
 
-/// A version's entry in `.detafs/log` and `.detafs/last-commit`: one JSON line.
-pub(super) fn log_line(record: &Record) -> Vec<u8> {
-    let mut line = serde_json::to_vec(&record.log_entry()).expect("serializable");
+/// A version's entry in `.detafs/log` and `.detafs/last-commit`: one JSON
+/// line; its figures withheld from a caller a policy may hide paths from
+/// (`Record::log_entry_seen`).
+pub(super) fn log_line(record: &Record, hides_paths: bool) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&record.log_entry_seen(hides_paths)).expect("serializable");
     line.push(b'\n');
     line
 }
@@ -591,7 +626,7 @@ fn base(fs: &MountFs) -> Result<Vec<u8>> {
 /// Oldest first, one JSON line per version, as a log file grows.
 fn log(fs: &MountFs) -> Vec<u8> {
     let versions = fs.versions.records.read();
-    versions.iter().flat_map(log_line).collect()
+    versions.iter().flat_map(|r| log_line(r, false)).collect()
 }
 
 /// From what the store answered lately (the poll asks it every few
@@ -612,6 +647,7 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
     let body = serde_json::json!({
         "status": match (fs.repo.store().is_gone(), store.reachable) {
             (true, _) => "gone",
+            (false, true) if fs.repo.damage(&fs.dataset).is_some() => "damaged",
             (false, true) => "ok",
             (false, false) => "degraded",
         },
@@ -623,13 +659,20 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
         "store_last_ok_secs_ago": store.last_ok_secs_ago,
         "store_latency_ms": store.latency_ms,
         "dataset": fs.dataset,
+        // The daemon's process (`detafs umount` waits for it to end).
+        "pid": std::process::id(),
         "log": fs.opts.log,
         "versions": seen,
+        // The first version record that did not check out (none after it
+        // is served): `detafs verify` tells more.
+        "damaged": fs.repo.damage(&fs.dataset).map(|d| format!("v{}: {}", d.version, d.why)),
         "version_inodes": fs.versions.version_inodes(),
         // Access decisions not yet in the audit trail's file.
         "trail_unwritten": fs.trail_unwritten(),
         "cache_bytes": fs.repo.disk().used_bytes(),
         "staging": fs.staging.present(),
+        // What restores and checkouts replaced, kept for `--undo`.
+        "trash": fs.staging.trash(),
         // Whether the kernel opens files without asking (read-only, no policy).
         "opens_skipped": fs.opens_skipped(),
         // Whether versions/ has a kernel connection of its own (read-write

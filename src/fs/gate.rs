@@ -712,12 +712,18 @@ impl Judge<'_> {
     }
 
     /// `.detafs/log` as this caller may see it.
+    /// Whether the policy may hide paths of the dataset from the caller
+    /// (a version's figures are then withheld: `Record::log_entry_seen`).
+    fn hides_paths(&self) -> bool {
+        self.policy.may_hide_paths(&self.who, &self.fs.dataset)
+    }
+
     pub fn log(&self) -> Vec<u8> {
         let versions = self.fs.versions.records.read().clone();
         versions
             .iter()
             .filter(|r| self.sees_version(r.version))
-            .flat_map(control::log_line)
+            .flat_map(|r| control::log_line(r, self.hides_paths()))
             .collect()
     }
 }

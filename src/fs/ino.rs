@@ -3,7 +3,7 @@
 //! ```text
 //!   1            the root            2  versions/
 //!   3            .detafs/            4  versions/latest
-//!   5 ..= 16     .detafs/ files (control.rs)
+//!   5 ..= 17     .detafs/ files (control.rs)
 //!   2^16 .. 2^20 versions/TAG, numbered in the order tags are seen (tags.rs)
 //!   2^20 ..      below versions/: versions/vN and what it holds, a slot and
 //!                its generation (inodes.rs)
@@ -15,7 +15,7 @@ pub const VERSIONS: u64 = 2;
 pub(super) const CONTROL: u64 = 3;
 pub(super) const LATEST: u64 = 4;
 pub(super) const FIRST_CONTROL_FILE: u64 = 5;
-pub(super) const LAST_CONTROL_FILE: u64 = 16;
+pub(super) const LAST_CONTROL_FILE: u64 = 17;
 pub(super) const FIRST_TAG_INO: u64 = 1 << 16;
 pub(super) const FIRST_VERSION_INO: u64 = 1 << 20;
 const STAGING_BIT: u64 = 1 << 62;
@@ -88,7 +88,7 @@ mod tests {
         );
         assert_eq!(Ino::of(Ino::staged(42)), Ino::Staged(42));
         assert_eq!(Ino::of(0), Ino::Unknown);
-        assert_eq!(Ino::of(17), Ino::Unknown);
+        assert_eq!(Ino::of(18), Ino::Unknown);
         assert_eq!(Ino::of(FIRST_TAG_INO - 1), Ino::Unknown);
     }
 }

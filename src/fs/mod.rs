@@ -220,16 +220,12 @@ impl MountFs {
         staging: Option<Staging>,
         opts: MountOptions,
     ) -> Result<MountFs> {
-        let versions = match repo.sync(dataset) {
-            Ok(v) => v,
-            // A damaged record costs its version and those after it, not
-            // the mount: the versions before it are served.
-            Err(e @ (Error::Malformed { .. } | Error::Corrupt { .. })) => {
-                tracing::warn!("{e}: the versions before it are served");
-                repo.index().records(dataset)?
-            }
-            Err(e) => return Err(e),
-        };
+        // A damaged record costs its version and those after it, not the
+        // mount: the versions before it are served (`repo::history`).
+        let versions = repo.sync(dataset)?;
+        if let Some(d) = repo.damage(dataset) {
+            tracing::warn!("{}", d.error(dataset));
+        }
         let repo = Arc::new(repo);
         if let (Some(_), Some(latest)) = (&staging, versions.last()) {
             // Staging stands on the latest version's trees: have them at hand
@@ -258,7 +254,7 @@ impl MountFs {
                 apart: AtomicBool::new(false),
             },
             staging,
-            control: control::Control::default(),
+            control: control::Control::new()?,
             requests: requests::Requests::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -338,7 +334,8 @@ impl MountFs {
         } else if !tagged.is_empty() && self.gated() {
             self.forget_names(Some(&tagged));
         }
-        self.staging.follow(&self.versions.records())
+        self.staging.follow(&self.versions.records())?;
+        self.staging.prune_trash()
     }
 
     /// When the newest version was committed (the mount's start if none):
@@ -866,7 +863,7 @@ impl MountFs {
     ) -> Result<usize> {
         let res = control::commit(self, data, uid, pid);
         *outcome.lock() = Some(match &res {
-            Ok(record) => control::log_line(record),
+            Ok(record) => control::log_line(record, false),
             Err(_) => Vec::new(),
         });
         res.map(|_| data.len())
@@ -939,9 +936,28 @@ impl MountFs {
                 ));
             }
         }
-        let stale = self.staging.checkout(&record.tree, &names)?;
-        // What the kernel keeps of staging agrees with it before the
-        // request's reader (the CLI) hears it is done (`settle`).
+        let what = match version {
+            Some(_) => format!("checkout v{}", record.version),
+            None => "restore".into(),
+        };
+        let stale = self.staging.checkout(&record.tree, &names, &what)?;
+        self.forget_stale(stale);
+        Ok(())
+    }
+
+    /// Brings back what the last restore or checkout (or entry `entry` of
+    /// the trash) replaced (`detafs restore NAME --undo`).
+    fn undo(&self, entry: Option<u64>) -> Result<()> {
+        let base = self.staging.lock()?.base_version()?;
+        let tree = self.versions.record(base).map(|r| r.tree);
+        let stale = self.staging.undo(tree.as_ref(), entry)?;
+        self.forget_stale(stale);
+        Ok(())
+    }
+
+    /// What the kernel keeps of staging agrees with it before the
+    /// request's reader (the CLI) hears it is done (`settle`).
+    fn forget_stale(&self, stale: Vec<staging::Stale>) {
         if let Some(k) = self.kernel.get() {
             for s in stale {
                 match s {
@@ -952,7 +968,6 @@ impl MountFs {
                 }
             }
         }
-        Ok(())
     }
 
     /// Free space where staged data lives.

@@ -115,8 +115,7 @@ fn ended_badly(pid: u32) -> Option<String> {
     if pid == 0 {
         return None;
     }
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let status = exit_status(&stat)?;
+    let status = exit_status(&crate::procs::Stat::of(pid)?)?;
     match (status & 0x7f, status >> 8) {
         (0, 0) => None,
         (0, code) => Some(format!(
@@ -141,26 +140,16 @@ pub(super) fn process_of(pid: u32) -> Option<Process> {
         .lines()
         .find_map(|l| l.strip_prefix("Tgid:"))
         .and_then(|t| t.trim().parse().ok())?;
-    let stat = std::fs::read_to_string(format!("/proc/{tgid}/stat")).ok()?;
-    Some((tgid, start_time(&stat)?))
+    // Field 22: when the process started.
+    Some((tgid, crate::procs::Stat::of(tgid)?.number(22)?))
 }
 
-/// Field 22 of `/proc/PID/stat`: when the process started.
-fn start_time(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
-}
-
-/// The exit status (as `waitpid` gives it) of the process whose
-/// `/proc/PID/stat` is `stat`, if it is exiting (`PF_EXITING`).
-fn exit_status(stat: &str) -> Option<u64> {
+/// The exit status (as `waitpid` gives it) of the process whose state is
+/// `stat`, if it is exiting (`PF_EXITING`): flags are field 9, the exit
+/// code field 52.
+fn exit_status(stat: &crate::procs::Stat) -> Option<u64> {
     const PF_EXITING: u64 = 0x4;
-    // The command name (field 2) is in parentheses and may hold anything.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    // Fields from 3 on: flags is field 9, exit_code field 52.
-    let flags: u64 = fields.get(9 - 3)?.parse().ok()?;
-    let code: u64 = fields.get(52 - 3)?.parse().ok()?;
+    let (flags, code) = (stat.number(9)?, stat.number(52)?);
     (flags & PF_EXITING != 0).then_some(code)
 }
 
@@ -168,9 +157,8 @@ pub(super) type Job = Box<dyn FnOnce() + Send>;
 
 /// The thread that carries out requests and checks closes, in the order
 /// the kernel sent them, and the barrier that holds later requests.
-#[derive(Default)]
 pub(super) struct Sequence {
-    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    jobs: Mutex<mpsc::Sender<Job>>,
     barrier: Mutex<Barrier>,
 }
 
@@ -183,25 +171,23 @@ struct Barrier {
 }
 
 impl Sequence {
+    /// Starts the sequence's thread (at the mount's start: the kernel's
+    /// request thread, which queues, never runs a job itself).
+    pub(super) fn start() -> std::io::Result<Sequence> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || rx.into_iter().for_each(|job| job()))?;
+        Ok(Sequence {
+            jobs: Mutex::new(tx),
+            barrier: Mutex::default(),
+        })
+    }
+
     /// Runs `job` on the sequence's thread after the jobs queued before it.
     pub(super) fn queue(&self, job: impl FnOnce() + Send + 'static) {
-        let mut jobs = self.jobs.lock();
-        let tx = jobs.get_or_insert_with(|| {
-            let (tx, rx) = mpsc::channel::<Job>();
-            let started = std::thread::Builder::new()
-                .name("control".into())
-                .spawn(move || rx.into_iter().for_each(|job| job()));
-            if let Err(e) = started {
-                tracing::error!("cannot start the control files' thread: {e}");
-            }
-            tx
-        });
-        if let Err(mpsc::SendError(job)) = tx.send(Box::new(job)) {
-            // No thread to run it: run it here rather than lose it.
-            *jobs = None;
-            drop(jobs);
-            job();
-        }
+        // The thread runs as long as the sender lives (as long as this).
+        let _ = self.jobs.lock().send(Box::new(job));
     }
 
     /// A request the kernel released: later requests are held until
@@ -257,10 +243,11 @@ mod tests {
 
     #[test]
     fn a_close_at_a_killed_or_failed_exit_is_told_apart() {
-        assert_eq!(exit_status(&stat(0x4, 9)), Some(9));
-        assert_eq!(exit_status(&stat(0x4 | 0x400, 0)), Some(0));
-        assert_eq!(exit_status(&stat(0x400000, 9)), None, "not exiting");
-        assert_eq!(exit_status("garbage"), None);
+        let status = |text: &str| exit_status(&crate::procs::Stat::parse(text)?);
+        assert_eq!(status(&stat(0x4, 9)), Some(9));
+        assert_eq!(status(&stat(0x4 | 0x400, 0)), Some(0));
+        assert_eq!(status(&stat(0x400000, 9)), None, "not exiting");
+        assert_eq!(status("garbage"), None);
     }
 
     #[test]

@@ -44,7 +44,18 @@ pub(super) struct StagingArea {
     reader: Option<Mutex<Staging>>,
     /// The status last read, with staging's state then.
     made: Mutex<Option<((u64, u64), Status)>>,
+    /// What the trash holds, as last changed through this mount (health
+    /// reads it without waiting on staging's lock).
+    trash: Mutex<serde_json::Value>,
+    /// The trash's bounds file, and when the trash was last pruned with
+    /// that file's mtime then (`prune_trash`).
+    trash_limits: Option<std::path::PathBuf>,
+    pruned: Mutex<Option<(std::time::Instant, Option<std::time::SystemTime>)>>,
 }
+
+/// How often the trash's age bound is applied when its bounds did not
+/// change (entries are kept for days).
+const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Staged changes against the base version (`Staging::status`).
 pub(super) type Status = Arc<Vec<(char, Vec<u8>)>>;
@@ -69,6 +80,10 @@ pub(super) enum StagedOpen {
 impl StagingArea {
     pub(super) fn new(repo: Arc<Repo>, staging: Option<Staging>) -> Result<StagingArea> {
         let reader = staging.as_ref().map(Staging::reader).transpose()?;
+        let trash = staging
+            .as_ref()
+            .map_or(serde_json::Value::Null, trash_summary);
+        let trash_limits = staging.as_ref().map(Staging::trash_limits_file);
         Ok(StagingArea {
             repo,
             writes: staging.as_ref().map(|s| s.writes()).unwrap_or_default(),
@@ -83,6 +98,9 @@ impl StagingArea {
             copies: Mutex::default(),
             reader: reader.map(Mutex::new),
             made: Mutex::default(),
+            trash: Mutex::new(trash),
+            trash_limits,
+            pruned: Mutex::default(),
         })
     }
 
@@ -613,6 +631,7 @@ impl StagingArea {
         &self,
         source: &BlobRef,
         names: &[Vec<Vec<u8>>],
+        what: &str,
     ) -> Result<Vec<crate::staging::Stale>> {
         // The trees on the way to each path are read before the lock is
         // taken, so that under it they come from memory (errors are met
@@ -622,7 +641,50 @@ impl StagingArea {
                 let _ = self.repo.lookup(source, &path);
             }
         }
-        self.lock()?.checkout(&self.repo, source, names)
+        let st = self.lock()?;
+        let stale = st.checkout(&self.repo, source, names, what);
+        *self.trash.lock() = trash_summary(&st);
+        stale
+    }
+
+    /// Brings back trash entry `entry` (None: the newest); `base` is the
+    /// tree of staging's version.
+    pub(super) fn undo(
+        &self,
+        base: Option<&BlobRef>,
+        entry: Option<u64>,
+    ) -> Result<Vec<crate::staging::Stale>> {
+        let st = self.lock()?;
+        let stale = st.undo(&self.repo, base, entry);
+        *self.trash.lock() = trash_summary(&st);
+        stale
+    }
+
+    /// The trash (health): its entries, the bytes they keep, its bounds;
+    /// null on a read-only mount.
+    pub(super) fn trash(&self) -> serde_json::Value {
+        self.trash.lock().clone()
+    }
+
+    /// Drops what the trash keeps beyond its bounds (at each poll): at
+    /// once when the bounds were set since, else once a minute.
+    pub(super) fn prune_trash(&self) -> Result<()> {
+        let Some(file) = &self.trash_limits else {
+            return Ok(());
+        };
+        let set_at = std::fs::metadata(file).and_then(|m| m.modified()).ok();
+        let due = match *self.pruned.lock() {
+            Some((at, seen)) => seen != set_at || at.elapsed() >= PRUNE_EVERY,
+            None => true,
+        };
+        if !due {
+            return Ok(());
+        }
+        *self.pruned.lock() = Some((std::time::Instant::now(), set_at));
+        let st = self.lock()?;
+        let pruned = st.prune_trash();
+        *self.trash.lock() = trash_summary(&st);
+        pruned
     }
 
     /// How staged files' reads and writes are done (health).
@@ -632,6 +694,23 @@ impl StagingArea {
             false => "daemon",
         }
     }
+}
+
+/// What the trash of `st` holds, for health: entries, bytes, bounds, the
+/// newest; or why it cannot be read.
+fn trash_summary(st: &Staging) -> serde_json::Value {
+    let read = || -> Result<serde_json::Value> {
+        let entries = st.trash()?;
+        let limits = st.trash_limits()?;
+        Ok(serde_json::json!({
+            "entries": entries.len(),
+            "bytes": entries.iter().map(|e| e.bytes).sum::<u64>(),
+            "newest": entries.first().map(|e| format!("{} ({})", e.entry, e.what)),
+            "keep_secs": limits.keep_secs,
+            "max_bytes": limits.max_bytes,
+        }))
+    };
+    read().unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
 }
 
 /// Bytes `[offset, offset+size)` of a staged copy (fewer at its end).

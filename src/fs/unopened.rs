@@ -57,6 +57,11 @@ impl MountFs {
         skip
     }
 
+    /// `versions/`'s own connection ended: the main one serves it now.
+    pub fn versions_served_here(&self) {
+        self.versions.apart.store(false, Ordering::Relaxed);
+    }
+
     /// Whether `versions/` is served on a connection of its own (health).
     pub fn versions_apart(&self) -> bool {
         self.versions.apart.load(Ordering::Relaxed)

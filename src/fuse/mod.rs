@@ -241,6 +241,7 @@ pub fn errno(e: &Error) -> Errno {
         | Error::Missing { .. }
         | Error::Corrupt { .. }
         | Error::Malformed { .. }
+        | Error::DamagedHistory { .. }
         | Error::TooManyRetries(_) => Errno::from_i32(libc::EIO),
     }
 }
@@ -1334,9 +1335,12 @@ fn detach_lazily(at: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Serves `session` on a thread named `name`; `ended` runs when the
+/// kernel ends the connection (an unmount).
 fn run(
     mut session: Session<Fuse>,
     name: &str,
+    ended: impl FnOnce() + Send + 'static,
 ) -> std::io::Result<(
     SessionUnmounter,
     std::thread::JoinHandle<std::io::Result<()>>,
@@ -1344,7 +1348,11 @@ fn run(
     let unmounter = session.unmount_callable();
     let thread = std::thread::Builder::new()
         .name(name.into())
-        .spawn(move || session.run())?;
+        .spawn(move || {
+            let res = session.run();
+            ended();
+            res
+        })?;
     Ok((unmounter, thread))
 }
 
@@ -1380,7 +1388,7 @@ pub fn serve(
         &config(opts, fs.read_only()),
     )?;
     let notifier = main.notifier();
-    let (mut unmounter, main) = run(main, "fuse")?;
+    let (mut unmounter, main) = run(main, "fuse", || {})?;
     // Mounted once the main connection answers: the kernel looks
     // `versions` up through it.
     let versions = match fs.read_only() || fs.gated() {
@@ -1390,7 +1398,13 @@ pub fn serve(
             mountpoint.join("versions"),
             &config(opts, true),
         ) {
-            Ok(s) => Some((s.notifier(), run(s, "fuse-versions")?)),
+            Ok(s) => {
+                // Unmounted alone (`fusermount3 -u MNT/versions`): the
+                // main connection serves versions/ from then on.
+                let here = fs.clone();
+                let ended = move || here.versions_served_here();
+                Some((s.notifier(), run(s, "fuse-versions", ended)?))
+            }
             Err(e) => {
                 tracing::warn!("versions/ is served on the main connection: {e}");
                 None
@@ -1417,8 +1431,21 @@ pub fn serve(
         };
         signalled();
         tracing::info!("signal received: unmounting");
-        // The inner mount first: the outer one is busy while it is there.
-        let Err(e) = kernel.end_versions().and_then(|()| unmounter.unmount()) else {
+        // Both connections or neither: what uses either is looked for
+        // first. Then the inner mount: the outer one is busy while it is there.
+        let devs: Vec<u64> = [at.clone(), at.join("versions")]
+            .iter()
+            .filter_map(|p| crate::procs::mount_dev(p))
+            .collect();
+        let users = crate::procs::users_of(&devs, None);
+        let res = match users.is_empty() {
+            true => kernel.end_versions().and_then(|()| unmounter.unmount()),
+            false => Err(std::io::Error::other(format!(
+                "in use by {}",
+                users.join(", ")
+            ))),
+        };
+        let Err(e) = res else {
             return;
         };
         tracing::error!(

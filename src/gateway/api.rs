@@ -194,15 +194,28 @@ type Reply = Result<Response, ApiError>;
 pub(super) struct Caller {
     /// `key:NAME` or `token:SUBJECT`: the author of its commits.
     name: String,
+    /// What its staged changes and uploads belong to (`pending::owner`
+    /// of the key's id, so that a key revoked and made again under its
+    /// name owns none of them, or of `token:SUBJECT`).
+    owner: String,
+    /// Its request's decision, which a hidden answer marks refused
+    /// (`logline.rs`).
+    refused: Option<Arc<std::sync::atomic::AtomicBool>>,
     scopes: Vec<String>,
     who: Who,
     known: Arc<Known>,
 }
 
 impl Caller {
-    /// `key:NAME` or `token:SUBJECT`.
-    pub(super) fn name(&self) -> &str {
-        &self.name
+    /// Whose staged changes and uploads are the caller's.
+    pub(super) fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Something the request asked for is there but hidden from the
+    /// caller: answered as missing, logged as refused.
+    pub(super) fn hidden(&self) {
+        super::logline::refuse(self.refused.as_ref());
     }
 
     /// Allowed if the caller's scopes hold the action and the policy (if
@@ -268,6 +281,7 @@ impl Caller {
         };
         let node = node.ok_or_else(hidden)?;
         if !path.is_root() && !self.sees_path(versions, path, node.is_dir()) {
+            self.hidden();
             return Err(hidden().into());
         }
         self.may_read(versions, path, node.is_dir())?;
@@ -287,8 +301,38 @@ impl Caller {
         self.may(Action::Read, &names)
     }
 
-    /// Whether no policy in force hides `path` from the caller.
-    fn policies_show(&self, versions: &[String], path: &RelPath, dir: bool) -> bool {
+    /// Dataset `id` (as `view` holds it) exists for the caller if it may
+    /// list it or see one of its versions; else it answers as a missing
+    /// dataset does, through REST and S3 alike.
+    pub(super) fn finds_dataset(&self, id: &str, view: &View) -> Result<(), ApiError> {
+        let found = self.sees(Action::Versions, &[access::dataset_resource(id)])
+            || view
+                .records
+                .iter()
+                .any(|r| self.sees(Action::Versions, &resources(id, r, &view.tags)));
+        match found {
+            true => Ok(()),
+            false => {
+                self.hidden();
+                Err(Error::NoDataset(id.to_string()).into())
+            }
+        }
+    }
+
+    /// Whether a policy in force may hide paths of `dataset` from the
+    /// caller (`Policy::may_hide_paths`): a version's figures are then
+    /// withheld from it.
+    pub(super) fn may_hide_paths(&self, dataset: &str) -> bool {
+        [self.known.policy.as_ref(), self.known.narrowing.as_deref()]
+            .into_iter()
+            .flatten()
+            .any(|p| p.may_hide_paths(&self.who, dataset))
+    }
+
+    /// Whether no policy in force hides `path` from the caller: what one
+    /// hides is not there for it to change either (a deletion of it is as
+    /// of a missing path, through REST and S3 alike).
+    pub(super) fn policies_show(&self, versions: &[String], path: &RelPath, dir: bool) -> bool {
         [self.known.policy.as_ref(), self.known.narrowing.as_deref()]
             .into_iter()
             .flatten()
@@ -304,6 +348,8 @@ fn key_caller(key: &ApiKey, known: Arc<Known>) -> Caller {
             principals: vec![name.clone()],
         },
         name,
+        owner: crate::commit::pending::owner(&format!("key-id:{}", key.id)),
+        refused: super::logline::current(),
         scopes: key.scopes.clone(),
         known,
     }
@@ -475,15 +521,20 @@ impl Api {
         v: &str,
     ) -> Result<(Arc<View>, Record, Vec<String>), ApiError> {
         let asked = Instant::now();
-        let shown = |view: &View| {
-            let record = tag::resolve(id, v, &view.records, || Ok(view.tags.clone()))?;
+        // Not found, or (true) found and hidden.
+        let shown = |view: &View| -> Result<(Record, Vec<String>), (Error, bool)> {
+            let record = tag::resolve(id, v, &view.records, || Ok(view.tags.clone()))
+                .map_err(|e| (e, false))?;
             let names = resources(id, &record, &view.tags);
             match caller.sees(Action::Versions, &names) {
                 true => Ok((record, names)),
-                false => Err(Error::NoVersion {
-                    dataset: id.to_string(),
-                    version: v.to_string(),
-                }),
+                false => Err((
+                    Error::NoVersion {
+                        dataset: id.to_string(),
+                        version: v.to_string(),
+                    },
+                    true,
+                )),
             }
         };
         let newest = v.split('~').next() == Some("latest");
@@ -496,7 +547,13 @@ impl Api {
             true => view,
             false => self.view(id, asked).await?,
         };
-        let (record, names) = shown(&view)?;
+        caller.finds_dataset(id, &view)?;
+        let (record, names) = shown(&view).map_err(|(e, hidden)| {
+            if hidden {
+                caller.hidden();
+            }
+            e
+        })?;
         Ok((view, record, names))
     }
 
@@ -531,6 +588,8 @@ impl Api {
                 .map(String::from)
                 .collect();
             return Ok(Caller {
+                owner: crate::commit::pending::owner(&name),
+                refused: super::logline::current(),
                 name,
                 scopes,
                 who: Who { principals },
@@ -563,10 +622,16 @@ impl Api {
     }
 
     /// Fails unless dataset `id` exists (as of a view up to `FRESH` old).
-    pub(super) async fn dataset_exists(self: &Arc<Self>, id: &str) -> Result<(), ApiError> {
+    /// Dataset `id`, if it exists for `caller` (`Caller::finds_dataset`).
+    pub(super) async fn dataset_for(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<(), ApiError> {
         let asked = Instant::now();
         let recent = asked.checked_sub(FRESH).unwrap_or(self.started);
-        self.view(id, recent).await.map(|_| ())
+        let view = self.view(id, recent).await?;
+        caller.finds_dataset(id, &view)
     }
 
     /// Dataset `id`'s version numbers and tag names, as of its view.
@@ -667,14 +732,9 @@ impl Api {
         tokio_stream_from(rx)
     }
 
-    fn log(&self, caller: Option<&str>, route: &str, status: StatusCode, bytes: usize) {
-        self.trail.record(json!({
-            "principal": caller,
-            "request": route,
-            "status": status.as_u16(),
-            "allowed": !matches!(status.as_u16(), 401 | 403),
-            "bytes": bytes,
-        }));
+    /// Writes a request's line (`logline.rs`).
+    pub(super) fn log(&self, line: super::logline::Line, status: u16, refused: bool, bytes: u64) {
+        self.trail.record(line.json(status, refused, bytes));
     }
 }
 
@@ -704,7 +764,6 @@ async fn logged(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let route = format!("{} {}", req.method(), req.uri().path());
     // Metrics by route, not by path (paths name datasets and files).
     let template = req
         .extensions()
@@ -719,13 +778,14 @@ async fn logged(
         .and_then(|v| v.strip_prefix("Bearer dtfs_"))
         .and_then(|v| v.split('_').next())
         .map(|id| format!("key id {id}"));
-    let res = next.run(req).await;
+    let line = super::logline::Line::rest(req.method(), req.uri().path(), key);
+    let (res, refused) = super::logline::judged(next.run(req)).await;
     let bytes = res
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse().ok())
         .unwrap_or(0);
-    api.log(key.as_deref(), &route, res.status(), bytes);
+    api.log(line, res.status().as_u16(), refused, bytes);
     let mut m = api.metrics.lock();
     let e = m.entry((template, res.status().as_u16())).or_default();
     e.0 += 1;
@@ -898,13 +958,27 @@ async fn list_versions(
     let caller = api.caller(&headers).await?;
     // The whole list, as of the request (as `latest` is).
     let view = api.view(&id, Instant::now()).await?;
+    caller.finds_dataset(&id, &view)?;
     let rows: Vec<Value> = view
         .records
         .iter()
         .filter(|r| caller.sees(Action::Versions, &resources(&id, r, &view.tags)))
-        .map(Record::log_entry)
+        .map(|r| {
+            let mut e = r.log_entry_seen(caller.may_hide_paths(&id));
+            e["tags"] = json!(tags_of(&view, r.version));
+            e
+        })
         .collect();
     Ok(Json(rows).into_response())
+}
+
+/// The tags naming `version` in `view`.
+fn tags_of(view: &View, version: u64) -> Vec<&str> {
+    view.tags
+        .iter()
+        .filter(|t| t.version == version)
+        .map(|t| t.tag.as_str())
+        .collect()
 }
 
 async fn get_version(
@@ -914,14 +988,8 @@ async fn get_version(
 ) -> Reply {
     let caller = api.caller(&headers).await?;
     let (view, record, _) = api.visible_version(&caller, &id, &v).await?;
-    let mut e = record.log_entry();
-    let tags: Vec<&str> = view
-        .tags
-        .iter()
-        .filter(|t| t.version == record.version)
-        .map(|t| t.tag.as_str())
-        .collect();
-    e["tags"] = json!(tags);
+    let mut e = record.log_entry_seen(caller.may_hide_paths(&id));
+    e["tags"] = json!(tags_of(&view, record.version));
     e["parent"] = json!(record.parent.map(|p| p.to_hex()));
     Ok(Json(e).into_response())
 }
@@ -1145,7 +1213,7 @@ fn listing(
                 .is_ok_and(|child| caller.sees_path(versions, &child, e.node.is_dir()))
         })
         .map(|e| {
-            json!({
+            let mut row = json!({
                 "name": String::from_utf8_lossy(&e.name),
                 "type": match &e.node {
                     Node::Dir { .. } => "dir",
@@ -1155,7 +1223,25 @@ fn listing(
                 },
                 "size": e.node.size(),
                 "mtime": e.node.mtime().0,
-            })
+                "mtime_ns": e.node.mtime().1,
+            });
+            match &e.node {
+                Node::File { mode, .. } | Node::Dir { mode, .. } => row["mode"] = json!(mode),
+                Node::Symlink { target, .. } => {
+                    row["mode"] = json!(0o777);
+                    row["target"] = json!(String::from_utf8_lossy(target));
+                }
+                Node::Special {
+                    kind, mode, rdev, ..
+                } => {
+                    row["mode"] = json!(mode);
+                    row["kind"] = json!(kind);
+                    if kind.has_rdev() {
+                        row["rdev"] = json!([libc::major(*rdev), libc::minor(*rdev)]);
+                    }
+                }
+            }
+            row
         })
         .collect())
 }
@@ -1272,8 +1358,9 @@ async fn commit(
         .get(header::IF_MATCH)
         .and_then(|m| m.to_str().ok())
         .map(|m| m.trim_matches('"').to_string());
+    let hides = caller.may_hide_paths(&id);
     let record = api.commit_as(caller, id, body, if_match).await?;
-    Ok((StatusCode::CREATED, Json(record.log_entry())).into_response())
+    Ok((StatusCode::CREATED, Json(record.log_entry_seen(hides))).into_response())
 }
 
 impl Api {
@@ -1362,9 +1449,10 @@ async fn put_upload(
     }
     out.flush().await.map_err(io)?;
     drop(out);
+    let owner = caller.owner().to_string();
     let up = api
         .run(move |repo| {
-            let up = upload::store_upload(repo, &id, &path, &file)?;
+            let up = upload::store_upload(repo, &id, &path, &file, &owner)?;
             drop(tmp);
             Ok(up)
         })
@@ -1465,7 +1553,7 @@ fn edits_of(
                 .as_str()
                 .or_else(|| u.get("upload").and_then(Value::as_str))
                 .ok_or_else(|| bad("uploads: ids, or {\"upload\": id}".into()))?;
-            let up = upload::load_upload(repo, dataset, id)?;
+            let up = upload::load_upload(repo, dataset, id, caller.owner())?;
             edits.push(Edit {
                 path: edit_path(&up.path)?,
                 content: Some(Content::Stored(up.chunks, up.size)),
@@ -1482,6 +1570,7 @@ fn edits_of(
                 .ok_or_else(|| bad("delete: paths are strings".into()))?;
             let path = edit_path(p)?;
             if !base.is_some_and(|b| caller.policies_show(&b.names, &path, false)) {
+                caller.hidden();
                 return Err(Error::NoPath {
                     version: base.map_or("the parent version".into(), |b| {
                         format!("v{}", b.record.version)

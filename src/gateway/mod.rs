@@ -6,6 +6,7 @@
 //! gateways can serve one store.
 
 pub mod api;
+mod logline;
 mod s3;
 mod stall;
 mod table;

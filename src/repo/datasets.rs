@@ -197,7 +197,7 @@ impl Repo {
         new: &str,
         copied: &mut Vec<(u64, RecordHash)>,
     ) -> Result<()> {
-        for r in self.sync(old)? {
+        for r in self.sync_whole(old)? {
             if copied.iter().any(|(v, _)| *v == r.version) {
                 continue;
             }

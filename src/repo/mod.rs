@@ -3,8 +3,11 @@
 
 pub mod apikeys;
 pub mod datasets;
+mod history;
 pub mod policies;
 pub mod tag;
+
+pub use history::Damage;
 
 use crate::cache::disk::DiskCache;
 use crate::cache::index::Index;
@@ -13,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::id::BlobId;
 use crate::relpath::RelPath;
 use crate::snapshot::tree::TreeSource;
-use crate::snapshot::{Node, Record, Tree};
+use crate::snapshot::{Node, Tree};
 use crate::store::codec::Codec;
 use crate::store::pack::{self, BlobKind, BlobRef};
 use crate::store::{NewStore, Store, keys};
@@ -60,6 +63,8 @@ pub struct Repo {
     policy: policies::PolicyCache,
     /// The key file written when this open created the embedded store.
     created_key_file: Option<PathBuf>,
+    /// By dataset: the first record that did not check out (`history.rs`).
+    damage: history::Damages,
 }
 
 /// Local state belongs to one store: its id (from the marker, checked to be
@@ -308,6 +313,7 @@ impl Repo {
             tags: tag::TagCache::default(),
             policy: policies::PolicyCache::default(),
             created_key_file: None,
+            damage: Default::default(),
         })
     }
 
@@ -337,63 +343,6 @@ impl Repo {
             }
             None => Ok(seen),
         }
-    }
-
-    /// Reads records newer than the newest one indexed (records are immutable,
-    /// so nothing older is re-read) and returns all versions, oldest first.
-    pub fn sync(&self, name: &str) -> Result<Vec<Record>> {
-        self.fetch_new_records(name)?;
-        self.index.records(name)
-    }
-
-    /// Indexes records newer than the newest one indexed; returns the newest
-    /// version now known.
-    pub fn fetch_new_records(&self, name: &str) -> Result<u64> {
-        let known = self.index.latest_version(name)?;
-        let offset = (known > 0).then(|| keys::record(name, known));
-        let listed = self.store.list(&keys::records(name), offset.as_deref())?;
-        if known == 0 && listed.is_empty() {
-            // No records: is there a dataset at all? (A poll that finds
-            // nothing new costs one LIST, nothing more.) A deleted one still
-            // has its records, for gc and undelete.
-            crate::limits::validate_name(name)?;
-            if self.store.get(&keys::dataset(name))?.is_none() {
-                return Err(Error::NoDataset(name.to_string()));
-            }
-        }
-        // Only keys a record can have: anything else under records/ (a
-        // stray upload, say) is not a version; `verify` reports it.
-        let keys: Vec<String> = listed
-            .into_iter()
-            .map(|l| l.key)
-            .filter(|k| keys::record_number(name, k).is_some())
-            .collect();
-        // In order: the records before a bad one are indexed (and served)
-        // before the bad one fails the sync.
-        for (key, bytes) in keys.iter().zip(self.store.get_each(&keys)?) {
-            let Some(bytes) = bytes? else { continue };
-            let record = Record::decode(&bytes, key)?;
-            if keys::record(name, record.version) != *key || record.dataset != name {
-                return Err(Error::malformed(key, "record does not match its key"));
-            }
-            if record.format != self.codec.format() {
-                return Err(Error::malformed(
-                    key,
-                    format!(
-                        "record format {} in a store of format {}",
-                        record.format,
-                        self.codec.format()
-                    ),
-                ));
-            }
-            self.index.insert_record(
-                name,
-                record.version,
-                crate::id::RecordHash::of(&bytes),
-                &bytes,
-            )?;
-        }
-        self.index.latest_version(name)
     }
 
     /// The node at `path` in a version's tree.

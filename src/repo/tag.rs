@@ -185,7 +185,16 @@ impl Repo {
     pub fn version(&self, dataset: &str, spec: &str) -> Result<Record> {
         self.check_dataset(dataset)?;
         let records = self.sync(dataset)?;
-        resolve(dataset, spec, &records, || self.tags(dataset))
+        resolve(dataset, spec, &records, || self.tags(dataset)).map_err(|e| {
+            // A version at or after a damaged record is not served: why.
+            let asked = spec.split('~').next().and_then(number_of);
+            match (e, self.damage(dataset)) {
+                (Error::NoVersion { .. }, Some(d)) if asked.is_some_and(|n| n >= d.version) => {
+                    d.error(dataset)
+                }
+                (e, _) => e,
+            }
+        })
     }
 }
 

@@ -70,6 +70,25 @@ impl Record {
         })
     }
 
+    /// `log_entry` for a caller from whom a policy may hide paths of the
+    /// dataset (`Policy::may_hide_paths`): its figures are withheld
+    /// (null), since they count what is hidden too.
+    pub fn log_entry_seen(&self, hides_paths: bool) -> serde_json::Value {
+        let mut e = self.log_entry();
+        if hides_paths {
+            for figure in [
+                "files_added",
+                "files_changed",
+                "files_removed",
+                "files_touched",
+                "delta_size",
+            ] {
+                e[figure] = serde_json::Value::Null;
+            }
+        }
+        e
+    }
+
     /// Parses and validates a record read from a store or the local index.
     pub fn decode(bytes: &[u8], what: &str) -> Result<Record> {
         let bad = |detail: String| Error::malformed(what, detail);

@@ -22,6 +22,7 @@ mod restore;
 mod row;
 mod status;
 mod sweep;
+pub mod trash;
 mod writes;
 
 pub use freeze::{Frozen, Read};
@@ -104,6 +105,7 @@ impl Staging {
         db.pragma_update(None, "journal_mode", "WAL")?;
         db.pragma_update(None, "synchronous", "NORMAL")?;
         db.execute_batch(SCHEMA)?;
+        db.execute_batch(trash::SCHEMA)?;
         // Staging areas made before a column existed gain it (`was` NULL:
         // changed; `rdev` 0; no times apart, no hard links).
         for (column, definition) in ADDED_COLUMNS {
@@ -153,6 +155,7 @@ impl Staging {
         st.repair()?;
         st.ensure_reserve();
         st.adopt_landed(&records)?;
+        st.tidy_trash();
         Ok(st)
     }
 

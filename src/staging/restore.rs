@@ -42,11 +42,14 @@ impl Staging {
     /// whole dataset) hold what `source` (a version's root tree) holds
     /// there: its content, or nothing if it has none. All or nothing.
     /// Returns what the kernel may keep that this made stale.
+    /// What staging held there is kept in the trash (`trash.rs`) as
+    /// replaced by `what` (`restore`, `checkout v3`).
     pub fn checkout(
         &self,
         repo: &Repo,
         source: &BlobRef,
         paths: &[Vec<Vec<u8>>],
+        what: &str,
     ) -> Result<Vec<Stale>> {
         // Like any change during a commit (it is a batch of removes and
         // creates): the commit keeps what it froze, staging keeps this.
@@ -68,11 +71,19 @@ impl Staging {
         }
         *self.stale.borrow_mut() = Some(Vec::new());
         let done = self.atomically(|| {
+            let mut replaced = Vec::new();
+            for (names, node) in &wanted {
+                let (at, staged) = self.at_or_in_the_way(repo, names)?;
+                if at != **names || !same(staged.as_ref(), node.as_ref()) {
+                    replaced.push((at, staged));
+                }
+            }
+            self.keep(what, &replaced)?;
             for (names, node) in &wanted {
                 match names.split_last() {
                     None => self.checkout_root(repo, source)?,
                     Some((name, dirs)) => {
-                        let parent = self.make_dirs(repo, source, dirs)?;
+                        let parent = self.make_dirs(repo, Some(source), dirs)?;
                         let old = self.lookup(repo, parent, name)?;
                         self.put_entry(repo, &self.node(parent)?, name, old, node.as_ref())?;
                         self.changed(parent)?;
@@ -83,7 +94,9 @@ impl Staging {
             Ok(())
         });
         let stale = self.stale.borrow_mut().take().unwrap_or_default();
-        done.map(|()| stale)
+        done?;
+        self.tidy_trash();
+        Ok(stale)
     }
 
     /// Notes what a restore or checkout under way made stale.
@@ -243,7 +256,7 @@ impl Staging {
     }
 
     /// The staged node at `names`, if there is one.
-    fn find(&self, repo: &Repo, names: &[Vec<u8>]) -> Result<Option<super::SNode>> {
+    pub(super) fn find(&self, repo: &Repo, names: &[Vec<u8>]) -> Result<Option<super::SNode>> {
         let mut node = self.node(ROOT)?;
         for name in names {
             if node.kind != Kind::Dir {
@@ -259,7 +272,12 @@ impl Staging {
 
     /// The staged folder at `dirs`, made (empty, with the version's mode
     /// and time) where staging has none; a file in the way is replaced.
-    fn make_dirs(&self, repo: &Repo, source: &BlobRef, dirs: &[Vec<u8>]) -> Result<u64> {
+    pub(super) fn make_dirs(
+        &self,
+        repo: &Repo,
+        source: Option<&BlobRef>,
+        dirs: &[Vec<u8>],
+    ) -> Result<u64> {
         let mut id = ROOT;
         for (i, name) in dirs.iter().enumerate() {
             match self.lookup(repo, id, name)? {
@@ -269,7 +287,11 @@ impl Staging {
                         self.delete_subtree(&n)?;
                     }
                     let at = RelPath::from_names(&dirs[..=i])?;
-                    let (mode, mtime) = match repo.lookup(source, &at)? {
+                    let found = match source {
+                        Some(s) => repo.lookup(s, &at)?,
+                        None => None,
+                    };
+                    let (mode, mtime) = match found {
                         Some(Node::Dir { mode, mtime, .. }) => (mode, mtime),
                         _ => (0o755, Mtime::now()),
                     };
@@ -285,5 +307,16 @@ impl Staging {
             }
         }
         Ok(id)
+    }
+}
+
+/// Whether staged node `staged` holds what version node `node` does, so
+/// that replacing it loses nothing (a folder: the same subtree).
+fn same(staged: Option<&super::SNode>, node: Option<&Node>) -> bool {
+    match (staged.map(super::SNode::as_version_node), node) {
+        (None, None) => true,
+        (Some(Some(Node::Dir { tree: a, .. })), Some(Node::Dir { tree: b, .. })) => a.id == b.id,
+        (Some(Some(s)), Some(n)) => s.same(n),
+        _ => false,
     }
 }

@@ -255,9 +255,21 @@ impl Env {
     }
 
     pub fn commit(&self, dir: &Path, msg: &str) -> String {
-        self.ok(&["commit", "ds", "--from", dir.to_str().unwrap(), "-m", msg])
-            .trim()
-            .to_string()
+        self.commit_to("ds", dir, msg)
+    }
+
+    /// `detafs commit DATASET --from DIR -m MSG`.
+    pub fn commit_to(&self, dataset: &str, dir: &Path, msg: &str) -> String {
+        self.ok(&[
+            "commit",
+            dataset,
+            "--from",
+            dir.to_str().unwrap(),
+            "-m",
+            msg,
+        ])
+        .trim()
+        .to_string()
     }
 
     /// `detafs commit ds --from DIR -m MSG` with the given FAILPOINTS (fail crate syntax).
@@ -639,8 +651,10 @@ pub fn signal(pid: u32, sig: i32) -> bool {
 }
 
 /// Whether process `pid` has ended (and been reaped, or is no child of ours).
+/// Whether process `pid` has ended: it no longer exists, or is a zombie
+/// its parent has not reaped yet (it holds nothing then).
 pub fn gone(pid: u32) -> bool {
-    !signal(pid, 0)
+    !detafs::procs::running(pid)
 }
 
 /// Waits until the clock's whole second is past the one it is in now: what
@@ -656,4 +670,62 @@ pub fn next_second() {
     within(std::time::Duration::from_secs(5), "the next second", || {
         secs() > now
     });
+}
+
+/// Whether a file system is mounted at `at` (as /proc/self/mountinfo says).
+pub fn mounted_at(at: &Path) -> bool {
+    let at = at.to_str().unwrap();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(at))
+}
+
+/// A process whose working folder is `dir`, killed on drop.
+pub struct Inside(pub std::process::Child);
+
+impl Inside {
+    pub fn new(dir: &Path) -> Inside {
+        Inside(
+            Command::new("sleep")
+                .arg("600")
+                .current_dir(dir)
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `detafs status ds`, line by line.
+pub fn status(env: &Env) -> Vec<String> {
+    env.ok(&["status", "ds"])
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// v1: a.csv "1", d/b.csv "2"; v2: a.csv "11", c.csv "3", d/ empty.
+/// Returns the folder they were committed from (as v2).
+pub fn two_versions(env: &Env) -> PathBuf {
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("a.csv"), "1").unwrap();
+    std::fs::write(src.join("d/b.csv"), "2").unwrap();
+    env.commit(&src, "v1");
+    std::fs::write(src.join("a.csv"), "11").unwrap();
+    std::fs::remove_file(src.join("d/b.csv")).unwrap();
+    std::fs::write(src.join("c.csv"), "3").unwrap();
+    env.commit(&src, "v2");
+    src
 }

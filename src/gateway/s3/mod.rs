@@ -35,16 +35,92 @@ use std::sync::Arc;
 const MAX_KEYS: usize = 1000;
 
 /// The S3 service over the gateway's API state.
-pub fn service(api: Arc<Api>, domain: Option<String>) -> s3s::service::S3Service {
+pub fn service(api: Arc<Api>, domain: Option<String>) -> Logged {
     let front = Front {
         api: api.clone(),
         writes: writes::Writes::default(),
     };
     let mut b = s3s::service::S3ServiceBuilder::new(front);
-    b.set_auth(Keys(api));
-    b.set_host(Domain(domain));
+    b.set_auth(Keys(api.clone()));
+    b.set_access(Signed);
+    b.set_host(Domain(domain.clone()));
     b.set_validation(DatasetNames);
-    b.build()
+    Logged {
+        inner: b.build(),
+        api,
+        domain,
+    }
+}
+
+/// The S3 service, each request written to the request log as the REST
+/// API's are (`logline.rs`).
+#[derive(Clone)]
+pub struct Logged {
+    inner: s3s::service::S3Service,
+    api: Arc<Api>,
+    domain: Option<String>,
+}
+
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for Logged {
+    type Response = s3s::HttpResponse;
+    type Error = s3s::HttpError;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn call(&self, req: http::Request<hyper::body::Incoming>) -> Self::Future {
+        let line = crate::gateway::logline::Line::s3(&req, self.domain.as_deref());
+        let (inner, api) = (self.inner.clone(), self.api.clone());
+        Box::pin(async move {
+            let (res, refused) =
+                crate::gateway::logline::judged(hyper::service::Service::call(&inner, req)).await;
+            let res = res?;
+            let bytes = res
+                .headers()
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(0);
+            api.log(line, res.status().as_u16(), refused, bytes);
+            Ok(res)
+        })
+    }
+}
+
+/// Every request is signed; a presigned URL lives at most 7 days, as on
+/// AWS (a longer `X-Amz-Expires` is refused, not honoured).
+struct Signed;
+
+/// The longest life AWS gives a presigned URL.
+const PRESIGNED_MAX_SECS: u64 = 7 * 24 * 3600;
+
+#[async_trait::async_trait]
+impl s3s::access::S3Access for Signed {
+    async fn check(&self, cx: &mut s3s::access::S3AccessContext<'_>) -> S3Result<()> {
+        if cx.credentials().is_none() {
+            return Err(s3_error!(AccessDenied, "Signature is required"));
+        }
+        let param = |name: &str| {
+            let query = cx.uri().query().unwrap_or_default();
+            query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .map(|v| v.parse::<u64>().ok())
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        // SigV4 says how long (`X-Amz-Expires`), SigV2 until when (`Expires`).
+        let life = match (param("X-Amz-Expires"), param("Expires")) {
+            (Some(secs), _) => secs,
+            (None, Some(until)) => until.map(|t| t.saturating_sub(now)),
+            (None, None) => return Ok(()),
+        };
+        match life {
+            Some(secs) if secs <= PRESIGNED_MAX_SECS => Ok(()),
+            _ => Err(s3_error!(
+                AuthorizationQueryParametersError,
+                "a presigned URL lives at most {PRESIGNED_MAX_SECS} seconds (7 days)"
+            )),
+        }
+    }
 }
 
 /// A bucket name is a dataset name (`limits::plain_name`), which S3's own
@@ -159,9 +235,14 @@ impl Front {
             .await?
             .ok_or_else(|| s3_error!(NoSuchKey, "nothing is staged at staging/{path}"))?;
         let (dataset, upload) = (bucket.to_string(), o.upload.clone());
+        let owner = caller.owner().to_string();
         let loaded = self
             .api
-            .run(move |repo| Ok(crate::commit::upload::load_upload(repo, &dataset, &upload)?))
+            .run(move |repo| {
+                Ok(crate::commit::upload::load_upload(
+                    repo, &dataset, &upload, &owner,
+                )?)
+            })
             .await
             .map_err(s3)?;
         Ok(FileAt {
@@ -665,16 +746,7 @@ impl S3 for Front {
 impl Front {
     /// Fails as `NoSuchBucket` unless the caller may see dataset `bucket`.
     async fn visible_bucket(&self, caller: &Caller, bucket: &str) -> S3Result<()> {
-        let missing =
-            || S3Error::with_message(S3ErrorCode::NoSuchBucket, format!("no bucket {bucket}"));
-        if !caller.sees(Action::Versions, &[access::dataset_resource(bucket)]) {
-            return Err(missing());
-        }
-        match self.api.dataset_exists(bucket).await {
-            Ok(()) => Ok(()),
-            Err(e) if e.code() == "no_dataset" => Err(missing()),
-            Err(e) => Err(s3(e)),
-        }
+        self.api.dataset_for(caller, bucket).await.map_err(s3)
     }
 
     /// The versions a listing of `prefix` starts from: the one its first

@@ -63,10 +63,10 @@ struct Area {
 }
 
 impl Area {
-    fn new(dataset: &str, caller: &str) -> Area {
+    fn new(dataset: &str, owner: &str) -> Area {
         Area {
             dataset: dataset.to_string(),
-            owner: pending::owner(caller),
+            owner: owner.to_string(),
         }
     }
 
@@ -223,7 +223,7 @@ impl Writes {
             size: got.size,
             etag: etag.clone(),
         };
-        self.store(api, &Area::new(bucket, caller.name()), path, o)
+        self.store(api, &Area::new(bucket, caller.owner()), path, o)
             .await?;
         Ok((etag, None))
     }
@@ -236,8 +236,9 @@ impl Writes {
             size,
             etag,
         } = o;
+        let owner = area.owner.clone();
         self.add(api, area, move |repo, dataset| {
-            let up = upload::store_upload(repo, dataset, &path, &file)?;
+            let up = upload::store_upload(repo, dataset, &path, &file, &owner)?;
             drop(tmp);
             Ok(Pending {
                 path: path.to_string(),
@@ -359,7 +360,7 @@ impl Writes {
             size: 0,
             etag: String::new(),
         };
-        let area = Area::new(bucket, caller.name());
+        let area = Area::new(bucket, caller.owner());
         self.add(api, &area, move |_, _| Ok(change)).await
     }
 
@@ -373,7 +374,7 @@ impl Writes {
         bucket: &str,
         message: String,
     ) -> S3Result<u64> {
-        let staged = self.staged(api, &Area::new(bucket, caller.name())).await?;
+        let staged = self.staged(api, &Area::new(bucket, caller.owner())).await?;
         let newest = pending::newest(&staged);
         let deleted = self
             .present(
@@ -430,7 +431,8 @@ impl Writes {
     }
 
     /// The deleted paths of `changes` that the newest version the caller
-    /// sees has (a deletion of a path it lacks changes nothing).
+    /// sees has, as the caller sees it (a deletion of a path it lacks, or
+    /// one a policy hides from the caller, changes nothing).
     async fn present(
         &self,
         api: &Arc<Api>,
@@ -442,16 +444,18 @@ impl Writes {
         if paths.is_empty() {
             return Ok(paths);
         }
-        let record = match api.visible_version(caller, bucket, "latest").await {
-            Ok((_, record, _)) => record,
+        let (record, names) = match api.visible_version(caller, bucket, "latest").await {
+            Ok((_, record, names)) => (record, names),
             Err(e) if e.status().as_u16() == 404 => return Ok(Vec::new()),
             Err(e) => return Err(api_err(e)),
         };
+        let caller = caller.clone();
         api.run(move |repo| {
             let mut out = Vec::new();
             for p in paths {
                 let at = RelPath::parse(&p)?;
-                if repo.lookup(&record.tree, &at)?.is_some() {
+                let there = repo.lookup(&record.tree, &at)?;
+                if there.is_some_and(|n| caller.policies_show(&names, &at, n.is_dir())) {
                     out.push(p);
                 }
             }
@@ -477,7 +481,7 @@ impl Writes {
         bucket: &str,
         prefix: &str,
     ) -> S3Result<Vec<StagedObject>> {
-        let staged = self.staged(api, &Area::new(bucket, caller.name())).await?;
+        let staged = self.staged(api, &Area::new(bucket, caller.owner())).await?;
         Ok(objects(&staged)
             .into_values()
             .filter(|o| o.key.starts_with(prefix))
@@ -497,15 +501,16 @@ impl Writes {
     ) -> S3Result<()> {
         may_commit(caller, bucket)?;
         let path = edit_path(path).map_err(|e| s3_error!(InvalidArgument, "{e}"))?;
-        let area = Area::new(bucket, caller.name());
+        let area = Area::new(bucket, caller.owner());
+        let owner = area.owner.clone();
         self.add(api, &area, move |repo, dataset| {
             let (up, etag) = match from {
                 Copied::Staged(o) => (
-                    upload::copy_upload(repo, dataset, &o.upload, &path)?,
+                    upload::copy_upload(repo, dataset, &o.upload, &path, &owner)?,
                     o.etag,
                 ),
                 Copied::File { chunks, size, etag } => (
-                    upload::store_chunks(repo, dataset, &path, chunks, size)?,
+                    upload::store_chunks(repo, dataset, &path, chunks, size, &owner)?,
                     etag,
                 ),
             };
@@ -527,7 +532,7 @@ impl Writes {
         bucket: &str,
         path: &str,
     ) -> S3Result<Option<StagedObject>> {
-        let staged = self.staged(api, &Area::new(bucket, caller.name())).await?;
+        let staged = self.staged(api, &Area::new(bucket, caller.owner())).await?;
         Ok(objects(&staged).remove(path))
     }
 
@@ -552,7 +557,7 @@ impl Writes {
             Multipart {
                 dataset: bucket.to_string(),
                 path,
-                owner: caller_name(caller),
+                owner: caller.owner().to_string(),
                 dir,
                 parts: BTreeMap::new(),
             },
@@ -596,26 +601,29 @@ impl Writes {
         id: &str,
         named: Vec<(i32, String)>,
     ) -> S3Result<String> {
-        let m = {
+        // A list that does not name its parts rightly is refused and the
+        // upload kept, for a retry (as S3 does).
+        let (m, files, md5s, size) = {
             let mut open = self.multiparts.lock();
-            owned(&open, id, caller)?;
-            open.remove(id).ok_or_else(|| s3_error!(NoSuchUpload))?
-        };
-        if named.is_empty() || named.windows(2).any(|w| w[0].0 >= w[1].0) {
-            return Err(s3_error!(InvalidPartOrder, "name parts in ascending order"));
-        }
-        let mut files = Vec::new();
-        let mut md5s = Vec::new();
-        let mut size = 0u64;
-        for (n, etag) in &named {
-            let (file, len, md5) = m.parts.get(n).ok_or_else(|| s3_error!(InvalidPart))?;
-            if etag.trim_matches('"') != md5 {
-                return Err(s3_error!(InvalidPart, "part {n}'s ETag does not match"));
+            let m = owned(&open, id, caller)?;
+            if named.is_empty() || named.windows(2).any(|w| w[0].0 >= w[1].0) {
+                return Err(s3_error!(InvalidPartOrder, "name parts in ascending order"));
             }
-            files.push(file.clone());
-            md5s.extend(hex::decode(md5).unwrap_or_default());
-            size += len;
-        }
+            let mut files = Vec::new();
+            let mut md5s = Vec::new();
+            let mut size = 0u64;
+            for (n, etag) in &named {
+                let (file, len, md5) = m.parts.get(n).ok_or_else(|| s3_error!(InvalidPart))?;
+                if etag.trim_matches('"') != md5 {
+                    return Err(s3_error!(InvalidPart, "part {n}'s ETag does not match"));
+                }
+                files.push(file.clone());
+                md5s.extend(hex::decode(md5).unwrap_or_default());
+                size += len;
+            }
+            let m = open.remove(id).ok_or_else(|| s3_error!(NoSuchUpload))?;
+            (m, files, md5s, size)
+        };
         let whole = m.dir.path().join("whole");
         let joined = whole.clone();
         tokio::task::spawn_blocking(move || -> std::io::Result<()> {
@@ -707,10 +715,6 @@ fn objects(staged: &[(String, Pending)]) -> BTreeMap<String, StagedObject> {
     out
 }
 
-fn caller_name(caller: &Caller) -> String {
-    caller.name().to_string()
-}
-
 /// Upload `id`, if `caller` began it.
 fn owned<'m>(
     open: &'m HashMap<String, Multipart>,
@@ -718,7 +722,7 @@ fn owned<'m>(
     caller: &Caller,
 ) -> S3Result<&'m Multipart> {
     open.get(id)
-        .filter(|m| m.owner == caller.name())
+        .filter(|m| m.owner == caller.owner())
         .ok_or_else(|| s3_error!(NoSuchUpload))
 }
 

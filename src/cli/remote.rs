@@ -1,0 +1,144 @@
+//! Commands through a gateway (`--store https://…`, `detafs::remote`): the
+//! same forms, output and exit codes as on a store, for what the gateway
+//! shows the caller.
+
+use super::show::Listed;
+use super::{Command, DatasetCmd, show};
+use anyhow::bail;
+use detafs::remote::{Gateway, Options};
+use std::io::Write;
+use std::process::ExitCode;
+
+pub fn execute(command: Command, store: &str, opts: &Options) -> anyhow::Result<ExitCode> {
+    let gateway = || Gateway::connect(store, opts);
+    match command {
+        Command::Dataset(DatasetCmd::List { json: false }) => {
+            for name in gateway()?.datasets()? {
+                println!("{name}");
+            }
+        }
+        Command::Dataset(DatasetCmd::List { json: true }) => {
+            let gw = gateway()?;
+            let mut rows = Vec::new();
+            for name in gw.datasets()? {
+                let versions = gw.versions(&name)?;
+                let latest = versions.last();
+                // Withheld figures (null) make the sum unknown too.
+                let stored: Option<u64> = versions.iter().map(|v| v["delta_size"].as_u64()).sum();
+                rows.push(serde_json::json!({
+                    "name": name,
+                    "versions": versions.len(),
+                    "latest": latest.map(|v| v["version_id"].clone()),
+                    "latest_timestamp": latest.map(|v| v["timestamp"].clone()),
+                    "tags": versions.iter().map(|v| v["tags"].as_array().map_or(0, Vec::len)).sum::<usize>(),
+                    "stored_bytes": stored,
+                }));
+            }
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        }
+        Command::Log {
+            name,
+            json,
+            path: None,
+            stray: None,
+        } => {
+            let mut rows = gateway()?.versions(&name)?;
+            rows.reverse();
+            show::print_log(&rows, json)?;
+        }
+        Command::Cat {
+            name,
+            version,
+            path,
+        } => {
+            let mut out = std::io::stdout().lock();
+            match gateway()?.file(&name, &version, &path, &mut out) {
+                Err(detafs::Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::BrokenPipe => {}
+                other => other?,
+            }
+            out.flush()?;
+        }
+        Command::Tag {
+            name,
+            version: None,
+            tag: None,
+            json,
+        } => {
+            let tags = gateway()?
+                .versions(&name)?
+                .iter()
+                .flat_map(|row| {
+                    let version = row["version"].as_u64().unwrap_or(0);
+                    row["tags"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(move |t| Some((t.as_str()?.to_string(), version)))
+                })
+                .collect();
+            super::print_tags(tags, json)?;
+        }
+        Command::Export {
+            name,
+            version,
+            dir,
+            preserve_setid,
+        } => {
+            if preserve_setid && !nix::unistd::geteuid().is_root() {
+                bail!(
+                    "--preserve-setid needs root: only root may recreate setuid and setgid files"
+                );
+            }
+            let gw = gateway()?;
+            let number = gw.version_of(&name, &version)?;
+            let skipped = gw.export(&name, &format!("v{number}"), &dir, preserve_setid)?;
+            eprintln!("exported {name} v{number} to {}", dir.display());
+            if skipped > 0 {
+                eprintln!(
+                    "{skipped} special files (FIFOs, sockets, devices) were left out: export on a host with the store makes them"
+                );
+            }
+        }
+        Command::Ls {
+            name,
+            version,
+            path,
+            json,
+        } => {
+            let rows = gateway()?.list(&name, &version, path.as_deref().unwrap_or(""))?;
+            let listed: Vec<Listed> = rows.iter().map(listed).collect();
+            show::print_ls(&listed, json)?;
+        }
+        _ => bail!(
+            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag NAME` (the list), `ls`, `cat` and `export` so far; mount and the other commands need the store itself for now"
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// An entry as the gateway listed it, as `ls` shows entries.
+fn listed(row: &serde_json::Value) -> Listed {
+    let kind = match (row["type"].as_str(), row["kind"].as_str()) {
+        (Some("dir"), _) => 'd',
+        (Some("symlink"), _) => 'l',
+        (_, Some("fifo")) => 'p',
+        (_, Some("socket")) => 's',
+        (_, Some("char")) => 'c',
+        (_, Some("block")) => 'b',
+        _ => '-',
+    };
+    let number = |k: &str| row[k].as_u64().unwrap_or(0);
+    Listed {
+        name: row["name"].as_str().unwrap_or_default().as_bytes().to_vec(),
+        kind,
+        mode: u32::try_from(number("mode")).unwrap_or(0),
+        size: number("size"),
+        mtime: row["mtime"].as_i64().unwrap_or(0),
+        target: row["target"].as_str().map(|t| t.as_bytes().to_vec()),
+        rdev: row["rdev"].as_array().and_then(|d| {
+            let n = |i: usize| d.get(i)?.as_u64().and_then(|v| u32::try_from(v).ok());
+            Some((n(0)?, n(1)?))
+        }),
+    }
+}

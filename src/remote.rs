@@ -1,0 +1,458 @@
+//! A gateway as a store (`--store https://HOST:PORT`): a host that holds no
+//! store key reaches datasets through `detafs serve`'s REST API, with an
+//! API key (`--api-key-file`) or a token (`--token-file`, read again at
+//! each request so an outside tool can refresh it), checking the gateway's
+//! certificate against `--ca-cert` or the system's roots. It sees exactly
+//! what the gateway's policy shows its principal: the gateway decides,
+//! the client keeps no copy of the rule.
+//!
+//! So far: the datasets, their versions, and files' bytes (`detafs dataset
+//! list`, `log`, `cat`).
+
+use crate::error::{Error, FsError, Result};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// How to reach a gateway.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub api_key_file: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
+    pub ca_cert: Option<PathBuf>,
+}
+
+/// Whether a store URL names a gateway.
+pub fn is_gateway(store: &str) -> bool {
+    store.starts_with("https://")
+}
+
+pub struct Gateway {
+    /// The gateways of one store, in the order given; a request goes to
+    /// the one that answered last, and moves on when it cannot be reached
+    /// or answers 503.
+    bases: Vec<String>,
+    current: std::sync::atomic::AtomicUsize,
+    client: reqwest::Client,
+    credentials: Credentials,
+    /// The client's one runtime: sync callers cross into it here alone.
+    rt: tokio::runtime::Runtime,
+}
+
+enum Credentials {
+    Key(String),
+    Token(PathBuf),
+}
+
+/// A file's secret: its first line.
+fn secret(file: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(file).map_err(|e| Error::io(file.display(), e))?;
+    let first = text.lines().next().unwrap_or_default().trim().to_string();
+    if first.is_empty() {
+        return Err(Error::InvalidInput(format!("{} is empty", file.display())));
+    }
+    Ok(first)
+}
+
+impl Gateway {
+    /// `url`: one gateway, or several of one store separated by commas.
+    pub fn connect(url: &str, opts: &Options) -> Result<Gateway> {
+        let bases: Vec<String> = url
+            .split(',')
+            .map(|u| u.trim().trim_end_matches('/').to_string())
+            .collect();
+        if let Some(bad) = bases.iter().find(|b| !is_gateway(b)) {
+            return Err(Error::InvalidInput(format!(
+                "{bad:?}: a gateway is https://HOST:PORT (several: separated by commas)"
+            )));
+        }
+        let credentials = match (&opts.api_key_file, &opts.token_file) {
+            (Some(k), None) => Credentials::Key(secret(k)?),
+            (None, Some(t)) => {
+                secret(t)?;
+                Credentials::Token(t.clone())
+            }
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidInput(
+                    "give an API key file or a token file, not both".into(),
+                ));
+            }
+            (None, None) => {
+                return Err(Error::InvalidInput(format!(
+                    "{url} is a gateway: give --api-key-file FILE (or DETAFS_API_KEY_FILE) or --token-file FILE"
+                )));
+            }
+        };
+        // No bound on a whole answer (a large file takes what it takes):
+        // on connecting, and on each wait for bytes.
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
+            .read_timeout(std::time::Duration::from_secs(60));
+        if let Some(ca) = &opts.ca_cert {
+            // One certificate, or several (one per gateway), in PEM.
+            let pem = std::fs::read(ca).map_err(|e| Error::io(ca.display(), e))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| Error::InvalidInput(format!("{}: {e}", ca.display())))?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let client = builder
+            .build()
+            .map_err(|e| Error::InvalidInput(format!("{url}: {e}")))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io("tokio runtime", e))?;
+        Ok(Gateway {
+            bases,
+            current: Default::default(),
+            client,
+            credentials,
+            rt,
+        })
+    }
+
+    fn bearer(&self) -> Result<String> {
+        match &self.credentials {
+            Credentials::Key(k) => Ok(k.clone()),
+            Credentials::Token(file) => secret(file),
+        }
+    }
+
+    /// GET `path` (already escaped), within the runtime, from `from` bytes
+    /// on: the answer, or the gateway's refusal as the error a local store
+    /// would give. A gateway that cannot be reached or answers 503 gives
+    /// its turn to the next.
+    async fn send(&self, path: &str, bearer: &str, from: u64) -> Result<reqwest::Response> {
+        use std::sync::atomic::Ordering;
+        let first = self.current.load(Ordering::Relaxed);
+        let mut last = None;
+        for i in 0..self.bases.len() {
+            let at = (first + i) % self.bases.len();
+            let mut req = self
+                .client
+                .get(format!("{}{path}", self.bases[at]))
+                .bearer_auth(bearer);
+            if from > 0 {
+                req = req.header(reqwest::header::RANGE, format!("bytes={from}-"));
+            }
+            let res = match req.send().await {
+                Ok(r) if r.status().as_u16() != 503 => r,
+                Ok(r) => {
+                    let body = r.bytes().await.unwrap_or_default();
+                    last = Some(refusal(503, &body));
+                    continue;
+                }
+                Err(e) => {
+                    last = Some(unreachable_gateway(&self.bases[at], &e));
+                    continue;
+                }
+            };
+            self.current.store(at, Ordering::Relaxed);
+            let status = res.status().as_u16();
+            if (200..300).contains(&status) {
+                return Ok(res);
+            }
+            let body = res.bytes().await.unwrap_or_default();
+            return Err(refusal(status, &body));
+        }
+        Err(last.unwrap_or_else(|| Error::InvalidInput("no gateway given".into())))
+    }
+
+    fn get_json(&self, path: &str) -> Result<Value> {
+        let bearer = self.bearer()?;
+        let body = self.rt.block_on(async {
+            let res = self.send(path, &bearer, 0).await?;
+            let url = res.url().to_string();
+            res.bytes().await.map_err(|e| unreachable_gateway(&url, &e))
+        })?;
+        serde_json::from_slice(&body)
+            .map_err(|e| Error::malformed(format!("the gateway's answer to {path}"), e))
+    }
+
+    /// The datasets the caller may list.
+    pub fn datasets(&self) -> Result<Vec<String>> {
+        let rows = self.get_json("/datasets")?;
+        Ok(rows
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["name"].as_str().map(str::to_string))
+            .collect())
+    }
+
+    /// The number of the version `spec` names now (`latest`, a tag, ...).
+    pub fn version_of(&self, dataset: &str, spec: &str) -> Result<u64> {
+        let e = self.get_json(&format!(
+            "/datasets/{}/versions/{}",
+            segment(dataset)?,
+            segment(spec)?
+        ))?;
+        e["version"]
+            .as_u64()
+            .ok_or_else(|| Error::malformed("the gateway's version entry", "no version number"))
+    }
+
+    /// The versions of `dataset` the caller may see, oldest first, as
+    /// `detafs log --json` rows (with their tags).
+    pub fn versions(&self, dataset: &str) -> Result<Vec<Value>> {
+        let rows = self.get_json(&format!("/datasets/{}/versions", segment(dataset)?))?;
+        Ok(rows.as_array().cloned().unwrap_or_default())
+    }
+
+    /// What folder `path` of `version` of `dataset` holds, as the gateway
+    /// lists it (name, type, size, mtime, mode; a symlink's target, a
+    /// device's numbers, a special file's kind); a file is listed alone.
+    pub fn list(&self, dataset: &str, version: &str, path: &str) -> Result<Vec<Value>> {
+        let path = crate::relpath::RelPath::parse(path)?;
+        let (dataset, version) = (segment(dataset)?, segment(version)?);
+        let at = |p: &crate::relpath::RelPath| {
+            let escaped: Vec<String> = p.names().map(|n| format!("/{}", escape_bytes(n))).collect();
+            format!(
+                "/datasets/{dataset}/versions/{version}/files{}",
+                escaped.concat()
+            )
+        };
+        let Some((parent, name)) = path.split_last() else {
+            return self.rows(&at(&path));
+        };
+        // The parent's listing says what `path` is (a file's GET would
+        // send its bytes).
+        let row = self
+            .rows(&at(&parent))?
+            .into_iter()
+            .find(|r| r["name"].as_str().map(str::as_bytes) == Some(name));
+        match row {
+            Some(r) if r["type"] != "dir" => Ok(vec![r]),
+            // A folder's listing; or the gateway's own answer for a path
+            // that is not there (for the caller).
+            _ => self.rows(&at(&path)),
+        }
+    }
+
+    fn rows(&self, at: &str) -> Result<Vec<Value>> {
+        Ok(self.get_json(at)?.as_array().cloned().unwrap_or_default())
+    }
+
+    /// File `path` of `version` of `dataset`, streamed to `out` as it
+    /// comes (never whole in memory). A gateway lost mid-way hands over to
+    /// the next, which sends the rest from where it stopped: the version
+    /// is named by its number (its files never change), and the rest must
+    /// carry the same ETag (a hash of its content's ids), so no byte of
+    /// another file is ever written.
+    pub fn file(
+        &self,
+        dataset: &str,
+        version: &str,
+        path: &str,
+        out: &mut dyn std::io::Write,
+    ) -> Result<()> {
+        let path = crate::relpath::RelPath::parse(path)?;
+        // A version's own name (`vN`) needs no asking.
+        let number = match crate::repo::tag::version_name(version.as_bytes()) {
+            Some(n) => n,
+            None => self.version_of(dataset, version)?,
+        };
+        let escaped: Vec<String> = path.names().map(escape_bytes).collect();
+        let at = format!(
+            "/datasets/{}/versions/v{number}/files/{}",
+            segment(dataset)?,
+            escaped.join("/")
+        );
+        let bearer = self.bearer()?;
+        let etag_of = |res: &reqwest::Response| {
+            res.headers()
+                .get(reqwest::header::ETAG)
+                .map(|e| e.as_bytes().to_vec())
+        };
+        self.rt.block_on(async {
+            let mut res = self.send(&at, &bearer, 0).await?;
+            // A folder answers its listing (JSON); a file, its bytes.
+            let file = res
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .is_some_and(|t| t.as_bytes() == b"application/octet-stream");
+            if !file {
+                return Err(Error::InvalidInput(format!("{path} is not a regular file")));
+            }
+            let etag = etag_of(&res);
+            let mut done = 0u64;
+            // Hand-overs in a row that brought no byte: at most one per gateway.
+            let mut fruitless = 0;
+            loop {
+                match res.chunk().await {
+                    Ok(Some(part)) => {
+                        out.write_all(&part).map_err(|e| Error::io("output", e))?;
+                        done += part.len() as u64;
+                        fruitless = 0;
+                    }
+                    Ok(None) => return Ok(()),
+                    Err(e) if fruitless < self.bases.len() - 1 => {
+                        fruitless += 1;
+                        tracing::warn!(
+                            "{}; the next gateway sends the rest",
+                            unreachable_gateway(res.url().as_str(), &e)
+                        );
+                        self.next();
+                        res = self.send(&at, &bearer, done).await?;
+                        if res.status().as_u16() != 206 || etag_of(&res) != etag {
+                            return Err(Error::malformed(
+                                format!("{path} of {dataset} v{number}"),
+                                "the next gateway did not send the rest of the same file",
+                            ));
+                        }
+                    }
+                    Err(e) => return Err(unreachable_gateway(res.url().as_str(), &e)),
+                }
+            }
+        })
+    }
+
+    /// The next gateway's turn (the current one was lost mid-answer).
+    fn next(&self) {
+        use std::sync::atomic::Ordering;
+        let at = (self.current.load(Ordering::Relaxed) + 1) % self.bases.len();
+        self.current.store(at, Ordering::Relaxed);
+    }
+}
+
+impl Gateway {
+    /// Writes `version` of `dataset` under `dest` (absent or empty) as the
+    /// gateway shows it: folders, files' bytes, symlinks, with their modes
+    /// (setuid and setgid cleared unless `preserve_setid`) and mtimes.
+    /// Returns how many special files (FIFOs, sockets, devices) were left
+    /// out: a listing names them, a GET cannot make them.
+    pub fn export(
+        &self,
+        dataset: &str,
+        version: &str,
+        dest: &Path,
+        preserve_setid: bool,
+    ) -> Result<u64> {
+        use std::os::unix::fs::PermissionsExt;
+        // One version throughout, whatever `latest` becomes meanwhile.
+        let version = &format!("v{}", self.version_of(dataset, version)?);
+        if std::fs::read_dir(dest).is_ok_and(|mut d| d.next().is_some()) {
+            return Err(Error::InvalidInput(format!(
+                "{} is not empty; export needs an empty or new directory",
+                dest.display()
+            )));
+        }
+        std::fs::create_dir_all(dest).map_err(|e| Error::io(dest.display(), e))?;
+        let mode = |m: u32| if preserve_setid { m } else { m & !0o6000 } & 0o7777;
+        let time = |row: &Value| {
+            filetime::FileTime::from_unix_time(
+                row["mtime"].as_i64().unwrap_or(0),
+                u32::try_from(row["mtime_ns"].as_u64().unwrap_or(0)).unwrap_or(0),
+            )
+        };
+        let set_mode = |path: &Path, m: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(m))
+                .map_err(|e| Error::io(path.display(), e))
+        };
+        let mut skipped = 0;
+        let mut folders = Vec::new();
+        let mut todo = vec![(String::new(), dest.to_path_buf())];
+        while let Some((at, dir)) = todo.pop() {
+            for row in self.list(dataset, version, &at)? {
+                let name = row["name"].as_str().unwrap_or_default();
+                // What the gateway names is checked as any name is: no
+                // path outside `dest`, no name it could not send whole.
+                crate::relpath::RelPath::parse(name)
+                    .ok()
+                    .filter(|p| p.names().count() == 1 && !name.contains('\u{fffd}'))
+                    .ok_or_else(|| {
+                        Error::malformed("the gateway's listing", format!("a name {name:?}"))
+                    })?;
+                let rel = if at.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{at}/{name}")
+                };
+                let path = dir.join(name);
+                let m = u32::try_from(row["mode"].as_u64().unwrap_or(0o644)).unwrap_or(0o644);
+                match row["type"].as_str() {
+                    Some("dir") => {
+                        std::fs::create_dir(&path).map_err(|e| Error::io(path.display(), e))?;
+                        folders.push((path.clone(), mode(m), time(&row)));
+                        todo.push((rel, path));
+                    }
+                    Some("file") => {
+                        let mut f = std::fs::OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .open(&path)
+                            .map_err(|e| Error::io(path.display(), e))?;
+                        self.file(dataset, version, &rel, &mut f)?;
+                        set_mode(&path, mode(m))?;
+                        filetime::set_file_mtime(&path, time(&row))
+                            .map_err(|e| Error::io(path.display(), e))?;
+                    }
+                    Some("symlink") => {
+                        let target = row["target"].as_str().unwrap_or_default();
+                        std::os::unix::fs::symlink(target, &path)
+                            .map_err(|e| Error::io(path.display(), e))?;
+                        filetime::set_symlink_file_times(&path, time(&row), time(&row))
+                            .map_err(|e| Error::io(path.display(), e))?;
+                    }
+                    _ => skipped += 1,
+                }
+            }
+        }
+        // Deepest first: a folder's mode may forbid writing in it, and
+        // each name made in it moved its mtime.
+        for (path, m, t) in folders.into_iter().rev() {
+            set_mode(&path, m)?;
+            filetime::set_file_mtime(&path, t).map_err(|e| Error::io(path.display(), e))?;
+        }
+        Ok(skipped)
+    }
+}
+
+/// What stays as it is in a URL path's segment (RFC 3986's unreserved).
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// A dataset name or version as one segment of a URL path: `.`, `..`
+/// and the empty name are refused (a URL parser takes them, escaped or
+/// not, as steps).
+fn segment(name: &str) -> Result<String> {
+    match name {
+        "" | "." | ".." => Err(Error::InvalidInput(format!(
+            "{name:?} names no dataset or version"
+        ))),
+        _ => Ok(escape_bytes(name.as_bytes())),
+    }
+}
+
+fn escape_bytes(name: &[u8]) -> String {
+    percent_encoding::percent_encode(name, SEGMENT).to_string()
+}
+
+fn unreachable_gateway(base: &str, e: &reqwest::Error) -> Error {
+    Error::io(
+        format!("the gateway {base}"),
+        std::io::Error::other(e.to_string()),
+    )
+}
+
+/// The gateway's refusal (`{"error": {"code", "message"}}`) as the error a
+/// local store gives for the same.
+fn refusal(status: u16, body: &[u8]) -> Error {
+    let v: Value = serde_json::from_slice(body).unwrap_or_default();
+    let code = v["error"]["code"].as_str().unwrap_or_default();
+    let message = v["error"]["message"]
+        .as_str()
+        .map_or_else(|| format!("the gateway answered {status}"), str::to_string);
+    match (status, code) {
+        (401, _) => Error::Forbidden(format!("the gateway refused the credentials: {message}")),
+        (403, _) => Error::Forbidden(message),
+        (404, "no_dataset") => Error::InvalidInput(message),
+        (404, _) => Error::fs(FsError::NotFound, message),
+        (400 | 409 | 413 | 416, _) => Error::InvalidInput(message),
+        _ => Error::io("the gateway", std::io::Error::other(message)),
+    }
+}

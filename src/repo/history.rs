@@ -1,0 +1,167 @@
+//! A dataset's versions as this host serves them: records fetched from the
+//! store in order, each checked against its key, its number (no gap) and
+//! the hash of the one before it, then indexed. The first that fails the
+//! check stops the fetch: the versions before it are served, it is kept
+//! as the dataset's damage (told by `log`, health and `verify`), and no
+//! later one is served as if the chain were whole; a commit onto such a
+//! history is refused (`sync_whole`). A host that indexed the versions
+//! before the damage keeps serving them from its index.
+
+use super::Repo;
+use crate::error::{Error, Result};
+use crate::id::RecordHash;
+use crate::snapshot::Record;
+use crate::store::keys;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+/// The first version record of a dataset that did not check out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    pub version: u64,
+    pub why: String,
+}
+
+pub(super) type Damages = Mutex<HashMap<String, Damage>>;
+
+impl Repo {
+    /// Reads records newer than the newest one indexed (records are
+    /// immutable, so nothing older is re-read) and returns the versions
+    /// served, oldest first: those before any damage (`damage`).
+    pub fn sync(&self, name: &str) -> Result<Vec<Record>> {
+        self.fetch_new_records(name)?;
+        self.index.records(name)
+    }
+
+    /// `sync` for what builds on the newest version (a commit, a copy of
+    /// the history, gc): a damaged history is an error.
+    pub fn sync_whole(&self, name: &str) -> Result<Vec<Record>> {
+        let records = self.sync(name)?;
+        match self.damage(name) {
+            Some(d) => Err(d.error(name)),
+            None => Ok(records),
+        }
+    }
+
+    /// The damage the last fetch of dataset `name` met, if any.
+    pub fn damage(&self, name: &str) -> Option<Damage> {
+        self.damage.lock().get(name).cloned()
+    }
+
+    /// Indexes records newer than the newest one indexed, up to the first
+    /// that does not check out; returns the newest version now known.
+    pub fn fetch_new_records(&self, name: &str) -> Result<u64> {
+        let known = self.index.latest_version(name)?;
+        let offset = (known > 0).then(|| keys::record(name, known));
+        let listed = self.store.list(&keys::records(name), offset.as_deref())?;
+        if known == 0 && listed.is_empty() {
+            // No records: is there a dataset at all? (A poll that finds
+            // nothing new costs one LIST, nothing more.) A deleted one still
+            // has its records, for gc and undelete.
+            crate::limits::validate_name(name)?;
+            if self.store.get(&keys::dataset(name))?.is_none() {
+                return Err(Error::NoDataset(name.to_string()));
+            }
+        }
+        // Only keys a record can have: anything else under records/ (a
+        // stray upload, say) is not a version; `verify` reports it.
+        let keys: Vec<String> = listed
+            .into_iter()
+            .map(|l| l.key)
+            .filter(|k| keys::record_number(name, k).is_some())
+            .collect();
+        let mut parent = match known {
+            0 => None,
+            v => self.index.record_hash(name, v)?,
+        };
+        let mut damage = None;
+        for (i, (key, bytes)) in keys.iter().zip(self.store.get_each(&keys)?).enumerate() {
+            let expected = known + 1 + i as u64;
+            let checked = match bytes {
+                Ok(Some(bytes)) => self.check(name, key, expected, parent, bytes),
+                // Listed, then gone: a gap like any other.
+                Ok(None) => Err(Error::malformed(key, "listed, but not in the store")),
+                Err(e) => Err(e),
+            };
+            match checked {
+                Ok((record, bytes)) => {
+                    let hash = RecordHash::of(&bytes);
+                    self.index
+                        .insert_record(name, record.version, hash, &bytes)?;
+                    parent = Some(hash);
+                }
+                Err(Error::Malformed { what, detail }) => {
+                    damage = Some(Damage {
+                        version: expected,
+                        why: format!("{what}: {detail}"),
+                    });
+                    break;
+                }
+                // The store could not be read: nothing is known of the rest.
+                Err(e) => return Err(e),
+            }
+        }
+        match damage {
+            Some(d) => {
+                self.damage.lock().insert(name.to_string(), d);
+            }
+            None => {
+                self.damage.lock().remove(name);
+            }
+        }
+        self.index.latest_version(name)
+    }
+
+    /// Record `key` (`bytes`), which must be version `expected` of `name`
+    /// and carry `parent`, the hash of the record before it.
+    fn check(
+        &self,
+        name: &str,
+        key: &str,
+        expected: u64,
+        parent: Option<RecordHash>,
+        bytes: bytes::Bytes,
+    ) -> Result<(Record, bytes::Bytes)> {
+        if keys::record(name, expected) != key {
+            return Err(Error::malformed(
+                key,
+                format!("v{expected} is missing from the store"),
+            ));
+        }
+        let record = Record::decode(&bytes, key)?;
+        if record.version != expected || record.dataset != name {
+            return Err(Error::malformed(key, "record does not match its key"));
+        }
+        if record.format != self.codec.format() {
+            return Err(Error::malformed(
+                key,
+                format!(
+                    "record format {} in a store of format {}",
+                    record.format,
+                    self.codec.format()
+                ),
+            ));
+        }
+        if record.parent != parent {
+            return Err(Error::malformed(
+                key,
+                format!(
+                    "its parent hash is not that of v{}: the chain is broken",
+                    expected - 1
+                ),
+            ));
+        }
+        Ok((record, bytes))
+    }
+}
+
+impl Damage {
+    /// The error a command that needs the whole history meets.
+    pub fn error(&self, dataset: &str) -> Error {
+        Error::DamagedHistory {
+            dataset: dataset.to_string(),
+            version: self.version,
+            why: self.why.clone(),
+        }
+    }
+}
