@@ -88,15 +88,27 @@ impl DiskCache {
     /// damaged entry is dropped and reported as a miss (so is every blob
     /// where nothing may wait).
     pub fn decoded(&self, r: &BlobRef, kind: BlobKind, codec: &Codec) -> Option<Bytes> {
+        self.checked(&r.id, |stored| codec.decode_blob(r, kind, stored))
+    }
+
+    /// A blob a host that reads through a gateway cached with
+    /// `Codec::seal_object` under `key` (its own key: the gateway's ids
+    /// are keyed with the store's), opened and checked; as `decoded`.
+    pub fn opened(&self, id: &BlobId, key: &str, codec: &Codec) -> Option<Bytes> {
+        self.checked(id, |stored| codec.open_object(key, stored))
+    }
+
+    /// The entry of `id` as `check` reads it; a damaged one is dropped.
+    fn checked(&self, id: &BlobId, check: impl FnOnce(Bytes) -> Result<Bytes>) -> Option<Bytes> {
         if crate::nowait::refused() {
             return None;
         }
-        let path = self.path(&r.id);
+        let path = self.path(id);
         let stored = std::fs::read(&path).ok()?;
         let size = stored.len() as u64;
-        match codec.decode_blob(r, kind, stored.into()) {
+        match check(stored.into()) {
             Ok(data) => {
-                self.record_use(&r.id, size, false);
+                self.record_use(id, size, false);
                 Some(data)
             }
             Err(e) => {
@@ -104,7 +116,7 @@ impl DiskCache {
                     "cache entry {} is damaged ({e}); dropping it",
                     path.display()
                 );
-                self.drop_entry(&r.id, size);
+                self.drop_entry(id, size);
                 None
             }
         }

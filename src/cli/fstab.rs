@@ -66,7 +66,7 @@ pub fn command_line(args: &[OsString]) -> anyhow::Result<Option<Vec<OsString>>> 
         match (key, value) {
             (
                 "store" | "cache-dir" | "staging-dir" | "key-file" | "password-file" | "cache-size"
-                | "store-timeout" | "sse",
+                | "store-timeout" | "sse" | "api-key-file" | "token-file" | "ca-cert",
                 Some(_),
             ) => globals.extend(global(key).map(Into::into)),
             ("cache", Some(_)) => globals.extend(global("cache-dir").map(Into::into)),
@@ -80,7 +80,7 @@ pub fn command_line(args: &[OsString]) -> anyhow::Result<Option<Vec<OsString>>> 
             (k, _) if THEIRS.contains(&k) || k.starts_with("x-") || k == "comment" => {}
             _ if sloppy => {}
             _ => bail!(
-                "mount.detafs: unknown option {o:?} (detafs takes store=, key-file=, password-file=, cache=, staging=, cache-size=, store-timeout=, sse=, poll-interval=, ro, allow_other, nonempty)"
+                "mount.detafs: unknown option {o:?} (detafs takes store=, key-file=, password-file=, api-key-file=, token-file=, ca-cert=, cache=, staging=, cache-size=, store-timeout=, sse=, poll-interval=, ro, allow_other, nonempty)"
             ),
         }
     }
@@ -127,6 +127,27 @@ mod tests {
                 "--allow-other",
                 "--poll-interval",
                 "5s"
+            ]
+        );
+        // Through a gateway: its key and certificate files.
+        let got = line(&[
+            "mount.fuse.detafs",
+            "w",
+            "/d",
+            "-o",
+            "_netdev,ro,store=https://g:1,api-key-file=/k,ca-cert=/c",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            got[1..7],
+            [
+                "--store",
+                "https://g:1",
+                "--api-key-file",
+                "/k",
+                "--ca-cert",
+                "/c"
             ]
         );
         assert!(line(&["mount.detafs", "w", "/d", "-o", "bogus=1"]).is_err());

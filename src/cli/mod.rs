@@ -736,7 +736,14 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 token_file: cli.token_file.clone(),
                 ca_cert: cli.ca_cert.clone(),
             };
-            remote::execute(cli.command, store, &opts)
+            let here = remote::Here {
+                opts: options(&cli),
+                staging: cli
+                    .staging_dir
+                    .clone()
+                    .unwrap_or_else(mount::default_staging),
+            };
+            remote::execute(cli.command, store, &opts, &here)
         }
         None => on_store(cli),
     }

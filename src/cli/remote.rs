@@ -4,12 +4,25 @@
 
 use super::show::Listed;
 use super::{Command, DatasetCmd, show};
-use anyhow::bail;
+use anyhow::{Context, bail};
 use detafs::remote::{Gateway, Options};
+use detafs::repo::Repo;
 use std::io::Write;
 use std::process::ExitCode;
 
-pub fn execute(command: Command, store: &str, opts: &Options) -> anyhow::Result<ExitCode> {
+/// What this host keeps of its own: its cache of what it reads (a store
+/// sealed with a key of its own) and its staging.
+pub struct Here {
+    pub opts: detafs::repo::Options,
+    pub staging: std::path::PathBuf,
+}
+
+pub fn execute(
+    command: Command,
+    store: &str,
+    opts: &Options,
+    here: &Here,
+) -> anyhow::Result<ExitCode> {
     let gateway = || Gateway::connect(store, opts);
     match command {
         Command::Dataset(DatasetCmd::List { json: false }) => {
@@ -110,8 +123,17 @@ pub fn execute(command: Command, store: &str, opts: &Options) -> anyhow::Result<
             let listed: Vec<Listed> = rows.iter().map(listed).collect();
             show::print_ls(&listed, json)?;
         }
+        Command::Mount(args) => {
+            if !args.read_only {
+                bail!(
+                    "through a gateway ({store}), mounts are read-only so far: add --read-only (staging and commits need the store itself for now)"
+                );
+            }
+            detafs::sys::tune_allocator();
+            super::mount::mount(host_repo(store, opts, here)?, &here.staging, &args)?;
+        }
         _ => bail!(
-            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag NAME` (the list), `ls`, `cat` and `export` so far; mount and the other commands need the store itself for now"
+            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag NAME` (the list), `ls`, `cat`, `export` and `mount --read-only` so far; the other commands need the store itself for now"
         ),
     }
     Ok(ExitCode::SUCCESS)
@@ -141,4 +163,37 @@ fn listed(row: &serde_json::Value) -> Listed {
             Some((n(0)?, n(1)?))
         }),
     }
+}
+
+/// A repo whose datasets come from the gateway, over this host's own
+/// store (one per gateway list): what it fetches is kept there, sealed
+/// with a key the host made on first use.
+fn host_repo(store: &str, opts: &Options, here: &Here) -> anyhow::Result<Repo> {
+    let root = here
+        .opts
+        .cache_dir
+        .clone()
+        .unwrap_or_else(detafs::repo::default_cache);
+    let dir = root
+        .join("gateways")
+        .join(&detafs::id::digest_hex(store.as_bytes())[..16]);
+    // Its own key: never the store's (`--key-file` names that one).
+    let own = detafs::repo::Options {
+        key_file: None,
+        passphrase: None,
+        ..here.opts.clone()
+    };
+    let repo = Repo::open_own(&dir, None, &own)
+        .with_context(|| format!("cannot open this host's cache of {store}"))?;
+    if let Some(key_file) = repo.created_key_file() {
+        eprintln!(
+            "created this host's cache of {store} at {}, sealed with a key of its own",
+            dir.display()
+        );
+        eprintln!(
+            "key file: {} (losing it loses only the cache)",
+            key_file.display()
+        );
+    }
+    Ok(repo.with_upstream(std::sync::Arc::new(Gateway::connect(store, opts)?)))
 }

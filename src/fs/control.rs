@@ -652,7 +652,7 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
             (false, false) => "degraded",
         },
         "store_gone": fs.repo.store().is_gone(),
-        "store": fs.repo.store().url(),
+        "store": fs.repo.location(),
         "store_reachable": store.reachable,
         "store_error": store.error,
         "store_failing_for_secs": store.failing_for_secs,

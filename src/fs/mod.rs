@@ -232,7 +232,7 @@ impl MountFs {
             // (and in the disk cache) before the store is ever unreachable.
             prefetch_trees(repo.clone(), latest.tree);
         }
-        let read_ahead = ReadAhead::for_store(repo.store().is_remote());
+        let read_ahead = ReadAhead::for_store(repo.is_remote());
         let chunks = ChunkCache::new(repo.clone(), read_ahead.cache_bytes());
         let staging = overlay::StagingArea::new(repo.clone(), staging)?;
         let fs = MountFs {
@@ -315,11 +315,24 @@ impl MountFs {
         // A store deleted or moved away is told by health (and refused by
         // every write), never made again by one.
         self.repo.store().ensure_present()?;
-        // Most polls find nothing new: only then re-read the index's records.
-        let new_records =
-            self.repo.fetch_new_records(&self.dataset)? > self.versions.latest().unwrap_or(0);
-        if new_records {
-            let records = self.repo.index().records(&self.dataset)?;
+        let known = self.versions.records();
+        let changed = match self.repo.changed_records(&self.dataset, &known) {
+            // Refused (a revoked key, through a gateway): nothing read
+            // before is served any more, from memory or the kernel's.
+            Err(e @ Error::Forbidden(_)) => {
+                self.versions.chunks.clear();
+                if let Some(kernel) = self.kernel.get() {
+                    for ino in self.versions.inodes.lock().held_files() {
+                        kernel.forget_listing(ino);
+                    }
+                }
+                self.forget_names(None);
+                return Err(e);
+            }
+            other => other?,
+        };
+        let new_records = changed.is_some();
+        if let Some(records) = changed {
             *self.versions.records.write() = records;
         }
         let tagged = self.versions.refresh_tags()?;

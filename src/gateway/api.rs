@@ -16,6 +16,7 @@ use crate::repo::Repo;
 use crate::repo::apikeys::{self, ApiKey};
 use crate::repo::tag::{self, Tag};
 use crate::snapshot::tree::TreeSource;
+use crate::snapshot::tree::{Entry, etag};
 use crate::snapshot::{Node, Record};
 use crate::store::pack::BlobRef;
 use axum::body::Body;
@@ -117,7 +118,7 @@ pub struct ApiError {
     extra: Option<Value>,
 }
 
-fn err(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+pub(super) fn err(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
     ApiError {
         status,
         code,
@@ -187,7 +188,7 @@ impl ApiError {
     }
 }
 
-type Reply = Result<Response, ApiError>;
+pub(super) type Reply = Result<Response, ApiError>;
 
 /// Who called, as the policy names them.
 #[derive(Clone)]
@@ -559,7 +560,7 @@ impl Api {
 
     /// The caller of a request: its API key (`Authorization: Bearer KEY` or
     /// `X-API-Key: KEY`), else 401.
-    async fn caller(self: &Arc<Self>, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    pub(super) async fn caller(self: &Arc<Self>, headers: &HeaderMap) -> Result<Caller, ApiError> {
         let presented = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -738,8 +739,11 @@ impl Api {
     }
 }
 
-pub fn router(api: Arc<Api>) -> Router {
+/// The REST API's routes and `more` (endpoints of other modules over
+/// the same core), every request logged.
+pub fn router(api: Arc<Api>, more: Router<Arc<Api>>) -> Router {
     Router::new()
+        .merge(more)
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
@@ -861,6 +865,7 @@ async fn openapi() -> Response {
             "/datasets/{id}/versions": {"get": op("versions: version_id, timestamp, author, delta_size, ...")},
             "/datasets/{id}/versions/{v}": {"get": op("one version, its tags and parent")},
             "/datasets/{id}/versions/{v}/files/{path}": {"get": op("a file (Range, ETag) or a folder's listing")},
+            "/datasets/{id}/versions/{v}/tree/{path}": {"get": op("a folder as a tree, for mounts through the gateway")},
         },
     });
     Json(doc).into_response()
@@ -1008,16 +1013,6 @@ async fn get_file(
     Path((id, v, path)): Path<(String, String, String)>,
 ) -> Reply {
     serve_path(api, headers, id, v, path).await
-}
-
-/// An ETag for a file's content: its chunks' ids, hashed.
-pub(super) fn etag(chunks: &[BlobRef]) -> String {
-    use sha2::Digest;
-    let mut h = sha2::Sha256::new();
-    for c in chunks {
-        h.update(c.id.as_bytes());
-    }
-    format!("\"{}\"", &hex::encode(h.finalize())[..32])
 }
 
 /// A single `bytes=A-B`, `bytes=A-` or `bytes=-N` range within `size`.
@@ -1195,14 +1190,14 @@ async fn serve_path(
     Ok(res)
 }
 
-/// A folder's entries the caller may see, as JSON.
-fn listing(
+/// The entries of folder `clean` (its tree `tree`) the caller may see.
+pub(super) fn visible_entries(
     repo: &Repo,
     caller: &Caller,
     versions: &[String],
     clean: &RelPath,
     tree: &BlobRef,
-) -> Result<Vec<Value>, ApiError> {
+) -> Result<Vec<Entry>, ApiError> {
     Ok(repo
         .tree(tree)?
         .entries
@@ -1212,6 +1207,20 @@ fn listing(
                 .join(&e.name)
                 .is_ok_and(|child| caller.sees_path(versions, &child, e.node.is_dir()))
         })
+        .cloned()
+        .collect())
+}
+
+/// A folder's entries the caller may see, as JSON.
+fn listing(
+    repo: &Repo,
+    caller: &Caller,
+    versions: &[String],
+    clean: &RelPath,
+    tree: &BlobRef,
+) -> Result<Vec<Value>, ApiError> {
+    Ok(visible_entries(repo, caller, versions, clean, tree)?
+        .iter()
         .map(|e| {
             let mut row = json!({
                 "name": String::from_utf8_lossy(&e.name),

@@ -12,6 +12,7 @@ mod stall;
 mod table;
 pub mod tls;
 pub mod tokens;
+mod trees;
 
 use crate::access::trail::Trail;
 use crate::error::{Error, Result};
@@ -71,7 +72,7 @@ pub fn serve(
 ) -> Result<()> {
     let trail = Trail::open(&opts.audit, 64 << 20)?;
     let state = Arc::new(api::Api::new(repo.clone(), trail, opts.tokens, opts.policy));
-    let app = api::router(state.clone());
+    let app = api::router(state.clone(), trees::routes());
     // The audit reads every record and object: a thread of its own, never
     // a request's worker. It holds the API weakly and ends with it.
     let audited = Arc::downgrade(&state);

@@ -253,6 +253,18 @@ impl ChunkCache {
         }
     }
 
+    /// Forgets every chunk in memory (a caller refused by upstream must
+    /// not be served what was fetched for it before). Fetches under way
+    /// finish; their chunks are kept only if asked for again.
+    pub fn clear(&self) {
+        let mut st = self.state();
+        let inflight = std::mem::take(&mut st.inflight);
+        *st = State {
+            inflight,
+            ..State::default()
+        };
+    }
+
     /// Chunk `id` if it is in memory (no I/O).
     pub fn cached(&self, id: &BlobId) -> Option<Bytes> {
         self.state().chunk(id)

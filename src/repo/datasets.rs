@@ -92,6 +92,9 @@ impl Repo {
     /// Refuses a dataset that does not exist or was deleted.
     pub fn check_dataset(&self, name: &str) -> Result<()> {
         validate_name(name)?;
+        if let Some(said) = self.ask_upstream(name) {
+            return said.map(drop);
+        }
         let keys = [keys::dataset(name), keys::deleted(name)];
         match &self.store.get_many(&keys)?[..] {
             [None, _] => Err(Error::NoDataset(name.to_string())),

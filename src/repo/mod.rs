@@ -6,8 +6,10 @@ pub mod datasets;
 mod history;
 pub mod policies;
 pub mod tag;
+mod upstream;
 
 pub use history::Damage;
+pub use upstream::Upstream;
 
 use crate::cache::disk::DiskCache;
 use crate::cache::index::Index;
@@ -25,6 +27,7 @@ use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+#[derive(Clone)]
 pub struct Options {
     /// A path or URL; `None` is the embedded default store.
     pub store: Option<String>,
@@ -65,6 +68,8 @@ pub struct Repo {
     created_key_file: Option<PathBuf>,
     /// By dataset: the first record that did not check out (`history.rs`).
     damage: history::Damages,
+    /// Where datasets come from when not from the store (`upstream.rs`).
+    upstream: Option<upstream::Upstreamed>,
 }
 
 /// Local state belongs to one store: its id (from the marker, checked to be
@@ -248,34 +253,42 @@ impl Repo {
     /// Opens an initialised store. The embedded default store is created on
     /// first use, so a new user needs no configuration.
     pub fn open(opts: &Options) -> Result<Repo> {
-        let mut created_key_file = None;
         let store = match &opts.store {
             Some(url) => Store::open(url, false, opts.store_timeout, opts.sse.as_ref())?,
             None => {
-                let default = default_store().to_string_lossy().into_owned();
+                let default = default_store();
                 // Made on first use only: not again once deleted.
-                if !default_store().join(crate::store::MARKER).exists()
-                    && had_store_at(opts, &default)
-                {
-                    return Err(Error::StoreGone(default));
+                let at = default.to_string_lossy();
+                if !default.join(crate::store::MARKER).exists() && had_store_at(opts, &at) {
+                    return Err(Error::StoreGone(at.into_owned()));
                 }
-                let store = Store::open(&default, true, opts.store_timeout, None)?;
-                // A local folder: its create is atomic, nothing to probe.
-                // Sealed, like every new store, with a key file.
-                let created = store.init(
-                    false,
-                    &NewStore::Sealed {
-                        key_file: opts.key_file.as_deref(),
-                        passphrase: None,
-                        by: &crate::access::caller::current_user(),
-                    },
-                )?;
-                created_key_file = created.key_file.filter(|_| created.created);
-                store
+                return Repo::open_own(&default, opts.key_file.as_deref(), opts);
             }
         };
+        Repo::with_store(store, opts)
+    }
+
+    /// Opens the store in local folder `dir`, made if absent, sealed with
+    /// a key file (`key_file`, or the default one): the embedded store, or
+    /// the cache of a host that reads through a gateway.
+    pub fn open_own(
+        dir: &std::path::Path,
+        key_file: Option<&std::path::Path>,
+        opts: &Options,
+    ) -> Result<Repo> {
+        let at = dir.to_string_lossy().into_owned();
+        let store = Store::open(&at, true, opts.store_timeout, None)?;
+        // A local folder: its create is atomic, nothing to probe.
+        let created = store.init(
+            false,
+            &NewStore::Sealed {
+                key_file,
+                passphrase: None,
+                by: &crate::access::caller::current_user(),
+            },
+        )?;
         let mut repo = Repo::with_store(store, opts)?;
-        repo.created_key_file = created_key_file;
+        repo.created_key_file = created.key_file.filter(|_| created.created);
         Ok(repo)
     }
 
@@ -314,6 +327,7 @@ impl Repo {
             policy: policies::PolicyCache::default(),
             created_key_file: None,
             damage: Default::default(),
+            upstream: None,
         })
     }
 
@@ -394,6 +408,9 @@ impl Repo {
     /// lie back to back in a pack (a commit writes a folder's subtrees
     /// together), instead of one read each.
     pub fn load_trees(&self, refs: &[BlobRef]) -> Result<()> {
+        if self.upstream.is_some() {
+            return refs.iter().try_for_each(|r| self.tree(r).map(drop));
+        }
         let mut todo = Vec::new();
         for r in refs.iter().filter(|r| !self.tree_in_memory(r)) {
             // Trees this host has seen come from its disk cache, not the store.
@@ -451,6 +468,9 @@ impl Repo {
     /// run, and a bad one must not fail its neighbours. The chunks of a run
     /// share one buffer (`Codec::decode_run`).
     pub fn read_chunks_each(&self, run: &[BlobRef]) -> Result<Vec<Result<Bytes>>> {
+        if let Some(chunks) = self.upstream_chunks(run) {
+            return Ok(chunks?.into_iter().map(Ok).collect());
+        }
         if !self.store.is_remote() {
             return pack::read_run_each(&self.store, run, BlobKind::Chunk);
         }
@@ -505,6 +525,11 @@ impl TreeSource for Repo {
     fn tree(&self, r: &BlobRef) -> Result<Arc<Tree>> {
         if let Some(t) = self.cached_tree(r) {
             return Ok(t);
+        }
+        if let Some(tree) = self.upstream_tree(r) {
+            let tree = Arc::new(tree?);
+            self.keep_tree(r, tree.clone());
+            return Ok(tree);
         }
         let bytes = match self.disk.decoded(r, BlobKind::Tree, &self.codec) {
             Some(b) => b,

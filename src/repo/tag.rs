@@ -74,6 +74,9 @@ impl Repo {
     /// The dataset's tags of versions synced so far, by name. Bodies are
     /// read once per process: tags never change.
     pub fn tags(&self, dataset: &str) -> Result<Vec<Tag>> {
+        if let Some(said) = self.said_tags(dataset) {
+            return said;
+        }
         let listed = self.store.list(&keys::tags(dataset), None)?;
         let mut known = self.tags.0.lock();
         let missing: Vec<String> = listed

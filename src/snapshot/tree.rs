@@ -329,6 +329,17 @@ pub struct Entry {
     pub node: Node,
 }
 
+/// An HTTP ETag for a file's content: its chunks' ids, hashed (the
+/// gateway sends it; a host reading through the gateway checks it).
+pub fn etag(chunks: &[BlobRef]) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for c in chunks {
+        h.update(c.id.as_bytes());
+    }
+    format!("\"{}\"", &hex::encode(h.finalize())[..32])
+}
+
 /// One directory's entries, sorted by name bytes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tree {

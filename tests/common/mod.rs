@@ -391,7 +391,13 @@ impl Env {
     }
 
     fn mount_polling(&self, extra: &[&str], failpoints: &str, poll: &str) -> Mount<'_> {
-        let dir = self.dir.path().join("mnt");
+        self.mount_in("mnt", extra, failpoints, poll)
+    }
+
+    /// A mount of `ds` at folder `name` of the env, its daemon run with
+    /// `failpoints`, polling every `poll`.
+    pub fn mount_in(&self, name: &str, extra: &[&str], failpoints: &str, poll: &str) -> Mount<'_> {
+        let dir = self.dir.path().join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let mut mount = self.command();
         if !failpoints.is_empty() {

@@ -111,6 +111,19 @@ impl VersionInodes {
         FIRST_VERSION_INO + ((self.slots[slot as usize].generation as u64) << 32) + slot as u64
     }
 
+    /// The files the kernel holds, whose pages it may keep.
+    pub(in crate::fs) fn held_files(&self) -> Vec<u64> {
+        (0..self.slots.len())
+            .filter(|&slot| {
+                self.slots[slot]
+                    .held
+                    .as_ref()
+                    .is_some_and(|h| !h.forgotten && matches!(h.kind, crate::fs::FileKind::File))
+            })
+            .map(|slot| self.ino(u32::try_from(slot).expect("slots fit in 32 bits")))
+            .collect()
+    }
+
     fn get(&self, ino: u64) -> Option<&Held> {
         let slot = self.slot(ino)?;
         self.slots[slot as usize]

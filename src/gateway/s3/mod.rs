@@ -10,12 +10,13 @@
 
 mod writes;
 
-use super::api::{Api, ApiError, Caller, etag};
+use super::api::{Api, ApiError, Caller};
 use crate::access::{self, Action};
 use crate::error::Error;
 use crate::relpath::RelPath;
 use crate::repo::{Repo, apikeys};
 use crate::snapshot::tree::TreeSource;
+use crate::snapshot::tree::etag;
 use crate::snapshot::{Node, Record};
 use crate::store::pack::BlobRef;
 use s3s::dto::{

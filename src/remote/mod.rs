@@ -9,6 +9,8 @@
 //! So far: the datasets, their versions, and files' bytes (`detafs dataset
 //! list`, `log`, `cat`).
 
+mod upstream;
+
 use crate::error::{Error, FsError, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -36,6 +38,8 @@ pub struct Gateway {
     credentials: Credentials,
     /// The client's one runtime: sync callers cross into it here alone.
     rt: tokio::runtime::Runtime,
+    /// What a mount through it has been told (`upstream.rs`).
+    told: upstream::Told,
 }
 
 enum Credentials {
@@ -109,6 +113,7 @@ impl Gateway {
             client,
             credentials,
             rt,
+            told: Default::default(),
         })
     }
 
@@ -124,19 +129,33 @@ impl Gateway {
     /// would give. A gateway that cannot be reached or answers 503 gives
     /// its turn to the next.
     async fn send(&self, path: &str, bearer: &str, from: u64) -> Result<reqwest::Response> {
+        self.send_with(path, bearer, |req| match from {
+            0 => req,
+            from => req.header(reqwest::header::RANGE, format!("bytes={from}-")),
+        })
+        .await
+    }
+
+    /// `send`, each request made by `make` (headers of its own); a 304
+    /// is an answer, not a refusal.
+    async fn send_with(
+        &self,
+        path: &str,
+        bearer: &str,
+        make: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response> {
         use std::sync::atomic::Ordering;
+        // Never on the kernel's request thread (`crate::nowait`).
+        crate::nowait::check()?;
         let first = self.current.load(Ordering::Relaxed);
         let mut last = None;
         for i in 0..self.bases.len() {
             let at = (first + i) % self.bases.len();
-            let mut req = self
+            let req = self
                 .client
                 .get(format!("{}{path}", self.bases[at]))
                 .bearer_auth(bearer);
-            if from > 0 {
-                req = req.header(reqwest::header::RANGE, format!("bytes={from}-"));
-            }
-            let res = match req.send().await {
+            let res = match make(req).send().await {
                 Ok(r) if r.status().as_u16() != 503 => r,
                 Ok(r) => {
                     let body = r.bytes().await.unwrap_or_default();
@@ -150,7 +169,7 @@ impl Gateway {
             };
             self.current.store(at, Ordering::Relaxed);
             let status = res.status().as_u16();
-            if (200..300).contains(&status) {
+            if (200..300).contains(&status) || status == 304 {
                 return Ok(res);
             }
             let body = res.bytes().await.unwrap_or_default();

@@ -1,0 +1,297 @@
+//! A gateway as a mount's upstream (`repo::Upstream`): the versions the
+//! caller may see and their tags in one request (a poll costs one), a
+//! folder's tree as the gateway shows it (`gateway::trees`), and a file's
+//! chunks as ranges of its bytes. The gateway's trees say nothing of where
+//! chunks lie, so this host names things itself: a folder by a hash of its
+//! dataset, version and path, and each file's chunks as laid end to end in
+//! a pack of the file's own, whose name says which file to ask for. A
+//! range's answer must carry the ETag of the chunks the tree named, so no
+//! byte of another content is taken for them.
+
+use super::{Gateway, escape_bytes, segment};
+use crate::error::{Error, FsError, Result};
+use crate::id::{BlobId, PackId, RecordHash};
+use crate::relpath::RelPath;
+use crate::repo::Upstream;
+use crate::repo::tag::Tag;
+use crate::snapshot::tree::etag;
+use crate::snapshot::{Node, Record, Stats, Tree};
+use crate::store::pack::{self, BlobRef};
+use bytes::Bytes;
+use parking_lot::Mutex;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What the gateway told a mount: the places its names stand for, the
+/// files it said may still be read, and whether it refused the caller.
+#[derive(Default)]
+pub(super) struct Told {
+    places: Mutex<HashMap<[u8; 32], Place>>,
+    readable: Mutex<HashSet<[u8; 32]>>,
+    refused: AtomicBool,
+}
+
+/// A folder, or a file (with the ETag of its chunks).
+#[derive(Clone)]
+struct Place {
+    dataset: String,
+    version: u64,
+    path: RelPath,
+    etag: Option<String>,
+}
+
+/// This host's name for a folder or a file of a version.
+fn name_of(kind: &[u8], dataset: &str, version: u64, path: &RelPath) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for part in [
+        kind,
+        dataset.as_bytes(),
+        &version.to_be_bytes(),
+        path.as_bytes(),
+    ] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part);
+    }
+    h.finalize().into()
+}
+
+/// A reference to a folder: nothing but its name.
+fn folder_ref(name: [u8; 32]) -> BlobRef {
+    BlobRef {
+        id: BlobId::from_bytes(name),
+        pack: PackId::from_bytes(name),
+        offset: pack::MAGIC.len() as u64,
+        len: 2,
+        size: 1,
+    }
+}
+
+impl Told {
+    fn remember(&self, name: [u8; 32], place: Place) {
+        self.places.lock().insert(name, place);
+    }
+
+    fn place(&self, name: &[u8; 32]) -> Result<Place> {
+        self.places
+            .lock()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::InvalidInput("a reference the gateway never gave".into()))
+    }
+
+    fn check_refused(&self) -> Result<()> {
+        match self.refused.load(Ordering::Relaxed) {
+            true => Err(Error::Forbidden(
+                "the gateway refused this host's credentials".into(),
+            )),
+            false => Ok(()),
+        }
+    }
+}
+
+impl Gateway {
+    /// GET `at` with `make`'s headers, the answer's ETag and body.
+    fn fetch(
+        &self,
+        at: &str,
+        make: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<(u16, Option<String>, Bytes)> {
+        let bearer = self.bearer()?;
+        let answer = self.rt.block_on(async {
+            let res = self.send_with(at, &bearer, make).await?;
+            let status = res.status().as_u16();
+            let tag = res
+                .headers()
+                .get(reqwest::header::ETAG)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let url = res.url().to_string();
+            let body = res
+                .bytes()
+                .await
+                .map_err(|e| super::unreachable_gateway(&url, &e))?;
+            Ok((status, tag, body))
+        });
+        // A refusal of the caller stands until the gateway answers again.
+        if let Err(Error::Forbidden(_)) = &answer {
+            self.told.refused.store(true, Ordering::Relaxed);
+            self.told.readable.lock().clear();
+        }
+        answer
+    }
+
+    fn path_of(place: &Place, what: &str) -> Result<String> {
+        let escaped: Vec<String> = place
+            .path
+            .names()
+            .map(|n| format!("/{}", escape_bytes(n)))
+            .collect();
+        Ok(format!(
+            "/datasets/{}/versions/v{}/{what}{}",
+            segment(&place.dataset)?,
+            place.version,
+            escaped.concat()
+        ))
+    }
+
+    /// This host's names for a tree's folders and files.
+    fn named(&self, at: &Place, mut tree: Tree) -> Result<Tree> {
+        for e in &mut tree.entries {
+            let path = at.path.join(&e.name)?;
+            let place = |etag| Place {
+                dataset: at.dataset.clone(),
+                version: at.version,
+                path: path.clone(),
+                etag,
+            };
+            match &mut e.node {
+                Node::Dir { tree, .. } => {
+                    let name = name_of(b"folder", &at.dataset, at.version, &path);
+                    *tree = folder_ref(name);
+                    self.told.remember(name, place(None));
+                }
+                Node::File { chunks, .. } if !chunks.is_empty() => {
+                    let name = name_of(b"file", &at.dataset, at.version, &path);
+                    let mut offset = 0;
+                    for c in chunks.iter_mut() {
+                        c.pack = PackId::from_bytes(name);
+                        c.offset = offset;
+                        c.len = c.size;
+                        offset += u64::from(c.size);
+                    }
+                    self.told.remember(name, place(Some(etag(chunks))));
+                }
+                _ => {}
+            }
+        }
+        Ok(tree)
+    }
+}
+
+impl Upstream for Gateway {
+    fn url(&self) -> String {
+        self.bases.join(",")
+    }
+
+    fn history(&self, dataset: &str) -> Result<(Vec<Record>, Vec<Tag>)> {
+        let at = format!("/datasets/{}/versions", segment(dataset)?);
+        let (_, _, body) = self.fetch(&at, |r| r).map_err(|e| match e {
+            Error::InvalidInput(_) => Error::NoDataset(dataset.to_string()),
+            e => e,
+        })?;
+        self.told.refused.store(false, Ordering::Relaxed);
+        let rows: Vec<Value> = serde_json::from_slice(&body)
+            .map_err(|e| Error::malformed(format!("the gateway's answer to {at}"), e))?;
+        let bad = || Error::malformed(format!("the gateway's answer to {at}"), "a version row");
+        let (mut records, mut tags) = (Vec::new(), Vec::new());
+        for row in &rows {
+            let version = row["version"].as_u64().ok_or_else(bad)?;
+            let text = |k: &str| row[k].as_str().unwrap_or_default().to_string();
+            let figure = |k: &str| row[k].as_u64().unwrap_or(0);
+            let root = name_of(b"folder", dataset, version, &RelPath::root());
+            self.told.remember(
+                root,
+                Place {
+                    dataset: dataset.to_string(),
+                    version,
+                    path: RelPath::root(),
+                    etag: None,
+                },
+            );
+            records.push(Record {
+                format: crate::store::FORMAT,
+                dataset: dataset.to_string(),
+                version,
+                parent: None,
+                tree: folder_ref(root),
+                time: text("timestamp"),
+                author: text("author"),
+                message: text("message"),
+                stats: Stats {
+                    files_added: figure("files_added"),
+                    files_changed: figure("files_changed"),
+                    files_removed: figure("files_removed"),
+                    files_touched: figure("files_touched"),
+                    bytes_added: figure("delta_size"),
+                },
+            });
+            for tag in row["tags"].as_array().into_iter().flatten() {
+                tags.push(Tag {
+                    dataset: dataset.to_string(),
+                    tag: tag.as_str().ok_or_else(bad)?.to_string(),
+                    version,
+                    record: RecordHash::from_bytes([0; 32]),
+                    time: String::new(),
+                    author: String::new(),
+                    nonce: String::new(),
+                });
+            }
+        }
+        Ok((records, tags))
+    }
+
+    fn tree(&self, r: &BlobRef) -> Result<Tree> {
+        self.told.check_refused()?;
+        let place = self.told.place(r.id.as_bytes())?;
+        let at = Gateway::path_of(&place, "tree")?;
+        let (_, _, body) = self.fetch(&at, |r| r)?;
+        self.named(&place, Tree::decode(&body)?)
+    }
+
+    fn chunks(&self, run: &[BlobRef]) -> Result<Vec<Bytes>> {
+        self.told.check_refused()?;
+        let (first, last) = (run[0], run[run.len() - 1]);
+        let place = self.told.place(first.pack.as_bytes())?;
+        let at = Gateway::path_of(&place, "files")?;
+        let range = format!("bytes={}-{}", first.offset, last.end() - 1);
+        let (_, tag, body) =
+            self.fetch(&at, |r| r.header(reqwest::header::RANGE, range.as_str()))?;
+        let want: u64 = run.iter().map(BlobRef::data_size).sum();
+        if tag != place.etag || body.len() as u64 != want {
+            return Err(Error::malformed(
+                format!("{} of {} v{}", place.path, place.dataset, place.version),
+                "the gateway sent other bytes than its listing named",
+            ));
+        }
+        self.told.readable.lock().insert(*first.pack.as_bytes());
+        let mut at = 0;
+        Ok(run
+            .iter()
+            .map(|r| {
+                let to = at + crate::limits::to_usize(r.data_size());
+                let piece = body.slice(at..to);
+                at = to;
+                piece
+            })
+            .collect())
+    }
+
+    fn readable(&self, chunk: &BlobRef) -> Result<()> {
+        self.told.check_refused()?;
+        let name = *chunk.pack.as_bytes();
+        if self.told.readable.lock().contains(&name) {
+            return Ok(());
+        }
+        let place = self.told.place(&name)?;
+        let at = Gateway::path_of(&place, "files")?;
+        let tag = place.etag.clone().unwrap_or_default();
+        // One byte at most if it is not what was named.
+        let (status, _, _) = self.fetch(&at, |r| {
+            r.header(reqwest::header::IF_NONE_MATCH, tag.as_str())
+                .header(reqwest::header::RANGE, "bytes=0-0")
+        })?;
+        if status != 304 {
+            return Err(Error::fs(
+                FsError::NotFound,
+                format!(
+                    "{} of {} v{} changed",
+                    place.path, place.dataset, place.version
+                ),
+            ));
+        }
+        self.told.readable.lock().insert(name);
+        Ok(())
+    }
+}

@@ -1,0 +1,116 @@
+//! A repo whose datasets come from upstream (a gateway, `detafs::remote`)
+//! rather than from its store. The store is then this host's own, sealed
+//! with a key of the host's (made on first use, as the embedded store's
+//! is), and holds what was fetched: each chunk sealed under its id and
+//! opened only with that id, so the disk holds nothing readable without
+//! the host's key, and a cached chunk is served only while upstream still
+//! says its file is readable. Upstream decides what the caller sees; no
+//! copy of its rule is kept here.
+
+use super::Repo;
+use super::tag::Tag;
+use crate::error::Result;
+use crate::snapshot::{Record, Tree};
+use crate::store::pack::BlobRef;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Where datasets come from.
+pub trait Upstream: Send + Sync {
+    /// Where it is (for health and messages).
+    fn url(&self) -> String;
+    /// A dataset's versions the caller may see, oldest first, and their
+    /// tags, in one answer. Each record's tree names its root folder for
+    /// `tree`.
+    fn history(&self, dataset: &str) -> Result<(Vec<Record>, Vec<Tag>)>;
+    /// A folder's tree, named by a reference an earlier answer gave.
+    fn tree(&self, r: &BlobRef) -> Result<Tree>;
+    /// A run of chunks of one file (`pack::runs`), one `Bytes` each.
+    fn chunks(&self, run: &[BlobRef]) -> Result<Vec<Bytes>>;
+    /// Whether the file `chunk` belongs to may still be read (asked of
+    /// upstream once per file; false answers again each time).
+    fn readable(&self, chunk: &BlobRef) -> Result<()>;
+}
+
+/// The upstream of a repo and the tags it gave last with each dataset's
+/// history (a poll asks once for both).
+pub(super) struct Upstreamed {
+    source: Arc<dyn Upstream>,
+    said: Mutex<HashMap<String, Vec<Tag>>>,
+}
+
+impl Repo {
+    /// This repo with its datasets from `source` (its store is the host's
+    /// own cache).
+    pub fn with_upstream(mut self, source: Arc<dyn Upstream>) -> Repo {
+        self.upstream = Some(Upstreamed {
+            source,
+            said: Mutex::default(),
+        });
+        self
+    }
+
+    /// Where the datasets come from: upstream's URL, or the store's.
+    pub fn location(&self) -> String {
+        match &self.upstream {
+            Some(up) => up.source.url(),
+            None => self.store.url().to_string(),
+        }
+    }
+
+    /// Whether what is read comes over a network (upstream, or a remote
+    /// store): reads go further ahead.
+    pub fn is_remote(&self) -> bool {
+        self.upstream.is_some() || self.store.is_remote()
+    }
+
+    /// Asks upstream for a dataset's history (None: no upstream); the
+    /// tags that came with it are kept for `said_tags`.
+    pub(super) fn ask_upstream(&self, name: &str) -> Option<Result<Vec<Record>>> {
+        let up = self.upstream.as_ref()?;
+        Some(up.source.history(name).map(|(records, tags)| {
+            up.said.lock().insert(name.to_string(), tags);
+            records
+        }))
+    }
+
+    /// The tags upstream gave with the dataset's history (asked if never).
+    pub(super) fn said_tags(&self, name: &str) -> Option<Result<Vec<Tag>>> {
+        let up = self.upstream.as_ref()?;
+        if let Some(tags) = up.said.lock().get(name) {
+            return Some(Ok(tags.clone()));
+        }
+        Some(
+            self.ask_upstream(name)?
+                .and_then(|_| self.said_tags(name).expect("asked")),
+        )
+    }
+
+    /// A tree from upstream (None: no upstream). Kept in memory only: it
+    /// is what the policy shows now, and a later policy may show less.
+    pub(super) fn upstream_tree(&self, r: &BlobRef) -> Option<Result<Tree>> {
+        Some(self.upstream.as_ref()?.source.tree(r))
+    }
+
+    /// A run of chunks from upstream, through the disk cache (None: no
+    /// upstream).
+    pub(super) fn upstream_chunks(&self, run: &[BlobRef]) -> Option<Result<Vec<Bytes>>> {
+        let up = self.upstream.as_ref()?;
+        let key = |r: &BlobRef| format!("upstream chunk {}", r.id.to_hex());
+        let cached: Option<Vec<Bytes>> = run
+            .iter()
+            .map(|r| self.disk.opened(&r.id, &key(r), &self.codec))
+            .collect();
+        Some(match cached {
+            Some(chunks) => up.source.readable(&run[0]).map(|()| chunks),
+            None => up.source.chunks(run).inspect(|chunks| {
+                for (r, c) in run.iter().zip(chunks) {
+                    self.disk
+                        .put(&r.id, &self.codec.seal_object(&key(r), c.clone()));
+                }
+            }),
+        })
+    }
+}

@@ -1,0 +1,204 @@
+//! Mounting through the gateway (`--store https://…`): a host that holds
+//! no store key sees in `versions/` exactly what the gateway's policy
+//! shows its key, with every byte, mode and time the store holds.
+
+mod common;
+
+use common::gateway::{cert, key, serve, set_policy_and_wait};
+use common::{Env, Mount, within};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A store of three versions (v1 tagged `first`) with a folder `private/`
+/// and a file of several chunks; keys `all` and `limited`, the second
+/// denied v2 and `private/`.
+fn three_versions(env: &Env) -> Vec<u8> {
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("private")).unwrap();
+    std::fs::create_dir_all(src.join("d/e")).unwrap();
+    std::fs::write(src.join("private/s.csv"), "secret\n").unwrap();
+    std::fs::write(src.join("d/e/deep.txt"), "deep\n").unwrap();
+    std::os::unix::fs::symlink("a.csv", src.join("link")).unwrap();
+    let big: Vec<u8> = (0..6_000_000u32)
+        .map(|i| i.wrapping_mul(2_654_435_761).to_be_bytes()[2])
+        .collect();
+    std::fs::write(src.join("big.bin"), &big).unwrap();
+    for v in 1..=3 {
+        std::fs::write(src.join("a.csv"), format!("plain-marker-{v}\n")).unwrap();
+        env.commit(&src, &format!("v{v}"));
+    }
+    env.ok(&["tag", "ds", "v1", "first"]);
+    set_policy_and_wait(
+        env,
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: read, effect: allow, principals: [\"key:all\", \"key:limited\"], actions: [\"dataset:read\", \"dataset:versions\"], resources: [\"datasets/ds\"]}\n  - {name: not_v2, effect: deny, principals: [\"key:limited\"], actions: [\"dataset:versions\"], resources: [\"datasets/ds/versions/v2\"]}\n  - {name: no_private, effect: deny, principals: [\"key:limited\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\"]}\n",
+    );
+    big
+}
+
+/// A read-only mount of `ds` at `name` through gateway `url` with `key`,
+/// its cache in `cache`.
+fn mount_through<'e>(env: &'e Env, name: &str, url: &str, key: &str, cache: &Path) -> Mount<'e> {
+    let key_file = env.path(&format!("{name}.key"));
+    std::fs::write(&key_file, format!("{key}\n")).unwrap();
+    let ca = cert(env);
+    env.mount_in(
+        name,
+        &[
+            "--read-only",
+            "--store",
+            url,
+            "--api-key-file",
+            key_file.to_str().unwrap(),
+            "--ca-cert",
+            ca.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        "",
+        "200ms",
+    )
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every file under `dir`, read whole.
+fn all_bytes(dir: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p: PathBuf = e.unwrap().path();
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            if meta.is_dir() {
+                todo.push(p);
+            } else if meta.is_file() {
+                out.extend(std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_mount_through_the_gateway_shows_what_the_policy_shows() {
+    let env = Env::new();
+    let big = three_versions(&env);
+    let (all, limited) = (key(&env, "all", "read"), key(&env, "limited", "read"));
+    let g = serve(&env);
+    // What the store holds, exported on the store's host.
+    let exported = |v: &str| {
+        let dir = env.path(&format!("export-{v}"));
+        env.ok(&["export", "ds", v, dir.to_str().unwrap()]);
+        dir
+    };
+    let cache = env.path("host-cache");
+    let m = mount_through(&env, "all", &g.url, &all, &cache);
+    assert_eq!(
+        names(&m.path("versions")),
+        ["first", "latest", "v1", "v2", "v3"]
+    );
+    for v in ["v1", "v2", "v3"] {
+        assert_eq!(
+            common::fingerprint(&m.path(&format!("versions/{v}"))),
+            common::fingerprint(&exported(v)),
+            "{v}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_link(m.path("versions/first")).unwrap(),
+        Path::new("v1")
+    );
+    // Ranges across chunks, read with seeks.
+    {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(m.path("versions/v2/big.bin")).unwrap();
+        for at in [0usize, 1 << 20, 4_999_999, 5_999_000] {
+            let mut buf = vec![0; 4096];
+            f.seek(SeekFrom::Start(at as u64)).unwrap();
+            let n = f.read(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &big[at..at + n], "at {at}");
+        }
+    }
+    // What the host keeps on disk is sealed: no byte of a file shows.
+    let kept = all_bytes(&cache);
+    assert!(!kept.is_empty());
+    for marker in [&b"plain-marker-"[..], &big[1000..1064]] {
+        assert!(
+            !kept.windows(marker.len()).any(|w| w == marker),
+            "plaintext in the host's cache"
+        );
+    }
+    // The key file the host made for its cache is its own alone.
+    let keys = dirs_key_files(&env);
+    assert!(keys.iter().all(|k| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(k).unwrap().permissions().mode() & 0o077 == 0
+    }));
+    drop(m);
+
+    // The limited key: v2 and private/ are missing, as missing ones are.
+    let lm = mount_through(
+        &env,
+        "limited",
+        &g.url,
+        &limited,
+        &env.path("limited-cache"),
+    );
+    assert_eq!(names(&lm.path("versions")), ["first", "latest", "v1", "v3"]);
+    for hidden in [
+        "versions/v2",
+        "versions/v3/private",
+        "versions/v3/private/s.csv",
+    ] {
+        let e = std::fs::metadata(lm.path(hidden)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{hidden}");
+    }
+    assert_eq!(
+        names(&lm.path("versions/v3")),
+        ["a.csv", "big.bin", "d", "link"]
+    );
+    assert_eq!(
+        std::fs::read(lm.path("versions/v3/a.csv")).unwrap(),
+        b"plain-marker-3\n"
+    );
+    // A version committed later appears within the poll interval.
+    let src = env.path("src");
+    std::fs::write(src.join("a.csv"), "plain-marker-4\n").unwrap();
+    env.commit(&src, "v4");
+    within(Duration::from_secs(20), "v4 seen", || {
+        lm.path("versions/v4/a.csv").exists()
+    });
+    assert_eq!(
+        std::fs::read(lm.path("versions/latest/a.csv")).unwrap(),
+        b"plain-marker-4\n"
+    );
+    // Its key revoked, the mount reads nothing more within the poll
+    // interval: EACCES, for bytes read before (kept in memory, on disk and
+    // in the kernel's pages) as for new ones.
+    std::fs::read(lm.path("versions/v1/big.bin")).unwrap();
+    env.ok(&["apikey", "revoke", "limited"]);
+    let refused = |p: &str| {
+        std::fs::read(lm.path(p))
+            .map(|b| b.len())
+            .map_err(|e| e.raw_os_error())
+            == Err(Some(libc::EACCES))
+    };
+    within(Duration::from_secs(20), "the revocation seen", || {
+        refused("versions/v3/d/e/deep.txt") && refused("versions/v1/big.bin")
+    });
+}
+
+/// The key files this env's commands made (its HOME is its own).
+fn dirs_key_files(env: &Env) -> Vec<PathBuf> {
+    let dir = env.path("home/.config/detafs/keys");
+    std::fs::read_dir(&dir)
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default()
+}
