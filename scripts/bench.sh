@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Store and commit benchmark (docs/benchmarks.md). Medians of RUNS runs, each
 # beside `openssl dgst -sha256` over the same bytes in the same run.
-#   scripts/bench.sh [RUNS] [store|mount|core|million|change|s3|scale|sealed|policy|gateway|all]
+#   scripts/bench.sh [RUNS] [store|mount|core|million|change|s3|scale|sealed|policy|gateway|remote|all]
 #   (default 3 runs, all; BENCH_DIR default /var/tmp/detafs-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -213,6 +213,7 @@ source scripts/bench-core.sh
 source scripts/bench-sealed.sh
 source scripts/bench-policy.sh
 source scripts/bench-gateway.sh
+source scripts/bench-remote.sh
 case "$WHAT" in
   store) bench_store ;;
   mount) bench_mount ;;
@@ -224,5 +225,6 @@ case "$WHAT" in
   sealed) bench_sealed ;;
   policy) bench_policy ;;
   gateway) bench_gateway ;;
-  *) bench_store; bench_mount; bench_core; bench_million; bench_million_change; bench_s3; bench_scale; bench_sealed; bench_policy; bench_gateway ;;
+  remote) bench_remote ;;
+  *) bench_store; bench_mount; bench_core; bench_million; bench_million_change; bench_s3; bench_scale; bench_sealed; bench_policy; bench_gateway; bench_remote ;;
 esac

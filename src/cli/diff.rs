@@ -31,6 +31,19 @@ pub enum Format {
     Json,
 }
 
+impl Format {
+    /// The format `--stat`, `--patch` and `--json` ask for (the first
+    /// given wins).
+    pub fn of(stat: bool, patch: bool, json: bool) -> Format {
+        match (stat, patch, json) {
+            (true, _, _) => Format::Stat,
+            (_, true, _) => Format::Patch,
+            (_, _, true) => Format::Json,
+            _ => Format::Names,
+        }
+    }
+}
+
 pub fn diff(
     repo: &Repo,
     staging_base: &Path,

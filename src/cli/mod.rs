@@ -845,12 +845,7 @@ fn on_store(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             content_only,
         } => {
-            let format = match (stat, patch, json) {
-                (true, _, _) => diff::Format::Stat,
-                (_, true, _) => diff::Format::Patch,
-                (_, _, true) => diff::Format::Json,
-                _ => diff::Format::Names,
-            };
+            let format = diff::Format::of(stat, patch, json);
             diff::diff(&open()?, &staging, &name, &from, &to, format, content_only)?
         }
         Command::Export {

@@ -123,6 +123,32 @@ pub fn execute(
             let listed: Vec<Listed> = rows.iter().map(listed).collect();
             show::print_ls(&listed, json)?;
         }
+        Command::Diff {
+            name,
+            from,
+            to,
+            stat,
+            patch,
+            json,
+            content_only,
+        } => {
+            if [&from, &to].iter().any(|v| *v == super::diff::STAGING) {
+                bail!(
+                    "through a gateway ({store}), diff compares versions so far: staging needs the store itself for now"
+                );
+            }
+            let format = super::diff::Format::of(stat, patch, json);
+            let repo = host_repo(store, opts, here)?;
+            super::diff::diff(
+                &repo,
+                &here.staging,
+                &name,
+                &from,
+                &to,
+                format,
+                content_only,
+            )?;
+        }
         Command::Mount(args) => {
             if !args.read_only {
                 bail!(
@@ -133,7 +159,7 @@ pub fn execute(
             super::mount::mount(host_repo(store, opts, here)?, &here.staging, &args)?;
         }
         _ => bail!(
-            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag NAME` (the list), `ls`, `cat`, `export` and `mount --read-only` so far; the other commands need the store itself for now"
+            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag NAME` (the list), `ls`, `cat`, `export`, `diff` of versions and `mount --read-only` so far; the other commands need the store itself for now"
         ),
     }
     Ok(ExitCode::SUCCESS)
