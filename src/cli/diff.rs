@@ -31,11 +31,23 @@ pub enum Format {
     Json,
 }
 
-impl Format {
-    /// The format `--stat`, `--patch` and `--json` ask for (the first
-    /// given wins).
-    pub fn of(stat: bool, patch: bool, json: bool) -> Format {
-        match (stat, patch, json) {
+/// The format flags of `diff`.
+#[derive(clap::Args)]
+pub struct Asked {
+    /// Summary with sizes.
+    #[arg(long, conflicts_with = "patch")]
+    stat: bool,
+    /// Text files line by line, as `diff -u` (binary files as one line).
+    #[arg(short = 'u', long = "patch")]
+    patch: bool,
+    /// One JSON array: change, path, old_size, new_size.
+    #[arg(long, conflicts_with_all = ["stat", "patch"])]
+    json: bool,
+}
+
+impl Asked {
+    pub fn format(&self) -> Format {
+        match (self.stat, self.patch, self.json) {
             (true, _, _) => Format::Stat,
             (_, true, _) => Format::Patch,
             (_, _, true) => Format::Json,

@@ -255,15 +255,8 @@ enum Command {
         from: String,
         /// Newer side, the same forms.
         to: String,
-        /// Summary with sizes.
-        #[arg(long, conflicts_with = "patch")]
-        stat: bool,
-        /// Text files line by line, as `diff -u` (binary files as one line).
-        #[arg(short = 'u', long = "patch")]
-        patch: bool,
-        /// One JSON array: change, path, old_size, new_size.
-        #[arg(long, conflicts_with_all = ["stat", "patch"])]
-        json: bool,
+        #[command(flatten)]
+        format: diff::Asked,
         /// Leave out time-only changes (`T`).
         #[arg(long)]
         content_only: bool,
@@ -840,12 +833,10 @@ fn on_store(cli: Cli) -> anyhow::Result<ExitCode> {
             name,
             from,
             to,
-            stat,
-            patch,
-            json,
+            format,
             content_only,
         } => {
-            let format = diff::Format::of(stat, patch, json);
+            let format = format.format();
             diff::diff(&open()?, &staging, &name, &from, &to, format, content_only)?
         }
         Command::Export {

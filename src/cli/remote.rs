@@ -127,9 +127,7 @@ pub fn execute(
             name,
             from,
             to,
-            stat,
-            patch,
-            json,
+            format,
             content_only,
         } => {
             if [&from, &to].iter().any(|v| *v == super::diff::STAGING) {
@@ -137,7 +135,7 @@ pub fn execute(
                     "through a gateway ({store}), diff compares versions so far: staging needs the store itself for now"
                 );
             }
-            let format = super::diff::Format::of(stat, patch, json);
+            let format = format.format();
             let repo = host_repo(store, opts, here)?;
             super::diff::diff(
                 &repo,
