@@ -100,19 +100,32 @@ impl Gateway {
     ) -> Result<(u16, Option<String>, Bytes)> {
         let bearer = self.bearer()?;
         let answer = self.rt.block_on(async {
-            let res = self.send_with(at, &bearer, make).await?;
-            let status = res.status().as_u16();
-            let tag = res
-                .headers()
-                .get(reqwest::header::ETAG)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string);
-            let url = res.url().to_string();
-            let body = res
-                .bytes()
-                .await
-                .map_err(|e| super::unreachable_gateway(&url, &e))?;
-            Ok((status, tag, body))
+            // A gateway lost in the middle of an answer hands over to the
+            // next (each at most once); `at` names a version by number, so
+            // the next sends the same bytes (their ETag is checked too).
+            let mut handed_over = 0;
+            loop {
+                let res = self.send_with(at, &bearer, &make).await?;
+                let status = res.status().as_u16();
+                let tag = res
+                    .headers()
+                    .get(reqwest::header::ETAG)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
+                let url = res.url().to_string();
+                match res.bytes().await {
+                    Ok(body) => return Ok((status, tag, body)),
+                    Err(e) if handed_over + 1 < self.bases.len() => {
+                        handed_over += 1;
+                        tracing::warn!(
+                            "{}; the next gateway sends it",
+                            super::unreachable_gateway(&url, &e)
+                        );
+                        self.next();
+                    }
+                    Err(e) => return Err(super::unreachable_gateway(&url, &e)),
+                }
+            }
         });
         // A refusal of the caller stands until the gateway answers again.
         if let Err(Error::Forbidden(_)) = &answer {
