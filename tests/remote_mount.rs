@@ -7,6 +7,7 @@ mod common;
 use common::gateway::{cert, key, serve, set_policy_and_wait};
 use common::{Env, Mount, within};
 use sha2::{Digest, Sha256};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,6 +21,10 @@ fn three_versions(env: &Env) -> Vec<u8> {
     std::fs::write(src.join("private/s.csv"), "secret\n").unwrap();
     std::fs::write(src.join("d/e/deep.txt"), "deep\n").unwrap();
     std::os::unix::fs::symlink("a.csv", src.join("link")).unwrap();
+    // A name that is not UTF-8, and a second name of a file.
+    let latin1 = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+    std::fs::write(src.join(latin1), "latin-1 name\n").unwrap();
+    std::fs::hard_link(src.join("d/e/deep.txt"), src.join("d/hard.txt")).unwrap();
     let big: Vec<u8> = (0..6_000_000u32)
         .map(|i| i.wrapping_mul(2_654_435_761).to_be_bytes()[2])
         .collect();
@@ -148,6 +153,11 @@ fn a_mount_through_the_gateway_shows_what_the_policy_shows() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::metadata(k).unwrap().permissions().mode() & 0o077 == 0
     }));
+    // A file's two names are one file, as on the store.
+    assert_eq!(
+        links(&m, "versions/v3/d/hard.txt", "versions/v3/d/e/deep.txt"),
+        2
+    );
     drop(m);
 
     // The limited key: v2 and private/ are missing, as missing ones are.
@@ -170,7 +180,13 @@ fn a_mount_through_the_gateway_shows_what_the_policy_shows() {
     }
     assert_eq!(
         names(&lm.path("versions/v3")),
-        ["a.csv", "big.bin", "d", "link"]
+        ["a.csv", "big.bin", "caf\u{fffd}.txt", "d", "link"]
+    );
+    // A file's two names are files of their own to a key a policy may
+    // hide paths from (another name could be hidden).
+    assert_eq!(
+        links(&lm, "versions/v3/d/hard.txt", "versions/v3/d/e/deep.txt"),
+        1
     );
     assert_eq!(
         std::fs::read(lm.path("versions/v3/a.csv")).unwrap(),
@@ -201,6 +217,18 @@ fn a_mount_through_the_gateway_shows_what_the_policy_shows() {
     within(Duration::from_secs(20), "the revocation seen", || {
         refused("versions/v3/d/e/deep.txt") && refused("versions/v1/big.bin")
     });
+}
+
+/// The number of names `a` has, which `b` shares if it is more than one.
+fn links(m: &Mount, a: &str, b: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let (a, b) = (
+        std::fs::metadata(m.path(a)).unwrap(),
+        std::fs::metadata(m.path(b)).unwrap(),
+    );
+    assert_eq!(a.ino() == b.ino(), a.nlink() > 1);
+    assert_eq!(a.nlink(), b.nlink());
+    a.nlink()
 }
 
 /// The key files this env's commands made (its HOME is its own).

@@ -750,8 +750,8 @@ pub fn router(api: Arc<Api>, more: Router<Arc<Api>>) -> Router {
         .route("/datasets", get(list_datasets).post(create_dataset))
         .route("/datasets/{id}/versions", get(list_versions))
         .route("/datasets/{id}/versions/{v}", get(get_version))
-        .route("/datasets/{id}/versions/{v}/files", get(get_root))
-        .route("/datasets/{id}/versions/{v}/files/{*path}", get(get_file))
+        .route("/datasets/{id}/versions/{v}/files", get(get_path))
+        .route("/datasets/{id}/versions/{v}/files/{*path}", get(get_path))
         .route("/datasets/{id}/commit", post(commit))
         .route(
             "/datasets/{id}/uploads/{*path}",
@@ -999,20 +999,48 @@ async fn get_version(
     Ok(Json(e).into_response())
 }
 
-async fn get_root(
-    State(api): State<Arc<Api>>,
-    headers: HeaderMap,
-    Path((id, v)): Path<(String, String)>,
-) -> Reply {
-    serve_path(api, headers, id, v, String::new()).await
+/// Where a request in a version points: `{id}`, `{v}` and `{*path}` (the
+/// version's root without one), each percent-decoded once here. A path is
+/// bytes, as names are (it need not be UTF-8), parsed by `RelPath::parse`
+/// like every path in detafs.
+pub(super) struct InVersion {
+    pub(super) id: String,
+    pub(super) v: String,
+    pub(super) path: RelPath,
 }
 
-async fn get_file(
-    State(api): State<Arc<Api>>,
-    headers: HeaderMap,
-    Path((id, v, path)): Path<(String, String, String)>,
-) -> Reply {
-    serve_path(api, headers, id, v, path).await
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for InVersion {
+    type Rejection = ApiError;
+
+    /// From the request's own path (`/datasets/ID/versions/V/KIND[/PATH]`):
+    /// axum's path parameters must be UTF-8, names need not be.
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<InVersion, ApiError> {
+        let bad = |what: &str| {
+            err(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                format!("{what} in the URL"),
+            )
+        };
+        let decoded = |s: &str| -> Vec<u8> { percent_encoding::percent_decode_str(s).collect() };
+        let mut parts_of = parts.uri.path().splitn(7, '/').skip(1);
+        let mut next = || parts_of.next().unwrap_or_default();
+        let (_, id, _, v, _) = (next(), next(), next(), next(), next());
+        let path = decoded(next());
+        let text = |s: &str| String::from_utf8(decoded(s)).map_err(|_| bad("a name not in UTF-8"));
+        Ok(InVersion {
+            id: text(id)?,
+            v: text(v)?,
+            path: RelPath::parse(path)?,
+        })
+    }
+}
+
+async fn get_path(State(api): State<Arc<Api>>, headers: HeaderMap, at: InVersion) -> Reply {
+    serve_path(api, headers, at).await
 }
 
 /// A single `bytes=A-B`, `bytes=A-` or `bytes=-N` range within `size`.
@@ -1107,20 +1135,14 @@ struct Part {
     first: Vec<Bytes>,
 }
 
-async fn serve_path(
-    api: Arc<Api>,
-    headers: HeaderMap,
-    id: String,
-    v: String,
-    path: String,
-) -> Reply {
+async fn serve_path(api: Arc<Api>, headers: HeaderMap, at: InVersion) -> Reply {
     let caller = api.caller(&headers).await?;
-    let (_, record, versions) = api.visible_version(&caller, &id, &v).await?;
+    let (_, record, versions) = api.visible_version(&caller, &at.id, &at.v).await?;
     let asked = Arc::new(Asked {
         caller,
         record,
         versions,
-        path: RelPath::parse(&path)?,
+        path: at.path,
         headers,
     });
     // Answered where the request is when all it needs is in memory (a hop

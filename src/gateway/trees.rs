@@ -4,55 +4,31 @@
 //! of the store's layout. Chunks keep their ids and sizes, not where they
 //! lie (offsets would show the size of what lies hidden between them);
 //! folders are named by their path, not by their tree's id (which changes
-//! with what is hidden in them); a hard link counts only the names shown.
+//! with what is hidden in them).
 
-use super::api::{Api, Reply, visible_entries};
+use super::api::{Api, InVersion, Reply, visible_entries};
 use crate::id::{BlobId, PackId};
-use crate::relpath::RelPath;
+use crate::snapshot::Node;
 use crate::snapshot::tree::{Entry, Tree};
-use crate::snapshot::{Link, Node};
 use crate::store::pack::{self, BlobRef};
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// `GET /datasets/{id}/versions/{v}/tree[/{path}]`.
 pub(super) fn routes() -> Router<Arc<Api>> {
     Router::new()
-        .route("/datasets/{id}/versions/{v}/tree", get(get_root))
-        .route("/datasets/{id}/versions/{v}/tree/{*path}", get(get_folder))
+        .route("/datasets/{id}/versions/{v}/tree", get(serve_tree))
+        .route("/datasets/{id}/versions/{v}/tree/{*path}", get(serve_tree))
 }
 
-async fn get_root(
-    State(api): State<Arc<Api>>,
-    headers: HeaderMap,
-    Path((id, v)): Path<(String, String)>,
-) -> Reply {
-    serve_tree(api, headers, id, v, String::new()).await
-}
-
-async fn get_folder(
-    State(api): State<Arc<Api>>,
-    headers: HeaderMap,
-    Path((id, v, path)): Path<(String, String, String)>,
-) -> Reply {
-    serve_tree(api, headers, id, v, path).await
-}
-
-async fn serve_tree(
-    api: Arc<Api>,
-    headers: HeaderMap,
-    id: String,
-    v: String,
-    path: String,
-) -> Reply {
+async fn serve_tree(State(api): State<Arc<Api>>, headers: HeaderMap, at: InVersion) -> Reply {
     let caller = api.caller(&headers).await?;
-    let (_, record, versions) = api.visible_version(&caller, &id, &v).await?;
-    let path = RelPath::parse(&path)?;
+    let (_, record, versions) = api.visible_version(&caller, &at.id, &at.v).await?;
+    let path = at.path.clone();
     let encoded = api
         .run(move |repo| {
             let node = repo.lookup(&record.tree, &path)?;
@@ -63,37 +39,35 @@ async fn serve_tree(
                     format!("{path} is not a folder"),
                 ));
             };
-            Ok(bare(visible_entries(repo, &caller, &versions, &path, &tree)?).encode())
+            let keep_links = !caller.may_hide_paths(&at.id);
+            let entries = visible_entries(repo, &caller, &versions, &path, &tree)?;
+            Ok(bare(entries, keep_links).encode())
         })
         .await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], encoded).into_response())
 }
 
-/// `entries` as a tree without the store's layout (see the module's note).
-fn bare(mut entries: Vec<Entry>) -> Tree {
-    let mut names: HashMap<u64, u32> = HashMap::new();
-    for l in entries.iter().filter_map(|e| e.node.link()) {
-        *names.entry(l.group).or_default() += 1;
-    }
-    // One name left shown is a plain file.
-    let shown = |link: &mut Option<Link>| {
-        *link = link
-            .map(|l| Link {
-                names: names[&l.group],
-                ..l
-            })
-            .filter(|l| l.names > 1);
-    };
+/// `entries` as a tree without the store's layout (see the module's
+/// note). A file's further names may lie in folders hidden from a caller
+/// a policy may hide paths from: to such a caller each name is a file of
+/// its own (as `export` through a gateway writes them), so its count of
+/// names tells nothing of what is hidden.
+fn bare(mut entries: Vec<Entry>, keep_links: bool) -> Tree {
     for e in &mut entries {
         match &mut e.node {
             Node::File { chunks, link, .. } => {
                 for c in chunks.iter_mut() {
                     *c = bare_ref(c.id, c.size);
                 }
-                shown(link);
+                link.take_if(|_| !keep_links);
             }
-            Node::Dir { tree, .. } => *tree = bare_ref(BlobId::from_bytes([0; 32]), 1),
-            Node::Symlink { link, .. } | Node::Special { link, .. } => shown(link),
+            Node::Dir { tree, links, .. } => {
+                *tree = bare_ref(BlobId::from_bytes([0; 32]), 1);
+                *links &= keep_links;
+            }
+            Node::Symlink { link, .. } | Node::Special { link, .. } => {
+                link.take_if(|_| !keep_links);
+            }
         }
     }
     Tree::new(entries)
