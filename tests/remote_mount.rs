@@ -34,11 +34,18 @@ fn three_versions(env: &Env) -> Vec<u8> {
         env.commit(&src, &format!("v{v}"));
     }
     env.ok(&["tag", "ds", "v1", "first"]);
+    set_policy(env, "");
+    big
+}
+
+/// The policy of `three_versions`, with `more` statements.
+fn set_policy(env: &Env, more: &str) {
     set_policy_and_wait(
         env,
-        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: read, effect: allow, principals: [\"key:all\", \"key:limited\"], actions: [\"dataset:read\", \"dataset:versions\"], resources: [\"datasets/ds\"]}\n  - {name: not_v2, effect: deny, principals: [\"key:limited\"], actions: [\"dataset:versions\"], resources: [\"datasets/ds/versions/v2\"]}\n  - {name: no_private, effect: deny, principals: [\"key:limited\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\"]}\n",
+        &format!(
+            "policies:\n  - {{name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}}\n  - {{name: read, effect: allow, principals: [\"key:all\", \"key:limited\"], actions: [\"dataset:read\", \"dataset:versions\"], resources: [\"datasets/ds\"]}}\n  - {{name: not_v2, effect: deny, principals: [\"key:limited\"], actions: [\"dataset:versions\"], resources: [\"datasets/ds/versions/v2\"]}}\n  - {{name: no_private, effect: deny, principals: [\"key:limited\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\"]}}\n{more}"
+        ),
     );
-    big
 }
 
 /// A read-only mount of `ds` at `name` through gateway `url` with `key`,
@@ -158,7 +165,26 @@ fn a_mount_through_the_gateway_shows_what_the_policy_shows() {
         links(&m, "versions/v3/d/hard.txt", "versions/v3/d/e/deep.txt"),
         2
     );
+    // A policy that comes while the mount runs: within the poll interval,
+    // what it hides is missing, files read before too.
+    assert_eq!(
+        std::fs::read(m.path("versions/v3/private/s.csv")).unwrap(),
+        b"secret\n"
+    );
+    set_policy(
+        &env,
+        "  - {name: all_private, effect: deny, principals: [\"key:all\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\"]}\n",
+    );
+    within(Duration::from_secs(20), "the new policy seen", || {
+        !m.path("versions/v3/private").exists()
+    });
+    for hidden in ["versions/v3/private/s.csv", "versions/v1/private"] {
+        let e = std::fs::metadata(m.path(hidden)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{hidden}");
+    }
+    assert!(names(&m.path("versions/v1")).contains(&"a.csv".to_string()));
     drop(m);
+    set_policy(&env, "");
 
     // The limited key: v2 and private/ are missing, as missing ones are.
     let lm = mount_through(

@@ -332,6 +332,15 @@ impl MountFs {
             other => other?,
         };
         let new_records = changed.is_some();
+        // A version whose root changed (shown under another policy, through
+        // a gateway) is another folder: what the kernel holds of it goes.
+        let reshown = changed.as_ref().is_some_and(|records| {
+            records.iter().any(|r| {
+                known
+                    .iter()
+                    .any(|k| k.version == r.version && k.tree != r.tree)
+            })
+        });
         if let Some(records) = changed {
             *self.versions.records.write() = records;
         }
@@ -339,7 +348,7 @@ impl MountFs {
         if new_records || !tagged.is_empty() {
             self.versions_changed();
         }
-        let changed = self.refresh_policy()? | self.refresh_reach();
+        let changed = self.refresh_policy()? | self.refresh_reach() | reshown;
         // What the kernel keeps of versions/ may now answer wrongly for
         // some user: a new policy, or a new tag a pattern can name.
         if changed {

@@ -91,6 +91,8 @@ pub struct Audited {
 pub(super) struct Known {
     keys: Vec<ApiKey>,
     policy: Option<Policy>,
+    /// The store's policy version in force (0: none).
+    policy_version: u64,
     /// The gateway's own `--policy`, which narrows the store's.
     narrowing: Option<Arc<Policy>>,
 }
@@ -208,6 +210,13 @@ pub(super) struct Caller {
 }
 
 impl Caller {
+    /// What the caller is shown may change when this does: the policy
+    /// in force (a host mounting through the gateway forgets what it was
+    /// shown under another).
+    pub(super) fn view(&self) -> String {
+        format!("policy {}", self.known.policy_version)
+    }
+
     /// Whose staged changes and uploads are the caller's.
     pub(super) fn owner(&self) -> &str {
         &self.owner
@@ -444,10 +453,14 @@ impl Api {
         let known = self
             .run(|repo| {
                 let keys = repo.api_keys()?;
-                let policy = repo.current_policy()?.map(|(_, p)| p);
+                let (policy_version, policy) = match repo.current_policy()? {
+                    Some((v, p)) => (v, Some(p)),
+                    None => (0, None),
+                };
                 Ok(Arc::new(Known {
                     keys,
                     policy,
+                    policy_version,
                     narrowing,
                 }))
             })
@@ -974,7 +987,8 @@ async fn list_versions(
             e
         })
         .collect();
-    Ok(Json(rows).into_response())
+    let shown = HeaderValue::from_str(&caller.view()).expect("ascii");
+    Ok(([(crate::remote::VIEW, shown)], Json(rows)).into_response())
 }
 
 /// The tags naming `version` in `view`.

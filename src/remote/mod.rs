@@ -15,6 +15,11 @@ use crate::error::{Error, FsError, Result};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
+/// The header of a version list that names what the caller was shown
+/// under (the gateway's policy in force): a mount through the gateway
+/// forgets what it was shown under another.
+pub const VIEW: &str = "x-detafs-view";
+
 /// How to reach a gateway.
 #[derive(Clone, Debug, Default)]
 pub struct Options {

@@ -31,25 +31,39 @@ pub(super) struct Told {
     places: Mutex<HashMap<[u8; 32], Place>>,
     readable: Mutex<HashSet<[u8; 32]>>,
     refused: AtomicBool,
+    /// What the caller is shown under (`super::VIEW`).
+    view: Mutex<String>,
 }
 
-/// A folder, or a file (with the ETag of its chunks).
+/// A folder, or a file (with the ETag of its chunks), as shown under `view`.
 #[derive(Clone)]
 struct Place {
     dataset: String,
     version: u64,
     path: RelPath,
+    view: String,
     etag: Option<String>,
 }
 
-/// This host's name for a folder or a file of a version.
-fn name_of(kind: &[u8], dataset: &str, version: u64, path: &RelPath) -> [u8; 32] {
+/// An answer: its status, ETag, view and body.
+struct Answer {
+    status: u16,
+    etag: Option<String>,
+    view: Option<String>,
+    body: Bytes,
+}
+
+/// This host's name for a folder or a file of a version as shown under a
+/// view: a folder shown under another policy is another folder to it.
+fn name_of(kind: &[u8], at: &Place) -> [u8; 32] {
     let mut h = Sha256::new();
+    let version = at.version.to_be_bytes();
     for part in [
         kind,
-        dataset.as_bytes(),
-        &version.to_be_bytes(),
-        path.as_bytes(),
+        at.dataset.as_bytes(),
+        &version,
+        at.path.as_bytes(),
+        at.view.as_bytes(),
     ] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part);
@@ -97,7 +111,7 @@ impl Gateway {
         &self,
         at: &str,
         make: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
-    ) -> Result<(u16, Option<String>, Bytes)> {
+    ) -> Result<Answer> {
         let bearer = self.bearer()?;
         let answer = self.rt.block_on(async {
             // A gateway lost in the middle of an answer hands over to the
@@ -107,14 +121,23 @@ impl Gateway {
             loop {
                 let res = self.send_with(at, &bearer, &make).await?;
                 let status = res.status().as_u16();
-                let tag = res
-                    .headers()
-                    .get(reqwest::header::ETAG)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string);
+                let header = |name| {
+                    res.headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string)
+                };
+                let (etag, view) = (header(reqwest::header::ETAG.as_str()), header(super::VIEW));
                 let url = res.url().to_string();
                 match res.bytes().await {
-                    Ok(body) => return Ok((status, tag, body)),
+                    Ok(body) => {
+                        return Ok(Answer {
+                            status,
+                            etag,
+                            view,
+                            body,
+                        });
+                    }
                     Err(e) if handed_over + 1 < self.bases.len() => {
                         handed_over += 1;
                         tracing::warn!(
@@ -152,21 +175,19 @@ impl Gateway {
     /// This host's names for a tree's folders and files.
     fn named(&self, at: &Place, mut tree: Tree) -> Result<Tree> {
         for e in &mut tree.entries {
-            let path = at.path.join(&e.name)?;
-            let place = |etag| Place {
-                dataset: at.dataset.clone(),
-                version: at.version,
-                path: path.clone(),
-                etag,
+            let place = Place {
+                path: at.path.join(&e.name)?,
+                etag: None,
+                ..at.clone()
             };
             match &mut e.node {
                 Node::Dir { tree, .. } => {
-                    let name = name_of(b"folder", &at.dataset, at.version, &path);
+                    let name = name_of(b"folder", &place);
                     *tree = folder_ref(name);
-                    self.told.remember(name, place(None));
+                    self.told.remember(name, place);
                 }
                 Node::File { chunks, .. } if !chunks.is_empty() => {
-                    let name = name_of(b"file", &at.dataset, at.version, &path);
+                    let name = name_of(b"file", &place);
                     let mut offset = 0;
                     for c in chunks.iter_mut() {
                         c.pack = PackId::from_bytes(name);
@@ -174,7 +195,8 @@ impl Gateway {
                         c.len = c.size;
                         offset += u64::from(c.size);
                     }
-                    self.told.remember(name, place(Some(etag(chunks))));
+                    let etag = Some(etag(chunks));
+                    self.told.remember(name, Place { etag, ..place });
                 }
                 _ => {}
             }
@@ -190,12 +212,18 @@ impl Upstream for Gateway {
 
     fn history(&self, dataset: &str) -> Result<(Vec<Record>, Vec<Tag>)> {
         let at = format!("/datasets/{}/versions", segment(dataset)?);
-        let (_, _, body) = self.fetch(&at, |r| r).map_err(|e| match e {
+        let answer = self.fetch(&at, |r| r).map_err(|e| match e {
             Error::InvalidInput(_) => Error::NoDataset(dataset.to_string()),
             e => e,
         })?;
         self.told.refused.store(false, Ordering::Relaxed);
-        let rows: Vec<Value> = serde_json::from_slice(&body)
+        // Shown under another policy: each file is asked about again.
+        let view = answer.view.unwrap_or_default();
+        if *self.told.view.lock() != view {
+            self.told.readable.lock().clear();
+            *self.told.view.lock() = view.clone();
+        }
+        let rows: Vec<Value> = serde_json::from_slice(&answer.body)
             .map_err(|e| Error::malformed(format!("the gateway's answer to {at}"), e))?;
         let bad = || Error::malformed(format!("the gateway's answer to {at}"), "a version row");
         let (mut records, mut tags) = (Vec::new(), Vec::new());
@@ -203,16 +231,15 @@ impl Upstream for Gateway {
             let version = row["version"].as_u64().ok_or_else(bad)?;
             let text = |k: &str| row[k].as_str().unwrap_or_default().to_string();
             let figure = |k: &str| row[k].as_u64().unwrap_or(0);
-            let root = name_of(b"folder", dataset, version, &RelPath::root());
-            self.told.remember(
-                root,
-                Place {
-                    dataset: dataset.to_string(),
-                    version,
-                    path: RelPath::root(),
-                    etag: None,
-                },
-            );
+            let place = Place {
+                dataset: dataset.to_string(),
+                version,
+                path: RelPath::root(),
+                view: view.clone(),
+                etag: None,
+            };
+            let root = name_of(b"folder", &place);
+            self.told.remember(root, place);
             records.push(Record {
                 format: crate::store::FORMAT,
                 dataset: dataset.to_string(),
@@ -249,8 +276,8 @@ impl Upstream for Gateway {
         self.told.check_refused()?;
         let place = self.told.place(r.id.as_bytes())?;
         let at = Gateway::path_of(&place, "tree")?;
-        let (_, _, body) = self.fetch(&at, |r| r)?;
-        self.named(&place, Tree::decode(&body)?)
+        let answer = self.fetch(&at, |r| r)?;
+        self.named(&place, Tree::decode(&answer.body)?)
     }
 
     fn chunks(&self, run: &[BlobRef]) -> Result<Vec<Bytes>> {
@@ -259,8 +286,9 @@ impl Upstream for Gateway {
         let place = self.told.place(first.pack.as_bytes())?;
         let at = Gateway::path_of(&place, "files")?;
         let range = format!("bytes={}-{}", first.offset, last.end() - 1);
-        let (_, tag, body) =
-            self.fetch(&at, |r| r.header(reqwest::header::RANGE, range.as_str()))?;
+        let Answer {
+            etag: tag, body, ..
+        } = self.fetch(&at, |r| r.header(reqwest::header::RANGE, range.as_str()))?;
         let want: u64 = run.iter().map(BlobRef::data_size).sum();
         if tag != place.etag || body.len() as u64 != want {
             return Err(Error::malformed(
@@ -291,7 +319,7 @@ impl Upstream for Gateway {
         let at = Gateway::path_of(&place, "files")?;
         let tag = place.etag.clone().unwrap_or_default();
         // One byte at most if it is not what was named.
-        let (status, _, _) = self.fetch(&at, |r| {
+        let Answer { status, .. } = self.fetch(&at, |r| {
             r.header(reqwest::header::IF_NONE_MATCH, tag.as_str())
                 .header(reqwest::header::RANGE, "bytes=0-0")
         })?;

@@ -52,13 +52,18 @@ impl Repo {
     }
 
     /// The dataset's records if they are not `known` any more (a version
-    /// added; through a gateway, one hidden too), else None: most polls
-    /// find nothing new, and read nothing more.
+    /// added; through a gateway, one hidden, or all shown under another
+    /// policy), else None: most polls find nothing new, and read nothing
+    /// more.
     pub fn changed_records(&self, name: &str, known: &[Record]) -> Result<Option<Vec<Record>>> {
         if let Some(said) = self.ask_upstream(name) {
             let said = said?;
+            // A version's root shown under another policy is another tree.
             let same = said.len() == known.len()
-                && said.iter().zip(known).all(|(a, b)| a.version == b.version);
+                && said
+                    .iter()
+                    .zip(known)
+                    .all(|(a, b)| (a.version, a.tree.id) == (b.version, b.tree.id));
             return Ok((!same).then_some(said));
         }
         let newest = self.fetch_new_records(name)?;
