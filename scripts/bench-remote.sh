@@ -46,9 +46,9 @@ bench_remote() {
     through mount many "$r/many-mnt" --daemon --read-only --poll-interval 1s >/dev/null 2>&1
     ls "$r/many-mnt/versions" >/dev/null; ready=$(since "$ready")
     # Idle polls: requests in 10 s at one poll a second (this mount alone).
-    local before after; before=$(grep -c '"/datasets/many' "$log" || true)
+    local before after; before=$(grep -c 'GET /datasets/many/' "$log" || true)
     sleep 10
-    after=$(grep -c '"/datasets/many' "$log" || true)
+    after=$(grep -c 'GET /datasets/many/' "$log" || true)
     echo "$run $find_n $find_l $find_r $tar_n $tar_l $tar_r $big_l $big_r $ready $((after - before))" | tee -a "$res" >&2
   done
   for m in "$r/local" "$r/remote" "$r/many-mnt"; do mountpoint -q "$m" && "$BIN" umount "$m"; done

@@ -360,7 +360,7 @@ fn policy_check_explains_and_setting_needs_admin() {
     let file = env.path("again.yaml");
     std::fs::write(&file, POLICY).unwrap();
     let (code, err) = env.fails(&["policy", "set", file.to_str().unwrap()]);
-    assert_eq!(code, 1);
+    assert_eq!(code, 5);
     assert!(err.contains("needs dataset:admin"), "{err}");
     // Nor tag, commit, create or collect: the CLI keeps to the policy too.
     let src = env.path("src");
@@ -378,7 +378,7 @@ fn policy_check_explains_and_setting_needs_admin() {
         vec!["gc", "--dry-run"],
     ] {
         let (code, err) = env.fails(&args);
-        assert_eq!(code, 1, "{args:?}");
+        assert_eq!(code, 5, "{args:?}");
         assert!(
             err.contains("not allowed") && err.contains("denied by default"),
             "{args:?}: {err}"

@@ -5,9 +5,9 @@ mod common;
 
 use common::gateway::{
     Gateway, bearer, cert, curl, json_of, key, post_json, s3_curl, s3_key, serve, serve_with,
-    set_policy_and_wait,
+    set_policy_and_wait, two_gateways,
 };
-use common::{Env, within};
+use common::{Env, two_versions, within};
 use serde_json::{Value, json};
 use std::process::Command;
 use std::time::Duration;
@@ -497,7 +497,7 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("token:ci-pipeline"));
     std::fs::write(&token_file, token(&other, "k1", claims("cli", "read"))).unwrap();
     let out = log();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(5));
     assert!(String::from_utf8_lossy(&out.stderr).contains("refused the credentials"));
     // The policy sees token:SUBJECT and the token's claims.
     set_policy_and_wait(
@@ -2000,6 +2000,66 @@ fn the_cli_reads_through_a_gateway_as_from_the_store() {
     }
 }
 
+/// `detafs tag NAME VERSION TAG` through the gateway: made as on the
+/// store, for a version the caller may see; a hidden version is missing,
+/// a name taken by a hidden version's tag says nothing of it, and a key
+/// without the tag scope is denied (exit 5).
+#[test]
+fn tags_are_made_through_the_gateway() {
+    let env = Env::new();
+    two_versions(&env);
+    let tagger = key(&env, "tagger", "read,tag");
+    let reader = key(&env, "reader", "read");
+    set_policy_and_wait(
+        &env,
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: use, effect: allow, principals: [\"key:tagger\", \"key:reader\"], actions: [\"dataset:*\"], resources: [\"datasets/ds\"]}\n  - {name: not_v2, effect: deny, principals: [\"key:tagger\"], actions: [\"dataset:versions\"], resources: [\"datasets/ds/versions/v2\"]}\n",
+    );
+    env.ok(&["tag", "ds", "v2", "secret"]);
+    let g = serve(&env);
+    let remote = |key: &str, args: &[&str]| {
+        let file = env.path("key");
+        std::fs::write(&file, key).unwrap();
+        env.command()
+            .args(["--store", &g.url, "--api-key-file"])
+            .arg(&file)
+            .arg("--ca-cert")
+            .arg(cert(&env))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let said = |o: &std::process::Output| {
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = said(&remote(&tagger, &["tag", "ds", "latest~1", "first"]));
+    assert_eq!((code, out.as_str()), (Some(0), "first v1\n"), "{err}");
+    assert!(env.ok(&["tag", "ds"]).contains("first v1"));
+    // Hidden v2 is missing; its tag's name is taken, and only that is said.
+    let (hidden, missing) = (
+        said(&remote(&tagger, &["tag", "ds", "v2", "x"])),
+        said(&remote(&tagger, &["tag", "ds", "v9", "x"])),
+    );
+    assert_eq!(hidden.0, Some(1));
+    assert_eq!(hidden.2.replace("v2", "vN"), missing.2.replace("v9", "vN"));
+    let (code, _, err) = said(&remote(&tagger, &["tag", "ds", "v1", "secret"]));
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("tag secret already exists") && !err.contains("v2"),
+        "{err}"
+    );
+    let (code, _, err) = said(&remote(&tagger, &["tag", "ds", "v1", "first"]));
+    assert_eq!(code, Some(1));
+    assert!(err.contains("already names v1"), "{err}");
+    // No tag scope: denied.
+    let (code, _, err) = said(&remote(&reader, &["tag", "ds", "v1", "other"]));
+    assert_eq!(code, Some(5), "{err}");
+    assert!(!env.ok(&["tag", "ds"]).contains("other"));
+}
+
 /// Several gateways of one store (`--store https://A,https://B`): one
 /// that is down is passed over, and one killed in the middle of a file
 /// hands over to the next, which sends the rest (no wrong byte).
@@ -2008,28 +2068,19 @@ fn the_cli_moves_to_the_next_gateway() {
     use sha2::{Digest, Sha256};
     use std::io::Read;
     let env = Env::new();
-    let src = env.path("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let big = common::noise(64 << 20, 7);
-    std::fs::write(src.join("big.bin"), &big).unwrap();
-    env.commit(&src, "v1");
-    let k = key(&env, "k", "read");
+    let g = two_gateways(&env);
+    let (big, k, bundle) = (&g.big, &g.key, &g.bundle);
+    let both = format!("{},{}", g.first.url, g.second.url);
     let key_file = env.path("k.key");
-    std::fs::write(&key_file, &k).unwrap();
-    let other = env.other_host();
-    let (first, second) = (serve(&env), serve(&other));
-    let bundle = env.path("gateways.pem");
-    let pems = [cert(&env), cert(&other)].map(|c| std::fs::read_to_string(c).unwrap());
-    std::fs::write(&bundle, pems.concat()).unwrap();
+    std::fs::write(&key_file, k).unwrap();
     let cli = |stores: &str| {
         let mut c = env.command();
         c.args(["--store", stores, "--api-key-file"])
             .arg(&key_file)
             .arg("--ca-cert")
-            .arg(&bundle);
+            .arg(bundle);
         c
     };
-    let both = format!("{},{}", first.url, second.url);
     // Killed mid-file: the reader takes 1 MiB, the first gateway goes,
     // the rest comes from the second.
     let mut reading = cli(&both)
@@ -2041,7 +2092,7 @@ fn the_cli_moves_to_the_next_gateway() {
     let mut out = reading.stdout.take().unwrap();
     let mut got = vec![0; 1 << 20];
     out.read_exact(&mut got).unwrap();
-    drop(first);
+    drop(g.first);
     out.read_to_end(&mut got).unwrap();
     let mut said = String::new();
     reading
@@ -2054,7 +2105,7 @@ fn the_cli_moves_to_the_next_gateway() {
     assert!(status.success(), "{said}");
     assert!(said.contains("the next gateway sends the rest"), "{said}");
     assert_eq!(got.len(), big.len());
-    assert_eq!(Sha256::digest(&got), Sha256::digest(&big), "a wrong byte");
+    assert_eq!(Sha256::digest(&got), Sha256::digest(big), "a wrong byte");
     // The first is down now: passed over.
     let out = cli(&both).args(["log", "ds"]).output().unwrap();
     assert!(

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::gateway::{cert, key, serve, set_policy_and_wait};
+use common::gateway::{cert, key, serve, set_policy_and_wait, two_gateways};
 use common::{Env, Mount, within};
 use sha2::{Digest, Sha256};
 use std::os::unix::ffi::OsStrExt;
@@ -272,30 +272,22 @@ fn dirs_key_files(env: &Env) -> Vec<PathBuf> {
 fn a_mount_moves_to_the_next_gateway() {
     use std::io::Read;
     let env = Env::new();
+    let g = two_gateways(&env);
+    let (big, k, bundle) = (&g.big, &g.key, &g.bundle);
+    let both = format!("{},{}", g.first.url, g.second.url);
     let src = env.path("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let big = common::noise(64 << 20, 7);
-    std::fs::write(src.join("big.bin"), &big).unwrap();
-    env.commit(&src, "v1");
-    let k = key(&env, "k", "read");
-    let other = env.other_host();
-    let (first, second) = (serve(&env), serve(&other));
-    let bundle = env.path("gateways.pem");
-    let pems = [cert(&env), cert(&other)].map(|c| std::fs::read_to_string(c).unwrap());
-    std::fs::write(&bundle, pems.concat()).unwrap();
-    let both = format!("{},{}", first.url, second.url);
-    let m = mount_through(&env, "mnt", &both, &k, &env.path("host-cache"), &bundle);
+    let m = mount_through(&env, "mnt", &both, k, &env.path("host-cache"), bundle);
     let mut f = std::fs::File::open(m.path("versions/v1/big.bin")).unwrap();
     let mut got = vec![0; 1 << 20];
     f.read_exact(&mut got).unwrap();
-    drop(first);
+    drop(g.first);
     f.read_to_end(&mut got).unwrap();
     assert_eq!(got.len(), big.len());
-    assert_eq!(Sha256::digest(&got), Sha256::digest(&big), "a wrong byte");
+    assert_eq!(Sha256::digest(&got), Sha256::digest(big), "a wrong byte");
     std::fs::write(src.join("new.txt"), "after\n").unwrap();
     env.commit(&src, "v2");
     within(Duration::from_secs(20), "v2 seen", || {
         m.path("versions/v2/new.txt").exists()
     });
-    drop(second);
+    drop(g.second);
 }

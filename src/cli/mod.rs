@@ -32,6 +32,8 @@ const GLOBAL: &str = "Global options";
 /// Exit codes beyond 0 (success), 1 (error) and 2 (usage).
 const EXIT_CONFLICT: u8 = 3;
 const EXIT_NOTHING: u8 = 4;
+/// Refused: by the policy, a gateway, or the mount (EACCES).
+const EXIT_DENIED: u8 = 5;
 
 #[derive(Parser)]
 #[command(
@@ -629,6 +631,7 @@ pub fn run() -> ExitCode {
                 (Some(Error::Conflict { .. } | Error::Unresolved { .. }), _) => EXIT_CONFLICT,
                 (_, Some(libc::EBUSY)) => EXIT_CONFLICT,
                 (Some(Error::NothingToCommit(_)), _) | (_, Some(libc::ENODATA)) => EXIT_NOTHING,
+                (Some(Error::Forbidden(_)), _) | (_, Some(libc::EACCES)) => EXIT_DENIED,
                 _ => 1,
             };
             let advice = match full {
@@ -914,7 +917,7 @@ fn policy_cmd(cmd: PolicyCmd, open: Open) -> anyhow::Result<ExitCode> {
             resource,
         } => {
             if !policy::check(&open()?, &user, &action, &resource)? {
-                return Ok(ExitCode::from(5));
+                return Ok(ExitCode::from(EXIT_DENIED));
             }
         }
     }

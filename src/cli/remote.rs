@@ -92,6 +92,15 @@ pub fn execute(
                 .collect();
             super::print_tags(tags, json)?;
         }
+        Command::Tag {
+            name,
+            version: Some(version),
+            tag: Some(tag),
+            ..
+        } => {
+            let (tag, number) = gateway()?.create_tag(&name, &version, &tag)?;
+            println!("{tag} v{number}");
+        }
         Command::Export {
             name,
             version,
@@ -157,7 +166,7 @@ pub fn execute(
             super::mount::mount(host_repo(store, opts, here)?, &here.staging, &args)?;
         }
         _ => bail!(
-            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag NAME` (the list), `ls`, `cat`, `export`, `diff` of versions and `mount --read-only` so far; the other commands need the store itself for now"
+            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag`, `ls`, `cat`, `export`, `diff` of versions and `mount --read-only` so far; the other commands need the store itself for now"
         ),
     }
     Ok(ExitCode::SUCCESS)

@@ -217,6 +217,11 @@ impl Caller {
         format!("policy {}", self.known.policy_version)
     }
 
+    /// `key:NAME` or `token:SUBJECT`: the author of what it makes.
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Whose staged changes and uploads are the caller's.
     pub(super) fn owner(&self) -> &str {
         &self.owner
@@ -517,7 +522,7 @@ impl Api {
     }
 
     /// Forgets dataset `id`'s view (this gateway changed it).
-    fn changed(&self, id: &str) {
+    pub(super) fn changed(&self, id: &str) {
         self.views.lock().pop(id);
     }
 
@@ -879,6 +884,7 @@ async fn openapi() -> Response {
             "/datasets/{id}/versions/{v}": {"get": op("one version, its tags and parent")},
             "/datasets/{id}/versions/{v}/files/{path}": {"get": op("a file (Range, ETag) or a folder's listing")},
             "/datasets/{id}/versions/{v}/tree/{path}": {"get": op("a folder as a tree, for mounts through the gateway")},
+            "/datasets/{id}/tags": {"post": op("names a version: {tag, version}")},
         },
     });
     Json(doc).into_response()
@@ -1367,7 +1373,7 @@ async fn next_part(
 }
 
 /// A JSON body of at most `MAX_BODY` bytes; 413 beyond, naming the limit.
-async fn read_body(body: Body) -> Result<Value, ApiError> {
+pub(super) async fn read_body(body: Body) -> Result<Value, ApiError> {
     let mut stream = body.into_data_stream();
     let mut bytes = Vec::new();
     while let Some(part) = next_part(&mut stream).await? {

@@ -134,7 +134,7 @@ impl Gateway {
     /// would give. A gateway that cannot be reached or answers 503 gives
     /// its turn to the next.
     async fn send(&self, path: &str, bearer: &str, from: u64) -> Result<reqwest::Response> {
-        self.send_with(path, bearer, |req| match from {
+        self.send_with(reqwest::Method::GET, path, bearer, |req| match from {
             0 => req,
             from => req.header(reqwest::header::RANGE, format!("bytes={from}-")),
         })
@@ -145,6 +145,7 @@ impl Gateway {
     /// is an answer, not a refusal.
     async fn send_with(
         &self,
+        method: reqwest::Method,
         path: &str,
         bearer: &str,
         make: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
@@ -158,7 +159,7 @@ impl Gateway {
             let at = (first + i) % self.bases.len();
             let req = self
                 .client
-                .get(format!("{}{path}", self.bases[at]))
+                .request(method.clone(), format!("{}{path}", self.bases[at]))
                 .bearer_auth(bearer);
             let res = match make(req).send().await {
                 Ok(r) if r.status().as_u16() != 503 => r,
@@ -192,6 +193,33 @@ impl Gateway {
         })?;
         serde_json::from_slice(&body)
             .map_err(|e| Error::malformed(format!("the gateway's answer to {path}"), e))
+    }
+
+    /// Names version `version` of `dataset` `tag`: the tag and the
+    /// version's number.
+    pub fn create_tag(&self, dataset: &str, version: &str, tag: &str) -> Result<(String, u64)> {
+        let bearer = self.bearer()?;
+        let at = format!("/datasets/{}/tags", segment(dataset)?);
+        let body = serde_json::json!({"tag": tag, "version": version}).to_string();
+        let answer = self.rt.block_on(async {
+            let res = self
+                .send_with(reqwest::Method::POST, &at, &bearer, |r| {
+                    r.header(reqwest::header::CONTENT_TYPE, "application/json")
+                        .body(body.clone())
+                })
+                .await?;
+            let url = res.url().to_string();
+            res.bytes().await.map_err(|e| unreachable_gateway(&url, &e))
+        })?;
+        let made: Value = serde_json::from_slice(&answer)
+            .map_err(|e| Error::malformed(format!("the gateway's answer to {at}"), e))?;
+        match (made["tag"].as_str(), made["version"].as_u64()) {
+            (Some(t), Some(v)) => Ok((t.to_string(), v)),
+            _ => Err(Error::malformed(
+                format!("the gateway's answer to {at}"),
+                "no tag",
+            )),
+        }
     }
 
     /// The datasets the caller may list.

@@ -119,7 +119,9 @@ impl Gateway {
             // the next sends the same bytes (their ETag is checked too).
             let mut handed_over = 0;
             loop {
-                let res = self.send_with(at, &bearer, &make).await?;
+                let res = self
+                    .send_with(reqwest::Method::GET, at, &bearer, &make)
+                    .await?;
                 let status = res.status().as_u16();
                 let header = |name| {
                     res.headers()

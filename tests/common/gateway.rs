@@ -186,3 +186,37 @@ pub fn set_policy_and_wait(env: &Env, text: &str) {
     std::fs::write(&file, text).unwrap();
     env.ok(&["policy", "set", file.to_str().unwrap()]);
 }
+
+/// A store of one 64 MiB file (`big.bin`, v1) served by two gateways,
+/// this host's and another's (`other`, kept while they serve), a read key,
+/// and a bundle of both certificates.
+pub struct TwoGateways {
+    pub big: Vec<u8>,
+    pub key: String,
+    pub first: Gateway,
+    pub second: Gateway,
+    pub bundle: std::path::PathBuf,
+    pub other: Env,
+}
+
+pub fn two_gateways(env: &Env) -> TwoGateways {
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let big = super::noise(64 << 20, 7);
+    std::fs::write(src.join("big.bin"), &big).unwrap();
+    env.commit(&src, "v1");
+    let key = key(env, "k", "read");
+    let other = env.other_host();
+    let (first, second) = (serve(env), serve(&other));
+    let bundle = env.path("gateways.pem");
+    let pems = [cert(env), cert(&other)].map(|c| std::fs::read_to_string(c).unwrap());
+    std::fs::write(&bundle, pems.concat()).unwrap();
+    TwoGateways {
+        big,
+        key,
+        first,
+        second,
+        bundle,
+        other,
+    }
+}
