@@ -160,7 +160,23 @@ fn a_mount_through_the_gateway_shows_what_the_policy_shows() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::metadata(k).unwrap().permissions().mode() & 0o077 == 0
     }));
-    // A file's two names are one file, as on the store.
+    // `.detafs/log`: the versions with their figures, as on the store.
+    let figures = |m: &Mount| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(m.path(".detafs/log"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["files_added"].clone())
+            .collect()
+    };
+    let local: Vec<serde_json::Value> =
+        serde_json::from_str::<Vec<serde_json::Value>>(&env.ok(&["log", "ds", "--json"]))
+            .unwrap()
+            .iter()
+            .rev()
+            .map(|r| r["files_added"].clone())
+            .collect();
+    assert_eq!(figures(&m), local);
+
     assert_eq!(
         links(&m, "versions/v3/d/hard.txt", "versions/v3/d/e/deep.txt"),
         2
@@ -208,6 +224,8 @@ fn a_mount_through_the_gateway_shows_what_the_policy_shows() {
         names(&lm.path("versions/v3")),
         ["a.csv", "big.bin", "caf\u{fffd}.txt", "d", "link"]
     );
+    // Its figures are withheld (they count what is hidden too).
+    assert!(figures(&lm).iter().all(serde_json::Value::is_null));
     // A file's two names are files of their own to a key a policy may
     // hide paths from (another name could be hidden).
     assert_eq!(

@@ -625,8 +625,12 @@ fn base(fs: &MountFs) -> Result<Vec<u8>> {
 
 /// Oldest first, one JSON line per version, as a log file grows.
 fn log(fs: &MountFs) -> Vec<u8> {
+    let withheld = fs.repo.figures_withheld(&fs.dataset);
     let versions = fs.versions.records.read();
-    versions.iter().flat_map(|r| log_line(r, false)).collect()
+    versions
+        .iter()
+        .flat_map(|r| log_line(r, withheld))
+        .collect()
 }
 
 /// From what the store answered lately (the poll asks it every few

@@ -716,6 +716,7 @@ impl Judge<'_> {
     /// (a version's figures are then withheld: `Record::log_entry_seen`).
     fn hides_paths(&self) -> bool {
         self.policy.may_hide_paths(&self.who, &self.fs.dataset)
+            || self.fs.repo.figures_withheld(&self.fs.dataset)
     }
 
     pub fn log(&self) -> Vec<u8> {

@@ -12,8 +12,8 @@ use super::{Gateway, escape_bytes, segment};
 use crate::error::{Error, FsError, Result};
 use crate::id::{BlobId, PackId, RecordHash};
 use crate::relpath::RelPath;
-use crate::repo::Upstream;
 use crate::repo::tag::Tag;
+use crate::repo::{History, Upstream};
 use crate::snapshot::tree::etag;
 use crate::snapshot::{Node, Record, Stats, Tree};
 use crate::store::pack::{self, BlobRef};
@@ -212,7 +212,7 @@ impl Upstream for Gateway {
         self.bases.join(",")
     }
 
-    fn history(&self, dataset: &str) -> Result<(Vec<Record>, Vec<Tag>)> {
+    fn history(&self, dataset: &str) -> Result<History> {
         let at = format!("/datasets/{}/versions", segment(dataset)?);
         let answer = self.fetch(&at, |r| r).map_err(|e| match e {
             Error::InvalidInput(_) => Error::NoDataset(dataset.to_string()),
@@ -271,7 +271,11 @@ impl Upstream for Gateway {
                 });
             }
         }
-        Ok((records, tags))
+        Ok(History {
+            records,
+            tags,
+            figures_withheld: rows.iter().any(|r| r["files_added"].is_null()),
+        })
     }
 
     fn tree(&self, r: &BlobRef) -> Result<Tree> {

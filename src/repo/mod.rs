@@ -9,7 +9,7 @@ pub mod tag;
 mod upstream;
 
 pub use history::Damage;
-pub use upstream::Upstream;
+pub use upstream::{History, Upstream};
 
 use crate::cache::disk::DiskCache;
 use crate::cache::index::Index;

@@ -24,7 +24,7 @@ pub trait Upstream: Send + Sync {
     /// A dataset's versions the caller may see, oldest first, and their
     /// tags, in one answer. Each record's tree names its root folder for
     /// `tree`.
-    fn history(&self, dataset: &str) -> Result<(Vec<Record>, Vec<Tag>)>;
+    fn history(&self, dataset: &str) -> Result<History>;
     /// A folder's tree, named by a reference an earlier answer gave.
     fn tree(&self, r: &BlobRef) -> Result<Tree>;
     /// A run of chunks of one file (`pack::runs`), one `Bytes` each.
@@ -34,11 +34,21 @@ pub trait Upstream: Send + Sync {
     fn readable(&self, chunk: &BlobRef) -> Result<()>;
 }
 
-/// The upstream of a repo and the tags it gave last with each dataset's
-/// history (a poll asks once for both).
+/// What upstream shows of a dataset's history.
+pub struct History {
+    pub records: Vec<Record>,
+    pub tags: Vec<Tag>,
+    /// The versions' figures (files added, changed, removed; bytes) are
+    /// withheld, as from a caller a policy may hide paths from: the
+    /// records' zeros stand for unknown.
+    pub figures_withheld: bool,
+}
+
+/// The upstream of a repo and what it gave last with each dataset's
+/// history besides its records (a poll asks once for all).
 pub(super) struct Upstreamed {
     source: Arc<dyn Upstream>,
-    said: Mutex<HashMap<String, Vec<Tag>>>,
+    said: Mutex<HashMap<String, (Vec<Tag>, bool)>>,
 }
 
 impl Repo {
@@ -70,22 +80,32 @@ impl Repo {
     /// tags that came with it are kept for `said_tags`.
     pub(super) fn ask_upstream(&self, name: &str) -> Option<Result<Vec<Record>>> {
         let up = self.upstream.as_ref()?;
-        Some(up.source.history(name).map(|(records, tags)| {
-            up.said.lock().insert(name.to_string(), tags);
-            records
+        Some(up.source.history(name).map(|h| {
+            up.said
+                .lock()
+                .insert(name.to_string(), (h.tags, h.figures_withheld));
+            h.records
         }))
     }
 
     /// The tags upstream gave with the dataset's history (asked if never).
     pub(super) fn said_tags(&self, name: &str) -> Option<Result<Vec<Tag>>> {
         let up = self.upstream.as_ref()?;
-        if let Some(tags) = up.said.lock().get(name) {
+        if let Some((tags, _)) = up.said.lock().get(name) {
             return Some(Ok(tags.clone()));
         }
         Some(
             self.ask_upstream(name)?
                 .and_then(|_| self.said_tags(name).expect("asked")),
         )
+    }
+
+    /// Whether upstream withholds the figures of dataset `name`'s
+    /// versions (as of its last answer; never without upstream).
+    pub fn figures_withheld(&self, name: &str) -> bool {
+        self.upstream
+            .as_ref()
+            .is_some_and(|up| up.said.lock().get(name).is_some_and(|(_, w)| *w))
     }
 
     /// A tree from upstream (None: no upstream). Kept in memory only: it
