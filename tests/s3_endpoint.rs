@@ -223,4 +223,8 @@ fn hidden_is_missing_for_writes_and_keys_are_their_own() {
         (&put["decision"], &put["action"]),
         (&"allowed".into(), &"dataset:commit".into())
     );
+    // Each line says how long its answer took to begin.
+    for l in [&hidden, &missing, &rest, &put] {
+        assert!(l["ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{l}");
+    }
 }

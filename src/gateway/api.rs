@@ -60,7 +60,7 @@ pub struct Api {
     /// Held while they are read again.
     reading: tokio::sync::Mutex<()>,
     /// Chunks of files served, verified, bounded in bytes.
-    chunks: Arc<ChunkCache>,
+    pub(super) chunks: Arc<ChunkCache>,
     /// GETs of a path answered from memory, and with a read.
     from_memory: AtomicU64,
     with_reads: AtomicU64,
@@ -1064,7 +1064,7 @@ async fn get_path(State(api): State<Arc<Api>>, headers: HeaderMap, at: InVersion
 }
 
 /// A single `bytes=A-B`, `bytes=A-` or `bytes=-N` range within `size`.
-fn range(headers: &HeaderMap, size: u64) -> Option<Result<(u64, u64), ()>> {
+pub(super) fn range(headers: &HeaderMap, size: u64) -> Option<Result<(u64, u64), ()>> {
     let spec = headers
         .get(header::RANGE)?
         .to_str()

@@ -37,8 +37,11 @@ pub fn refuse(flag: Option<&Arc<AtomicBool>>) {
     }
 }
 
-/// What a request asked for, read from its method and path.
+/// What a request asked for, read from its method and path, and when.
 pub struct Line {
+    /// When it came: the line says how long its answer took to begin
+    /// (a body then streams for as long as the client reads).
+    came: std::time::Instant,
     protocol: &'static str,
     principal: Option<String>,
     request: String,
@@ -61,6 +64,11 @@ impl Line {
                 "dataset:read",
                 format!("datasets/{id}/versions/{v}/files/{}", rest.join("/")),
             ),
+            ("GET", ["datasets", id, "versions", v, "tree", rest @ ..]) => (
+                "dataset:read",
+                format!("datasets/{id}/versions/{v}/files/{}", rest.join("/")),
+            ),
+            ("POST", ["datasets", id, "tags"]) => ("dataset:tag", format!("datasets/{id}")),
             ("POST", ["datasets", id, "commit"]) => ("dataset:commit", format!("datasets/{id}")),
             ("PUT", ["datasets", id, "uploads", rest @ ..]) => (
                 "dataset:commit",
@@ -69,6 +77,7 @@ impl Line {
             _ => ("none", path.to_string()),
         };
         Line {
+            came: std::time::Instant::now(),
             protocol: "rest",
             principal,
             request: format!("{method} {path}"),
@@ -112,6 +121,7 @@ impl Line {
             }
         };
         Line {
+            came: std::time::Instant::now(),
             protocol: "s3",
             principal: access_key(req).map(|k| format!("s3 key {k}")),
             request: format!("{} {path}", req.method()),
@@ -138,6 +148,7 @@ impl Line {
             "allowed": decision == "allowed",
             "status": status,
             "bytes": bytes,
+            "ms": self.came.elapsed().as_secs_f64() * 1000.0,
         })
     }
 }

@@ -5,15 +5,23 @@
 //! lie (offsets would show the size of what lies hidden between them);
 //! folders are named by their path, not by their tree's id (which changes
 //! with what is hidden in them).
+//!
+//! A folder's small files (those of one chunk) are read together: as the
+//! ranges of their bytes laid end to end in the folder's order
+//! (`small-files/{path}`), so a host reads a folder of small files with a
+//! request per few MiB, not one per file. The layout is what the tree
+//! shows, and its ETag (the chunks' ids in that order) says it is the
+//! same on both sides.
 
 use super::api::{Api, InVersion, Reply, visible_entries};
 use crate::id::{BlobId, PackId};
+use crate::relpath::RelPath;
 use crate::snapshot::Node;
-use crate::snapshot::tree::{Entry, Tree};
+use crate::snapshot::tree::{Entry, Tree, etag, small_files};
 use crate::store::pack::{self, BlobRef};
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use std::sync::Arc;
@@ -23,6 +31,77 @@ pub(super) fn routes() -> Router<Arc<Api>> {
     Router::new()
         .route("/datasets/{id}/versions/{v}/tree", get(serve_tree))
         .route("/datasets/{id}/versions/{v}/tree/{*path}", get(serve_tree))
+        .route("/datasets/{id}/versions/{v}/small-files", get(serve_small))
+        .route(
+            "/datasets/{id}/versions/{v}/small-files/{*path}",
+            get(serve_small),
+        )
+}
+
+/// Most bytes of small files one request may ask for.
+const SMALL_SPAN: u64 = 16 << 20;
+
+async fn serve_small(State(api): State<Arc<Api>>, headers: HeaderMap, at: InVersion) -> Reply {
+    let caller = api.caller(&headers).await?;
+    let (_, record, versions) = api.visible_version(&caller, &at.id, &at.v).await?;
+    let cache = api.chunks.clone();
+    let folder = at.path;
+    let (tag, bytes) = api
+        .run(move |repo| {
+            let node = repo.lookup(&record.tree, &folder)?;
+            let Node::Dir { tree, .. } = caller.readable(&record, &versions, &folder, node)? else {
+                return Err(not_a_folder(&folder));
+            };
+            let entries = visible_entries(repo, &caller, &versions, &folder, &tree)?;
+            let small = small_files(&entries);
+            let layout: Vec<BlobRef> = small.iter().map(|(_, c)| *c).collect();
+            let tag = etag(&layout);
+            if headers
+                .get(header::IF_NONE_MATCH)
+                .is_some_and(|v| v.as_bytes() == tag.as_bytes())
+            {
+                return Ok((tag, None));
+            }
+            let size = layout.iter().map(BlobRef::data_size).sum();
+            let (start, end) = match super::api::range(&headers, size) {
+                Some(Ok((a, b))) if b - a <= SMALL_SPAN => (a, b),
+                _ => {
+                    return Err(super::api::err(
+                        StatusCode::RANGE_NOT_SATISFIABLE,
+                        "bad_range",
+                        format!("ask for one range of at most {SMALL_SPAN} of the {size} bytes"),
+                    ));
+                }
+            };
+            // Each file whose bytes are sent must be readable by the caller.
+            let mut at = 0;
+            for (e, c) in &small {
+                if at < end && start < at + c.data_size() {
+                    caller.may_read(&versions, &folder.join(&e.name)?, false)?;
+                }
+                at += c.data_size();
+            }
+            let slices = cache
+                .slices(&layout, start, end, false)?
+                .expect("read when not memory-only");
+            Ok((tag, Some(slices.concat())))
+        })
+        .await?;
+    let mut res = match bytes {
+        None => StatusCode::NOT_MODIFIED.into_response(),
+        Some(b) => (StatusCode::PARTIAL_CONTENT, b).into_response(),
+    };
+    res.headers_mut()
+        .insert(header::ETAG, HeaderValue::from_str(&tag).expect("ascii"));
+    Ok(res)
+}
+
+fn not_a_folder(path: &RelPath) -> super::api::ApiError {
+    super::api::err(
+        StatusCode::BAD_REQUEST,
+        "not_a_folder",
+        format!("{path} is not a folder"),
+    )
 }
 
 async fn serve_tree(State(api): State<Arc<Api>>, headers: HeaderMap, at: InVersion) -> Reply {
@@ -33,11 +112,7 @@ async fn serve_tree(State(api): State<Arc<Api>>, headers: HeaderMap, at: InVersi
         .run(move |repo| {
             let node = repo.lookup(&record.tree, &path)?;
             let Node::Dir { tree, .. } = caller.readable(&record, &versions, &path, node)? else {
-                return Err(super::api::err(
-                    StatusCode::BAD_REQUEST,
-                    "not_a_folder",
-                    format!("{path} is not a folder"),
-                ));
+                return Err(not_a_folder(&path));
             };
             let keep_links = !caller.may_hide_paths(&at.id);
             let entries = visible_entries(repo, &caller, &versions, &path, &tree)?;

@@ -3,8 +3,10 @@
 //! folder's tree as the gateway shows it (`gateway::trees`), and a file's
 //! chunks as ranges of its bytes. The gateway's trees say nothing of where
 //! chunks lie, so this host names things itself: a folder by a hash of its
-//! dataset, version and path, and each file's chunks as laid end to end in
-//! a pack of the file's own, whose name says which file to ask for. A
+//! dataset, version, path and view, a large file's chunks as laid end to
+//! end in a pack of the file's own, and a folder's small files (one chunk
+//! each) as laid end to end in a pack of the folder's, so that they are
+//! read a run of many at a time; a pack's name says what to ask for. A
 //! range's answer must carry the ETag of the chunks the tree named, so no
 //! byte of another content is taken for them.
 
@@ -14,7 +16,7 @@ use crate::id::{BlobId, PackId, RecordHash};
 use crate::relpath::RelPath;
 use crate::repo::tag::Tag;
 use crate::repo::{History, Upstream};
-use crate::snapshot::tree::etag;
+use crate::snapshot::tree::{etag, small_files};
 use crate::snapshot::{Node, Record, Stats, Tree};
 use crate::store::pack::{self, BlobRef};
 use bytes::Bytes;
@@ -35,15 +37,23 @@ pub(super) struct Told {
     view: Mutex<String>,
 }
 
-/// A folder, or a file (with the ETag of its chunks), as shown under `view`.
+/// A folder, a file, or a folder's small files (with the ETag of their
+/// chunks), as shown under `view`.
 #[derive(Clone)]
 struct Place {
     dataset: String,
     version: u64,
     path: RelPath,
     view: String,
+    /// What bytes it stands for: `FILES` (a file's), `SMALL_FILES` (a
+    /// folder's small files'), or none (a folder).
+    what: &'static str,
     etag: Option<String>,
 }
+
+/// The gateway's names for a file's bytes, and for a folder's small files'.
+const FILES: &str = "files";
+const SMALL_FILES: &str = "small-files";
 
 /// An answer: its status, ETag, view and body.
 struct Answer {
@@ -176,9 +186,22 @@ impl Gateway {
 
     /// This host's names for a tree's folders and files.
     fn named(&self, at: &Place, mut tree: Tree) -> Result<Tree> {
+        // The folder's small files, laid end to end in a pack of their own.
+        let layout: Vec<BlobRef> = small_files(&tree.entries).iter().map(|(_, c)| *c).collect();
+        let small = Place {
+            what: SMALL_FILES,
+            etag: Some(etag(&layout)),
+            ..at.clone()
+        };
+        let small_name = name_of(SMALL_FILES.as_bytes(), &small);
+        if !layout.is_empty() {
+            self.told.remember(small_name, small);
+        }
+        let mut small_at = 0;
         for e in &mut tree.entries {
             let place = Place {
                 path: at.path.join(&e.name)?,
+                what: "",
                 etag: None,
                 ..at.clone()
             };
@@ -188,8 +211,15 @@ impl Gateway {
                     *tree = folder_ref(name);
                     self.told.remember(name, place);
                 }
+                Node::File { chunks, .. } if chunks.len() == 1 => {
+                    let c = &mut chunks[0];
+                    c.pack = PackId::from_bytes(small_name);
+                    c.offset = small_at;
+                    c.len = c.size;
+                    small_at += u64::from(c.size);
+                }
                 Node::File { chunks, .. } if !chunks.is_empty() => {
-                    let name = name_of(b"file", &place);
+                    let name = name_of(FILES.as_bytes(), &place);
                     let mut offset = 0;
                     for c in chunks.iter_mut() {
                         c.pack = PackId::from_bytes(name);
@@ -198,7 +228,14 @@ impl Gateway {
                         offset += u64::from(c.size);
                     }
                     let etag = Some(etag(chunks));
-                    self.told.remember(name, Place { etag, ..place });
+                    self.told.remember(
+                        name,
+                        Place {
+                            what: FILES,
+                            etag,
+                            ..place
+                        },
+                    );
                 }
                 _ => {}
             }
@@ -238,6 +275,7 @@ impl Upstream for Gateway {
                 version,
                 path: RelPath::root(),
                 view: view.clone(),
+                what: "",
                 etag: None,
             };
             let root = name_of(b"folder", &place);
@@ -290,7 +328,7 @@ impl Upstream for Gateway {
         self.told.check_refused()?;
         let (first, last) = (run[0], run[run.len() - 1]);
         let place = self.told.place(first.pack.as_bytes())?;
-        let at = Gateway::path_of(&place, "files")?;
+        let at = Gateway::path_of(&place, place.what)?;
         let range = format!("bytes={}-{}", first.offset, last.end() - 1);
         let Answer {
             etag: tag, body, ..
@@ -322,7 +360,7 @@ impl Upstream for Gateway {
             return Ok(());
         }
         let place = self.told.place(&name)?;
-        let at = Gateway::path_of(&place, "files")?;
+        let at = Gateway::path_of(&place, place.what)?;
         let tag = place.etag.clone().unwrap_or_default();
         // One byte at most if it is not what was named.
         let Answer { status, .. } = self.fetch(&at, |r| {

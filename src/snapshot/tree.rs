@@ -340,6 +340,19 @@ pub fn etag(chunks: &[BlobRef]) -> String {
     format!("\"{}\"", &hex::encode(h.finalize())[..32])
 }
 
+/// The files of one chunk among `entries`, in their order, each with its
+/// chunk: a folder's small files laid end to end, as the gateway serves
+/// ranges of them and a host reading through it reads them.
+pub fn small_files(entries: &[Entry]) -> Vec<(&Entry, BlobRef)> {
+    entries
+        .iter()
+        .filter_map(|e| match &e.node {
+            Node::File { chunks, .. } if chunks.len() == 1 => Some((e, chunks[0])),
+            _ => None,
+        })
+        .collect()
+}
+
 /// One directory's entries, sorted by name bytes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tree {

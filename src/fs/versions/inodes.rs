@@ -195,10 +195,22 @@ impl Versions {
         // Every name of a file in a link group is that file's inode.
         let version = u32::try_from(version).expect("versions end at limits::MAX_VERSION");
         let link = node.link().map(|l| ((version, l.group), l.names));
+        let tree = match node {
+            Node::Dir { tree, .. } => Some(tree),
+            _ => None,
+        };
         let existing = match folder {
             UNHELD => None,
             _ => t.by_place.get(&key).copied(),
         }
+        // A folder shown anew at the same place (another tree: through a
+        // gateway, under another policy) is another folder.
+        .filter(|&slot| {
+            t.slots[slot as usize]
+                .held
+                .as_ref()
+                .is_none_or(|h| h.tree.as_deref() == tree)
+        })
         .or_else(|| {
             let (k, _) = link?;
             let slot = *t.by_link.get(&k)?;
@@ -300,7 +312,10 @@ impl Versions {
             h.forgotten = true;
             let (place, children) = (h.place, h.children);
             let slot = t.slot(ino).expect("held");
-            t.by_place.remove(&place);
+            // Unless a folder shown anew took the place meanwhile.
+            if t.by_place.get(&place) == Some(&slot) {
+                t.by_place.remove(&place);
+            }
             if let Some(k) = t.links.get(&slot).map(|l| l.0)
                 && t.by_link.get(&k) == Some(&slot)
             {
