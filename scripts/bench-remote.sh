@@ -52,6 +52,28 @@ bench_remote() {
     echo "$run $find_n $find_l $find_r $tar_n $tar_l $tar_r $big_l $big_r $ready $((after - before))" | tee -a "$res" >&2
   done
   for m in "$r/local" "$r/remote" "$r/many-mnt"; do mountpoint -q "$m" && "$BIN" umount "$m"; done
+  # 16 hosts (a mount and a cache each) reading at once through the one
+  # gateway, cold: the 20,000 small files and five 1 MiB CSVs each.
+  local lines0 t16 i; lines0=$(wc -l < "$log")
+  for i in $(seq 16); do
+    mkdir -p "$r/m$i"; rm -rf "$r/hc$i"
+    "$BIN" --store https://127.0.0.1:18600 --api-key-file "$r/key" --ca-cert "$ca" --cache-dir "$r/hc$i" \
+      mount bench "$r/m$i" --daemon --read-only >/dev/null 2>&1
+  done
+  drop_caches; t16=$(now)
+  for i in $(seq 16); do
+    sh -c "tar cf - -C '$r/m$i/versions/v1' small | cat >/dev/null; cat '$r/m$i'/versions/v1/csv/table00[0-4].csv >/dev/null" &
+  done
+  wait $(jobs -p | grep -v "^$gpid\$") 2>/dev/null || true
+  t16=$(since "$t16")
+  local rss16; rss16=$(awk '/VmHWM/ {print $2}' "/proc/$gpid/status")
+  for i in $(seq 16); do "$BIN" umount "$r/m$i"; done
+  tail -n +"$((lines0 + 1))" "$log" | python3 -c "
+import json, statistics, sys
+ms = sorted(json.loads(l)['ms'] for l in sys.stdin if '\"ms\"' in l)
+p99 = ms[int(len(ms) * 0.99) - 1]
+print(f'| 16 mounts through one gateway, each reading the 20,000 small files and five 1 MiB CSVs, cold, at once | $t16 s | gateway peak RSS {int($rss16) // 1024} MiB | {len(ms)} requests: p50 {statistics.median(ms):.1f} ms, p99 {p99:.1f} ms, max {ms[-1]:.0f} ms (to the answer\'s start) |')
+" > "$ROOT/remote-16.txt"
   kill "$gpid"; wait "$gpid" 2>/dev/null || true
   python3 - "$res" <<'PY'
 import statistics, sys
@@ -66,4 +88,5 @@ print(f"| read of the 512 MiB file, cold | | {med(7):.2f} s | {med(8):.2f} s ({s
 print(f"| mount of 1,000 versions ready (command to first `ls versions/`) | | | {med(9):.2f} s ({sp(9)}) | |")
 print(f"| requests to the gateway in 10 idle s at one poll a second | | | {med(10):.0f} | |")
 PY
+  cat "$ROOT/remote-16.txt"
 }

@@ -41,7 +41,8 @@ pub struct Gateway {
     current: std::sync::atomic::AtomicUsize,
     client: reqwest::Client,
     credentials: Credentials,
-    /// The client's one runtime: sync callers cross into it here alone.
+    /// The client's one runtime: sync callers cross into it here alone
+    /// (on several threads: a mount's readers and read-ahead at once).
     rt: tokio::runtime::Runtime,
     /// What a mount through it has been told (`upstream.rs`).
     told: upstream::Told,
@@ -108,7 +109,7 @@ impl Gateway {
         let client = builder
             .build()
             .map_err(|e| Error::InvalidInput(format!("{url}: {e}")))?;
-        let rt = tokio::runtime::Builder::new_current_thread()
+        let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .map_err(|e| Error::io("tokio runtime", e))?;
