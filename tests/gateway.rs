@@ -2060,6 +2060,61 @@ fn tags_are_made_through_the_gateway() {
     assert!(!env.ok(&["tag", "ds"]).contains("other"));
 }
 
+/// `detafs verify` through the gateway reads every file the key may read
+/// of every version it sees, and names each one that does not arrive
+/// whole (a flipped byte in the store).
+#[test]
+fn verify_through_the_gateway_reads_what_the_key_may_read() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("big.bin"), common::noise(3 << 20, 3)).unwrap();
+    std::fs::write(src.join("a.csv"), "1\n").unwrap();
+    env.commit(&src, "v1");
+    std::fs::write(src.join("a.csv"), "2\n").unwrap();
+    env.commit(&src, "v2");
+    let k = key(&env, "k", "read");
+    let key_file = env.path("k.key");
+    std::fs::write(&key_file, &k).unwrap();
+    let g = serve(&env);
+    let verify = |args: &[&str]| {
+        env.command()
+            .args(["--store", &g.url, "--api-key-file"])
+            .arg(&key_file)
+            .arg("--ca-cert")
+            .arg(cert(&env))
+            .arg("verify")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = verify(&["ds", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&report["versions"], &report["files"]),
+        (&json!(2), &json!(4))
+    );
+    let pack = env.objects.largest("packs");
+    let mut bytes = env.objects.read(&pack);
+    let n = bytes.len() / 2;
+    bytes[n] ^= 0x40;
+    env.objects.write(&pack, bytes);
+    let out = verify(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("ds v1/big.bin: ") && said.contains("ds v2/big.bin: "),
+        "{said}"
+    );
+    assert!(!said.contains("a.csv"), "{said}");
+}
+
 /// Several gateways of one store (`--store https://A,https://B`): one
 /// that is down is passed over, and one killed in the middle of a file
 /// hands over to the next, which sends the rest (no wrong byte).

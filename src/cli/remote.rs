@@ -30,25 +30,7 @@ pub fn execute(
                 println!("{name}");
             }
         }
-        Command::Dataset(DatasetCmd::List { json: true }) => {
-            let gw = gateway()?;
-            let mut rows = Vec::new();
-            for name in gw.datasets()? {
-                let versions = gw.versions(&name)?;
-                let latest = versions.last();
-                // Withheld figures (null) make the sum unknown too.
-                let stored: Option<u64> = versions.iter().map(|v| v["delta_size"].as_u64()).sum();
-                rows.push(serde_json::json!({
-                    "name": name,
-                    "versions": versions.len(),
-                    "latest": latest.map(|v| v["version_id"].clone()),
-                    "latest_timestamp": latest.map(|v| v["timestamp"].clone()),
-                    "tags": versions.iter().map(|v| v["tags"].as_array().map_or(0, Vec::len)).sum::<usize>(),
-                    "stored_bytes": stored,
-                }));
-            }
-            println!("{}", serde_json::to_string_pretty(&rows)?);
-        }
+        Command::Dataset(DatasetCmd::List { json: true }) => datasets_json(&gateway()?)?,
         Command::Log {
             name,
             json,
@@ -145,7 +127,7 @@ pub fn execute(
                 );
             }
             let format = format.format();
-            let repo = host_repo(store, opts, here)?;
+            let repo = host_repo(store, gateway()?, here)?;
             super::diff::diff(
                 &repo,
                 &here.staging,
@@ -156,6 +138,16 @@ pub fn execute(
                 content_only,
             )?;
         }
+        Command::Verify { name, json } => {
+            let names = match name {
+                Some(n) => vec![n],
+                None => gateway()?.datasets()?,
+            };
+            // Every byte from the store as it is now: neither this host's
+            // cache nor the gateway's memory serves it.
+            let repo = host_repo(store, gateway()?.fresh(), here)?;
+            return verify(&repo, &names, json);
+        }
         Command::Mount(args) => {
             if !args.read_only {
                 bail!(
@@ -163,10 +155,10 @@ pub fn execute(
                 );
             }
             detafs::sys::tune_allocator();
-            super::mount::mount(host_repo(store, opts, here)?, &here.staging, &args)?;
+            super::mount::mount(host_repo(store, gateway()?, here)?, &here.staging, &args)?;
         }
         _ => bail!(
-            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag`, `ls`, `cat`, `export`, `diff` of versions and `mount --read-only` so far; the other commands need the store itself for now"
+            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag`, `ls`, `cat`, `export`, `diff` of versions, `verify` (of what the key may read) and `mount --read-only` so far; the other commands need the store itself for now"
         ),
     }
     Ok(ExitCode::SUCCESS)
@@ -201,7 +193,7 @@ fn listed(row: &serde_json::Value) -> Listed {
 /// A repo whose datasets come from the gateway, over this host's own
 /// store (one per gateway list): what it fetches is kept there, sealed
 /// with a key the host made on first use.
-fn host_repo(store: &str, opts: &Options, here: &Here) -> anyhow::Result<Repo> {
+fn host_repo(store: &str, gateway: Gateway, here: &Here) -> anyhow::Result<Repo> {
     let root = here
         .opts
         .cache_dir
@@ -228,5 +220,59 @@ fn host_repo(store: &str, opts: &Options, here: &Here) -> anyhow::Result<Repo> {
             key_file.display()
         );
     }
-    Ok(repo.with_upstream(std::sync::Arc::new(Gateway::connect(store, opts)?)))
+    Ok(repo.with_upstream(std::sync::Arc::new(gateway)))
+}
+
+/// `verify` through the gateway: every file the key may read, read; what
+/// did not arrive whole, named (exit 1).
+fn verify(repo: &Repo, names: &[String], json: bool) -> anyhow::Result<ExitCode> {
+    let report = detafs::verify::read_through(repo, names)?;
+    if json {
+        let problems: Vec<_> = report
+            .problems
+            .iter()
+            .map(|(at, why)| serde_json::json!({"path": at, "detail": why}))
+            .collect();
+        let out = serde_json::json!({
+            "versions": report.versions,
+            "files": report.files,
+            "bytes": report.bytes,
+            "problems": problems,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        for (at, why) in &report.problems {
+            println!("{at}: {why}");
+        }
+        eprintln!(
+            "read {} versions through the gateway, {} files, {} bytes: {} problems",
+            report.versions,
+            report.files,
+            report.bytes,
+            report.problems.len()
+        );
+    }
+    Ok(ExitCode::from(u8::from(!report.problems.is_empty())))
+}
+
+/// `dataset list --json` as the store's: each dataset the key may list,
+/// its versions, latest, tags, and bytes stored (unknown if withheld).
+fn datasets_json(gw: &Gateway) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for name in gw.datasets()? {
+        let versions = gw.versions(&name)?;
+        let latest = versions.last();
+        // Withheld figures (null) make the sum unknown too.
+        let stored: Option<u64> = versions.iter().map(|v| v["delta_size"].as_u64()).sum();
+        rows.push(serde_json::json!({
+            "name": name,
+            "versions": versions.len(),
+            "latest": latest.map(|v| v["version_id"].clone()),
+            "latest_timestamp": latest.map(|v| v["timestamp"].clone()),
+            "tags": versions.iter().map(|v| v["tags"].as_array().map_or(0, Vec::len)).sum::<usize>(),
+            "stored_bytes": stored,
+        }));
+    }
+    println!("{}", serde_json::to_string_pretty(&rows)?);
+    Ok(())
 }

@@ -1321,6 +1321,12 @@ fn file_part(
         Some(Ok((a, b))) => (StatusCode::PARTIAL_CONTENT, a, b),
         Some(Err(())) => return Ok(Some(Served::BadRange(size))),
     };
+    if fresh(headers) {
+        if memory_only {
+            return Ok(None);
+        }
+        cache.forget_span(&chunks, start, end);
+    }
     let first = cache.slices(&chunks, start, (start + WINDOW).min(end), memory_only)?;
     let Some(first) = first else {
         return Ok(None);
@@ -1334,6 +1340,19 @@ fn file_part(
         end,
         first,
     })))
+}
+
+/// Whether a request asks for what the store holds now (`Cache-Control:
+/// no-cache`), not what this gateway read of it before.
+pub(super) fn fresh(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| {
+            v.split(',')
+                .any(|d| d.trim().eq_ignore_ascii_case("no-cache"))
+        })
 }
 
 /// The slices sent on `rx`, one after another.

@@ -81,6 +81,9 @@ async fn serve_small(State(api): State<Arc<Api>>, headers: HeaderMap, at: InVers
                 }
                 at += c.data_size();
             }
+            if super::api::fresh(&headers) {
+                cache.forget_span(&layout, start, end);
+            }
             let slices = cache
                 .slices(&layout, start, end, false)?
                 .expect("read when not memory-only");

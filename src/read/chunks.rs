@@ -265,6 +265,18 @@ impl ChunkCache {
         };
     }
 
+    /// Forgets the chunks holding bytes `[start, end)` of a file of
+    /// `chunks`, so the next read of them goes to the store again (a
+    /// reader asking for what the store holds now: `verify` through a
+    /// gateway).
+    pub fn forget_span(&self, chunks: &[BlobRef], start: u64, end: u64) {
+        let (_, wanted) = covering(chunks, start, end);
+        let mut st = self.state();
+        for c in wanted {
+            st.at.remove(&c.id);
+        }
+    }
+
     /// Chunk `id` if it is in memory (no I/O).
     pub fn cached(&self, id: &BlobId) -> Option<Bytes> {
         self.state().chunk(id)

@@ -46,6 +46,9 @@ pub struct Gateway {
     rt: tokio::runtime::Runtime,
     /// What a mount through it has been told (`upstream.rs`).
     told: upstream::Told,
+    /// Chunks are asked for as the store holds them now, never as the
+    /// gateway read them before (`fresh`).
+    fresh: bool,
 }
 
 enum Credentials {
@@ -120,7 +123,15 @@ impl Gateway {
             credentials,
             rt,
             told: Default::default(),
+            fresh: false,
         })
+    }
+
+    /// This gateway, asked for every chunk as the store holds it now
+    /// (`Cache-Control: no-cache`): `verify` through it.
+    pub fn fresh(mut self) -> Gateway {
+        self.fresh = true;
+        self
     }
 
     fn bearer(&self) -> Result<String> {

@@ -332,7 +332,13 @@ impl Upstream for Gateway {
         let range = format!("bytes={}-{}", first.offset, last.end() - 1);
         let Answer {
             etag: tag, body, ..
-        } = self.fetch(&at, |r| r.header(reqwest::header::RANGE, range.as_str()))?;
+        } = self.fetch(&at, |r| {
+            let r = r.header(reqwest::header::RANGE, range.as_str());
+            match self.fresh {
+                true => r.header(reqwest::header::CACHE_CONTROL, "no-cache"),
+                false => r,
+            }
+        })?;
         let want: u64 = run.iter().map(BlobRef::data_size).sum();
         if tag != place.etag || body.len() as u64 != want {
             return Err(Error::malformed(
@@ -351,6 +357,10 @@ impl Upstream for Gateway {
                 piece
             })
             .collect())
+    }
+
+    fn fresh(&self) -> bool {
+        self.fresh
     }
 
     fn readable(&self, chunk: &BlobRef) -> Result<()> {

@@ -32,6 +32,9 @@ pub trait Upstream: Send + Sync {
     /// Whether the file `chunk` belongs to may still be read (asked of
     /// upstream once per file; false answers again each time).
     fn readable(&self, chunk: &BlobRef) -> Result<()>;
+    /// Whether every chunk is to be read as the store holds it now
+    /// (`verify`): then nothing is taken from, or kept in, the disk cache.
+    fn fresh(&self) -> bool;
 }
 
 /// What upstream shows of a dataset's history.
@@ -119,6 +122,9 @@ impl Repo {
     pub(super) fn upstream_chunks(&self, run: &[BlobRef]) -> Option<Result<Vec<Bytes>>> {
         let up = self.upstream.as_ref()?;
         let key = |r: &BlobRef| format!("upstream chunk {}", r.id.to_hex());
+        if up.source.fresh() {
+            return Some(up.source.chunks(run));
+        }
         let cached: Option<Vec<Bytes>> = run
             .iter()
             .map(|r| self.disk.opened(&r.id, &key(r), &self.codec))
