@@ -4,8 +4,8 @@
 mod common;
 
 use common::gateway::{
-    Gateway, bearer, cert, curl, json_of, key, post_json, s3_curl, s3_key, serve, serve_with,
-    set_policy_and_wait, two_gateways,
+    Gateway, bearer, cert, curl, json_of, key, model_side, post_json, s3_curl, s3_key, serve,
+    serve_with, set_policy_and_wait, two_gateways,
 };
 use common::{Env, two_versions, within};
 use serde_json::{Value, json};
@@ -1763,70 +1763,8 @@ fn s3_copies_into_staging_what_its_key_may_read() {
 /// caller now, `Record::log_entry_seen`.)
 #[test]
 fn what_a_policy_hides_answers_as_a_store_without_it_would() {
-    let write = |root: &std::path::Path, v: u64, hidden: bool| {
-        let files = [
-            ("top.txt", false),
-            ("pub/a.csv", false),
-            ("pub/sub/b.csv", false),
-            ("mix/open.txt", false),
-            ("private/s.csv", true),
-            ("private/sub/t.csv", true),
-            ("mix/secret.txt", true),
-        ];
-        let _ = std::fs::remove_dir_all(root);
-        for (f, secret) in files {
-            if secret && !hidden {
-                continue;
-            }
-            let at = root.join(f);
-            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
-            std::fs::write(&at, format!("{f} in v{v}\n")).unwrap();
-            // The same times in both stores.
-            let t = filetime::FileTime::from_unix_time(1_700_000_000 + v as i64, 0);
-            filetime::set_file_mtime(&at, t).unwrap();
-        }
-        let mut dirs: Vec<_> = walk_dirs(root);
-        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-        for d in dirs {
-            filetime::set_file_mtime(&d, filetime::FileTime::from_unix_time(1_700_000_000, 0))
-                .unwrap();
-        }
-    };
-    let side = |hidden: bool| {
-        let env = Env::new();
-        let src = env.path("src");
-        for v in 1..=2 {
-            write(&src, v, hidden);
-            env.commit(&src, &format!("v{v}"));
-        }
-        if hidden {
-            env.ok(&["dataset", "create", "other"]);
-            env.commit_to("other", &src, "o");
-        }
-        let rest_key = key(&env, "k", "read");
-        let (s3_id, s3_secret) = s3_key(&env, "k3", "read");
-        let mut policy = String::from(
-            "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: k, effect: allow, principals: [\"key:k\", \"key:k3\"], actions: [\"dataset:read\", \"dataset:versions\"], resources: [\"datasets/ds\"]}\n",
-        );
-        // The same policy on both sides: the store without the hidden
-        // files is what the caller may see of the other.
-        {
-            policy += "  - {name: no_private, effect: deny, principals: [\"key:k\", \"key:k3\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\", \"datasets/ds/versions/*/files/mix/secret.txt\"]}\n";
-        }
-        set_policy_and_wait(&env, &policy);
-        let g = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
-        let key_file = env.path("k.key");
-        std::fs::write(&key_file, &rest_key).unwrap();
-        std::fs::create_dir_all(env.path("home")).unwrap();
-        let setup = json!({
-            "rest": g.url, "s3": g.s3.clone().unwrap(), "ca": cert(&env),
-            "rest_key": rest_key, "s3_key": s3_id, "s3_secret": s3_secret,
-            "key_file": key_file, "home": env.path("home"),
-        });
-        (env, g, setup)
-    };
-    let (hiding_env, _g1, hiding) = side(true);
-    let (_without_env, _g2, without) = side(false);
+    let (hiding_env, _g1, hiding) = model_side(true);
+    let (_without_env, _g2, without) = model_side(false);
     let file = hiding_env.path("model.json");
     let setup =
         json!({"hiding": hiding, "without": without, "detafs": env!("CARGO_BIN_EXE_detafs")});
@@ -1843,20 +1781,6 @@ fn what_a_policy_hides_answers_as_a_store_without_it_would() {
         "{said}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn walk_dirs(root: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = vec![root.to_path_buf()];
-    let mut i = 0;
-    while i < out.len() {
-        for e in std::fs::read_dir(&out[i]).unwrap().flatten() {
-            if e.path().is_dir() {
-                out.push(e.path());
-            }
-        }
-        i += 1;
-    }
-    out
 }
 
 /// A host without the store: `--store https://GATEWAY` with an API key

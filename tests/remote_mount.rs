@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::gateway::{cert, key, serve, set_policy_and_wait, two_gateways};
+use common::gateway::{cert, key, model_side, serve, set_policy_and_wait, two_gateways};
 use common::{Env, Mount, within};
 use sha2::{Digest, Sha256};
 use std::os::unix::ffi::OsStrExt;
@@ -308,4 +308,55 @@ fn a_mount_moves_to_the_next_gateway() {
         m.path("versions/v2/new.txt").exists()
     });
     drop(g.second);
+}
+
+/// A mount of a `model_side` through its gateway `url`, with key `k`.
+fn mount_model<'e>(env: &'e Env, url: &str, setup: &serde_json::Value) -> Mount<'e> {
+    mount_through(
+        env,
+        "mnt",
+        url,
+        setup["rest_key"].as_str().unwrap(),
+        &env.path("host-cache"),
+        Path::new(setup["ca"].as_str().unwrap()),
+    )
+}
+
+/// What a policy hides, a mount through the gateway shows as a store
+/// without it would: two stores alike but for the hidden files, one policy,
+/// one key; each mounted through its gateway, every version's names,
+/// bytes, modes and times, and the log but for its times, compared.
+#[test]
+fn a_mount_through_the_gateway_shows_hidden_as_missing() {
+    let (hiding_env, g1, hiding) = model_side(true);
+    let (without_env, g2, without) = model_side(false);
+    let (a, b) = (
+        mount_model(&hiding_env, &g1.url, &hiding),
+        mount_model(&without_env, &g2.url, &without),
+    );
+    assert_eq!(names(&a.path("versions")), names(&b.path("versions")));
+    for v in ["v1", "v2", "latest"] {
+        let at = format!("versions/{v}");
+        assert_eq!(
+            common::fingerprint(&a.path(&at)),
+            common::fingerprint(&b.path(&at)),
+            "{v}"
+        );
+    }
+    for hidden in ["versions/v2/private", "versions/v2/mix/secret.txt"] {
+        let e = std::fs::metadata(a.path(hidden)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{hidden}");
+    }
+    let log = |m: &Mount| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(m.path(".detafs/log"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut row: serde_json::Value = serde_json::from_str(l).unwrap();
+                row["timestamp"] = serde_json::Value::Null;
+                row
+            })
+            .collect()
+    };
+    assert_eq!(log(&a), log(&b));
 }

@@ -220,3 +220,78 @@ pub fn two_gateways(env: &Env) -> TwoGateways {
         other,
     }
 }
+
+/// One side of the model of what a policy hides (tests/gateway.rs,
+/// tests/remote_mount.rs): a store of two versions of `ds` whose files
+/// `private/*` and `mix/secret.txt` are there (`hidden`) or not, the rest
+/// alike to the byte and the time, under one policy that denies keys `k`
+/// (REST) and `k3` (S3) reading them; with `hidden`, a dataset `other`
+/// too, which they may not see. Served on TLS and S3; with what a client
+/// needs to reach it.
+pub fn model_side(hidden: bool) -> (Env, Gateway, Value) {
+    let env = Env::new();
+    let src = env.path("src");
+    for v in 1..=2 {
+        model_tree(&src, v, hidden);
+        env.commit(&src, &format!("v{v}"));
+    }
+    if hidden {
+        env.ok(&["dataset", "create", "other"]);
+        env.commit_to("other", &src, "o");
+    }
+    let rest_key = key(&env, "k", "read");
+    let (s3_id, s3_secret) = s3_key(&env, "k3", "read");
+    set_policy_and_wait(
+        &env,
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: k, effect: allow, principals: [\"key:k\", \"key:k3\"], actions: [\"dataset:read\", \"dataset:versions\"], resources: [\"datasets/ds\"]}\n  - {name: no_private, effect: deny, principals: [\"key:k\", \"key:k3\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\", \"datasets/ds/versions/*/files/mix/secret.txt\"]}\n",
+    );
+    let g = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
+    let key_file = env.path("k.key");
+    std::fs::write(&key_file, &rest_key).unwrap();
+    std::fs::create_dir_all(env.path("home")).unwrap();
+    let setup = serde_json::json!({
+        "rest": g.url, "s3": g.s3.clone().unwrap(), "ca": cert(&env),
+        "rest_key": rest_key, "s3_key": s3_id, "s3_secret": s3_secret,
+        "key_file": key_file, "home": env.path("home"),
+    });
+    (env, g, setup)
+}
+
+/// Version `v` of the model's files under `root` (the hidden ones only
+/// with `hidden`), with the same times on both sides.
+fn model_tree(root: &std::path::Path, v: u64, hidden: bool) {
+    let files = [
+        ("top.txt", false),
+        ("pub/a.csv", false),
+        ("pub/sub/b.csv", false),
+        ("mix/open.txt", false),
+        ("private/s.csv", true),
+        ("private/sub/t.csv", true),
+        ("mix/secret.txt", true),
+    ];
+    let _ = std::fs::remove_dir_all(root);
+    for (f, secret) in files {
+        if secret && !hidden {
+            continue;
+        }
+        let at = root.join(f);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(&at, format!("{f} in v{v}\n")).unwrap();
+        let t = filetime::FileTime::from_unix_time(1_700_000_000 + v as i64, 0);
+        filetime::set_file_mtime(&at, t).unwrap();
+    }
+    // Deepest first: each name made in a folder moved its mtime.
+    let mut dirs = vec![root.to_path_buf()];
+    let mut i = 0;
+    while i < dirs.len() {
+        for e in std::fs::read_dir(&dirs[i]).unwrap().flatten() {
+            if e.path().is_dir() {
+                dirs.push(e.path());
+            }
+        }
+        i += 1;
+    }
+    for d in dirs.iter().rev() {
+        filetime::set_file_mtime(d, filetime::FileTime::from_unix_time(1_700_000_000, 0)).unwrap();
+    }
+}
