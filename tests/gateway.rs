@@ -1796,6 +1796,9 @@ fn the_cli_reads_through_a_gateway_as_from_the_store() {
     std::fs::write(src.join("a.csv"), "1\n").unwrap();
     std::fs::write(src.join("private/s.csv"), "secret\n").unwrap();
     std::os::unix::fs::symlink("a.csv", src.join("link")).unwrap();
+    // A name that is not UTF-8: listed and exported as on the store.
+    use std::os::unix::ffi::OsStrExt;
+    std::fs::write(src.join(std::ffi::OsStr::from_bytes(b"caf\xe9.txt")), "x\n").unwrap();
     env.commit(&src, "v1");
     std::fs::write(src.join("a.csv"), "2\n").unwrap();
     env.commit(&src, "v2");
@@ -1906,16 +1909,31 @@ fn the_cli_reads_through_a_gateway_as_from_the_store() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--api-key-file"));
-    // A name a URL parser would take as a step is refused, asking nothing.
-    for args in [
-        &["log", ".."][..],
-        &["cat", "ds", "..", "a.csv"],
-        &["ls", ".", "v1"],
-    ] {
+    // A name a URL parser would take as a step is refused, asking nothing
+    // (`ls` says it as the store does).
+    for args in [&["log", ".."][..], &["cat", "ds", "..", "a.csv"]] {
         let out = remote(&all_file, args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("names no dataset or version"));
     }
+    let out = remote(&all_file, &["ls", ".", "v1"]);
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .map(str::to_string)
+        ),
+        (
+            Some(1),
+            env.fails(&["ls", ".", "v1"])
+                .1
+                .lines()
+                .last()
+                .map(str::to_string)
+        )
+    );
     // What does not run through a gateway yet says so, changing nothing.
     for args in [&["diff", "ds", "staging", "v2"][..], &["status", "ds"]] {
         let out = remote(&all_file, args);

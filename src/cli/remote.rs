@@ -2,7 +2,6 @@
 //! same forms, output and exit codes as on a store, for what the gateway
 //! shows the caller.
 
-use super::show::Listed;
 use super::{Command, DatasetCmd, show};
 use anyhow::{Context, bail};
 use detafs::remote::{Gateway, Options};
@@ -89,20 +88,10 @@ pub fn execute(
             dir,
             preserve_setid,
         } => {
-            if preserve_setid && !nix::unistd::geteuid().is_root() {
-                bail!(
-                    "--preserve-setid needs root: only root may recreate setuid and setgid files"
-                );
-            }
-            let gw = gateway()?;
-            let number = gw.version_of(&name, &version)?;
-            let skipped = gw.export(&name, &format!("v{number}"), &dir, preserve_setid)?;
-            eprintln!("exported {name} v{number} to {}", dir.display());
-            if skipped > 0 {
-                eprintln!(
-                    "{skipped} special files (FIFOs, sockets, devices) were left out: export on a host with the store makes them"
-                );
-            }
+            // The store's own export over the gateway's trees: names,
+            // links and special files as on the store.
+            let open = || host_repo(store, gateway()?, here);
+            super::export_cmd(&open, &name, &version, &dir, preserve_setid)?;
         }
         Command::Ls {
             name,
@@ -110,9 +99,10 @@ pub fn execute(
             path,
             json,
         } => {
-            let rows = gateway()?.list(&name, &version, path.as_deref().unwrap_or(""))?;
-            let listed: Vec<Listed> = rows.iter().map(listed).collect();
-            show::print_ls(&listed, json)?;
+            // The store's own listing over the gateway's trees: every
+            // name as the store holds it, UTF-8 or not.
+            let repo = host_repo(store, gateway()?, here)?;
+            show::ls(&repo, &name, &version, path.as_deref().unwrap_or(""), json)?;
         }
         Command::Diff {
             name,
@@ -162,32 +152,6 @@ pub fn execute(
         ),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// An entry as the gateway listed it, as `ls` shows entries.
-fn listed(row: &serde_json::Value) -> Listed {
-    let kind = match (row["type"].as_str(), row["kind"].as_str()) {
-        (Some("dir"), _) => 'd',
-        (Some("symlink"), _) => 'l',
-        (_, Some("fifo")) => 'p',
-        (_, Some("socket")) => 's',
-        (_, Some("char")) => 'c',
-        (_, Some("block")) => 'b',
-        _ => '-',
-    };
-    let number = |k: &str| row[k].as_u64().unwrap_or(0);
-    Listed {
-        name: row["name"].as_str().unwrap_or_default().as_bytes().to_vec(),
-        kind,
-        mode: u32::try_from(number("mode")).unwrap_or(0),
-        size: number("size"),
-        mtime: row["mtime"].as_i64().unwrap_or(0),
-        target: row["target"].as_str().map(|t| t.as_bytes().to_vec()),
-        rdev: row["rdev"].as_array().and_then(|d| {
-            let n = |i: usize| d.get(i)?.as_u64().and_then(|v| u32::try_from(v).ok());
-            Some((n(0)?, n(1)?))
-        }),
-    }
 }
 
 /// A repo whose datasets come from the gateway, over this host's own

@@ -336,19 +336,18 @@ fn kind_and_mode(node: &Node) -> (char, u32) {
     }
 }
 
-/// An entry as `ls` shows it: from a version's node, or as a gateway
-/// listed it (`remote.rs`).
-pub struct Listed {
-    pub name: Vec<u8>,
+/// An entry as `ls` shows it.
+struct Listed {
+    name: Vec<u8>,
     /// `-`, `d`, `l`, `p`, `s`, `c` or `b`, as `ls -l` shows it.
-    pub kind: char,
-    pub mode: u32,
-    pub size: u64,
+    kind: char,
+    mode: u32,
+    size: u64,
     /// Seconds since the epoch.
-    pub mtime: i64,
-    pub target: Option<Vec<u8>>,
+    mtime: i64,
+    target: Option<Vec<u8>>,
     /// A device's (major, minor).
-    pub rdev: Option<(u32, u32)>,
+    rdev: Option<(u32, u32)>,
 }
 
 impl Listed {
@@ -425,7 +424,7 @@ fn entry_json(e: &Listed) -> serde_json::Value {
 }
 
 /// `ls`'s output of `listed`, as text or JSON.
-pub fn print_ls(listed: &[Listed], as_json: bool) -> anyhow::Result<()> {
+fn print_ls(listed: &[Listed], as_json: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if as_json {
         let rows: Vec<_> = listed.iter().map(entry_json).collect();

@@ -6,8 +6,8 @@
 //! what the gateway's policy shows its principal: the gateway decides,
 //! the client keeps no copy of the rule.
 //!
-//! So far: the datasets, their versions, and files' bytes (`detafs dataset
-//! list`, `log`, `cat`).
+//! The CLI reads datasets, versions and files' bytes here; a mount (and
+//! `ls`, `diff`, `export`, `verify`) reads through `upstream.rs`.
 
 mod upstream;
 
@@ -264,40 +264,6 @@ impl Gateway {
         Ok(rows.as_array().cloned().unwrap_or_default())
     }
 
-    /// What folder `path` of `version` of `dataset` holds, as the gateway
-    /// lists it (name, type, size, mtime, mode; a symlink's target, a
-    /// device's numbers, a special file's kind); a file is listed alone.
-    pub fn list(&self, dataset: &str, version: &str, path: &str) -> Result<Vec<Value>> {
-        let path = crate::relpath::RelPath::parse(path)?;
-        let (dataset, version) = (segment(dataset)?, segment(version)?);
-        let at = |p: &crate::relpath::RelPath| {
-            let escaped: Vec<String> = p.names().map(|n| format!("/{}", escape_bytes(n))).collect();
-            format!(
-                "/datasets/{dataset}/versions/{version}/files{}",
-                escaped.concat()
-            )
-        };
-        let Some((parent, name)) = path.split_last() else {
-            return self.rows(&at(&path));
-        };
-        // The parent's listing says what `path` is (a file's GET would
-        // send its bytes).
-        let row = self
-            .rows(&at(&parent))?
-            .into_iter()
-            .find(|r| r["name"].as_str().map(str::as_bytes) == Some(name));
-        match row {
-            Some(r) if r["type"] != "dir" => Ok(vec![r]),
-            // A folder's listing; or the gateway's own answer for a path
-            // that is not there (for the caller).
-            _ => self.rows(&at(&path)),
-        }
-    }
-
-    fn rows(&self, at: &str) -> Result<Vec<Value>> {
-        Ok(self.get_json(at)?.as_array().cloned().unwrap_or_default())
-    }
-
     /// File `path` of `version` of `dataset`, streamed to `out` as it
     /// comes (never whole in memory). A gateway lost mid-way hands over to
     /// the next, which sends the rest from where it stopped: the version
@@ -377,99 +343,6 @@ impl Gateway {
         use std::sync::atomic::Ordering;
         let at = (self.current.load(Ordering::Relaxed) + 1) % self.bases.len();
         self.current.store(at, Ordering::Relaxed);
-    }
-}
-
-impl Gateway {
-    /// Writes `version` of `dataset` under `dest` (absent or empty) as the
-    /// gateway shows it: folders, files' bytes, symlinks, with their modes
-    /// (setuid and setgid cleared unless `preserve_setid`) and mtimes.
-    /// Returns how many special files (FIFOs, sockets, devices) were left
-    /// out: a listing names them, a GET cannot make them.
-    pub fn export(
-        &self,
-        dataset: &str,
-        version: &str,
-        dest: &Path,
-        preserve_setid: bool,
-    ) -> Result<u64> {
-        use std::os::unix::fs::PermissionsExt;
-        // One version throughout, whatever `latest` becomes meanwhile.
-        let version = &format!("v{}", self.version_of(dataset, version)?);
-        if std::fs::read_dir(dest).is_ok_and(|mut d| d.next().is_some()) {
-            return Err(Error::InvalidInput(format!(
-                "{} is not empty; export needs an empty or new directory",
-                dest.display()
-            )));
-        }
-        std::fs::create_dir_all(dest).map_err(|e| Error::io(dest.display(), e))?;
-        let mode = |m: u32| if preserve_setid { m } else { m & !0o6000 } & 0o7777;
-        let time = |row: &Value| {
-            filetime::FileTime::from_unix_time(
-                row["mtime"].as_i64().unwrap_or(0),
-                u32::try_from(row["mtime_ns"].as_u64().unwrap_or(0)).unwrap_or(0),
-            )
-        };
-        let set_mode = |path: &Path, m: u32| {
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(m))
-                .map_err(|e| Error::io(path.display(), e))
-        };
-        let mut skipped = 0;
-        let mut folders = Vec::new();
-        let mut todo = vec![(String::new(), dest.to_path_buf())];
-        while let Some((at, dir)) = todo.pop() {
-            for row in self.list(dataset, version, &at)? {
-                let name = row["name"].as_str().unwrap_or_default();
-                // What the gateway names is checked as any name is: no
-                // path outside `dest`, no name it could not send whole.
-                crate::relpath::RelPath::parse(name)
-                    .ok()
-                    .filter(|p| p.names().count() == 1 && !name.contains('\u{fffd}'))
-                    .ok_or_else(|| {
-                        Error::malformed("the gateway's listing", format!("a name {name:?}"))
-                    })?;
-                let rel = if at.is_empty() {
-                    name.to_string()
-                } else {
-                    format!("{at}/{name}")
-                };
-                let path = dir.join(name);
-                let m = u32::try_from(row["mode"].as_u64().unwrap_or(0o644)).unwrap_or(0o644);
-                match row["type"].as_str() {
-                    Some("dir") => {
-                        std::fs::create_dir(&path).map_err(|e| Error::io(path.display(), e))?;
-                        folders.push((path.clone(), mode(m), time(&row)));
-                        todo.push((rel, path));
-                    }
-                    Some("file") => {
-                        let mut f = std::fs::OpenOptions::new()
-                            .write(true)
-                            .create_new(true)
-                            .open(&path)
-                            .map_err(|e| Error::io(path.display(), e))?;
-                        self.file(dataset, version, &rel, &mut f)?;
-                        set_mode(&path, mode(m))?;
-                        filetime::set_file_mtime(&path, time(&row))
-                            .map_err(|e| Error::io(path.display(), e))?;
-                    }
-                    Some("symlink") => {
-                        let target = row["target"].as_str().unwrap_or_default();
-                        std::os::unix::fs::symlink(target, &path)
-                            .map_err(|e| Error::io(path.display(), e))?;
-                        filetime::set_symlink_file_times(&path, time(&row), time(&row))
-                            .map_err(|e| Error::io(path.display(), e))?;
-                    }
-                    _ => skipped += 1,
-                }
-            }
-        }
-        // Deepest first: a folder's mode may forbid writing in it, and
-        // each name made in it moved its mtime.
-        for (path, m, t) in folders.into_iter().rev() {
-            set_mode(&path, m)?;
-            filetime::set_file_mtime(&path, t).map_err(|e| Error::io(path.display(), e))?;
-        }
-        Ok(skipped)
     }
 }
 

@@ -178,7 +178,7 @@ impl Repo {
         Ok(records
             .iter()
             .map(|r| {
-                let mut e = r.log_entry();
+                let mut e = r.log_entry_seen(self.figures_withheld(dataset));
                 e["tags"] = serde_json::json!(tags.remove(&r.version).unwrap_or_default());
                 e
             })
