@@ -288,8 +288,9 @@ impl Drop for Helper {
 }
 
 /// An fstab line of type `fuse.detafs` is mounted by `mount -a` (through
-/// the helper), with every setting in its options; a line with an option
-/// detafs does not know is refused naming it, and nothing is mounted.
+/// the helper), with every setting in its options, on a store or through
+/// a gateway; a line with an option detafs does not know is refused
+/// naming it, and nothing is mounted.
 #[test]
 fn an_fstab_line_is_mounted_by_mount_a() {
     let env = Env::new_local();
@@ -347,6 +348,33 @@ fn an_fstab_line_is_mounted_by_mount_a() {
     env.ok(&["umount", mnt.to_str().unwrap()]);
     assert!(!mounted_at(&mnt));
     assert_eq!(env.ok(&["status", "ds"]).trim(), "A boot.txt");
+    // A host without the store key: the line names a gateway and a key.
+    let g = common::gateway::serve(&env);
+    let key_file = env.path("boot.apikey");
+    std::fs::write(&key_file, common::gateway::key(&env, "boot", "read")).unwrap();
+    let remote = format!(
+        "ds {} fuse.detafs _netdev,ro,store={},api-key-file={},ca-cert={},cache={},poll-interval=1s 0 0\n",
+        mnt.display(),
+        g.url,
+        key_file.display(),
+        common::gateway::cert(&env).display(),
+        env.path("host-cache").display()
+    );
+    std::fs::write(&fstab, remote).unwrap();
+    let out = mount_a();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(mounted_at(&mnt));
+    assert_eq!(
+        std::fs::read(mnt.join("versions/v1/d/a.csv")).unwrap(),
+        b"1"
+    );
+    assert!(!mnt.join("staging").exists(), "read-only");
+    env.ok(&["umount", mnt.to_str().unwrap()]);
+    assert!(!mounted_at(&mnt));
 }
 
 /// The systemd units shipped in contrib/systemd/ verify
