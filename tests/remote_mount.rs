@@ -360,3 +360,36 @@ fn a_mount_through_the_gateway_shows_hidden_as_missing() {
     };
     assert_eq!(log(&a), log(&b));
 }
+
+/// The host's cache is only a cache: its key lost, the next mount makes
+/// it anew (and says so) rather than failing.
+#[test]
+fn a_host_cache_whose_key_is_lost_is_made_anew() {
+    let env = Env::new();
+    three_versions(&env);
+    let all = key(&env, "all", "read");
+    let g = serve(&env);
+    let cache = env.path("host-cache");
+    let m = mount_through(&env, "mnt", &g.url, &all, &cache, &cert(&env));
+    std::fs::read(m.path("versions/v1/big.bin")).unwrap();
+    drop(m);
+    // The host cache's key file: named for its store id.
+    let host_store = std::fs::read_dir(cache.join("gateways"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let marker = std::fs::read_to_string(host_store.join("detafs.json")).unwrap();
+    let ours: Vec<PathBuf> = dirs_key_files(&env)
+        .into_iter()
+        .filter(|k| marker.contains(&*k.file_stem().unwrap().to_string_lossy()))
+        .collect();
+    assert_eq!(ours.len(), 1, "the host cache's key file");
+    std::fs::remove_file(&ours[0]).unwrap();
+    let m = mount_through(&env, "mnt", &g.url, &all, &cache, &cert(&env));
+    assert_eq!(
+        std::fs::read(m.path("versions/v3/a.csv")).unwrap(),
+        b"plain-marker-3\n"
+    );
+}

@@ -172,8 +172,19 @@ fn host_repo(store: &str, gateway: Gateway, here: &Here) -> anyhow::Result<Repo>
         passphrase: None,
         ..here.opts.clone()
     };
-    let repo = Repo::open_own(&dir, None, &own)
-        .with_context(|| format!("cannot open this host's cache of {store}"))?;
+    let repo = match Repo::open_own(&dir, None, &own) {
+        // Its key lost: the cache is unreadable, and only a cache. Made anew.
+        Err(detafs::Error::Locked(_) | detafs::Error::WrongKey(_)) => {
+            forget_cache(&root, &dir)?;
+            eprintln!(
+                "this host's cache of {store} at {} no longer opens with a key of its own: made anew",
+                dir.display()
+            );
+            Repo::open_own(&dir, None, &own)
+        }
+        other => other,
+    }
+    .with_context(|| format!("cannot open this host's cache of {store}"))?;
     if let Some(key_file) = repo.created_key_file() {
         eprintln!(
             "created this host's cache of {store} at {}, sealed with a key of its own",
@@ -238,5 +249,27 @@ fn datasets_json(gw: &Gateway) -> anyhow::Result<()> {
         }));
     }
     println!("{}", serde_json::to_string_pretty(&rows)?);
+    Ok(())
+}
+
+/// Removes the host's cache store at `dir` and its local state under
+/// `root` (folders named for its store id).
+fn forget_cache(root: &std::path::Path, dir: &std::path::Path) -> anyhow::Result<()> {
+    let marker = dir.join(detafs::store::MARKER);
+    let id = std::fs::read(&marker)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|m| m["store_id"].as_str().map(str::to_string));
+    if let Some(id) = id.filter(|id| id.bytes().all(|b| b.is_ascii_hexdigit())) {
+        for e in std::fs::read_dir(root)?.flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{id}-"))
+            {
+                std::fs::remove_dir_all(e.path())?;
+            }
+        }
+    }
+    std::fs::remove_dir_all(dir)?;
     Ok(())
 }
