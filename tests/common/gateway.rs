@@ -225,7 +225,8 @@ pub fn two_gateways(env: &Env) -> TwoGateways {
 /// tests/remote_mount.rs): a store of two versions of `ds` whose files
 /// `private/*` and `mix/secret.txt` are there (`hidden`) or not, the rest
 /// alike to the byte and the time, under one policy that denies keys `k`
-/// (REST) and `k3` (S3) reading them; with `hidden`, a dataset `other`
+/// (REST) and `k3` (S3), and `w` and `w3` which may commit too, reading
+/// them; with `hidden`, a dataset `other`
 /// too, which they may not see. Served on TLS and S3; with what a client
 /// needs to reach it.
 pub fn model_side(hidden: bool) -> (Env, Gateway, Value) {
@@ -241,9 +242,11 @@ pub fn model_side(hidden: bool) -> (Env, Gateway, Value) {
     }
     let rest_key = key(&env, "k", "read");
     let (s3_id, s3_secret) = s3_key(&env, "k3", "read");
+    let write_key = key(&env, "w", "read,commit");
+    let (w3_id, w3_secret) = s3_key(&env, "w3", "read,commit");
     set_policy_and_wait(
         &env,
-        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: k, effect: allow, principals: [\"key:k\", \"key:k3\"], actions: [\"dataset:read\", \"dataset:versions\"], resources: [\"datasets/ds\"]}\n  - {name: no_private, effect: deny, principals: [\"key:k\", \"key:k3\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\", \"datasets/ds/versions/*/files/mix/secret.txt\"]}\n",
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: k, effect: allow, principals: [\"key:k\", \"key:k3\"], actions: [\"dataset:read\", \"dataset:versions\"], resources: [\"datasets/ds\"]}\n  - {name: w, effect: allow, principals: [\"key:w\", \"key:w3\"], actions: [\"dataset:read\", \"dataset:versions\", \"dataset:commit\"], resources: [\"datasets/ds\"]}\n  - {name: no_private, effect: deny, principals: [\"key:k\", \"key:k3\", \"key:w\", \"key:w3\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\", \"datasets/ds/versions/*/files/mix/secret.txt\"]}\n",
     );
     let g = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
     let key_file = env.path("k.key");
@@ -252,6 +255,7 @@ pub fn model_side(hidden: bool) -> (Env, Gateway, Value) {
     let setup = serde_json::json!({
         "rest": g.url, "s3": g.s3.clone().unwrap(), "ca": cert(&env),
         "rest_key": rest_key, "s3_key": s3_id, "s3_secret": s3_secret,
+        "write_key": write_key, "w3_key": w3_id, "w3_secret": w3_secret,
         "key_file": key_file, "home": env.path("home"),
     });
     (env, g, setup)

@@ -4,10 +4,12 @@ request does on a store that never held it (tests/gateway.rs gives two
 gateways: `hiding`, where the caller's policy hides some paths and a
 dataset, and `without`, a store holding only what that caller may see).
 Every request of an enumeration (datasets, versions, paths that exist,
-are hidden, or are missing; files and folders; reads, heads, listings) is
-sent to both, and the answers compared, less what differs between any two
-stores (ETags, which name content by a store's keys, times, and a
-record's parent hash).
+are hidden, or are missing; files and folders; reads, heads, listings;
+then commits through REST and staged puts, deletions and a commit through
+S3, by a key that may commit but not read what is hidden, each followed
+by what the reading key sees) is sent to both, and the answers compared,
+less what differs between any two stores (ETags, which name content by a
+store's keys, times, and a record's parent hash).
 
     hidden_model.py SETUP
 """
@@ -24,16 +26,19 @@ from botocore.exceptions import ClientError
 s = json.load(open(sys.argv[1]))
 
 
-def s3(side):
+def s3(side, key="s3_key", secret="s3_secret"):
     cfg = botocore.config.Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, signature_version="s3v4")
-    return boto3.client("s3", endpoint_url=side["s3"], aws_access_key_id=side["s3_key"], aws_secret_access_key=side["s3_secret"], region_name="us-east-1", verify=side["ca"], config=cfg)
+    return boto3.client("s3", endpoint_url=side["s3"], aws_access_key_id=side[key], aws_secret_access_key=side[secret], region_name="us-east-1", verify=side["ca"], config=cfg)
 
 
 def normal(text):
     text = re.sub(r'"?ETag"?[=:]\s*"?[^",<]*"?', "ETAG", text)
     text = re.sub(r"<ETag>[^<]*</ETag>", "", text)
     text = re.sub(r"<LastModified>[^<]*</LastModified>", "", text)
+    # Times a commit stamps (now) differ between any two stores.
     text = re.sub(r'"mtime":\s*[0-9.]+', '"mtime": T', text)
+    text = re.sub(r'"mtime":\s*"[^"]*"', '"mtime": T', text)
+    text = re.sub(r'"mtime_ns":\s*[0-9]+', '"mtime_ns": N', text)
     text = re.sub(r'"timestamp":\s*"[^"]*"', '"timestamp": T', text)
     # A record's parent hash names the store's own bytes.
     text = re.sub(r'"parent":\s*"[0-9a-f]*"', '"parent": H', text)
@@ -42,6 +47,13 @@ def normal(text):
 
 def rest(side, path):
     r = requests.get(side["rest"] + path, headers={"Authorization": "Bearer " + side["rest_key"]}, verify=side["ca"])
+    return (r.status_code, normal(r.text))
+
+
+def commit(side, body):
+    """A REST commit by the side's writing key."""
+    r = requests.post(side["rest"] + "/datasets/ds/commit", json=body,
+                      headers={"Authorization": "Bearer " + side["write_key"]}, verify=side["ca"])
     return (r.status_code, normal(r.text))
 
 
@@ -123,6 +135,50 @@ for d in datasets:
             for delim in ["/", ""]:
                 kw = {"Prefix": f"{key}/", "Delimiter": delim} if delim else {"Prefix": key}
                 same(f"S3 list {d} {kw}", call(lambda: sa.list_objects_v2(Bucket=d, **kw)), call(lambda: sb.list_objects_v2(Bucket=d, **kw)))
+
+# Writes by a key that may commit but not read what is hidden: each one
+# answers as on the store without it, and leaves what the caller sees of
+# the next version alike (the hidden files stay as they were, unseen).
+import base64
+wa, wb = s3(a, "w3_key", "w3_secret"), s3(b, "w3_key", "w3_secret")
+b64 = lambda t: base64.b64encode(t.encode()).decode()
+writes = [
+    ("REST put and delete", {"commit_message": "w1", "files": {"pub/new.csv": b64("n\n")}, "delete": ["pub/a.csv"]}),
+    ("REST delete hidden", {"commit_message": "w2", "delete": ["private/s.csv"]}),
+    ("REST delete missing", {"commit_message": "w3", "delete": ["nothing.txt"]}),
+    ("REST delete hidden in a seen folder", {"commit_message": "w4", "delete": ["mix/secret.txt"]}),
+    ("REST put into a hidden folder", {"commit_message": "w5", "files": {"private/x.csv": b64("x\n")}}),
+    ("REST put beside a hidden file", {"commit_message": "w6", "files": {"mix/other.txt": b64("o\n")}}),
+]
+
+
+def seen_now(side):
+    """What the reading key sees of the newest version, whole."""
+    return [rest(side, "/datasets/ds/versions/latest/files" + p) for p in ["", "/pub", "/mix", "/private"]] + \
+        [cli(side, "ls", "ds", "latest", "--json")]
+
+
+expected = {"REST put and delete": 201, "REST delete hidden": 404, "REST delete missing": 404,
+            "REST delete hidden in a seen folder": 404, "REST put into a hidden folder": 201,
+            "REST put beside a hidden file": 201}
+for what, body in writes:
+    answer = commit(a, body)
+    same(what, answer, commit(b, body))
+    same(f"{what}: status", answer[0], expected[what])
+    same(f"after {what}", seen_now(a), seen_now(b))
+for what, f in [
+    ("S3 put", lambda c: c.put_object(Bucket="ds", Key="staging/pub/s3.csv", Body=b"s\n")),
+    ("S3 delete hidden", lambda c: c.delete_object(Bucket="ds", Key="staging/private/sub/t.csv")),
+    ("S3 delete hidden in a seen folder", lambda c: c.delete_object(Bucket="ds", Key="staging/mix/secret.txt")),
+    ("S3 delete missing", lambda c: c.delete_object(Bucket="ds", Key="staging/nothing.txt")),
+    ("S3 delete seen", lambda c: c.delete_object(Bucket="ds", Key="staging/top.txt")),
+    ("S3 list staging", lambda c: c.list_objects_v2(Bucket="ds", Prefix="staging/")),
+    ("S3 commit", lambda c: c.put_object(Bucket="ds", Key="staging/.detafs-commit", Body=b"s3 commit")),
+]:
+    answer = call(lambda: f(wa))
+    same(what, answer, call(lambda: f(wb)))
+    same(f"{what}: done", answer[0], "ok")
+    same(f"after {what}", seen_now(a), seen_now(b))
 
 if mismatches:
     print(f"{len(mismatches)} of {count} answers differ")
