@@ -393,3 +393,41 @@ fn a_host_cache_whose_key_is_lost_is_made_anew() {
         b"plain-marker-3\n"
     );
 }
+
+/// `.detafs/health` of a mount through a gateway speaks of the gateway:
+/// its address, and whether it answers.
+#[test]
+fn health_says_whether_the_gateway_answers() {
+    let env = Env::new();
+    three_versions(&env);
+    let all = key(&env, "all", "read");
+    let g = serve(&env);
+    let m = mount_through(
+        &env,
+        "mnt",
+        &g.url,
+        &all,
+        &env.path("host-cache"),
+        &cert(&env),
+    );
+    let health = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(m.path(".detafs/health")).unwrap()).unwrap()
+    };
+    let h = health();
+    assert_eq!(
+        (&h["store"], &h["store_reachable"], &h["status"]),
+        (&g.url.clone().into(), &true.into(), &"ok".into()),
+        "{h}"
+    );
+    drop(g);
+    within(Duration::from_secs(20), "the gateway seen gone", || {
+        let h = health();
+        h["store_reachable"] == false && h["status"] == "degraded"
+    });
+    assert!(
+        health()["store_error"]
+            .as_str()
+            .unwrap()
+            .contains("gateway")
+    );
+}

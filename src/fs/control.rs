@@ -638,7 +638,7 @@ fn log(fs: &MountFs) -> Vec<u8> {
 /// `.detafs/health`; under a policy, as `judge`'s caller sees the dataset
 /// (the versions it may see, counted).
 fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
-    let store = fs.repo.store().health();
+    let store = fs.repo.health();
     let versions = fs.versions.records.read();
     let seen = match judge {
         Some(j) => versions

@@ -49,6 +49,8 @@ pub struct Gateway {
     /// Chunks are asked for as the store holds them now, never as the
     /// gateway read them before (`fresh`).
     fresh: bool,
+    /// What its latest answers were (`.detafs/health` of a mount).
+    health: crate::store::retry::Health,
 }
 
 enum Credentials {
@@ -124,6 +126,7 @@ impl Gateway {
             rt,
             told: Default::default(),
             fresh: false,
+            health: Default::default(),
         })
     }
 
@@ -173,18 +176,24 @@ impl Gateway {
                 .client
                 .request(method.clone(), format!("{}{path}", self.bases[at]))
                 .bearer_auth(bearer);
+            let asked = std::time::Instant::now();
             let res = match make(req).send().await {
                 Ok(r) if r.status().as_u16() != 503 => r,
                 Ok(r) => {
                     let body = r.bytes().await.unwrap_or_default();
-                    last = Some(refusal(503, &body));
+                    let e = refusal(503, &body);
+                    self.health.failed(&e);
+                    last = Some(e);
                     continue;
                 }
                 Err(e) => {
-                    last = Some(unreachable_gateway(&self.bases[at], &e));
+                    let e = unreachable_gateway(&self.bases[at], &e);
+                    self.health.failed(&e);
+                    last = Some(e);
                     continue;
                 }
             };
+            self.health.answered(asked.elapsed());
             self.current.store(at, Ordering::Relaxed);
             let status = res.status().as_u16();
             if (200..300).contains(&status) || status == 304 {

@@ -363,6 +363,10 @@ impl Upstream for Gateway {
         self.fresh
     }
 
+    fn health(&self) -> crate::store::retry::HealthReport {
+        self.health.report()
+    }
+
     fn readable(&self, chunk: &BlobRef) -> Result<()> {
         self.told.check_refused()?;
         let name = *chunk.pack.as_bytes();

@@ -12,6 +12,7 @@ use super::tag::Tag;
 use crate::error::Result;
 use crate::snapshot::{Record, Tree};
 use crate::store::pack::BlobRef;
+use crate::store::retry::HealthReport;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -35,6 +36,8 @@ pub trait Upstream: Send + Sync {
     /// Whether every chunk is to be read as the store holds it now
     /// (`verify`): then nothing is taken from, or kept in, the disk cache.
     fn fresh(&self) -> bool;
+    /// What its latest answers were (reachable, latency, failures).
+    fn health(&self) -> HealthReport;
 }
 
 /// What upstream shows of a dataset's history.
@@ -70,6 +73,15 @@ impl Repo {
         match &self.upstream {
             Some(up) => up.source.url(),
             None => self.store.url().to_string(),
+        }
+    }
+
+    /// What the latest answers of where datasets come from were: upstream,
+    /// or the store.
+    pub fn health(&self) -> HealthReport {
+        match &self.upstream {
+            Some(up) => up.source.health(),
+            None => self.store.health(),
         }
     }
 

@@ -69,7 +69,8 @@ pub fn deadline_exceeded(
     }
 }
 
-/// What the store's latest answers were.
+/// What the store's latest answers were (or a gateway's, to a host that
+/// reads through one).
 #[derive(Default)]
 pub struct Health {
     state: Mutex<HealthState>,
@@ -117,7 +118,7 @@ impl Health {
         }
     }
 
-    pub fn failed(&self, e: &object_store::Error) {
+    pub fn failed(&self, e: &dyn std::fmt::Display) {
         self.failed.fetch_add(1, Ordering::Relaxed);
         let mut st = self.state();
         let since = st.failing.as_ref().map_or_else(SystemTime::now, |f| f.0);
