@@ -1841,6 +1841,8 @@ fn the_cli_reads_through_a_gateway_as_from_the_store() {
         &["ls", "ds", "v2", "link"],
         &["tag", "ds"],
         &["tag", "ds", "--json"],
+        &["log", "ds", "--", "a.csv"],
+        &["log", "ds", "--json", "--", "private"],
         &["diff", "ds", "v1", "v2"],
         &["diff", "ds", "first", "latest", "--stat"],
         &["diff", "ds", "v1", "v2", "--patch"],
@@ -1934,6 +1936,10 @@ fn the_cli_reads_through_a_gateway_as_from_the_store() {
                 .map(str::to_string)
         )
     );
+    // A path's log for a key from which paths may be hidden: not yet.
+    let out = remote(&limited_file, &["log", "ds", "--", "a.csv"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`log -- PATH`"));
     // What does not run through a gateway yet says so, changing nothing.
     for args in [&["diff", "ds", "staging", "v2"][..], &["status", "ds"]] {
         let out = remote(&all_file, args);

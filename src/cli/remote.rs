@@ -40,6 +40,23 @@ pub fn execute(
             rows.reverse();
             show::print_log(&rows, json)?;
         }
+        Command::Log {
+            name,
+            json,
+            path: Some(path),
+            stray: None,
+        } => {
+            // The store's own path log over the gateway's trees: folders
+            // compare by content only for a key no policy hides paths from.
+            let repo = host_repo(store, gateway()?, here)?;
+            repo.check_dataset(&name)?;
+            if repo.figures_withheld(&name) {
+                bail!(
+                    "through a gateway ({store}), `log -- PATH` runs for keys from which no path is hidden so far"
+                );
+            }
+            show::log(&repo, &name, json, Some(&path))?;
+        }
         Command::Cat {
             name,
             version,

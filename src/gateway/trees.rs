@@ -3,8 +3,9 @@
 //! tree form (names as bytes, every attribute a mount shows), with nothing
 //! of the store's layout. Chunks keep their ids and sizes, not where they
 //! lie (offsets would show the size of what lies hidden between them);
-//! folders are named by their path, not by their tree's id (which changes
-//! with what is hidden in them).
+//! folders are named by their tree's id only to a caller from whom no
+//! path is hidden (to others the id would change with what is hidden in
+//! them), else not at all.
 //!
 //! A folder's small files (those of one chunk) are read together: as the
 //! ranges of their bytes laid end to end in the folder's order
@@ -117,34 +118,40 @@ async fn serve_tree(State(api): State<Arc<Api>>, headers: HeaderMap, at: InVersi
             let Node::Dir { tree, .. } = caller.readable(&record, &versions, &path, node)? else {
                 return Err(not_a_folder(&path));
             };
-            let keep_links = !caller.may_hide_paths(&at.id);
+            let whole = !caller.may_hide_paths(&at.id);
             let entries = visible_entries(repo, &caller, &versions, &path, &tree)?;
-            Ok(bare(entries, keep_links).encode())
+            Ok(bare(entries, whole).encode())
         })
         .await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], encoded).into_response())
 }
 
 /// `entries` as a tree without the store's layout (see the module's
-/// note). A file's further names may lie in folders hidden from a caller
-/// a policy may hide paths from: to such a caller each name is a file of
-/// its own (as `export` through a gateway writes them), so its count of
-/// names tells nothing of what is hidden.
-fn bare(mut entries: Vec<Entry>, keep_links: bool) -> Tree {
+/// note), for a caller who sees the `whole` dataset (no policy may hide a
+/// path from it) or not. A file's further names may lie in folders hidden
+/// from the second: to it each name is a file of its own (as `export`
+/// through a gateway writes them), so its count of names tells nothing of
+/// what is hidden. To the first, a folder is named by its tree's id, so a
+/// folder no version changed is one folder across versions.
+fn bare(mut entries: Vec<Entry>, whole: bool) -> Tree {
     for e in &mut entries {
         match &mut e.node {
             Node::File { chunks, link, .. } => {
                 for c in chunks.iter_mut() {
                     *c = bare_ref(c.id, c.size);
                 }
-                link.take_if(|_| !keep_links);
+                link.take_if(|_| !whole);
             }
             Node::Dir { tree, links, .. } => {
-                *tree = bare_ref(BlobId::from_bytes([0; 32]), 1);
-                *links &= keep_links;
+                let id = match whole {
+                    true => tree.id,
+                    false => BlobId::from_bytes([0; 32]),
+                };
+                *tree = bare_ref(id, 1);
+                *links &= whole;
             }
             Node::Symlink { link, .. } | Node::Special { link, .. } => {
-                link.take_if(|_| !keep_links);
+                link.take_if(|_| !whole);
             }
         }
     }

@@ -66,15 +66,30 @@ struct Answer {
 /// This host's name for a folder or a file of a version as shown under a
 /// view: a folder shown under another policy is another folder to it.
 fn name_of(kind: &[u8], at: &Place) -> [u8; 32] {
-    let mut h = Sha256::new();
     let version = at.version.to_be_bytes();
-    for part in [
+    digest(&[
         kind,
         at.dataset.as_bytes(),
         &version,
         at.path.as_bytes(),
         at.view.as_bytes(),
-    ] {
+    ])
+}
+
+/// This host's name for a folder the gateway named by its content (the
+/// same in every version that holds it), as shown under `at`'s view.
+fn content_name(id: &BlobId, at: &Place) -> [u8; 32] {
+    digest(&[
+        b"folder by content",
+        at.dataset.as_bytes(),
+        id.as_bytes(),
+        at.view.as_bytes(),
+    ])
+}
+
+fn digest(parts: &[&[u8]]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for part in parts {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part);
     }
@@ -207,7 +222,12 @@ impl Gateway {
             };
             match &mut e.node {
                 Node::Dir { tree, .. } => {
-                    let name = name_of(b"folder", &place);
+                    // Any version's copy of a folder named by its content
+                    // is that folder: fetched once, from where it was seen.
+                    let name = match *tree.id.as_bytes() == [0; 32] {
+                        true => name_of(b"folder", &place),
+                        false => content_name(&tree.id, &place),
+                    };
                     *tree = folder_ref(name);
                     self.told.remember(name, place);
                 }
