@@ -3,7 +3,8 @@
 //! folder's tree as the gateway shows it (`gateway::trees`), and a file's
 //! chunks as ranges of its bytes. The gateway's trees say nothing of where
 //! chunks lie, so this host names things itself: a folder by a hash of its
-//! dataset, version, path and view, a large file's chunks as laid end to
+//! dataset, version, path and view (or of its tree's id, when the gateway
+//! gives it, and view), a large file's chunks as laid end to
 //! end in a pack of the file's own, and a folder's small files (one chunk
 //! each) as laid end to end in a pack of the folder's, so that they are
 //! read a run of many at a time; a pack's name says what to ask for. A
