@@ -12,6 +12,7 @@
 mod upstream;
 
 use crate::error::{Error, FsError, Result};
+use crate::relpath::RelPath;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -146,18 +147,24 @@ impl Gateway {
 
     /// GET `path` (already escaped), within the runtime, from `from` bytes
     /// on: the answer, or the gateway's refusal as the error a local store
-    /// would give. A gateway that cannot be reached or answers 503 gives
-    /// its turn to the next.
+    /// would give.
     async fn send(&self, path: &str, bearer: &str, from: u64) -> Result<reqwest::Response> {
-        self.send_with(reqwest::Method::GET, path, bearer, |req| match from {
-            0 => req,
-            from => req.header(reqwest::header::RANGE, format!("bytes={from}-")),
-        })
-        .await
+        let res = self
+            .send_with(reqwest::Method::GET, path, bearer, |req| match from {
+                0 => req,
+                from => req.header(reqwest::header::RANGE, format!("bytes={from}-")),
+            })
+            .await?;
+        match res.status().as_u16() {
+            200..300 => Ok(res),
+            status => Err(refusal(status, &res.bytes().await.unwrap_or_default())),
+        }
     }
 
-    /// `send`, each request made by `make` (headers of its own); a 304
-    /// is an answer, not a refusal.
+    /// `method` on `path`, each request made by `make` (headers of its
+    /// own): the first answer of a gateway that can be reached and does
+    /// not answer 503 (each such gateway gives its turn to the next),
+    /// whatever its status.
     async fn send_with(
         &self,
         method: reqwest::Method,
@@ -195,45 +202,78 @@ impl Gateway {
             };
             self.health.answered(asked.elapsed());
             self.current.store(at, Ordering::Relaxed);
-            let status = res.status().as_u16();
-            if (200..300).contains(&status) || status == 304 {
-                return Ok(res);
-            }
-            let body = res.bytes().await.unwrap_or_default();
-            return Err(refusal(status, &body));
+            return Ok(res);
         }
         Err(last.unwrap_or_else(|| Error::InvalidInput("no gateway given".into())))
     }
 
-    fn get_json(&self, path: &str) -> Result<Value> {
+    /// `method` on `at` with `make`'s headers, within the runtime, its
+    /// body read whole: any status a gateway gave (`Answer::accepted`
+    /// turns refusals into errors). A gateway lost in the middle of an
+    /// answer hands over to the next (each at most once); a path names a
+    /// version by number, so the next sends the same bytes (their ETag is
+    /// checked where it matters).
+    fn ask(
+        &self,
+        method: reqwest::Method,
+        at: &str,
+        make: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<Answer> {
         let bearer = self.bearer()?;
-        let body = self.rt.block_on(async {
-            let res = self.send(path, &bearer, 0).await?;
-            let url = res.url().to_string();
-            res.bytes().await.map_err(|e| unreachable_gateway(&url, &e))
-        })?;
-        serde_json::from_slice(&body)
-            .map_err(|e| Error::malformed(format!("the gateway's answer to {path}"), e))
+        self.rt.block_on(async {
+            let mut handed_over = 0;
+            loop {
+                let res = self.send_with(method.clone(), at, &bearer, &make).await?;
+                let status = res.status().as_u16();
+                let header = |name| {
+                    res.headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string)
+                };
+                let (etag, view) = (header(reqwest::header::ETAG.as_str()), header(VIEW));
+                let url = res.url().to_string();
+                match res.bytes().await {
+                    Ok(body) => {
+                        return Ok(Answer {
+                            status,
+                            etag,
+                            view,
+                            body,
+                        });
+                    }
+                    Err(e) if handed_over + 1 < self.bases.len() => {
+                        handed_over += 1;
+                        tracing::warn!(
+                            "{}; the next gateway sends it",
+                            unreachable_gateway(&url, &e)
+                        );
+                        self.next();
+                    }
+                    Err(e) => return Err(unreachable_gateway(&url, &e)),
+                }
+            }
+        })
+    }
+
+    fn get_json(&self, path: &str) -> Result<Value> {
+        self.ask(reqwest::Method::GET, path, |r| r)?
+            .accepted()?
+            .json(path)
     }
 
     /// Names version `version` of `dataset` `tag`: the tag and the
     /// version's number.
     pub fn create_tag(&self, dataset: &str, version: &str, tag: &str) -> Result<(String, u64)> {
-        let bearer = self.bearer()?;
         let at = format!("/datasets/{}/tags", segment(dataset)?);
         let body = serde_json::json!({"tag": tag, "version": version}).to_string();
-        let answer = self.rt.block_on(async {
-            let res = self
-                .send_with(reqwest::Method::POST, &at, &bearer, |r| {
-                    r.header(reqwest::header::CONTENT_TYPE, "application/json")
-                        .body(body.clone())
-                })
-                .await?;
-            let url = res.url().to_string();
-            res.bytes().await.map_err(|e| unreachable_gateway(&url, &e))
-        })?;
-        let made: Value = serde_json::from_slice(&answer)
-            .map_err(|e| Error::malformed(format!("the gateway's answer to {at}"), e))?;
+        let made = self
+            .ask(reqwest::Method::POST, &at, |r| {
+                r.header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.clone())
+            })?
+            .accepted()?
+            .json(&at)?;
         match (made["tag"].as_str(), made["version"].as_u64()) {
             (Some(t), Some(v)) => Ok((t.to_string(), v)),
             _ => Err(Error::malformed(
@@ -292,12 +332,7 @@ impl Gateway {
             Some(n) => n,
             None => self.version_of(dataset, version)?,
         };
-        let escaped: Vec<String> = path.names().map(escape_bytes).collect();
-        let at = format!(
-            "/datasets/{}/versions/v{number}/files/{}",
-            segment(dataset)?,
-            escaped.join("/")
-        );
+        let at = in_version(dataset, number, "files", &path)?;
         let bearer = self.bearer()?;
         let etag_of = |res: &reqwest::Response| {
             res.headers()
@@ -353,6 +388,45 @@ impl Gateway {
         let at = (self.current.load(Ordering::Relaxed) + 1) % self.bases.len();
         self.current.store(at, Ordering::Relaxed);
     }
+}
+
+/// A gateway's answer: its status, ETag, view and body.
+struct Answer {
+    status: u16,
+    etag: Option<String>,
+    view: Option<String>,
+    body: bytes::Bytes,
+}
+
+impl Answer {
+    /// This answer, or the gateway's refusal as the error a local store
+    /// would give (a 304 is an answer).
+    fn accepted(self) -> Result<Answer> {
+        match self.status {
+            200..300 | 304 => Ok(self),
+            status => Err(refusal(status, &self.body)),
+        }
+    }
+
+    /// Its body as JSON, the answer to `at`.
+    fn json(&self, at: &str) -> Result<Value> {
+        serde_json::from_slice(&self.body)
+            .map_err(|e| Error::malformed(format!("the gateway's answer to {at}"), e))
+    }
+}
+
+/// The path of `what` (`files`, `tree`, `small-files`) of `path` in
+/// version `version` of `dataset`: every name escaped, bytes as they are.
+fn in_version(dataset: &str, version: u64, what: &str, path: &RelPath) -> Result<String> {
+    let escaped: Vec<String> = path
+        .names()
+        .map(|n| format!("/{}", escape_bytes(n)))
+        .collect();
+    Ok(format!(
+        "/datasets/{}/versions/v{version}/{what}{}",
+        segment(dataset)?,
+        escaped.concat()
+    ))
 }
 
 /// What stays as it is in a URL path's segment (RFC 3986's unreserved).

@@ -11,7 +11,7 @@
 //! range's answer must carry the ETag of the chunks the tree named, so no
 //! byte of another content is taken for them.
 
-use super::{Gateway, escape_bytes, segment};
+use super::{Answer, Gateway, segment};
 use crate::error::{Error, FsError, Result};
 use crate::id::{BlobId, PackId, RecordHash};
 use crate::relpath::RelPath;
@@ -55,14 +55,6 @@ struct Place {
 /// The gateway's names for a file's bytes, and for a folder's small files'.
 const FILES: &str = "files";
 const SMALL_FILES: &str = "small-files";
-
-/// An answer: its status, ETag, view and body.
-struct Answer {
-    status: u16,
-    etag: Option<String>,
-    view: Option<String>,
-    body: Bytes,
-}
 
 /// This host's name for a folder or a file of a version as shown under a
 /// view: a folder shown under another policy is another folder to it.
@@ -132,72 +124,24 @@ impl Told {
 }
 
 impl Gateway {
-    /// GET `at` with `make`'s headers, the answer's ETag and body.
+    /// GET `at` with `make`'s headers (`Gateway::ask`). A refusal of the
+    /// caller's credentials (401, a revoked key) stands until the gateway
+    /// answers a poll again; a refusal of one path (403) is that path's.
     fn fetch(
         &self,
         at: &str,
         make: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
     ) -> Result<Answer> {
-        let bearer = self.bearer()?;
-        let answer = self.rt.block_on(async {
-            // A gateway lost in the middle of an answer hands over to the
-            // next (each at most once); `at` names a version by number, so
-            // the next sends the same bytes (their ETag is checked too).
-            let mut handed_over = 0;
-            loop {
-                let res = self
-                    .send_with(reqwest::Method::GET, at, &bearer, &make)
-                    .await?;
-                let status = res.status().as_u16();
-                let header = |name| {
-                    res.headers()
-                        .get(name)
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_string)
-                };
-                let (etag, view) = (header(reqwest::header::ETAG.as_str()), header(super::VIEW));
-                let url = res.url().to_string();
-                match res.bytes().await {
-                    Ok(body) => {
-                        return Ok(Answer {
-                            status,
-                            etag,
-                            view,
-                            body,
-                        });
-                    }
-                    Err(e) if handed_over + 1 < self.bases.len() => {
-                        handed_over += 1;
-                        tracing::warn!(
-                            "{}; the next gateway sends it",
-                            super::unreachable_gateway(&url, &e)
-                        );
-                        self.next();
-                    }
-                    Err(e) => return Err(super::unreachable_gateway(&url, &e)),
-                }
-            }
-        });
-        // A refusal of the caller stands until the gateway answers again.
-        if let Err(Error::Forbidden(_)) = &answer {
+        let answer = self.ask(reqwest::Method::GET, at, make)?;
+        if answer.status == 401 {
             self.told.refused.store(true, Ordering::Relaxed);
             self.told.readable.lock().clear();
         }
-        answer
+        answer.accepted()
     }
 
     fn path_of(place: &Place, what: &str) -> Result<String> {
-        let escaped: Vec<String> = place
-            .path
-            .names()
-            .map(|n| format!("/{}", escape_bytes(n)))
-            .collect();
-        Ok(format!(
-            "/datasets/{}/versions/v{}/{what}{}",
-            segment(&place.dataset)?,
-            place.version,
-            escaped.concat()
-        ))
+        super::in_version(&place.dataset, place.version, what, &place.path)
     }
 
     /// This host's names for a tree's folders and files.
