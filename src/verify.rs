@@ -320,6 +320,9 @@ pub struct ReadReport {
 /// is read on.
 pub fn read_through(repo: &Repo, datasets: &[String]) -> Result<ReadReport> {
     let mut report = ReadReport::default();
+    // Chunks read whole once are not read again for another version or
+    // name that holds them (a file no version changed is read once).
+    let mut checked: HashSet<BlobId> = HashSet::new();
     for ds in datasets {
         for record in repo.sync(ds)? {
             report.versions += 1;
@@ -342,9 +345,14 @@ pub fn read_through(repo: &Repo, datasets: &[String]) -> Result<ReadReport> {
                     match &e.node {
                         Node::Dir { tree, .. } => todo.push((*tree, format!("{name}/"))),
                         Node::File { chunks, size, .. } => {
-                            let read = pack::runs(chunks, 8 << 20)
-                                .into_iter()
-                                .try_for_each(|run| repo.read_chunks(run).map(drop));
+                            let read =
+                                pack::runs(chunks, 8 << 20).into_iter().try_for_each(|run| {
+                                    if !run.iter().all(|c| checked.contains(&c.id)) {
+                                        repo.read_chunks(run)?;
+                                        checked.extend(run.iter().map(|c| c.id));
+                                    }
+                                    Ok::<_, Error>(())
+                                });
                             match read {
                                 Ok(()) => {
                                     report.files += 1;
