@@ -315,8 +315,10 @@ impl MountFs {
         // A store deleted or moved away is told by health (and refused by
         // every write), never made again by one.
         self.repo.store().ensure_present()?;
-        let known = self.versions.records();
-        let changed = match self.repo.changed_records(&self.dataset, &known) {
+        let changed = match self
+            .repo
+            .changed_records(&self.dataset, &self.versions.records)
+        {
             // Refused (a revoked key, through a gateway): nothing read
             // before is served any more, from memory or the kernel's.
             Err(e @ Error::Forbidden(_)) => {
@@ -332,17 +334,11 @@ impl MountFs {
             other => other?,
         };
         let new_records = changed.is_some();
-        // A version whose root changed (shown under another policy, through
-        // a gateway) is another folder: what the kernel holds of it goes.
-        let reshown = changed.as_ref().is_some_and(|records| {
-            records.iter().any(|r| {
-                known
-                    .iter()
-                    .any(|k| k.version == r.version && k.tree != r.tree)
-            })
-        });
-        if let Some(records) = changed {
-            *self.versions.records.write() = records;
+        // A version shown anew is another folder: what the kernel holds of
+        // it goes (below).
+        let reshown = changed.as_ref().is_some_and(|c| c.reshown);
+        if let Some(c) = changed {
+            *self.versions.records.write() = c.records;
         }
         let tagged = self.versions.refresh_tags()?;
         if new_records || !tagged.is_empty() {

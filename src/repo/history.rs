@@ -9,10 +9,10 @@
 
 use super::Repo;
 use crate::error::{Error, Result};
-use crate::id::RecordHash;
+use crate::id::{BlobId, RecordHash};
 use crate::snapshot::Record;
 use crate::store::keys;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 
 /// The first version record of a dataset that did not check out.
@@ -51,24 +51,39 @@ impl Repo {
         self.damage.lock().get(name).cloned()
     }
 
-    /// The dataset's records if they are not `known` any more (a version
-    /// added; through a gateway, one hidden, or all shown under another
-    /// policy), else None: most polls find nothing new, and read nothing
-    /// more.
-    pub fn changed_records(&self, name: &str, known: &[Record]) -> Result<Option<Vec<Record>>> {
+    /// The dataset's records if they are not those `known` any more (a
+    /// version added; through a gateway, one hidden, or all shown under
+    /// another policy), else None: most polls find nothing new, and read
+    /// nothing more. `known` is read only between the reads, never held
+    /// across them.
+    pub fn changed_records(
+        &self,
+        name: &str,
+        known: &RwLock<Vec<Record>>,
+    ) -> Result<Option<Changed>> {
         if let Some(said) = self.ask_upstream(name) {
             let said = said?;
+            let known = known.read();
+            let roots: HashMap<u64, BlobId> =
+                known.iter().map(|r| (r.version, r.tree.id)).collect();
             // A version's root shown under another policy is another tree.
-            let same = said.len() == known.len()
-                && said
-                    .iter()
-                    .zip(known)
-                    .all(|(a, b)| (a.version, a.tree.id) == (b.version, b.tree.id));
-            return Ok((!same).then_some(said));
+            let reshown = said
+                .iter()
+                .any(|r| roots.get(&r.version).is_some_and(|t| *t != r.tree.id));
+            let same = !reshown
+                && said.len() == known.len()
+                && said.iter().all(|r| roots.contains_key(&r.version));
+            return Ok((!same).then_some(Changed {
+                records: said,
+                reshown,
+            }));
         }
         let newest = self.fetch_new_records(name)?;
-        match newest > known.last().map_or(0, |r| r.version) {
-            true => Ok(Some(self.index.records(name)?)),
+        match newest > known.read().last().map_or(0, |r| r.version) {
+            true => Ok(Some(Changed {
+                records: self.index.records(name)?,
+                reshown: false,
+            })),
             false => Ok(None),
         }
     }
@@ -189,4 +204,13 @@ impl Damage {
             why: self.why.clone(),
         }
     }
+}
+
+/// What a poll found new (`Repo::changed_records`).
+pub struct Changed {
+    pub records: Vec<Record>,
+    /// A version known before has another root now (through a gateway,
+    /// shown under another policy): what was shown of it is another
+    /// folder.
+    pub reshown: bool,
 }
