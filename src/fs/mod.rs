@@ -252,6 +252,7 @@ impl MountFs {
                 chunks,
                 read_ahead,
                 apart: AtomicBool::new(false),
+                refused: AtomicBool::new(false),
             },
             staging,
             control: control::Control::new()?,
@@ -322,17 +323,20 @@ impl MountFs {
             // Refused (a revoked key, through a gateway): nothing read
             // before is served any more, from memory or the kernel's.
             Err(e @ Error::Forbidden(_)) => {
-                self.versions.chunks.clear();
-                if let Some(kernel) = self.kernel.get() {
-                    for ino in self.versions.inodes.lock().held_files() {
-                        kernel.forget_listing(ino);
+                if !self.versions.refused.swap(true, Ordering::Relaxed) {
+                    self.versions.chunks.clear();
+                    if let Some(kernel) = self.kernel.get() {
+                        for ino in self.versions.inodes.lock().held_files() {
+                            kernel.forget_listing(ino);
+                        }
                     }
+                    self.forget_names(None);
                 }
-                self.forget_names(None);
                 return Err(e);
             }
             other => other?,
         };
+        self.versions.refused.store(false, Ordering::Relaxed);
         let new_records = changed.is_some();
         // A version shown anew is another folder: what the kernel holds of
         // it goes (below).

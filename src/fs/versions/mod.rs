@@ -40,6 +40,9 @@ pub(super) struct Versions {
     pub(super) apart: AtomicBool,
     /// Listings kept of version folders and of `versions/` (`listings.rs`).
     pub(super) listings: Mutex<Listings>,
+    /// Whether the last poll was refused (a revoked key, through a
+    /// gateway): what was read before has been dropped once.
+    pub(super) refused: AtomicBool,
 }
 
 impl Versions {
