@@ -431,3 +431,48 @@ fn health_says_whether_the_gateway_answers() {
             .contains("gateway")
     );
 }
+
+/// What a mount reads through asked by hand, wrongly: a folder's tree of
+/// a file, a hidden folder, no range or one beyond the end of small files,
+/// another spelling of a path; each refused clearly, the hidden answered
+/// as the missing.
+#[test]
+fn the_mounts_endpoints_refuse_what_is_malformed() {
+    let env = Env::new();
+    three_versions(&env);
+    let limited = key(&env, "limited", "read");
+    let g = serve(&env);
+    let get = |path: &str, range: Option<&str>| {
+        let auth = format!("Authorization: Bearer {limited}");
+        let mut args = vec!["--path-as-is", "-H", auth.as_str()];
+        if let Some(r) = range {
+            args.extend(["-H", r]);
+        }
+        let url = format!("{}/datasets/ds/versions/v3/{path}", g.url);
+        args.push(&url);
+        let (status, body) = common::gateway::curl(&args);
+        (status, String::from_utf8_lossy(&body).into_owned())
+    };
+    assert_eq!(get("tree/a.csv", None).0, 400);
+    let (hidden, missing) = (get("tree/private", None), get("tree/nowhere", None));
+    assert_eq!(hidden.0, 404);
+    assert_eq!(
+        hidden.1.replace("private", "X"),
+        missing.1.replace("nowhere", "X")
+    );
+    assert_eq!(
+        get("small-files/private", Some("Range: bytes=0-9"))
+            .1
+            .replace("private", "X"),
+        get("small-files/nowhere", Some("Range: bytes=0-9"))
+            .1
+            .replace("nowhere", "X")
+    );
+    assert_eq!(get("small-files", None).0, 416);
+    assert_eq!(get("small-files", Some("Range: bytes=99999999-")).0, 416);
+    assert_eq!(get("small-files", Some("Range: bytes=0-1")).0, 206);
+    for spelling in ["tree/d/./e", "tree/d//e", "tree/d/%2e%2e/d", "tree/%00"] {
+        assert_eq!(get(spelling, None).0, 400, "{spelling}");
+    }
+    assert_eq!(get("tree/d/e", None).0, 200);
+}
