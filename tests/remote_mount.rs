@@ -476,3 +476,38 @@ fn the_mounts_endpoints_refuse_what_is_malformed() {
     }
     assert_eq!(get("tree/d/e", None).0, 200);
 }
+
+/// A host cache entry changed on disk (a crash mid-write, a hostile local
+/// process) is never served: it fails its seal, is dropped, and the bytes
+/// come from the gateway again.
+#[test]
+fn a_damaged_host_cache_entry_is_fetched_again() {
+    let env = Env::new();
+    let big = three_versions(&env);
+    let all = key(&env, "all", "read");
+    let g = serve(&env);
+    let cache = env.path("host-cache");
+    let m = mount_through(&env, "mnt", &g.url, &all, &cache, &cert(&env));
+    let read = |m: &Mount| Sha256::digest(std::fs::read(m.path("versions/v1/big.bin")).unwrap());
+    assert_eq!(read(&m), Sha256::digest(&big));
+    drop(m);
+    let mut damaged = 0;
+    let mut todo = vec![cache.clone()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.components().any(|c| c.as_os_str() == "blobs") {
+                let mut bytes = std::fs::read(&p).unwrap();
+                let n = bytes.len() / 2;
+                bytes[n] ^= 0x40;
+                std::fs::write(&p, bytes).unwrap();
+                damaged += 1;
+            }
+        }
+    }
+    assert!(damaged > 0, "the cache held entries");
+    let m = mount_through(&env, "mnt", &g.url, &all, &cache, &cert(&env));
+    assert_eq!(read(&m), Sha256::digest(&big), "a damaged entry served");
+}
