@@ -3,12 +3,8 @@
 //! blocking pool. Errors are `{"error": {"code", "message"}}`; every request
 //! is one line of the request log.
 
-use super::table;
 use crate::access::trail::Trail;
 use crate::access::{self, Action, Policy, Who};
-use crate::commit::CommitMeta;
-use crate::commit::edit::{Content, Edit, commit_edits, edit_path};
-use crate::commit::upload;
 use crate::error::Error;
 use crate::read::chunks::ChunkCache;
 use crate::relpath::RelPath;
@@ -23,7 +19,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -108,8 +104,8 @@ impl Known {
 /// newest versions and tag moves.
 pub(super) struct View {
     at: Instant,
-    records: Vec<Record>,
-    tags: Vec<Tag>,
+    pub(super) records: Vec<Record>,
+    pub(super) tags: Vec<Tag>,
 }
 
 /// An error as the client sees it.
@@ -477,7 +473,7 @@ impl Api {
     /// Dataset `id`'s view, read again unless it was read at `not_before`
     /// or later. A dataset that does not exist (or is deleted) is an error,
     /// never kept.
-    async fn view(self: &Arc<Self>, id: &str, not_before: Instant) -> Result<Arc<View>, ApiError> {
+    pub(super) async fn view(self: &Arc<Self>, id: &str, not_before: Instant) -> Result<Arc<View>, ApiError> {
         let fresh = || {
             let mut views = self.views.lock();
             views.get(id).filter(|v| v.at >= not_before).cloned()
@@ -770,11 +766,6 @@ pub fn router(api: Arc<Api>, more: Router<Arc<Api>>) -> Router {
         .route("/datasets/{id}/versions/{v}", get(get_version))
         .route("/datasets/{id}/versions/{v}/files", get(get_path))
         .route("/datasets/{id}/versions/{v}/files/{*path}", get(get_path))
-        .route("/datasets/{id}/commit", post(commit))
-        .route(
-            "/datasets/{id}/uploads/{*path}",
-            axum::routing::put(put_upload),
-        )
         .fallback(|| async { err(StatusCode::NOT_FOUND, "no_route", "no such endpoint") })
         .layer(axum::middleware::from_fn_with_state(api.clone(), logged))
         .with_state(api)
@@ -965,7 +956,7 @@ async fn create_dataset(State(api): State<Arc<Api>>, headers: HeaderMap, body: B
 /// The version names of a record, for the policy, given the dataset's
 /// tags (read with its view: a tag a deny names must never be missed, so a
 /// failed read is the request's error).
-fn resources(dataset: &str, record: &Record, tags: &[Tag]) -> Vec<String> {
+pub(super) fn resources(dataset: &str, record: &Record, tags: &[Tag]) -> Vec<String> {
     let tags: Vec<String> = tags
         .iter()
         .filter(|t| t.version == record.version)
@@ -1375,7 +1366,7 @@ pub const IDLE: Duration = Duration::from_secs(30);
 
 /// The next part of a body, or None at its end; 408 for a client that
 /// stops sending.
-async fn next_part(
+pub(super) async fn next_part(
     stream: &mut axum::body::BodyDataStream,
 ) -> Result<Option<axum::body::Bytes>, ApiError> {
     use futures::StreamExt;
@@ -1414,251 +1405,4 @@ pub(super) async fn read_body(body: Body) -> Result<Value, ApiError> {
             format!("body is not JSON: {e}"),
         )
     })
-}
-
-async fn commit(
-    State(api): State<Arc<Api>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    body: Body,
-) -> Reply {
-    let caller = api.caller(&headers).await?;
-    let body = read_body(body).await?;
-    let if_match = headers
-        .get(header::IF_MATCH)
-        .and_then(|m| m.to_str().ok())
-        .map(|m| m.trim_matches('"').to_string());
-    let hides = caller.may_hide_paths(&id);
-    let record = api.commit_as(caller, id, body, if_match).await?;
-    Ok((StatusCode::CREATED, Json(record.log_entry_seen(hides))).into_response())
-}
-
-impl Api {
-    /// A commit of `body` (the REST API's: commit_message, parent, delta,
-    /// files, uploads, delete) to dataset `id` by `caller`; `if_match` is
-    /// the parent when the body names none.
-    pub(super) async fn commit_as(
-        self: &Arc<Self>,
-        caller: Caller,
-        id: String,
-        body: Value,
-        if_match: Option<String>,
-    ) -> Result<Record, ApiError> {
-        caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
-        let message = body
-            .get("commit_message")
-            .or_else(|| body.get("message"))
-            .and_then(Value::as_str)
-            .ok_or_else(|| {
-                err(
-                    StatusCode::BAD_REQUEST,
-                    "invalid",
-                    "commit_message is missing",
-                )
-            })?
-            .to_string();
-        let author = caller.name.clone();
-        let parent = body
-            .get("parent")
-            .and_then(Value::as_str)
-            .map(String::from)
-            .or(if_match);
-        // The base is a version the caller may see (a hidden one answers as
-        // a missing one), named by its number from here on.
-        let base = match parent {
-            Some(p) => Some(self.visible_version(&caller, &id, &p).await?),
-            None => {
-                let view = self.view(&id, Instant::now()).await?;
-                let newest = view.records.last().cloned();
-                newest.map(|r| {
-                    let names = resources(&id, &r, &view.tags);
-                    (view, r, names)
-                })
-            }
-        };
-        let base = base.map(|(_, record, names)| Base { record, names });
-        let record = self
-            .run(move |repo| {
-                let tmp = tempdir_in(repo)?;
-                let edits = edits_of(repo, &id, &caller, base.as_ref(), &body, tmp.path())?;
-                let meta = CommitMeta {
-                    content_only: false,
-                    dataset: &id,
-                    message: &message,
-                    author: &author,
-                };
-                let parent = base.map(|b| format!("v{}", b.record.version));
-                Ok(commit_edits(repo, &meta, parent.as_deref(), edits)?)
-            })
-            .await?;
-        self.changed(&record.dataset);
-        Ok(record)
-    }
-}
-
-/// `PUT /datasets/{id}/uploads/{path}`: the body (any size) streamed to a
-/// local file, then stored as an upload a commit can name.
-async fn put_upload(
-    State(api): State<Arc<Api>>,
-    headers: HeaderMap,
-    Path((id, path)): Path<(String, String)>,
-    body: Body,
-) -> Reply {
-    use tokio::io::AsyncWriteExt;
-    let caller = api.caller(&headers).await?;
-    caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
-    let path = edit_path(&path)?;
-    let tmp = api.run(tempdir_in).await?;
-    let file = tmp.path().join("upload");
-    let shown = file.display().to_string();
-    let io = |e: std::io::Error| ApiError::from(Error::io(&shown, e));
-    let mut out = tokio::fs::File::create(&file).await.map_err(io)?;
-    let mut stream = body.into_data_stream();
-    while let Some(part) = next_part(&mut stream).await? {
-        out.write_all(&part).await.map_err(io)?;
-    }
-    out.flush().await.map_err(io)?;
-    drop(out);
-    let owner = caller.owner().to_string();
-    let up = api
-        .run(move |repo| {
-            let up = upload::store_upload(repo, &id, &path, &file, &owner)?;
-            drop(tmp);
-            Ok(up)
-        })
-        .await?;
-    let body = json!({ "upload": up.id, "path": up.path, "size": up.size });
-    Ok((StatusCode::CREATED, Json(body)).into_response())
-}
-
-/// A private scratch folder under the store's local state, gone on drop.
-pub(super) fn tempdir_in(repo: &Repo) -> Result<tempfile::TempDir, ApiError> {
-    let dir = repo.state_dir().join("gateway-tmp");
-    crate::private::ensure_dir(&dir)?;
-    tempfile::tempdir_in(&dir).map_err(|e| Error::io(dir.display(), e).into())
-}
-
-/// The version a commit's edits apply to, and its names for the policy.
-struct Base {
-    record: Record,
-    names: Vec<String>,
-}
-
-/// The edits a commit body asks for, their contents written under `tmp`:
-/// `files` (path → base64), `delete` (paths), `delta` (rows of a table).
-/// A commit may write any path; what it reads of `base` (a delta's file)
-/// takes `dataset:read` there, and a path hidden from the caller is not
-/// there to delete, so no answer tells what the caller may not see.
-fn edits_of(
-    repo: &Repo,
-    dataset: &str,
-    caller: &Caller,
-    base: Option<&Base>,
-    body: &Value,
-    tmp: &std::path::Path,
-) -> Result<Vec<Edit>, ApiError> {
-    let bad = |m: String| err(StatusCode::BAD_REQUEST, "invalid", m);
-    let mut edits = Vec::new();
-    let mut put = |path: RelPath, bytes: &[u8]| -> Result<(), ApiError> {
-        let file = tmp.join(edits.len().to_string());
-        std::fs::write(&file, bytes).map_err(|e| Error::io(file.display(), e))?;
-        edits.push(Edit {
-            path,
-            content: Some(Content::File(file)),
-        });
-        Ok(())
-    };
-    if let Some(files) = body.get("files") {
-        let files = files
-            .as_object()
-            .ok_or_else(|| bad("files must be an object of path: base64".into()))?;
-        for (path, data) in files {
-            let data = data
-                .as_str()
-                .and_then(|d| {
-                    base64::Engine::decode(&base64::engine::general_purpose::STANDARD, d).ok()
-                })
-                .ok_or_else(|| bad(format!("files.{path}: not base64")))?;
-            put(edit_path(path)?, &data)?;
-        }
-    }
-    if let Some(delta) = body.get("delta") {
-        let d = table::parse(delta)?;
-        let path = edit_path(&d.path)?;
-        // Decided on the path before it is looked up: whether the file is
-        // there shows only to who may read it.
-        if let Some(b) = base {
-            caller.may_read(&b.names, &path, false).map_err(|e| {
-                err(
-                    StatusCode::FORBIDDEN,
-                    "forbidden",
-                    format!(
-                        "a delta reads {path} of v{}: {}",
-                        b.record.version, e.message
-                    ),
-                )
-            })?;
-        }
-        let old = match base {
-            Some(b) => repo.lookup(&b.record.tree, &path)?,
-            None => None,
-        };
-        let old = match old {
-            Some(Node::File { chunks, .. }) => {
-                let mut buf = Vec::new();
-                crate::read::read_file(repo, &chunks, &mut buf)?;
-                Some(buf)
-            }
-            Some(_) => return Err(bad(format!("{} is not a file", d.path))),
-            None => None,
-        };
-        put(path, &table::apply(old.as_deref(), &d)?)?;
-    }
-    if let Some(ups) = body.get("uploads") {
-        let ups = ups
-            .as_array()
-            .ok_or_else(|| bad("uploads must be a list of upload ids".into()))?;
-        for u in ups {
-            let id = u
-                .as_str()
-                .or_else(|| u.get("upload").and_then(Value::as_str))
-                .ok_or_else(|| bad("uploads: ids, or {\"upload\": id}".into()))?;
-            let up = upload::load_upload(repo, dataset, id, caller.owner())?;
-            edits.push(Edit {
-                path: edit_path(&up.path)?,
-                content: Some(Content::Stored(up.chunks, up.size)),
-            });
-        }
-    }
-    if let Some(delete) = body.get("delete") {
-        let delete = delete
-            .as_array()
-            .ok_or_else(|| bad("delete must be a list of paths".into()))?;
-        for p in delete {
-            let p = p
-                .as_str()
-                .ok_or_else(|| bad("delete: paths are strings".into()))?;
-            let path = edit_path(p)?;
-            if !base.is_some_and(|b| caller.policies_show(&b.names, &path, false)) {
-                caller.hidden();
-                return Err(Error::NoPath {
-                    version: base.map_or("the parent version".into(), |b| {
-                        format!("v{}", b.record.version)
-                    }),
-                    path: path.to_string(),
-                }
-                .into());
-            }
-            edits.push(Edit {
-                path,
-                content: None,
-            });
-        }
-    }
-    if edits.is_empty() {
-        return Err(bad(
-            "nothing to commit: send delta, files, uploads or delete".into(),
-        ));
-    }
-    Ok(edits)
 }

@@ -13,7 +13,8 @@ use crate::access::{self, Action};
 use crate::commit::edit::edit_path;
 use crate::commit::pending::{self, Pending};
 use crate::commit::upload;
-use crate::gateway::api::{Api, ApiError, Caller, tempdir_in};
+use crate::gateway::api::{Api, ApiError, Caller};
+use crate::gateway::commits::{commit_as, tempdir_in};
 use crate::relpath::RelPath;
 use futures::StreamExt;
 use parking_lot::Mutex;
@@ -401,8 +402,7 @@ impl Writes {
             "uploads": uploads,
             "delete": deleted,
         });
-        let record = api
-            .commit_as(caller, bucket.to_string(), body, None)
+        let record = commit_as(api, caller, bucket.to_string(), body, None)
             .await
             .map_err(|e| match e.status().as_u16() {
                 409 => {
