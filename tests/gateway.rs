@@ -2118,3 +2118,103 @@ fn the_cli_moves_to_the_next_gateway() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("v1 "));
 }
+
+/// `commit --from DIR` through the gateway by a key from which a folder
+/// is hidden: the version it makes is, on the store, the folder as it is
+/// (modes, times, symlinks, empty and deleted folders, a file become a
+/// folder) with what the key cannot see kept; a file changed in 64 KiB
+/// sends about that, not the file; nothing new commits nothing (exit 4);
+/// a name the gateway cannot carry is refused and commits nothing.
+#[test]
+fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let src = env.path("src");
+    for d in ["private", "d/e", "keep"] {
+        std::fs::create_dir_all(src.join(d)).unwrap();
+    }
+    std::fs::write(src.join("a.csv"), "1\n").unwrap();
+    std::fs::write(src.join("big.bin"), common::noise(4 << 20, 7)).unwrap();
+    std::fs::write(src.join("private/s.csv"), "secret\n").unwrap();
+    std::fs::write(src.join("d/x.txt"), "x\n").unwrap();
+    std::fs::write(src.join("f"), "a file\n").unwrap();
+    std::fs::write(src.join("keep/k.txt"), "k\n").unwrap();
+    std::os::unix::fs::symlink("a.csv", src.join("link")).unwrap();
+    env.commit(&src, "v1");
+    let w = key(&env, "w", "read,commit");
+    set_policy_and_wait(
+        &env,
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: w, effect: allow, principals: [\"key:w\"], actions: [\"dataset:read\", \"dataset:versions\", \"dataset:commit\"], resources: [\"datasets/ds\"]}\n  - {name: no_private, effect: deny, principals: [\"key:w\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\"]}\n",
+    );
+    let g = serve(&env);
+    let key_file = env.path("w.key");
+    std::fs::write(&key_file, format!("{w}\n")).unwrap();
+    let remote = |args: &[&str]| {
+        env.command()
+            .args(["--store", &g.url, "--api-key-file"])
+            .arg(&key_file)
+            .arg("--ca-cert")
+            .arg(cert(&env))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let work = env.path("work");
+    let out = remote(&["export", "ds", "latest", work.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!work.join("private/s.csv").exists());
+    // The changes.
+    let big = work.join("big.bin");
+    let mut bytes = std::fs::read(&big).unwrap();
+    bytes[1 << 20..(1 << 20) + (64 << 10)].fill(0xAB);
+    std::fs::write(&big, &bytes).unwrap();
+    std::fs::set_permissions(work.join("a.csv"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::create_dir_all(work.join("new/empty")).unwrap();
+    std::fs::write(work.join("new/n.txt"), "new\n").unwrap();
+    std::fs::remove_dir_all(work.join("d")).unwrap();
+    std::fs::remove_file(work.join("link")).unwrap();
+    std::os::unix::fs::symlink("keep/k.txt", work.join("link")).unwrap();
+    std::fs::remove_file(work.join("f")).unwrap();
+    std::fs::create_dir(work.join("f")).unwrap();
+    std::fs::write(work.join("f/g.txt"), "g\n").unwrap();
+    let out = remote(&["commit", "ds", "--from", work.to_str().unwrap(), "-m", "through"]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).trim()),
+        (Some(0), "v2"),
+        "{said}"
+    );
+    let sent: u64 = said
+        .split_whitespace()
+        .skip_while(|w| *w != "sent")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(sent < 100 << 10, "sent {sent} bytes for a 64 KiB change: {said}");
+    // On the store: the folder as it is, and what the key cannot see.
+    let there = env.path("there");
+    env.ok(&["export", "ds", "v2", there.to_str().unwrap()]);
+    let mut expected = common::fingerprint(&work);
+    let got = common::fingerprint(&there);
+    for (path, desc) in &got {
+        if path.starts_with(b"private") {
+            expected.insert(path.clone(), desc.clone());
+        }
+    }
+    assert_eq!(got, expected);
+    assert_eq!(std::fs::read(there.join("private/s.csv")).unwrap(), b"secret\n");
+    let log = env.log();
+    let v2 = log.iter().find(|r| r["version"] == 2).unwrap();
+    assert_eq!(v2["author"], "key:w");
+    // Nothing new: nothing committed.
+    let out = remote(&["commit", "ds", "--from", work.to_str().unwrap(), "-m", "again"]);
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    // A name the gateway's requests cannot carry: refused, nothing committed.
+    use std::os::unix::ffi::OsStrExt;
+    std::fs::write(work.join(std::ffi::OsStr::from_bytes(b"caf\xe9")), "x").unwrap();
+    let out = remote(&["commit", "ds", "--from", work.to_str().unwrap(), "-m", "bad"]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("UTF-8"), "{said}");
+    assert_eq!(env.log().len(), 2);
+}

@@ -48,7 +48,7 @@ pub fn execute(
         } => {
             // The store's own path log over the gateway's trees: folders
             // compare by content only for a key no policy hides paths from.
-            let repo = host_repo(store, gateway()?, here)?;
+            let repo = host_repo(store, gateway()?.into(), here)?;
             repo.check_dataset(&name)?;
             if repo.figures_withheld(&name) {
                 bail!(
@@ -107,7 +107,7 @@ pub fn execute(
         } => {
             // The store's own export over the gateway's trees: names,
             // links and special files as on the store.
-            let open = || host_repo(store, gateway()?, here);
+            let open = || host_repo(store, gateway()?.into(), here);
             super::export_cmd(&open, &name, &version, &dir, preserve_setid)?;
         }
         Command::Ls {
@@ -118,7 +118,7 @@ pub fn execute(
         } => {
             // The store's own listing over the gateway's trees: every
             // name as the store holds it, UTF-8 or not.
-            let repo = host_repo(store, gateway()?, here)?;
+            let repo = host_repo(store, gateway()?.into(), here)?;
             show::ls(&repo, &name, &version, path.as_deref().unwrap_or(""), json)?;
         }
         Command::Diff {
@@ -134,7 +134,7 @@ pub fn execute(
                 );
             }
             let format = format.format();
-            let repo = host_repo(store, gateway()?, here)?;
+            let repo = host_repo(store, gateway()?.into(), here)?;
             super::diff::diff(
                 &repo,
                 &here.staging,
@@ -152,8 +152,31 @@ pub fn execute(
             };
             // Every byte from the store as it is now: neither this host's
             // cache nor the gateway's memory serves it.
-            let repo = host_repo(store, gateway()?.fresh(), here)?;
+            let repo = host_repo(store, gateway()?.fresh().into(), here)?;
             return verify(&repo, &names, json);
+        }
+        Command::Commit {
+            name,
+            from: Some(from),
+            message,
+            author,
+            content_only,
+        } => {
+            if author.is_some() {
+                bail!("through a gateway ({store}), a version's author is the key's name: leave out --author");
+            }
+            let gateway = std::sync::Arc::new(gateway()?);
+            let repo = host_repo(store, gateway.clone(), here)?;
+            let sent = detafs::commit::through::commit_dir(
+                &repo,
+                &gateway,
+                &name,
+                &message,
+                &from,
+                content_only,
+            )?;
+            eprintln!("sent {} bytes of files", sent.bytes);
+            println!("v{}", sent.version);
         }
         Command::Mount(args) => {
             if !args.read_only {
@@ -162,10 +185,10 @@ pub fn execute(
                 );
             }
             detafs::sys::tune_allocator();
-            super::mount::mount(host_repo(store, gateway()?, here)?, &here.staging, &args)?;
+            super::mount::mount(host_repo(store, gateway()?.into(), here)?, &here.staging, &args)?;
         }
         _ => bail!(
-            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag`, `ls`, `cat`, `export`, `diff` of versions, `verify` (of what the key may read) and `mount --read-only` so far; the other commands need the store itself for now"
+            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag`, `ls`, `cat`, `export`, `diff` of versions, `verify` (of what the key may read), `commit --from` and `mount --read-only` so far; the other commands need the store itself for now"
         ),
     }
     Ok(ExitCode::SUCCESS)
@@ -174,7 +197,7 @@ pub fn execute(
 /// A repo whose datasets come from the gateway, over this host's own
 /// store (one per gateway list): what it fetches is kept there, sealed
 /// with a key the host made on first use.
-fn host_repo(store: &str, gateway: Gateway, here: &Here) -> anyhow::Result<Repo> {
+fn host_repo(store: &str, gateway: std::sync::Arc<Gateway>, here: &Here) -> anyhow::Result<Repo> {
     let root = here
         .opts
         .cache_dir
@@ -212,7 +235,7 @@ fn host_repo(store: &str, gateway: Gateway, here: &Here) -> anyhow::Result<Repo>
             key_file.display()
         );
     }
-    Ok(repo.with_upstream(std::sync::Arc::new(gateway)))
+    Ok(repo.with_upstream(gateway))
 }
 
 /// `verify` through the gateway: every file the key may read, read; what

@@ -13,6 +13,7 @@ pub mod pending;
 pub mod scan;
 mod small;
 pub mod staged;
+pub mod through;
 pub mod upload;
 
 use crate::error::{Error, Result};

@@ -136,7 +136,7 @@ impl From<Error> for ApiError {
             Error::NoPath { .. } => (StatusCode::NOT_FOUND, "no_path"),
             // The seed's checklist: an object deleted from the store by hand.
             Error::Missing { .. } => (StatusCode::NOT_FOUND, "missing_object"),
-            Error::Conflict { paths, .. } => {
+            Error::Conflict { paths, winner, .. } => {
                 let paths: Vec<String> = paths
                     .iter()
                     .map(|p| String::from_utf8_lossy(p).into_owned())
@@ -145,10 +145,17 @@ impl From<Error> for ApiError {
                     status: StatusCode::CONFLICT,
                     code: "conflict",
                     message,
-                    extra: Some(json!({ "paths": paths })),
+                    extra: Some(json!({ "paths": paths, "winner": winner })),
                 };
             }
-            Error::NothingToCommit(_) => (StatusCode::CONFLICT, "nothing_to_commit"),
+            Error::NothingToCommit(v) => {
+                return ApiError {
+                    status: StatusCode::CONFLICT,
+                    code: "nothing_to_commit",
+                    message,
+                    extra: Some(json!({ "version": v })),
+                };
+            }
             Error::DatasetExists(_) => (StatusCode::CONFLICT, "exists"),
             Error::InvalidInput(_) | Error::Policy { .. } => (StatusCode::BAD_REQUEST, "invalid"),
             Error::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),

@@ -283,6 +283,79 @@ impl Gateway {
         }
     }
 
+    /// Stores local file `file` (whole, or as `patch` says) as an upload
+    /// for `path` of `dataset`: its id, and the bytes sent.
+    pub fn upload(
+        &self,
+        dataset: &str,
+        path: &RelPath,
+        file: &Path,
+        patch: Option<&Patch>,
+    ) -> Result<(String, u64)> {
+        let names: Vec<String> = path.names().map(escape_bytes).collect();
+        let mut at = format!("/datasets/{}/uploads/{}", segment(dataset)?, names.join("/"));
+        let runs: Vec<(Vec<u8>, u64, u64)> = match patch {
+            None => {
+                let len = std::fs::metadata(file)
+                    .map_err(|e| Error::io(file.display(), e))?
+                    .len();
+                vec![(Vec::new(), 0, len)]
+            }
+            Some(p) => {
+                at += &format!(
+                    "?version=v{}&from={}&size={}",
+                    p.version,
+                    escape_bytes(p.from.as_bytes()),
+                    p.size
+                );
+                let head = |a: u64, l: u64| [a.to_be_bytes(), l.to_be_bytes()].concat();
+                p.ranges.iter().map(|&(a, l)| (head(a, l), a, l)).collect()
+            }
+        };
+        let sent = runs.iter().map(|(h, _, l)| h.len() as u64 + l).sum();
+        let made = self
+            .ask(reqwest::Method::PUT, &at, |r| match upload_body(file, runs.clone()) {
+                Ok(body) => r.body(body),
+                // Refused by the gateway as a body cut short.
+                Err(e) => r.body(reqwest::Body::wrap_stream(futures::stream::iter([
+                    Err::<bytes::Bytes, _>(std::io::Error::other(e.to_string())),
+                ]))),
+            })?
+            .accepted()?
+            .json(&at)?;
+        match made["upload"].as_str() {
+            Some(id) => Ok((id.to_string(), sent)),
+            None => Err(Error::malformed(format!("the gateway's answer to {at}"), "no upload id")),
+        }
+    }
+
+    /// Commits `changes` (`gateway::commits`'s form) onto version `parent`
+    /// of `dataset` (none: its first): the new version's number.
+    pub fn commit_changes(
+        &self,
+        dataset: &str,
+        parent: Option<u64>,
+        message: &str,
+        changes: Vec<Value>,
+    ) -> Result<u64> {
+        let at = format!("/datasets/{}/commit", segment(dataset)?);
+        let mut body = serde_json::json!({"commit_message": message, "changes": changes});
+        if let Some(p) = parent {
+            body["parent"] = format!("v{p}").into();
+        }
+        let body = body.to_string();
+        let made = self
+            .ask(reqwest::Method::POST, &at, |r| {
+                r.header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.clone())
+            })?
+            .accepted()?
+            .json(&at)?;
+        made["version"]
+            .as_u64()
+            .ok_or_else(|| Error::malformed(format!("the gateway's answer to {at}"), "no version"))
+    }
+
     /// The datasets the caller may list.
     pub fn datasets(&self) -> Result<Vec<String>> {
         let rows = self.get_json("/datasets")?;
@@ -390,6 +463,56 @@ impl Gateway {
     }
 }
 
+/// A patch of file `from` of version `version` (see `gateway::commits`):
+/// the file, `size` bytes long, with `ranges` of the local file laid on it.
+pub struct Patch {
+    pub version: u64,
+    pub from: RelPath,
+    pub size: u64,
+    pub ranges: Vec<(u64, u64)>,
+}
+
+/// Bytes read of a local file at a time while they are sent.
+const SEND_PIECE: u64 = 1 << 20;
+
+/// An upload's body: a local file's bytes from `at`, `len` of them, each
+/// run after its head (a patch's range, or nothing), read as they are sent.
+fn upload_body(file: &Path, runs: Vec<(Vec<u8>, u64, u64)>) -> Result<reqwest::Body> {
+    use std::os::unix::fs::FileExt;
+    let shown = file.display().to_string();
+    let file = std::fs::File::open(file).map_err(|e| Error::io(&shown, e))?;
+    let mut runs = runs.into_iter();
+    let mut run: Option<(u64, u64)> = None;
+    let pieces = std::iter::from_fn(move || -> Option<std::io::Result<bytes::Bytes>> {
+        loop {
+            match &mut run {
+                Some((_, 0)) | None => {
+                    let (head, at, len) = runs.next()?;
+                    run = Some((at, len));
+                    if !head.is_empty() {
+                        return Some(Ok(head.into()));
+                    }
+                }
+                Some((at, len)) => {
+                    let mut buf = vec![0; SEND_PIECE.min(*len) as usize];
+                    return Some(match file.read_at(&mut buf, *at) {
+                        Ok(0) => Err(std::io::Error::other(format!(
+                            "{shown} became shorter while it was sent"
+                        ))),
+                        Ok(n) => {
+                            buf.truncate(n);
+                            (*at, *len) = (*at + n as u64, *len - n as u64);
+                            Ok(buf.into())
+                        }
+                        Err(e) => Err(e),
+                    });
+                }
+            }
+        }
+    });
+    Ok(reqwest::Body::wrap_stream(futures::stream::iter(pieces)))
+}
+
 /// A gateway's answer: its status, ETag, view and body.
 struct Answer {
     status: u16,
@@ -467,7 +590,19 @@ fn refusal(status: u16, body: &[u8]) -> Error {
     let message = v["error"]["message"]
         .as_str()
         .map_or_else(|| format!("the gateway answered {status}"), str::to_string);
+    let details = &v["error"]["details"];
     match (status, code) {
+        (409, "conflict") => Error::Conflict {
+            winner: details["winner"].as_u64().unwrap_or(0),
+            paths: details["paths"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| Some(p.as_str()?.as_bytes().to_vec()))
+                .collect(),
+            staged: false,
+        },
+        (409, "nothing_to_commit") => Error::NothingToCommit(details["version"].as_u64().unwrap_or(0)),
         (401, _) => Error::Forbidden(format!("the gateway refused the credentials: {message}")),
         (403, _) => Error::Forbidden(message),
         (404, "no_dataset") => Error::InvalidInput(message),
