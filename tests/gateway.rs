@@ -2161,7 +2161,11 @@ fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
     };
     let work = env.path("work");
     let out = remote(&["export", "ds", "latest", work.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!work.join("private/s.csv").exists());
     // The changes.
     let big = work.join("big.bin");
@@ -2177,10 +2181,20 @@ fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
     std::fs::remove_file(work.join("f")).unwrap();
     std::fs::create_dir(work.join("f")).unwrap();
     std::fs::write(work.join("f/g.txt"), "g\n").unwrap();
-    let out = remote(&["commit", "ds", "--from", work.to_str().unwrap(), "-m", "through"]);
+    let out = remote(&[
+        "commit",
+        "ds",
+        "--from",
+        work.to_str().unwrap(),
+        "-m",
+        "through",
+    ]);
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(
-        (out.status.code(), String::from_utf8_lossy(&out.stdout).trim()),
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        ),
         (Some(0), "v2"),
         "{said}"
     );
@@ -2190,7 +2204,10 @@ fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{said}"));
-    assert!(sent < 100 << 10, "sent {sent} bytes for a 64 KiB change: {said}");
+    assert!(
+        sent < 100 << 10,
+        "sent {sent} bytes for a 64 KiB change: {said}"
+    );
     // On the store: the folder as it is, and what the key cannot see.
     let there = env.path("there");
     env.ok(&["export", "ds", "v2", there.to_str().unwrap()]);
@@ -2202,17 +2219,39 @@ fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
         }
     }
     assert_eq!(got, expected);
-    assert_eq!(std::fs::read(there.join("private/s.csv")).unwrap(), b"secret\n");
+    assert_eq!(
+        std::fs::read(there.join("private/s.csv")).unwrap(),
+        b"secret\n"
+    );
     let log = env.log();
     let v2 = log.iter().find(|r| r["version"] == 2).unwrap();
     assert_eq!(v2["author"], "key:w");
     // Nothing new: nothing committed.
-    let out = remote(&["commit", "ds", "--from", work.to_str().unwrap(), "-m", "again"]);
-    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = remote(&[
+        "commit",
+        "ds",
+        "--from",
+        work.to_str().unwrap(),
+        "-m",
+        "again",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A name the gateway's requests cannot carry: refused, nothing committed.
     use std::os::unix::ffi::OsStrExt;
     std::fs::write(work.join(std::ffi::OsStr::from_bytes(b"caf\xe9")), "x").unwrap();
-    let out = remote(&["commit", "ds", "--from", work.to_str().unwrap(), "-m", "bad"]);
+    let out = remote(&[
+        "commit",
+        "ds",
+        "--from",
+        work.to_str().unwrap(),
+        "-m",
+        "bad",
+    ]);
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("UTF-8"), "{said}");

@@ -163,18 +163,18 @@ pub fn execute(
             content_only,
         } => {
             if author.is_some() {
-                bail!("through a gateway ({store}), a version's author is the key's name: leave out --author");
+                bail!(
+                    "through a gateway ({store}), a version's author is the key's name: leave out --author"
+                );
             }
-            let gateway = std::sync::Arc::new(gateway()?);
-            let repo = host_repo(store, gateway.clone(), here)?;
-            let sent = detafs::commit::through::commit_dir(
-                &repo,
-                &gateway,
-                &name,
-                &message,
-                &from,
+            let repo = host_repo(store, gateway()?.into(), here)?;
+            let meta = detafs::commit::CommitMeta {
+                dataset: &name,
+                message: &message,
+                author: "the gateway's caller",
                 content_only,
-            )?;
+            };
+            let sent = detafs::commit::through::commit_dir(&repo, &meta, &from)?;
             eprintln!("sent {} bytes of files", sent.bytes);
             println!("v{}", sent.version);
         }
@@ -185,7 +185,11 @@ pub fn execute(
                 );
             }
             detafs::sys::tune_allocator();
-            super::mount::mount(host_repo(store, gateway()?.into(), here)?, &here.staging, &args)?;
+            super::mount::mount(
+                host_repo(store, gateway()?.into(), here)?,
+                &here.staging,
+                &args,
+            )?;
         }
         _ => bail!(
             "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag`, `ls`, `cat`, `export`, `diff` of versions, `verify` (of what the key may read), `commit --from` and `mount --read-only` so far; the other commands need the store itself for now"

@@ -35,7 +35,10 @@ pub enum Change {
         mtime: Mtime,
     },
     /// A folder, made if missing, with this mode and time.
-    Dir { mode: u32, mtime: Mtime },
+    Dir {
+        mode: u32,
+        mtime: Mtime,
+    },
     /// A file or symlink removed.
     Delete,
     /// A folder removed once the commit's other edits left nothing in it:
@@ -95,19 +98,33 @@ impl Folder {
     /// Files and folders of one name may meet only as a deletion of one
     /// and the other (a file becoming a folder, or the reverse).
     fn add(&mut self, e: Edit) -> Result<()> {
-        let both = || Error::InvalidInput(format!("{}: both a file and a folder in one commit", e.path));
+        let both = || {
+            Error::InvalidInput(format!(
+                "{}: both a file and a folder in one commit",
+                e.path
+            ))
+        };
         let mut at = self;
         let mut names: Vec<&[u8]> = e.path.names().collect();
         let Some(name) = names.pop() else {
-            return Err(Error::InvalidInput("bad path \"\": a file's path is needed".into()));
+            return Err(Error::InvalidInput(
+                "bad path \"\": a file's path is needed".into(),
+            ));
         };
         for d in names {
-            if at.files.get(d).is_some_and(|c| !matches!(c, Change::Delete)) {
+            if at
+                .files
+                .get(d)
+                .is_some_and(|c| !matches!(c, Change::Delete))
+            {
                 return Err(both());
             }
             at = at.dirs.entry(d.to_vec()).or_default();
         }
-        let put_file = at.files.get(name).is_some_and(|c| !matches!(c, Change::Delete));
+        let put_file = at
+            .files
+            .get(name)
+            .is_some_and(|c| !matches!(c, Change::Delete));
         match e.change {
             Change::Dir { .. } | Change::RemoveDir if put_file => return Err(both()),
             Change::Dir { mode, mtime } => {
@@ -197,7 +214,9 @@ fn apply(
     for (name, sub) in &edits.dirs {
         let path = format!("{}/", path_of(name));
         let (inner, mode, mtime) = match entries.get(name) {
-            Some(Node::Dir { tree, mode, mtime, .. }) => (Some(*tree), *mode, *mtime),
+            Some(Node::Dir {
+                tree, mode, mtime, ..
+            }) => (Some(*tree), *mode, *mtime),
             Some(_) => {
                 return Err(Error::InvalidInput(format!(
                     "{}: is a file, not a folder",
@@ -291,5 +310,9 @@ fn apply(
             .map(|(name, node)| Entry { name, node })
             .collect(),
     );
-    Ok((scanner.put_tree(&tree)?, tree.has_links(), tree.entries.is_empty()))
+    Ok((
+        scanner.put_tree(&tree)?,
+        tree.has_links(),
+        tree.entries.is_empty(),
+    ))
 }

@@ -1,22 +1,29 @@
-//! Commits through a gateway (`remote::Gateway`), for a host that holds no
-//! store key: a folder's differences from the version it builds on, as
-//! the gateway shows that version to the caller, sent as changes (every
-//! mode, time, symlink and folder); the gateway applies them to the
-//! version as the store holds it, so what is hidden from the caller stays.
-//! A file is unchanged if its size, time and mode are (as rsync's quick
-//! check has it); a changed one is compared with the version's file at
-//! its path, and only the ranges that differ are sent (a patch), unless
-//! most of it differs.
+//! Commits through a gateway (`Repo::upstream`), for a host that holds no
+//! store key: what changed against the version a commit builds on, as the
+//! gateway shows that version to the caller, sent as changes
+//! (`repo::changes`: every mode, time, symlink and folder); the gateway
+//! applies them to the version as the store holds it, so what is hidden
+//! from the caller stays. A changed file is compared with the version's
+//! file at its path and only the ranges that differ are sent (a patch),
+//! unless most of it differs.
+//!
+//! Two sources: a local folder (`commit --from`), where a file whose
+//! size, time and mode are the version's is unchanged (as rsync's quick
+//! check has it); and staging (`commit::staged`), whose staged copies are
+//! sent as they are read (`send_file`) and whose tree, built in this
+//! host's own store, is compared with the version's (`publish`).
 
+use super::CommitMeta;
 use crate::error::{Error, Result};
+use crate::id::{BlobId, PackId};
 use crate::relpath::RelPath;
-use crate::remote::{Gateway, Patch};
-use crate::repo::Repo;
+use crate::repo::changes::{Change, Patch};
+use crate::repo::{Repo, Upstream};
 use crate::snapshot::tree::TreeSource;
-use crate::snapshot::{Mtime, Node};
-use crate::store::pack::BlobRef;
-use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use crate::snapshot::{Mtime, Node, Record};
+use crate::store::pack::{self, BlobRef};
+use sha2::Digest;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, Metadata};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -33,19 +40,16 @@ pub struct Sent {
     pub bytes: u64,
 }
 
-/// Commits folder `from` as the next version of `dataset` through
-/// `gateway`, `repo` being the host's view of it (`Repo::with_upstream`).
-pub fn commit_dir(
-    repo: &Repo,
-    gateway: &Gateway,
-    dataset: &str,
-    message: &str,
-    from: &Path,
-    content_only: bool,
-) -> Result<Sent> {
-    if message.trim().is_empty() {
-        return Err(Error::InvalidInput("empty commit message".into()));
-    }
+fn upstream(repo: &Repo) -> Result<&dyn Upstream> {
+    repo.upstream()
+        .ok_or_else(|| Error::InvalidInput("not a store reached through a gateway".into()))
+}
+
+/// Commits folder `from` as the next version of `meta.dataset` through
+/// the gateway `repo` reaches (the author is the gateway's caller).
+pub fn commit_dir(repo: &Repo, meta: &CommitMeta, from: &Path) -> Result<Sent> {
+    meta.check()?;
+    let up = upstream(repo)?;
     let stat = std::fs::metadata(from).map_err(|e| Error::io(from.display(), e))?;
     if !stat.is_dir() {
         return Err(Error::InvalidInput(format!(
@@ -53,37 +57,351 @@ pub fn commit_dir(
             from.display()
         )));
     }
-    repo.check_dataset(dataset)?;
-    let base = repo.sync_whole(dataset)?.pop();
+    repo.check_dataset(meta.dataset)?;
+    let base = repo.sync_whole(meta.dataset)?.pop();
     let mut walk = Walk {
         repo,
-        gateway,
-        dataset,
+        dataset: meta.dataset,
         base: base.as_ref().map(|b| b.version),
-        content_only,
+        content_only: meta.content_only,
         changes: Vec::new(),
         sent: 0,
     };
     walk.dir(from, &RelPath::root(), base.as_ref().map(|b| &b.tree), 0)?;
-    if walk.changes.is_empty() {
-        return Err(Error::NothingToCommit(walk.base.unwrap_or(0)));
-    }
     let Walk { changes, sent, .. } = walk;
-    let version = gateway.commit_changes(dataset, base.map(|b| b.version), message, changes)?;
+    if changes.is_empty() {
+        return Err(Error::NothingToCommit(base.map_or(0, |b| b.version)));
+    }
+    let version = up.commit(
+        meta.dataset,
+        base.map(|b| b.version),
+        meta.message,
+        &changes,
+    )?;
     Ok(Sent {
         version,
         bytes: sent,
     })
 }
 
+/// Sends local file `file` (`size` bytes) for `at` of `dataset`, as a
+/// patch of `old` (the chunks of the file at `at` of version `base`) where
+/// most of it is the same: the upload's id and the bytes sent, or None if
+/// its bytes are `old`'s.
+fn send(
+    repo: &Repo,
+    dataset: &str,
+    at: &RelPath,
+    file: &Path,
+    size: u64,
+    old: Option<(u64, &[BlobRef])>,
+) -> Result<Option<(String, u64)>> {
+    // A name the changes cannot carry is refused before anything is sent.
+    wire_path(at)?;
+    let patch = match old {
+        Some((version, chunks)) => {
+            let ranges = differing(repo, chunks, file, size)?;
+            if ranges.is_empty() && chunks.iter().map(|c| u64::from(c.size)).sum::<u64>() == size {
+                return Ok(None);
+            }
+            let differ: u64 = ranges.iter().map(|r| r.1).sum();
+            (differ < size / 2).then(|| Patch {
+                version,
+                from: at.clone(),
+                size,
+                ranges,
+            })
+        }
+        None => None,
+    };
+    upstream(repo)?
+        .upload(dataset, at, file, patch.as_ref())
+        .map(Some)
+}
+
+/// Sends staged copy `file` (`size` bytes), to be `at` of a version of
+/// `dataset` made on `base`: its upload's id, and chunks that stand for
+/// it in the tree a commit builds (never read: `publish` sends the upload
+/// instead, and staging takes the version's chunks once it lands).
+pub fn send_file(
+    repo: &Repo,
+    dataset: &str,
+    base: Option<&Record>,
+    at: &RelPath,
+    file: &Path,
+    size: u64,
+) -> Result<(Vec<BlobRef>, u64)> {
+    let old = match base {
+        Some(b) => match repo.lookup(&b.tree, at)? {
+            Some(Node::File { chunks, .. }) => Some((b.version, chunks)),
+            _ => None,
+        },
+        None => None,
+    };
+    let old = old.as_ref().map(|(v, c)| (*v, c.as_slice()));
+    let (id, sent) = match send(repo, dataset, at, file, size, old)? {
+        Some(sent) => sent,
+        // The same bytes: sent anyway, as a file of its own (an upload is
+        // what stands for a staged copy).
+        None => upstream(repo)?.upload(dataset, at, file, None)?,
+    };
+    Ok((standing_for(&id, size), sent))
+}
+
+/// Chunks that stand for upload `id` of `size` bytes: ids no store gives
+/// (a hash of the upload's id), in pieces no larger than a chunk.
+fn standing_for(id: &str, size: u64) -> Vec<BlobRef> {
+    let max = crate::limits::MAX_CHUNK;
+    (0..size.div_ceil(max).max(1))
+        .map(|i| {
+            let name: [u8; 32] = sha2::Sha256::new()
+                .chain_update(b"upload")
+                .chain_update(id.as_bytes())
+                .chain_update(i.to_be_bytes())
+                .finalize()
+                .into();
+            let len = (size - i * max).min(max) as u32;
+            BlobRef {
+                id: BlobId::from_bytes(name),
+                pack: PackId::from_bytes(name),
+                offset: pack::MAGIC.len() as u64,
+                len: len + 1,
+                size: len,
+            }
+        })
+        .collect()
+}
+
+/// Publishes `ours` (a tree built in this host's store from staging, its
+/// staged copies standing for `uploads` by their first chunk's id) as the
+/// version after `base`: the changes between them are sent, and the
+/// version the gateway made is returned as this host sees it.
+pub fn publish(
+    repo: &Repo,
+    meta: &CommitMeta,
+    base: Option<&Record>,
+    ours: &BlobRef,
+    uploads: &HashMap<BlobId, String>,
+) -> Result<Record> {
+    let up = upstream(repo)?;
+    let mut diff = TreeDiff {
+        repo,
+        dataset: meta.dataset,
+        base: base.map(|b| b.version),
+        uploads,
+        changes: Vec::new(),
+    };
+    diff.dir(&RelPath::root(), base.map(|b| &b.tree), ours, 0)?;
+    let base_version = base.map(|b| b.version);
+    if diff.changes.is_empty() {
+        return Err(Error::NothingToCommit(base_version.unwrap_or(0)));
+    }
+    let version = up.commit(meta.dataset, base_version, meta.message, &diff.changes)?;
+    repo.sync(meta.dataset)?
+        .into_iter()
+        .find(|r| r.version == version)
+        .ok_or_else(|| Error::NoVersion {
+            dataset: meta.dataset.to_string(),
+            version: format!("v{version}"),
+        })
+}
+
+/// `mtime` as the wire carries it.
+fn wire_time(t: Mtime) -> (i64, u32) {
+    (t.0, t.1)
+}
+
+fn wire_path(at: &RelPath) -> Result<String> {
+    match std::str::from_utf8(at.as_bytes()) {
+        Ok(p) => Ok(p.to_string()),
+        Err(_) => Err(Error::InvalidInput(format!(
+            "{at}: through a gateway, names are UTF-8"
+        ))),
+    }
+}
+
+fn wire_target(at: &RelPath, target: &[u8]) -> Result<String> {
+    match std::str::from_utf8(target) {
+        Ok(t) => Ok(t.to_string()),
+        Err(_) => Err(Error::InvalidInput(format!(
+            "{at}: through a gateway, symlink targets are UTF-8"
+        ))),
+    }
+}
+
+fn not_carried(at: &dyn std::fmt::Display) -> Error {
+    Error::InvalidInput(format!(
+        "{at}: through a gateway, a version holds files, folders and symlinks"
+    ))
+}
+
+fn too_deep(at: &dyn std::fmt::Display) -> Error {
+    Error::InvalidInput(format!(
+        "{at} nests deeper than {} folders",
+        crate::limits::MAX_DEPTH
+    ))
+}
+
+fn entries(repo: &Repo, tree: Option<&BlobRef>) -> Result<BTreeMap<Vec<u8>, Node>> {
+    Ok(match tree {
+        Some(t) => repo
+            .tree(t)?
+            .entries
+            .iter()
+            .map(|e| (e.name.clone(), e.node.clone()))
+            .collect(),
+        None => BTreeMap::new(),
+    })
+}
+
+/// Whether a folder replaces what is not one, or the reverse (then the
+/// old is deleted first; a file or symlink put replaces any other).
+fn other_kind(old: Option<&Node>, new_dir: bool) -> bool {
+    old.is_some_and(|o| o.is_dir() != new_dir)
+}
+
+/// A node's mode (a symlink's is always 0777).
+fn mode_of(node: &Node) -> u32 {
+    match node {
+        Node::File { mode, .. } | Node::Dir { mode, .. } | Node::Special { mode, .. } => *mode,
+        Node::Symlink { .. } => 0o777,
+    }
+}
+
+/// The changes between a version's tree and one built from staging.
+struct TreeDiff<'a> {
+    repo: &'a Repo,
+    dataset: &'a str,
+    base: Option<u64>,
+    uploads: &'a HashMap<BlobId, String>,
+    changes: Vec<Change>,
+}
+
+impl TreeDiff<'_> {
+    /// Compares folder `ours` at `at` with the base's `tree`; says whether
+    /// anything in it changed.
+    fn dir(
+        &mut self,
+        at: &RelPath,
+        tree: Option<&BlobRef>,
+        ours: &BlobRef,
+        depth: usize,
+    ) -> Result<bool> {
+        if depth > crate::limits::MAX_DEPTH {
+            return Err(too_deep(at));
+        }
+        let mut old = entries(self.repo, tree)?;
+        let mut changed = false;
+        for e in &self.repo.tree(ours)?.entries {
+            let here = at.join(&e.name)?;
+            let was = old.remove(&e.name);
+            if was.as_ref().is_some_and(|w| {
+                w.same_data(&e.node)
+                    && mode_of(w) == mode_of(&e.node)
+                    && w.mtime() == e.node.mtime()
+            }) {
+                continue;
+            }
+            if other_kind(was.as_ref(), e.node.is_dir()) {
+                self.changes.push(Change::Delete {
+                    path: wire_path(&here)?,
+                });
+            }
+            changed = true;
+            let path = wire_path(&here)?;
+            match &e.node {
+                Node::Dir {
+                    tree: t,
+                    mode,
+                    mtime,
+                    ..
+                } => {
+                    let inner = match &was {
+                        Some(Node::Dir { tree, .. }) => Some(tree),
+                        _ => None,
+                    };
+                    self.dir(&here, inner, t, depth + 1)?;
+                    let (mode, mtime) = (*mode, wire_time(*mtime));
+                    self.changes.push(Change::Dir { path, mode, mtime });
+                }
+                Node::Symlink { target, mtime, .. } => {
+                    let target = wire_target(&here, target)?;
+                    let mtime = wire_time(*mtime);
+                    self.changes.push(Change::Symlink {
+                        path,
+                        target,
+                        mtime,
+                    });
+                }
+                Node::File {
+                    chunks,
+                    size,
+                    mode,
+                    mtime,
+                    ..
+                } => {
+                    let upload = match chunks.first().and_then(|c| self.uploads.get(&c.id)) {
+                        Some(id) => Some(id.clone()),
+                        // The base's own bytes at this path: a new mode or time.
+                        None if was.as_ref().is_some_and(|w| w.same_data(&e.node)) => None,
+                        // A file of a version, now here: its bytes, sent.
+                        None => Some(self.resend(&here, chunks, *size, was.as_ref())?),
+                    };
+                    self.changes.push(Change::File {
+                        path,
+                        mode: Some(*mode),
+                        mtime: Some(wire_time(*mtime)),
+                        upload,
+                        from: None,
+                    });
+                }
+                Node::Special { .. } => return Err(not_carried(&here)),
+            }
+        }
+        for name in old.into_keys() {
+            self.changes.push(Change::Delete {
+                path: wire_path(&at.join(&name)?)?,
+            });
+            changed = true;
+        }
+        Ok(changed)
+    }
+
+    /// Sends the bytes of `chunks` (a file of a version this host read)
+    /// for `at`, where `was` stood: the upload's id.
+    fn resend(
+        &mut self,
+        at: &RelPath,
+        chunks: &[BlobRef],
+        size: u64,
+        was: Option<&Node>,
+    ) -> Result<String> {
+        let tmp = tempfile::NamedTempFile::new_in(self.repo.state_dir())
+            .map_err(|e| Error::io(self.repo.state_dir().display(), e))?;
+        {
+            let mut w = std::io::BufWriter::new(tmp.as_file());
+            crate::read::read_file(self.repo, chunks, &mut w)?;
+            w.flush().map_err(|e| Error::io(tmp.path().display(), e))?;
+        }
+        let old = match (was, self.base) {
+            (Some(Node::File { chunks, .. }), Some(v)) => Some((v, chunks.as_slice())),
+            _ => None,
+        };
+        let (id, _) = match send(self.repo, self.dataset, at, tmp.path(), size, old)? {
+            Some(sent) => sent,
+            None => upstream(self.repo)?.upload(self.dataset, at, tmp.path(), None)?,
+        };
+        Ok(id)
+    }
+}
+
 struct Walk<'a> {
     repo: &'a Repo,
-    gateway: &'a Gateway,
     dataset: &'a str,
     base: Option<u64>,
     /// A file with the same bytes and mode keeps its time (`--content-only`).
     content_only: bool,
-    changes: Vec<Value>,
+    changes: Vec<Change>,
     sent: u64,
 }
 
@@ -91,36 +409,20 @@ fn time(meta: &Metadata) -> Mtime {
     Mtime::of_stat(meta.mtime(), meta.mtime_nsec())
 }
 
-fn wire_path(at: &RelPath) -> Result<&str> {
-    std::str::from_utf8(at.as_bytes()).map_err(|_| {
-        Error::InvalidInput(format!(
-            "{}: through a gateway, names are UTF-8",
-            at
-        ))
-    })
-}
-
 impl Walk<'_> {
     /// Compares local folder `local` (at `at`) with the base's `tree`;
     /// says whether anything in it changed.
-    fn dir(&mut self, local: &Path, at: &RelPath, tree: Option<&BlobRef>, depth: usize) -> Result<bool> {
+    fn dir(
+        &mut self,
+        local: &Path,
+        at: &RelPath,
+        tree: Option<&BlobRef>,
+        depth: usize,
+    ) -> Result<bool> {
         if depth > crate::limits::MAX_DEPTH {
-            return Err(Error::InvalidInput(format!(
-                "{} nests deeper than {} folders",
-                local.display(),
-                crate::limits::MAX_DEPTH
-            )));
+            return Err(too_deep(&local.display()));
         }
-        let mut old: BTreeMap<Vec<u8>, Node> = match tree {
-            Some(t) => self
-                .repo
-                .tree(t)?
-                .entries
-                .iter()
-                .map(|e| (e.name.clone(), e.node.clone()))
-                .collect(),
-            None => BTreeMap::new(),
-        };
+        let mut old = entries(self.repo, tree)?;
         let io = |e| Error::io(local.display(), e);
         let mut names: Vec<Vec<u8>> = std::fs::read_dir(local)
             .map_err(io)?
@@ -131,32 +433,33 @@ impl Walk<'_> {
         let mut changed = false;
         for name in names {
             let path = local.join(std::ffi::OsStr::from_bytes(&name));
-            let meta = std::fs::symlink_metadata(&path).map_err(|e| Error::io(path.display(), e))?;
+            let meta =
+                std::fs::symlink_metadata(&path).map_err(|e| Error::io(path.display(), e))?;
             let here = at.join(&name)?;
             let was = old.remove(&name);
             let kind = meta.file_type();
+            if !(kind.is_dir() || kind.is_file() || kind.is_symlink()) {
+                return Err(not_carried(&path.display()));
+            }
             // What a name held of another kind goes first.
-            let other_kind = match &was {
-                Some(Node::Dir { .. }) => !kind.is_dir(),
-                Some(Node::File { .. }) => !kind.is_file() && !kind.is_symlink(),
-                Some(_) => kind.is_dir(),
-                None => false,
-            };
-            if other_kind {
-                self.changes.push(json!({"kind": "delete", "path": wire_path(&here)?}));
+            if other_kind(was.as_ref(), kind.is_dir()) {
+                self.changes.push(Change::Delete {
+                    path: wire_path(&here)?,
+                });
                 changed = true;
             }
-            let was = was.filter(|_| !other_kind);
             let (mode, mtime) = (meta.mode() & 0o7777, time(&meta));
             if kind.is_dir() {
                 let (tree, attrs) = match was {
-                    Some(Node::Dir { tree, mode, mtime, .. }) => (Some(tree), Some((mode, mtime))),
+                    Some(Node::Dir {
+                        tree, mode, mtime, ..
+                    }) => (Some(tree), Some((mode, mtime))),
                     _ => (None, None),
                 };
                 let below = self.dir(&path, &here, tree.as_ref(), depth + 1)?;
                 if below || attrs != Some((mode, mtime)) {
-                    self.changes.push(json!({"kind": "dir", "path": wire_path(&here)?,
-                        "mode": mode, "mtime": [mtime.0, mtime.1]}));
+                    let (path, mtime) = (wire_path(&here)?, wire_time(mtime));
+                    self.changes.push(Change::Dir { path, mode, mtime });
                     changed = true;
                 }
             } else if kind.is_symlink() {
@@ -164,24 +467,21 @@ impl Walk<'_> {
                 let target = target.as_os_str().as_bytes();
                 if !matches!(&was, Some(Node::Symlink { target: t, mtime: m, .. }) if t == target && m == &mtime)
                 {
-                    let target = std::str::from_utf8(target).map_err(|_| {
-                        Error::InvalidInput(format!("{here}: through a gateway, symlink targets are UTF-8"))
-                    })?;
-                    self.changes.push(json!({"kind": "symlink", "path": wire_path(&here)?,
-                        "target": target, "mtime": [mtime.0, mtime.1]}));
+                    self.changes.push(Change::Symlink {
+                        path: wire_path(&here)?,
+                        target: wire_target(&here, target)?,
+                        mtime: wire_time(mtime),
+                    });
                     changed = true;
                 }
-            } else if kind.is_file() {
-                changed |= self.file(&path, &here, &meta, was)?;
             } else {
-                return Err(Error::InvalidInput(format!(
-                    "{}: through a gateway, a version holds files, folders and symlinks",
-                    path.display()
-                )));
+                changed |= self.file(&path, &here, &meta, was)?;
             }
         }
         for name in old.into_keys() {
-            self.changes.push(json!({"kind": "delete", "path": wire_path(&at.join(&name)?)?}));
+            self.changes.push(Change::Delete {
+                path: wire_path(&at.join(&name)?)?,
+            });
             changed = true;
         }
         Ok(changed)
@@ -189,12 +489,22 @@ impl Walk<'_> {
 
     /// Compares local file `local` with what `was` at its path; says
     /// whether it changed (and sends what did).
-    fn file(&mut self, local: &Path, at: &RelPath, meta: &Metadata, was: Option<Node>) -> Result<bool> {
+    fn file(
+        &mut self,
+        local: &Path,
+        at: &RelPath,
+        meta: &Metadata,
+        was: Option<Node>,
+    ) -> Result<bool> {
         let (mode, mtime, size) = (meta.mode() & 0o7777, time(meta), meta.len());
-        let mut change = json!({"kind": "file", "path": wire_path(at)?,
-            "mode": mode, "mtime": [mtime.0, mtime.1]});
         let old = match was {
-            Some(Node::File { chunks, size: s, mode: m, mtime: t, .. }) => {
+            Some(Node::File {
+                chunks,
+                size: s,
+                mode: m,
+                mtime: t,
+                ..
+            }) => {
                 if (s, m, t) == (size, mode, mtime) {
                     return Ok(false);
                 }
@@ -202,32 +512,28 @@ impl Walk<'_> {
             }
             _ => None,
         };
-        let was_mode = old.as_ref().map_or(0, |o| o.1);
-        let patch = match (old, self.base) {
-            (Some((chunks, _)), Some(version)) => {
-                let ranges = differing(self.repo, &chunks, local, size)?;
-                if ranges.is_empty() {
-                    // The same bytes: a new mode or time only.
-                    if self.content_only && was_mode == mode {
-                        return Ok(false);
-                    }
-                    self.changes.push(change);
-                    return Ok(true);
-                }
-                let differ: u64 = ranges.iter().map(|r| r.1).sum();
-                (differ < size / 2).then(|| Patch {
-                    version,
-                    from: at.clone(),
-                    size,
-                    ranges,
-                })
+        let base = old
+            .as_ref()
+            .zip(self.base)
+            .map(|((c, _), v)| (v, c.as_slice()));
+        let upload = match send(self.repo, self.dataset, at, local, size, base)? {
+            Some((id, sent)) => {
+                self.sent += sent;
+                Some(id)
             }
-            _ => None,
+            // The same bytes: a new mode or time only.
+            None if self.content_only && old.as_ref().is_some_and(|o| o.1 == mode) => {
+                return Ok(false);
+            }
+            None => None,
         };
-        let (id, sent) = self.gateway.upload(self.dataset, at, local, patch.as_ref())?;
-        self.sent += sent;
-        change["upload"] = id.into();
-        self.changes.push(change);
+        self.changes.push(Change::File {
+            path: wire_path(at)?,
+            mode: Some(mode),
+            mtime: Some(wire_time(mtime)),
+            upload,
+            from: None,
+        });
         Ok(true)
     }
 }
@@ -279,9 +585,9 @@ impl Compare {
         let theirs = std::mem::take(&mut self.held);
         let n = (theirs.len() as u64).min(self.size.saturating_sub(self.at)) as usize;
         if n > 0 {
-            self.file.read_exact_at(&mut self.mine[..n], self.at).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("{}: {e}", self.shown))
-            })?;
+            self.file
+                .read_exact_at(&mut self.mine[..n], self.at)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", self.shown)))?;
             if self.mine[..n] != theirs[..n] {
                 push(&mut self.ranges, self.at, n as u64);
             }

@@ -480,7 +480,11 @@ impl Api {
     /// Dataset `id`'s view, read again unless it was read at `not_before`
     /// or later. A dataset that does not exist (or is deleted) is an error,
     /// never kept.
-    pub(super) async fn view(self: &Arc<Self>, id: &str, not_before: Instant) -> Result<Arc<View>, ApiError> {
+    pub(super) async fn view(
+        self: &Arc<Self>,
+        id: &str,
+        not_before: Instant,
+    ) -> Result<Arc<View>, ApiError> {
         let fresh = || {
             let mut views = self.views.lock();
             views.get(id).filter(|v| v.at >= not_before).cloned()

@@ -8,9 +8,7 @@
 //! a version the caller may read (a patch), so a host that changed a
 //! little of a large file sends that little.
 
-use super::api::{
-    Api, ApiError, Caller, Reply, err, next_part, read_body, resources,
-};
+use super::api::{Api, ApiError, Caller, Reply, err, next_part, read_body, resources};
 use super::table;
 use crate::access::{self, Action};
 use crate::commit::CommitMeta;
@@ -19,6 +17,7 @@ use crate::commit::upload;
 use crate::error::Error;
 use crate::relpath::RelPath;
 use crate::repo::Repo;
+use crate::repo::changes::{Change as Wire, Source};
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node, Record};
 use axum::body::Body;
@@ -312,41 +311,6 @@ fn copied_from(body: &Value) -> Vec<String> {
     out
 }
 
-/// One of `changes`: what a host that mounts or commits through the
-/// gateway sends (`remote::changes`), every attribute a version holds.
-#[derive(Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
-enum Wire {
-    /// Content from an upload, a file of a version (`from`), or else the
-    /// base's own file at `path` (a new mode or time only).
-    File {
-        path: String,
-        mode: Option<u32>,
-        mtime: Option<(i64, u32)>,
-        upload: Option<String>,
-        from: Option<Source>,
-    },
-    Symlink {
-        path: String,
-        target: String,
-        mtime: (i64, u32),
-    },
-    Dir {
-        path: String,
-        mode: u32,
-        mtime: (i64, u32),
-    },
-    /// A file, a symlink or a folder (what of it the caller sees).
-    Delete { path: String },
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Source {
-    version: String,
-    path: String,
-}
-
 /// What a commit body is read against.
 struct Asked<'a> {
     repo: &'a Repo,
@@ -472,7 +436,11 @@ impl Asked<'_> {
         };
         let (path, change) = match c {
             Wire::Delete { path } => return self.delete(&edit_path(&path)?, edits),
-            Wire::Dir { path, mode: m, mtime } => (
+            Wire::Dir {
+                path,
+                mode: m,
+                mtime,
+            } => (
                 path,
                 Change::Dir {
                     mode: mode(m)?,
@@ -485,7 +453,10 @@ impl Asked<'_> {
                 mtime,
             } => {
                 if target.is_empty() || target.len() > crate::limits::MAX_TARGET {
-                    return Err(bad(format!("{path}: a symlink's target is 1 to {} bytes", crate::limits::MAX_TARGET)));
+                    return Err(bad(format!(
+                        "{path}: a symlink's target is 1 to {} bytes",
+                        crate::limits::MAX_TARGET
+                    )));
                 }
                 let target = target.into_bytes();
                 let mtime = time(mtime)?;
@@ -500,7 +471,8 @@ impl Asked<'_> {
             } => {
                 let content = match (upload, from) {
                     (Some(id), None) => {
-                        let up = upload::load_upload(self.repo, self.dataset, &id, self.caller.owner())?;
+                        let up =
+                            upload::load_upload(self.repo, self.dataset, &id, self.caller.owner())?;
                         Content::Stored(up.chunks, up.size)
                     }
                     (None, Some(Source { version, path: at })) => {
@@ -518,7 +490,9 @@ impl Asked<'_> {
                         }
                     },
                     (Some(_), Some(_)) => {
-                        return Err(bad(format!("{path}: an upload or a file to copy, not both")));
+                        return Err(bad(format!(
+                            "{path}: an upload or a file to copy, not both"
+                        )));
                     }
                 };
                 let change = Change::File {
@@ -553,9 +527,9 @@ impl Asked<'_> {
     /// there to delete (a missing path), nor deleted with its folder.
     fn delete(&self, path: &RelPath, edits: &mut Vec<Edit>) -> Result<(), ApiError> {
         let missing = || Error::NoPath {
-            version: self
-                .base
-                .map_or("the parent version".into(), |b| format!("v{}", b.record.version)),
+            version: self.base.map_or("the parent version".into(), |b| {
+                format!("v{}", b.record.version)
+            }),
             path: path.to_string(),
         };
         let Some(b) = self.base else {

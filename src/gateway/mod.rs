@@ -74,9 +74,12 @@ pub fn serve(
 ) -> Result<()> {
     let trail = Trail::open(&opts.audit, 64 << 20)?;
     let state = Arc::new(api::Api::new(repo.clone(), trail, opts.tokens, opts.policy));
-    let app = api::router(state.clone(), trees::routes()
+    let app = api::router(
+        state.clone(),
+        trees::routes()
             .merge(tags::routes())
-            .merge(commits::routes()));
+            .merge(commits::routes()),
+    );
     // The audit reads every record and object: a thread of its own, never
     // a request's worker. It holds the API weakly and ends with it.
     let audited = Arc::downgrade(&state);

@@ -13,6 +13,7 @@ mod upstream;
 
 use crate::error::{Error, FsError, Result};
 use crate::relpath::RelPath;
+use crate::repo::changes::{Change, Patch};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -293,7 +294,11 @@ impl Gateway {
         patch: Option<&Patch>,
     ) -> Result<(String, u64)> {
         let names: Vec<String> = path.names().map(escape_bytes).collect();
-        let mut at = format!("/datasets/{}/uploads/{}", segment(dataset)?, names.join("/"));
+        let mut at = format!(
+            "/datasets/{}/uploads/{}",
+            segment(dataset)?,
+            names.join("/")
+        );
         let runs: Vec<(Vec<u8>, u64, u64)> = match patch {
             None => {
                 let len = std::fs::metadata(file)
@@ -314,18 +319,26 @@ impl Gateway {
         };
         let sent = runs.iter().map(|(h, _, l)| h.len() as u64 + l).sum();
         let made = self
-            .ask(reqwest::Method::PUT, &at, |r| match upload_body(file, runs.clone()) {
-                Ok(body) => r.body(body),
-                // Refused by the gateway as a body cut short.
-                Err(e) => r.body(reqwest::Body::wrap_stream(futures::stream::iter([
-                    Err::<bytes::Bytes, _>(std::io::Error::other(e.to_string())),
-                ]))),
+            .ask(reqwest::Method::PUT, &at, |r| {
+                match upload_body(file, runs.clone()) {
+                    Ok(body) => r.body(body),
+                    // Refused by the gateway as a body cut short.
+                    Err(e) => r.body(reqwest::Body::wrap_stream(futures::stream::iter([Err::<
+                        bytes::Bytes,
+                        _,
+                    >(
+                        std::io::Error::other(e.to_string()),
+                    )]))),
+                }
             })?
             .accepted()?
             .json(&at)?;
         match made["upload"].as_str() {
             Some(id) => Ok((id.to_string(), sent)),
-            None => Err(Error::malformed(format!("the gateway's answer to {at}"), "no upload id")),
+            None => Err(Error::malformed(
+                format!("the gateway's answer to {at}"),
+                "no upload id",
+            )),
         }
     }
 
@@ -336,7 +349,7 @@ impl Gateway {
         dataset: &str,
         parent: Option<u64>,
         message: &str,
-        changes: Vec<Value>,
+        changes: &[Change],
     ) -> Result<u64> {
         let at = format!("/datasets/{}/commit", segment(dataset)?);
         let mut body = serde_json::json!({"commit_message": message, "changes": changes});
@@ -461,15 +474,6 @@ impl Gateway {
         let at = (self.current.load(Ordering::Relaxed) + 1) % self.bases.len();
         self.current.store(at, Ordering::Relaxed);
     }
-}
-
-/// A patch of file `from` of version `version` (see `gateway::commits`):
-/// the file, `size` bytes long, with `ranges` of the local file laid on it.
-pub struct Patch {
-    pub version: u64,
-    pub from: RelPath,
-    pub size: u64,
-    pub ranges: Vec<(u64, u64)>,
 }
 
 /// Bytes read of a local file at a time while they are sent.
@@ -602,7 +606,9 @@ fn refusal(status: u16, body: &[u8]) -> Error {
                 .collect(),
             staged: false,
         },
-        (409, "nothing_to_commit") => Error::NothingToCommit(details["version"].as_u64().unwrap_or(0)),
+        (409, "nothing_to_commit") => {
+            Error::NothingToCommit(details["version"].as_u64().unwrap_or(0))
+        }
         (401, _) => Error::Forbidden(format!("the gateway refused the credentials: {message}")),
         (403, _) => Error::Forbidden(message),
         (404, "no_dataset") => Error::InvalidInput(message),

@@ -15,6 +15,7 @@ use super::{Answer, Gateway, segment};
 use crate::error::{Error, FsError, Result};
 use crate::id::{BlobId, PackId, RecordHash};
 use crate::relpath::RelPath;
+use crate::repo::changes::{Change, Patch};
 use crate::repo::tag::Tag;
 use crate::repo::{History, Upstream};
 use crate::snapshot::tree::{etag, small_files};
@@ -330,6 +331,30 @@ impl Upstream for Gateway {
 
     fn health(&self) -> crate::store::retry::HealthReport {
         self.health.report()
+    }
+
+    fn gave(&self, r: &BlobRef) -> bool {
+        self.told.places.lock().contains_key(r.pack.as_bytes())
+    }
+
+    fn upload(
+        &self,
+        dataset: &str,
+        path: &RelPath,
+        file: &std::path::Path,
+        patch: Option<&Patch>,
+    ) -> Result<(String, u64)> {
+        Gateway::upload(self, dataset, path, file, patch)
+    }
+
+    fn commit(
+        &self,
+        dataset: &str,
+        parent: Option<u64>,
+        message: &str,
+        changes: &[Change],
+    ) -> Result<u64> {
+        self.commit_changes(dataset, parent, message, changes)
     }
 
     fn readable(&self, chunk: &BlobRef) -> Result<()> {

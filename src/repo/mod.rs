@@ -2,6 +2,7 @@
 //! Knows datasets, their version records, and how to load trees.
 
 pub mod apikeys;
+pub mod changes;
 pub mod datasets;
 mod history;
 pub mod policies;

@@ -8,8 +8,10 @@
 //! copy of its rule is kept here.
 
 use super::Repo;
+use super::changes::{Change, Patch};
 use super::tag::Tag;
 use crate::error::Result;
+use crate::relpath::RelPath;
 use crate::snapshot::{Record, Tree};
 use crate::store::pack::BlobRef;
 use crate::store::retry::HealthReport;
@@ -38,6 +40,28 @@ pub trait Upstream: Send + Sync {
     fn fresh(&self) -> bool;
     /// What its latest answers were (reachable, latency, failures).
     fn health(&self) -> HealthReport;
+    /// Whether it gave reference `r` (a folder's, or a chunk's): what it
+    /// did not give is this host's own (a commit's trees before they are
+    /// sent), in its store.
+    fn gave(&self, r: &BlobRef) -> bool;
+    /// Stores local file `file` (whole, or as `patch` says) as an upload
+    /// for `path` of `dataset`: its id, and the bytes sent.
+    fn upload(
+        &self,
+        dataset: &str,
+        path: &RelPath,
+        file: &std::path::Path,
+        patch: Option<&Patch>,
+    ) -> Result<(String, u64)>;
+    /// Commits `changes` onto version `parent` of `dataset` (none: its
+    /// first): the new version's number.
+    fn commit(
+        &self,
+        dataset: &str,
+        parent: Option<u64>,
+        message: &str,
+        changes: &[Change],
+    ) -> Result<u64>;
 }
 
 /// What upstream shows of a dataset's history.
@@ -66,6 +90,11 @@ impl Repo {
             said: Mutex::default(),
         });
         self
+    }
+
+    /// Where datasets come from, if not from the store.
+    pub fn upstream(&self) -> Option<&dyn Upstream> {
+        self.upstream.as_ref().map(|up| up.source.as_ref())
     }
 
     /// Where the datasets come from: upstream's URL, or the store's.
@@ -123,16 +152,20 @@ impl Repo {
             .is_some_and(|up| up.said.lock().get(name).is_some_and(|(_, w)| *w))
     }
 
-    /// A tree from upstream (None: no upstream). Kept in memory only: it
+    /// A tree from upstream (None: no upstream, or not one it gave). Kept in memory only: it
     /// is what the policy shows now, and a later policy may show less.
     pub(super) fn upstream_tree(&self, r: &BlobRef) -> Option<Result<Tree>> {
-        Some(self.upstream.as_ref()?.source.tree(r))
+        let up = self.upstream.as_ref().filter(|up| up.source.gave(r))?;
+        Some(up.source.tree(r))
     }
 
     /// A run of chunks from upstream, through the disk cache (None: no
-    /// upstream).
+    /// upstream, or not chunks it gave).
     pub(super) fn upstream_chunks(&self, run: &[BlobRef]) -> Option<Result<Vec<Bytes>>> {
-        let up = self.upstream.as_ref()?;
+        let up = self
+            .upstream
+            .as_ref()
+            .filter(|up| up.source.gave(&run[0]))?;
         let key = |r: &BlobRef| format!("upstream chunk {}", r.id.to_hex());
         if up.source.fresh() {
             return Some(up.source.chunks(run));
