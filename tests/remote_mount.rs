@@ -58,21 +58,37 @@ fn mount_through<'e>(
     cache: &Path,
     ca: &Path,
 ) -> Mount<'e> {
+    mount_with(env, name, (url, key), cache, ca, &["--read-only"])
+}
+
+/// A mount of `ds` at `name` through gateway `url` with `key`, with
+/// `flags`.
+fn mount_with<'e>(
+    env: &'e Env,
+    name: &str,
+    (url, key): (&str, &str),
+    cache: &Path,
+    ca: &Path,
+    flags: &[&str],
+) -> Mount<'e> {
     let key_file = env.path(&format!("{name}.key"));
     std::fs::write(&key_file, format!("{key}\n")).unwrap();
     env.mount_in(
         name,
         &[
-            "--read-only",
-            "--store",
-            url,
-            "--api-key-file",
-            key_file.to_str().unwrap(),
-            "--ca-cert",
-            ca.to_str().unwrap(),
-            "--cache-dir",
-            cache.to_str().unwrap(),
-        ],
+            flags,
+            &[
+                "--store",
+                url,
+                "--api-key-file",
+                key_file.to_str().unwrap(),
+                "--ca-cert",
+                ca.to_str().unwrap(),
+                "--cache-dir",
+                cache.to_str().unwrap(),
+            ],
+        ]
+        .concat(),
         "",
         "200ms",
     )
@@ -510,4 +526,85 @@ fn a_damaged_host_cache_entry_is_fetched_again() {
     assert!(damaged > 0, "the cache held entries");
     let m = mount_through(&env, "mnt", &g.url, &all, &cache, &cert(&env));
     assert_eq!(read(&m), Sha256::digest(&big), "a damaged entry served");
+}
+
+/// Staging through the gateway: a writable mount by a key from which a
+/// folder is hidden; what is written, made, removed, renamed and changed
+/// in mode is committed through `.detafs/commit` as the version the store
+/// then holds, with the hidden folder kept; a changed 64 KiB of a large
+/// file is sent as a patch; staging is clean after, and commits again.
+#[test]
+fn staging_through_the_gateway_commits_as_on_the_store() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    three_versions(&env);
+    set_policy(
+        &env,
+        "  - {name: w, effect: allow, principals: [\"key:w\"], actions: [\"dataset:read\", \"dataset:versions\", \"dataset:commit\"], resources: [\"datasets/ds\"]}\n  - {name: w_private, effect: deny, principals: [\"key:w\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\"]}\n",
+    );
+    let w = key(&env, "w", "read,commit");
+    let g = serve(&env);
+    let m = mount_with(
+        &env,
+        "rw",
+        (&g.url, &w),
+        &env.path("cache"),
+        &cert(&env),
+        &[],
+    );
+    let staging = m.path("staging");
+    assert!(!staging.join("private").exists());
+    // The changes.
+    std::fs::create_dir(staging.join("new")).unwrap();
+    std::fs::write(staging.join("new/n.txt"), "new\n").unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(staging.join("big.bin"))
+            .unwrap();
+        f.write_all_at(&[0xAB; 64 << 10], 1 << 20).unwrap();
+    }
+    std::fs::set_permissions(
+        staging.join("a.csv"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::remove_file(staging.join("d/e/deep.txt")).unwrap();
+    std::fs::remove_dir(staging.join("d/e")).unwrap();
+    std::fs::rename(staging.join("link"), staging.join("moved-link")).unwrap();
+    std::os::unix::fs::symlink("a.csv", staging.join("link2")).unwrap();
+    let expected = common::fingerprint(&staging);
+    common::commit_via_control(&m, "through the gateway").unwrap();
+    let log = env.log();
+    let v4 = log.iter().find(|r| r["version"] == 4).expect("v4 made");
+    assert_eq!(v4["author"], "key:w");
+    // On the store: staging as it was, and what the key cannot see.
+    let there = env.path("there");
+    env.ok(&["export", "ds", "v4", there.to_str().unwrap()]);
+    let mut got = common::fingerprint(&there);
+    got.retain(|p, _| !p.starts_with(b"private"));
+    assert_eq!(got, expected);
+    assert_eq!(
+        std::fs::read(there.join("private/s.csv")).unwrap(),
+        b"secret\n"
+    );
+    // Staging is clean, stands on v4, and commits again.
+    within(Duration::from_secs(10), "v4 in the mount", || {
+        m.path("versions/v4").exists()
+    });
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        ""
+    );
+    assert_eq!(common::fingerprint(&staging), expected);
+    std::fs::write(staging.join("new/n.txt"), "newer\n").unwrap();
+    common::commit_via_control(&m, "again").unwrap();
+    let there = env.path("there5");
+    env.ok(&["export", "ds", "v5", there.to_str().unwrap()]);
+    assert_eq!(std::fs::read(there.join("new/n.txt")).unwrap(), b"newer\n");
+    assert_eq!(
+        std::fs::read(there.join("private/s.csv")).unwrap(),
+        b"secret\n"
+    );
 }

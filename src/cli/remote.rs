@@ -179,11 +179,6 @@ pub fn execute(
             println!("v{}", sent.version);
         }
         Command::Mount(args) => {
-            if !args.read_only {
-                bail!(
-                    "through a gateway ({store}), mounts are read-only so far: add --read-only (staging and commits need the store itself for now)"
-                );
-            }
             detafs::sys::tune_allocator();
             super::mount::mount(
                 host_repo(store, gateway()?.into(), here)?,

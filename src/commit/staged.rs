@@ -8,14 +8,16 @@
 use super::scan::Scanner;
 use super::{CommitMeta, publish};
 use crate::error::{Error, Result};
+use crate::id::BlobId;
 use crate::limits;
 use crate::progress::Progress;
+use crate::relpath::RelPath;
 use crate::repo::Repo;
 use crate::snapshot::tree::TreeSink;
 use crate::snapshot::{Entry, Mtime, Node, Record, Tree};
 use crate::staging::{Frozen, Kind, Read, Staging};
 use crate::store::pack::BlobRef;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ops::Deref;
 use std::os::unix::fs::MetadataExt;
 
@@ -97,7 +99,14 @@ fn build_and_publish<G: Deref<Target = Staging>>(
 ) -> Result<Record> {
     let base = frozen.base.clone();
     let scanner = Scanner::new(repo, progress)?;
-    if let Some(b) = &base {
+    // Through a gateway, staged copies are sent as they are read, and the
+    // trees are built in this host's store to be compared with the base.
+    let remote = repo.upstream().map(|_| Remote {
+        repo,
+        dataset: meta.dataset,
+        uploads: HashMap::new(),
+    });
+    if let Some(b) = base.as_ref().filter(|_| remote.is_none()) {
         repo.index_tree(&b.tree)?;
     }
     progress.set_total(frozen.staged_bytes());
@@ -105,10 +114,16 @@ fn build_and_publish<G: Deref<Target = Staging>>(
         frozen,
         scanner,
         read: Read::new(),
+        remote,
     };
     let t = std::time::Instant::now();
-    let ours = build.dir(frozen.root().id, "", 0)?.0;
-    let Build { scanner, read, .. } = build;
+    let ours = build.dir(frozen.root().id, "", &RelPath::root(), 0)?.0;
+    let Build {
+        scanner,
+        read,
+        remote,
+        ..
+    } = build;
     // The last moment a commit can stop without a trace: after it, its
     // record may land (the caller is told which version it made).
     if progress.cancelled() {
@@ -133,7 +148,13 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     staging()?.set_pending(Some(&ours))?;
     crate::hold::hold("staging-pending");
     let t = std::time::Instant::now();
-    let record = match publish(repo, meta, scanner, base, ours) {
+    let published = match remote {
+        None => publish(repo, meta, scanner, base, ours),
+        Some(r) => scanner
+            .finish()
+            .and_then(|_| super::through::publish(repo, meta, base.as_ref(), &ours, &r.uploads)),
+    };
+    let record = match published {
         // Every staged change is in a version that landed meanwhile (say,
         // `commit --from` of the mount's staging): staging is brought to
         // it, clean, and nothing is recorded.
@@ -166,12 +187,21 @@ struct Build<'f, 'r> {
     frozen: &'f Frozen,
     scanner: Scanner<'r>,
     read: Read,
+    remote: Option<Remote<'r>>,
+}
+
+/// A commit through a gateway: the uploads its staged copies were sent
+/// as, by the id of the first chunk that stands for each.
+struct Remote<'r> {
+    repo: &'r Repo,
+    dataset: &'r str,
+    uploads: HashMap<BlobId, String>,
 }
 
 impl Build<'_, '_> {
     /// Builds folder `id`'s tree; also says whether a link group has a
     /// name in it.
-    fn dir(&mut self, id: u64, path: &str, depth: usize) -> Result<(BlobRef, bool)> {
+    fn dir(&mut self, id: u64, path: &str, rel: &RelPath, depth: usize) -> Result<(BlobRef, bool)> {
         if depth > limits::MAX_DEPTH {
             return Err(Error::InvalidInput(format!(
                 "staging nests deeper than {} directory levels",
@@ -194,7 +224,7 @@ impl Build<'_, '_> {
                     links: r.links_below,
                 },
                 (Kind::Dir, None) => {
-                    let (tree, links) = self.dir(r.id, &at, depth + 1)?;
+                    let (tree, links) = self.dir(r.id, &at, &rel.join(&r.name)?, depth + 1)?;
                     Node::Dir {
                         mode: r.mode,
                         mtime: r.mtime,
@@ -207,7 +237,7 @@ impl Build<'_, '_> {
                     let (chunks, size, mtime) = match self.read.get(&r.id) {
                         // Another name of the same file, read already.
                         Some(read) => read.clone(),
-                        None => self.staged_copy(r.id, &at)?,
+                        None => self.staged_copy(r.id, &at, &rel.join(&r.name)?)?,
                     };
                     self.read.insert(r.id, (chunks.clone(), size, mtime));
                     Node::File {
@@ -241,7 +271,12 @@ impl Build<'_, '_> {
     /// its size then is what is read, and the read is repeated if a write
     /// touched those bytes meanwhile (appends beyond them do not), so a
     /// version never holds a mix of bytes from before and after a write.
-    fn staged_copy(&mut self, id: u64, path: &str) -> Result<(Vec<BlobRef>, u64, Mtime)> {
+    fn staged_copy(
+        &mut self,
+        id: u64,
+        path: &str,
+        rel: &RelPath,
+    ) -> Result<(Vec<BlobRef>, u64, Mtime)> {
         let file = self.frozen.upper_path(id);
         let writes = self.frozen.writes();
         let stat = |file: &std::path::Path| {
@@ -256,7 +291,17 @@ impl Build<'_, '_> {
             if before.direct_open() {
                 crate::staging::settle(&file).map_err(|e| Error::io(file.display(), e))?;
             }
-            let (chunks, size) = self.scanner.chunk_prefix(&file, meta.size())?;
+            let (chunks, size) = match &mut self.remote {
+                None => self.scanner.chunk_prefix(&file, meta.size())?,
+                Some(r) => {
+                    let base = self.frozen.base.as_ref();
+                    let size = meta.size();
+                    let (upload, chunks) =
+                        super::through::send_file(r.repo, r.dataset, base, rel, &file, size)?;
+                    r.uploads.insert(chunks[0].id, upload);
+                    (chunks, size)
+                }
+            };
             crate::hold::hold("staged-copy-read");
             let later = writes.counts(id);
             let unchanged = match before.written_unseen(later) {

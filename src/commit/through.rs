@@ -115,14 +115,15 @@ fn send(
         None => None,
     };
     upstream(repo)?
-        .upload(dataset, at, file, patch.as_ref())
+        .upload(dataset, at, file, size, patch.as_ref())
         .map(Some)
 }
 
-/// Sends staged copy `file` (`size` bytes), to be `at` of a version of
-/// `dataset` made on `base`: its upload's id, and chunks that stand for
-/// it in the tree a commit builds (never read: `publish` sends the upload
-/// instead, and staging takes the version's chunks once it lands).
+/// Sends staged copy `file` (its first `size` bytes), to be `at` of a
+/// version of `dataset` made on `base`: its upload's id, and chunks that
+/// stand for it in the tree a commit builds (never read: `publish` names
+/// the upload instead, and staging takes the version's chunks once it
+/// lands).
 pub fn send_file(
     repo: &Repo,
     dataset: &str,
@@ -130,7 +131,7 @@ pub fn send_file(
     at: &RelPath,
     file: &Path,
     size: u64,
-) -> Result<(Vec<BlobRef>, u64)> {
+) -> Result<(String, Vec<BlobRef>)> {
     let old = match base {
         Some(b) => match repo.lookup(&b.tree, at)? {
             Some(Node::File { chunks, .. }) => Some((b.version, chunks)),
@@ -139,13 +140,14 @@ pub fn send_file(
         None => None,
     };
     let old = old.as_ref().map(|(v, c)| (*v, c.as_slice()));
-    let (id, sent) = match send(repo, dataset, at, file, size, old)? {
+    let (id, _) = match send(repo, dataset, at, file, size, old)? {
         Some(sent) => sent,
         // The same bytes: sent anyway, as a file of its own (an upload is
         // what stands for a staged copy).
-        None => upstream(repo)?.upload(dataset, at, file, None)?,
+        None => upstream(repo)?.upload(dataset, at, file, size, None)?,
     };
-    Ok((standing_for(&id, size), sent))
+    let standing = standing_for(&id, size);
+    Ok((id, standing))
 }
 
 /// Chunks that stand for upload `id` of `size` bytes: ids no store gives
@@ -389,7 +391,7 @@ impl TreeDiff<'_> {
         };
         let (id, _) = match send(self.repo, self.dataset, at, tmp.path(), size, old)? {
             Some(sent) => sent,
-            None => upstream(self.repo)?.upload(self.dataset, at, tmp.path(), None)?,
+            None => upstream(self.repo)?.upload(self.dataset, at, tmp.path(), size, None)?,
         };
         Ok(id)
     }

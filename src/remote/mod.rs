@@ -284,13 +284,15 @@ impl Gateway {
         }
     }
 
-    /// Stores local file `file` (whole, or as `patch` says) as an upload
-    /// for `path` of `dataset`: its id, and the bytes sent.
+    /// Stores local file `file` (its first `size` bytes, or as `patch`
+    /// says) as an upload for `path` of `dataset`: its id, and the bytes
+    /// sent.
     pub fn upload(
         &self,
         dataset: &str,
         path: &RelPath,
         file: &Path,
+        size: u64,
         patch: Option<&Patch>,
     ) -> Result<(String, u64)> {
         let names: Vec<String> = path.names().map(escape_bytes).collect();
@@ -300,12 +302,7 @@ impl Gateway {
             names.join("/")
         );
         let runs: Vec<(Vec<u8>, u64, u64)> = match patch {
-            None => {
-                let len = std::fs::metadata(file)
-                    .map_err(|e| Error::io(file.display(), e))?
-                    .len();
-                vec![(Vec::new(), 0, len)]
-            }
+            None => vec![(Vec::new(), 0, size)],
             Some(p) => {
                 at += &format!(
                     "?version=v{}&from={}&size={}",

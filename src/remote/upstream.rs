@@ -342,9 +342,10 @@ impl Upstream for Gateway {
         dataset: &str,
         path: &RelPath,
         file: &std::path::Path,
+        size: u64,
         patch: Option<&Patch>,
     ) -> Result<(String, u64)> {
-        Gateway::upload(self, dataset, path, file, patch)
+        Gateway::upload(self, dataset, path, file, size, patch)
     }
 
     fn commit(

@@ -36,6 +36,15 @@ impl Repo {
         self.index.records(name)
     }
 
+    /// The versions known here without asking again: those indexed, or
+    /// those upstream gave last (staging's base is among them).
+    pub fn known_records(&self, name: &str) -> Result<Vec<Record>> {
+        if let Some(said) = self.said_records(name) {
+            return said;
+        }
+        self.index.records(name)
+    }
+
     /// `sync` for what builds on the newest version (a commit, a copy of
     /// the history, gc): a damaged history is an error.
     pub fn sync_whole(&self, name: &str) -> Result<Vec<Record>> {

@@ -44,13 +44,15 @@ pub trait Upstream: Send + Sync {
     /// did not give is this host's own (a commit's trees before they are
     /// sent), in its store.
     fn gave(&self, r: &BlobRef) -> bool;
-    /// Stores local file `file` (whole, or as `patch` says) as an upload
-    /// for `path` of `dataset`: its id, and the bytes sent.
+    /// Stores local file `file` (its first `size` bytes, or as `patch`
+    /// says) as an upload for `path` of `dataset`: its id, and the bytes
+    /// sent.
     fn upload(
         &self,
         dataset: &str,
         path: &RelPath,
         file: &std::path::Path,
+        size: u64,
         patch: Option<&Patch>,
     ) -> Result<(String, u64)>;
     /// Commits `changes` onto version `parent` of `dataset` (none: its
@@ -74,11 +76,11 @@ pub struct History {
     pub figures_withheld: bool,
 }
 
-/// The upstream of a repo and what it gave last with each dataset's
-/// history besides its records (a poll asks once for all).
+/// The upstream of a repo and the last history it gave of each dataset
+/// (a poll asks once for all).
 pub(super) struct Upstreamed {
     source: Arc<dyn Upstream>,
-    said: Mutex<HashMap<String, (Vec<Tag>, bool)>>,
+    said: Mutex<HashMap<String, History>>,
 }
 
 impl Repo {
@@ -125,18 +127,26 @@ impl Repo {
     pub(super) fn ask_upstream(&self, name: &str) -> Option<Result<Vec<Record>>> {
         let up = self.upstream.as_ref()?;
         Some(up.source.history(name).map(|h| {
-            up.said
-                .lock()
-                .insert(name.to_string(), (h.tags, h.figures_withheld));
-            h.records
+            let records = h.records.clone();
+            up.said.lock().insert(name.to_string(), h);
+            records
         }))
+    }
+
+    /// The versions upstream gave last (asked if never; None: no upstream).
+    pub(super) fn said_records(&self, name: &str) -> Option<Result<Vec<Record>>> {
+        let up = self.upstream.as_ref()?;
+        if let Some(said) = up.said.lock().get(name) {
+            return Some(Ok(said.records.clone()));
+        }
+        self.ask_upstream(name)
     }
 
     /// The tags upstream gave with the dataset's history (asked if never).
     pub(super) fn said_tags(&self, name: &str) -> Option<Result<Vec<Tag>>> {
         let up = self.upstream.as_ref()?;
-        if let Some((tags, _)) = up.said.lock().get(name) {
-            return Some(Ok(tags.clone()));
+        if let Some(said) = up.said.lock().get(name) {
+            return Some(Ok(said.tags.clone()));
         }
         Some(
             self.ask_upstream(name)?
@@ -149,7 +159,7 @@ impl Repo {
     pub fn figures_withheld(&self, name: &str) -> bool {
         self.upstream
             .as_ref()
-            .is_some_and(|up| up.said.lock().get(name).is_some_and(|(_, w)| *w))
+            .is_some_and(|up| up.said.lock().get(name).is_some_and(|h| h.figures_withheld))
     }
 
     /// A tree from upstream (None: no upstream, or not one it gave). Kept in memory only: it

@@ -176,13 +176,7 @@ pub fn likeness(f: &StagedFile, old: &Node, codec: &Codec) -> Likeness {
 impl StagedView for (&Staging, &Repo) {
     fn base(&self) -> Result<Option<BlobRef>> {
         let (st, repo) = *self;
-        let base = st.base_version()?;
-        Ok(repo
-            .index()
-            .records(&st.dataset)?
-            .into_iter()
-            .find(|r| r.version == base)
-            .map(|r| r.tree))
+        st.base_tree(repo)
     }
 
     fn changed(&self) -> Result<Vec<(char, Vec<u8>)>> {

@@ -170,6 +170,17 @@ impl Staging {
             .unwrap_or(0))
     }
 
+    /// The tree of the version staging stands on (None: none yet), as this
+    /// host knows it without asking (`Repo::known_records`).
+    pub fn base_tree(&self, repo: &Repo) -> Result<Option<BlobRef>> {
+        let base = self.base_version()?;
+        Ok(repo
+            .known_records(&self.dataset)?
+            .into_iter()
+            .find(|r| r.version == base)
+            .map(|r| r.tree))
+    }
+
     /// The tree of a commit under way: if the process dies after the record
     /// landed but before staging moved to it, the next open finds the record
     /// by this tree and moves staging then (`adopt_landed`).

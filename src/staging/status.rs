@@ -24,12 +24,7 @@ impl Staging {
             true => None,
             false => Some(self.db.unchecked_transaction()?),
         };
-        let base = repo
-            .index()
-            .records(&self.dataset)?
-            .into_iter()
-            .find(|r| r.version == self.base_version().unwrap_or(0))
-            .map(|r| r.tree);
+        let base = self.base_tree(repo)?;
         let mut out = Vec::new();
         let mut stack = vec![
             self.status_items(repo, ROOT, base.as_ref(), b"")?
