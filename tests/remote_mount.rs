@@ -608,3 +608,134 @@ fn staging_through_the_gateway_commits_as_on_the_store() {
         b"secret\n"
     );
 }
+
+/// The policy of `three_versions` with key `w`, which may commit and is
+/// denied `private/` as `limited` is.
+fn writer(env: &Env) -> String {
+    set_policy(
+        env,
+        "  - {name: w, effect: allow, principals: [\"key:w\"], actions: [\"dataset:read\", \"dataset:versions\", \"dataset:commit\"], resources: [\"datasets/ds\"]}\n  - {name: w_private, effect: deny, principals: [\"key:w\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\"]}\n",
+    );
+    key(env, "w", "read,commit")
+}
+
+/// `status`, `restore` (and `--undo`), `trash`, `checkout` and `commit`
+/// through the gateway, with a writable mount up (they reach its staging
+/// through it) and without one (on staging here): each as on a store.
+#[test]
+fn the_cli_stages_and_commits_through_the_gateway() {
+    let env = Env::new();
+    three_versions(&env);
+    let w = writer(&env);
+    let g = serve(&env);
+    let cache = env.path("cache");
+    let key_file = env.path("w-cli.key");
+    std::fs::write(&key_file, format!("{w}\n")).unwrap();
+    let remote = |args: &[&str]| {
+        env.command()
+            .args(["--store", &g.url, "--api-key-file"])
+            .arg(&key_file)
+            .arg("--ca-cert")
+            .arg(cert(&env))
+            .arg("--cache-dir")
+            .arg(&cache)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let ok = |args: &[&str]| {
+        let out = remote(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let m = mount_with(&env, "rw", (&g.url, &w), &cache, &cert(&env), &[]);
+    let a = m.path("staging/a.csv");
+    std::fs::write(&a, "mine\n").unwrap();
+    assert_eq!(ok(&["status", "ds"]), "M a.csv\n");
+    ok(&["restore", "ds", "a.csv"]);
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "plain-marker-3\n");
+    assert!(ok(&["trash", "ds"]).contains("a.csv"));
+    ok(&["restore", "ds", "--undo"]);
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "mine\n");
+    assert_eq!(
+        ok(&["commit", "ds", "-m", "through the mount"]).trim(),
+        "v4"
+    );
+    ok(&["checkout", "ds", "v1", "a.csv"]);
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "plain-marker-1\n");
+    drop(m);
+    // No mount: staging here.
+    assert_eq!(ok(&["status", "ds"]), "M a.csv\n");
+    assert_eq!(ok(&["commit", "ds", "-m", "revert a.csv"]).trim(), "v5");
+    assert_eq!(ok(&["status", "ds"]), "");
+    assert_eq!(env.ok(&["cat", "ds", "v5", "a.csv"]), "plain-marker-1\n");
+    assert_eq!(env.ok(&["cat", "ds", "v5", "private/s.csv"]), "secret\n");
+    let out = remote(&["commit", "ds", "-m", "nothing"]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A gateway killed while it commits (held before the record): the
+/// mount's commit moves to the next gateway, which makes the version
+/// once; a key revoked: the commit is refused (EACCES) and staging keeps
+/// what was written.
+#[test]
+fn a_commit_through_a_killed_gateway_lands_once_and_a_revoked_key_keeps_staging() {
+    let env = Env::new();
+    three_versions(&env);
+    let w = writer(&env);
+    let hold = common::Hold::new(&env, "before-record");
+    let first = common::gateway::serve_failing(&env, &[], &hold.spec);
+    let other = env.other_host();
+    let second = serve(&other);
+    let bundle = env.path("gateways.pem");
+    let pems = [cert(&env), cert(&other)].map(|c| std::fs::read_to_string(c).unwrap());
+    std::fs::write(&bundle, pems.concat()).unwrap();
+    let urls = format!("{},{}", first.url, second.url);
+    let m = mount_with(&env, "rw", (&urls, &w), &env.path("cache"), &bundle, &[]);
+    std::fs::write(m.path("staging/new.txt"), "new\n").unwrap();
+    let committing = {
+        let control = m.path(".detafs/commit");
+        std::thread::spawn(move || {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(control)?
+                .write_all(b"through whichever answers")
+        })
+    };
+    hold.reached();
+    drop(first);
+    committing.join().unwrap().unwrap();
+    let log = env.log();
+    assert_eq!(log.len(), 4, "one version made: {log:?}");
+    assert_eq!(env.ok(&["cat", "ds", "v4", "new.txt"]), "new\n");
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        ""
+    );
+    // Revoked: refused, and what was written stays staged.
+    std::fs::write(m.path("staging/later.txt"), "later\n").unwrap();
+    env.ok(&["apikey", "revoke", "w"]);
+    within(Duration::from_secs(10), "the revocation seen", || {
+        common::commit_via_control(&m, "refused")
+            .is_err_and(|e| e.raw_os_error() == Some(libc::EACCES))
+    });
+    assert_eq!(env.log().len(), 4);
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        "A later.txt\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.path("staging/later.txt")).unwrap(),
+        "later\n"
+    );
+}

@@ -128,11 +128,6 @@ pub fn execute(
             format,
             content_only,
         } => {
-            if [&from, &to].iter().any(|v| *v == super::diff::STAGING) {
-                bail!(
-                    "through a gateway ({store}), diff compares versions so far: staging needs the store itself for now"
-                );
-            }
             let format = format.format();
             let repo = host_repo(store, gateway()?.into(), here)?;
             super::diff::diff(
@@ -157,7 +152,7 @@ pub fn execute(
         }
         Command::Commit {
             name,
-            from: Some(from),
+            from,
             message,
             author,
             content_only,
@@ -171,12 +166,47 @@ pub fn execute(
             let meta = detafs::commit::CommitMeta {
                 dataset: &name,
                 message: &message,
-                author: "the gateway's caller",
+                author: &detafs::access::caller::current_user(),
                 content_only,
             };
-            let sent = detafs::commit::through::commit_dir(&repo, &meta, &from)?;
-            eprintln!("sent {} bytes of files", sent.bytes);
-            println!("v{}", sent.version);
+            let version = match from {
+                Some(from) => {
+                    let sent = detafs::commit::through::commit_dir(&repo, &meta, &from)?;
+                    eprintln!("sent {} bytes of files", sent.bytes);
+                    sent.version
+                }
+                // Staging's commit, through the mount that owns it or here.
+                None => super::commit_cmd(&repo, &here.staging, &meta, None, false)?.version,
+            };
+            println!("v{version}");
+        }
+        Command::Status(args) => {
+            let repo = host_repo(store, gateway()?.into(), here)?;
+            super::status_cmd(&repo, &here.staging, &args)?
+        }
+        Command::Restore {
+            name,
+            undo: Some(entry),
+            ..
+        } => {
+            let repo = host_repo(store, gateway()?.into(), here)?;
+            super::trash::undo(&repo, &here.staging, &name, entry)?
+        }
+        Command::Restore { name, paths, .. } => {
+            let repo = host_repo(store, gateway()?.into(), here)?;
+            super::mount::checkout(&repo, &here.staging, &name, None, &paths)?;
+        }
+        Command::Checkout {
+            name,
+            version,
+            paths,
+        } => {
+            let repo = host_repo(store, gateway()?.into(), here)?;
+            super::mount::checkout(&repo, &here.staging, &name, Some(&version), &paths)?;
+        }
+        Command::Trash(args) => {
+            let repo = host_repo(store, gateway()?.into(), here)?;
+            super::trash::trash(&repo, &here.staging, &args)?
         }
         Command::Mount(args) => {
             detafs::sys::tune_allocator();
@@ -187,7 +217,7 @@ pub fn execute(
             )?;
         }
         _ => bail!(
-            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag`, `ls`, `cat`, `export`, `diff` of versions, `verify` (of what the key may read), `commit --from` and `mount --read-only` so far; the other commands need the store itself for now"
+            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag`, `ls`, `cat`, `export`, `diff`, `verify` (of what the key may read), `commit`, `status`, `restore`, `checkout`, `trash` and `mount`; the others need the store itself"
         ),
     }
     Ok(ExitCode::SUCCESS)
@@ -234,6 +264,10 @@ fn host_repo(store: &str, gateway: std::sync::Arc<Gateway>, here: &Here) -> anyh
             key_file.display()
         );
     }
+    gateway.keep_places(
+        &repo.state_dir().join("gateway-places.db"),
+        repo.codec().clone(),
+    )?;
     Ok(repo.with_upstream(gateway))
 }
 

@@ -9,6 +9,7 @@
 //! The CLI reads datasets, versions and files' bytes here; a mount (and
 //! `ls`, `diff`, `export`, `verify`) reads through `upstream.rs`.
 
+mod places;
 mod upstream;
 
 use crate::error::{Error, FsError, Result};
@@ -130,6 +131,15 @@ impl Gateway {
             fresh: false,
             health: Default::default(),
         })
+    }
+
+    /// Keeps what this host's names for the gateway's folders and files
+    /// stand for in the file at `path`, sealed with `codec` (the host's
+    /// own), so that a later process reads what staging names.
+    pub fn keep_places(&self, path: &Path, codec: crate::store::codec::Codec) -> Result<()> {
+        let book = places::Book::open(path, codec)?;
+        let _ = self.told.book.set(book);
+        Ok(())
     }
 
     /// This gateway, asked for every chunk as the store holds it now

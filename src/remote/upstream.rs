@@ -33,6 +33,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[derive(Default)]
 pub(super) struct Told {
     places: Mutex<HashMap<[u8; 32], Place>>,
+    /// Where places are kept for later processes (`places.rs`), and those
+    /// not written there yet.
+    pub(super) book: std::sync::OnceLock<super::places::Book>,
+    unsaved: Mutex<Vec<([u8; 32], Vec<u8>)>>,
     readable: Mutex<HashSet<[u8; 32]>>,
     refused: AtomicBool,
     /// What the caller is shown under (`super::VIEW`).
@@ -56,6 +60,50 @@ struct Place {
 /// The gateway's names for a file's bytes, and for a folder's small files'.
 const FILES: &str = "files";
 const SMALL_FILES: &str = "small-files";
+
+/// A place as `places.rs` keeps it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Kept {
+    dataset: String,
+    version: u64,
+    path: Vec<u8>,
+    view: String,
+    what: String,
+    etag: Option<String>,
+}
+
+impl Place {
+    fn kept(&self) -> Vec<u8> {
+        let kept = Kept {
+            dataset: self.dataset.clone(),
+            version: self.version,
+            path: self.path.as_bytes().to_vec(),
+            view: self.view.clone(),
+            what: self.what.to_string(),
+            etag: self.etag.clone(),
+        };
+        serde_json::to_vec(&kept).expect("serializable")
+    }
+
+    fn from_kept(kept: &[u8]) -> Result<Place> {
+        let bad = |e: String| Error::malformed("a place kept by this host", e);
+        let k: Kept = serde_json::from_slice(kept).map_err(|e| bad(e.to_string()))?;
+        let what = match k.what.as_str() {
+            FILES => FILES,
+            SMALL_FILES => SMALL_FILES,
+            "" => "",
+            other => return Err(bad(format!("no such kind {other:?}"))),
+        };
+        Ok(Place {
+            dataset: k.dataset,
+            version: k.version,
+            path: RelPath::parse(k.path)?,
+            view: k.view,
+            what,
+            etag: k.etag,
+        })
+    }
+}
 
 /// This host's name for a folder or a file of a version as shown under a
 /// view: a folder shown under another policy is another folder to it.
@@ -103,14 +151,36 @@ fn folder_ref(name: [u8; 32]) -> BlobRef {
 
 impl Told {
     fn remember(&self, name: [u8; 32], place: Place) {
+        if self.book.get().is_some() {
+            self.unsaved.lock().push((name, place.kept()));
+        }
         self.places.lock().insert(name, place);
     }
 
+    /// Writes the places remembered since the last call to the book.
+    fn save(&self) -> Result<()> {
+        let Some(book) = self.book.get() else {
+            return Ok(());
+        };
+        let rows = std::mem::take(&mut *self.unsaved.lock());
+        book.put(&rows)
+    }
+
+    /// Where `name` stands, as told here or to an earlier process.
+    fn known(&self, name: &[u8; 32]) -> Result<Option<Place>> {
+        if let Some(p) = self.places.lock().get(name) {
+            return Ok(Some(p.clone()));
+        }
+        let Some(kept) = self.book.get().map(|b| b.get(name)).transpose()?.flatten() else {
+            return Ok(None);
+        };
+        let place = Place::from_kept(&kept)?;
+        self.places.lock().insert(*name, place.clone());
+        Ok(Some(place))
+    }
+
     fn place(&self, name: &[u8; 32]) -> Result<Place> {
-        self.places
-            .lock()
-            .get(name)
-            .cloned()
+        self.known(name)?
             .ok_or_else(|| Error::InvalidInput("a reference the gateway never gave".into()))
     }
 
@@ -206,6 +276,7 @@ impl Gateway {
                 _ => {}
             }
         }
+        self.told.save()?;
         Ok(tree)
     }
 }
@@ -275,6 +346,7 @@ impl Upstream for Gateway {
                 });
             }
         }
+        self.told.save()?;
         Ok(History {
             records,
             tags,
@@ -334,7 +406,9 @@ impl Upstream for Gateway {
     }
 
     fn gave(&self, r: &BlobRef) -> bool {
-        self.told.places.lock().contains_key(r.pack.as_bytes())
+        // A book that cannot be read makes the reference unknown, and
+        // reading it then says what is missing.
+        matches!(self.told.known(r.pack.as_bytes()), Ok(Some(_)))
     }
 
     fn upload(
