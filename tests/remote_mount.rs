@@ -739,3 +739,73 @@ fn a_commit_through_a_killed_gateway_lands_once_and_a_revoked_key_keeps_staging(
         "later\n"
     );
 }
+
+/// What a policy hides, a commit through a writable mount keeps, and
+/// shows as a store without it would: the same writes, renames,
+/// deletions and modes on two stores alike but for the hidden files, each
+/// through its gateway with a key that may commit; the version made,
+/// staging after and the log but for its times are alike, and the hidden
+/// files are as they were.
+#[test]
+fn writes_through_a_mount_keep_what_is_hidden() {
+    use std::os::unix::fs::PermissionsExt;
+    let (hiding_env, g1, hiding) = model_side(true);
+    let (without_env, g2, without) = model_side(false);
+    let mount = |env, url: &str, setup: &serde_json::Value| {
+        let ca = Path::new(setup["ca"].as_str().unwrap()).to_path_buf();
+        let key = setup["write_key"].as_str().unwrap().to_string();
+        mount_with(env, "rw", (url, &key), &env.path("host-cache"), &ca, &[])
+    };
+    let (a, b) = (
+        mount(&hiding_env, &g1.url, &hiding),
+        mount(&without_env, &g2.url, &without),
+    );
+    for m in [&a, &b] {
+        let s = m.path("staging");
+        std::fs::write(s.join("top.txt"), "new top\n").unwrap();
+        std::fs::set_permissions(s.join("top.txt"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::create_dir(s.join("pub/new")).unwrap();
+        std::fs::write(s.join("pub/new/x.csv"), "x\n").unwrap();
+        std::fs::remove_file(s.join("pub/sub/b.csv")).unwrap();
+        std::fs::remove_dir(s.join("pub/sub")).unwrap();
+        std::fs::rename(s.join("mix/open.txt"), s.join("mix/renamed.txt")).unwrap();
+        std::os::unix::fs::symlink("../top.txt", s.join("pub/l")).unwrap();
+        let t = filetime::FileTime::from_unix_time(1_800_000_000, 5);
+        for p in ["top.txt", "pub/new/x.csv", "pub/new", "pub", "mix", "mix/renamed.txt"] {
+            filetime::set_file_mtime(s.join(p), t).unwrap();
+        }
+        filetime::set_symlink_file_times(s.join("pub/l"), t, t).unwrap();
+        common::commit_via_control(m, "through a mount").unwrap();
+    }
+    for m in [&a, &b] {
+        within(Duration::from_secs(10), "v3 in the mount", || {
+            m.path("versions/v3").exists()
+        });
+    }
+    for at in ["versions/v3", "staging"] {
+        assert_eq!(
+            common::fingerprint(&a.path(at)),
+            common::fingerprint(&b.path(at)),
+            "{at}"
+        );
+    }
+    let log = |m: &Mount| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(m.path(".detafs/log"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut row: serde_json::Value = serde_json::from_str(l).unwrap();
+                row["timestamp"] = serde_json::Value::Null;
+                row
+            })
+            .collect()
+    };
+    assert_eq!(log(&a), log(&b));
+    for f in ["private/s.csv", "private/sub/t.csv", "mix/secret.txt"] {
+        assert_eq!(
+            hiding_env.ok(&["cat", "ds", "v3", f]),
+            hiding_env.ok(&["cat", "ds", "v2", f]),
+            "{f}"
+        );
+    }
+}
