@@ -214,6 +214,7 @@ source scripts/bench-sealed.sh
 source scripts/bench-policy.sh
 source scripts/bench-gateway.sh
 source scripts/bench-remote.sh
+source scripts/bench-remote-commit.sh
 case "$WHAT" in
   store) bench_store ;;
   mount) bench_mount ;;
@@ -226,5 +227,6 @@ case "$WHAT" in
   policy) bench_policy ;;
   gateway) bench_gateway ;;
   remote) bench_remote ;;
-  *) bench_store; bench_mount; bench_core; bench_million; bench_million_change; bench_s3; bench_scale; bench_sealed; bench_policy; bench_gateway; bench_remote ;;
+  remote-commit) bench_remote_commit ;;
+  *) bench_store; bench_mount; bench_core; bench_million; bench_million_change; bench_s3; bench_scale; bench_sealed; bench_policy; bench_gateway; bench_remote; bench_remote_commit ;;
 esac

@@ -763,7 +763,8 @@ fn writes_through_a_mount_keep_what_is_hidden() {
     for m in [&a, &b] {
         let s = m.path("staging");
         std::fs::write(s.join("top.txt"), "new top\n").unwrap();
-        std::fs::set_permissions(s.join("top.txt"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(s.join("top.txt"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
         std::fs::create_dir(s.join("pub/new")).unwrap();
         std::fs::write(s.join("pub/new/x.csv"), "x\n").unwrap();
         std::fs::remove_file(s.join("pub/sub/b.csv")).unwrap();
@@ -771,7 +772,14 @@ fn writes_through_a_mount_keep_what_is_hidden() {
         std::fs::rename(s.join("mix/open.txt"), s.join("mix/renamed.txt")).unwrap();
         std::os::unix::fs::symlink("../top.txt", s.join("pub/l")).unwrap();
         let t = filetime::FileTime::from_unix_time(1_800_000_000, 5);
-        for p in ["top.txt", "pub/new/x.csv", "pub/new", "pub", "mix", "mix/renamed.txt"] {
+        for p in [
+            "top.txt",
+            "pub/new/x.csv",
+            "pub/new",
+            "pub",
+            "mix",
+            "mix/renamed.txt",
+        ] {
             filetime::set_file_mtime(s.join(p), t).unwrap();
         }
         filetime::set_symlink_file_times(s.join("pub/l"), t, t).unwrap();

@@ -873,6 +873,34 @@ impl Scanner<'_> {
         Ok((refs, size))
     }
 
+    /// Cuts `source`, read from a chunk's start in a file (`len` bytes of
+    /// it at most), into the data packs until `stop` says a cut (its
+    /// offset in `source`) meets what is known from there on, or `source`
+    /// ends: the chunks, and the bytes they hold. For a few chunks around
+    /// an edit: each is hashed here.
+    pub fn chunk_until(
+        &mut self,
+        source: impl std::io::Read,
+        len: u64,
+        mut stop: impl FnMut(u64) -> bool,
+    ) -> Result<(Vec<BlobRef>, u64)> {
+        let (mut slots, mut at) = (Vec::new(), 0);
+        for chunk in chunker::chunks(source, len, self.codec.chunker_seed()) {
+            let chunk = chunk.map_err(|e| Error::io("a patched file", e))?;
+            at += chunk.len() as u64;
+            self.progress.advance(chunk.len() as u64);
+            let id = self.codec.blob_id(&chunk);
+            slots.push(self.put_chunk(id, chunk, true)?);
+            if stop(at) {
+                break;
+            }
+        }
+        self.flush()?;
+        let refs = self.refs(slots);
+        self.placed.clear();
+        Ok((refs, at))
+    }
+
     /// Like `chunk_prefix`, leaving chunks being encoded as they are.
     fn chunk_slots(&mut self, file: File, path: &Path, len: u64) -> Result<(Vec<Slot>, u64)> {
         let (mut slots, mut size) = (Vec::new(), 0);

@@ -80,6 +80,174 @@ pub fn store_chunks(
     record(repo, scanner, (dataset, path, owner), chunks, size)
 }
 
+/// A patch's ranges (see `repo::changes::Patch`): where each lies in the
+/// new file, its length, and where its bytes are in the patch's file.
+type Ranges = Vec<(u64, u64, u64)>;
+
+/// The ranges of the patch in file `patch` for a file of `base` bytes made
+/// `size` long: in order, apart, within `size`, and giving every byte
+/// beyond `base`.
+fn patch_ranges(patch: &Path, base: u64, size: u64) -> Result<Ranges> {
+    use std::io::Read;
+    let io = |e| Error::io(patch.display(), e);
+    let mut from = std::io::BufReader::new(std::fs::File::open(patch).map_err(io)?);
+    let (mut ranges, mut end, mut beyond, mut in_file) = (Vec::new(), 0u64, 0u64, 0u64);
+    let bad = |why: String| Error::InvalidInput(format!("a patch's ranges must {why}"));
+    loop {
+        let mut head = [0u8; 16];
+        match from.read_exact(&mut head) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) => return Err(io(e)),
+        }
+        let at = u64::from_be_bytes(head[..8].try_into().expect("8 bytes"));
+        let len = u64::from_be_bytes(head[8..].try_into().expect("8 bytes"));
+        if at < end || at.checked_add(len).is_none_or(|e| e > size) {
+            return Err(bad(format!(
+                "be in order, apart, and within its {size} bytes"
+            )));
+        }
+        in_file += 16;
+        let skipped =
+            std::io::copy(&mut (&mut from).take(len), &mut std::io::sink()).map_err(io)?;
+        if skipped != len {
+            return Err(bad("hold the bytes they announce".into()));
+        }
+        ranges.push((at, len, in_file));
+        in_file += len;
+        end = at + len;
+        beyond += end.saturating_sub(at.max(base));
+    }
+    if beyond != size.saturating_sub(base) {
+        return Err(bad(format!(
+            "give every byte beyond the {base} of the file they patch"
+        )));
+    }
+    Ok(ranges)
+}
+
+/// Stores as an upload for `path` of `dataset` the file of `base` made
+/// `size` bytes long with the patch in file `patch` laid on it, reading
+/// and cutting again only around what the patch changes: a chunk of
+/// `base` whose bytes and the byte after them the patch leaves, and that
+/// does not end the file unless the file keeps its size, is kept as it is
+/// (a content-defined cut depends on nothing else), so a few MiB changed
+/// of a large file cost a few MiB.
+pub fn store_patched(
+    repo: &Repo,
+    (dataset, path, owner): (&str, &RelPath, &str),
+    base: &[BlobRef],
+    patch: &Path,
+    size: u64,
+) -> Result<Upload> {
+    repo.check_dataset(dataset)?;
+    let starts: Vec<u64> = base
+        .iter()
+        .scan(0, |at, c| {
+            let start = *at;
+            *at += c.data_size();
+            Some(start)
+        })
+        .collect();
+    let base_size: u64 = base.iter().map(BlobRef::data_size).sum();
+    let ranges = patch_ranges(patch, base_size, size)?;
+    let dirty = |a: u64, b: u64| {
+        let i = ranges.partition_point(|&(at, len, _)| at + len <= a);
+        ranges.get(i).is_some_and(|&(at, _, _)| at < b)
+    };
+    let kept = |k: usize| {
+        let (a, e) = (starts[k], starts[k] + base[k].data_size());
+        e <= size && !dirty(a, e + 1) && (size == base_size || (e < base_size && e < size))
+    };
+    let file = std::fs::File::open(patch).map_err(|e| Error::io(patch.display(), e))?;
+    let mut scanner = Scanner::new(repo, &Quiet)?;
+    let (mut chunks, mut pos, mut k) = (Vec::new(), 0u64, 0usize);
+    while pos < size {
+        while k < base.len() && starts[k] == pos && kept(k) {
+            chunks.push(base[k]);
+            pos += base[k].data_size();
+            k += 1;
+        }
+        if pos >= size {
+            break;
+        }
+        let source = Overlay {
+            repo,
+            base,
+            starts: &starts,
+            ranges: &ranges,
+            file: &file,
+            pos,
+            held: None,
+        };
+        let from = pos;
+        let (cut, len) = scanner.chunk_until(source, size - pos, |c| {
+            starts.binary_search(&(from + c)).is_ok_and(kept)
+        })?;
+        if len == 0 {
+            return Err(Error::InvalidInput(format!(
+                "a patch leaves bytes from {pos} unknown"
+            )));
+        }
+        chunks.extend(cut);
+        pos += len;
+        k = starts.partition_point(|&s| s < pos);
+    }
+    record(repo, scanner, (dataset, path, owner), chunks, size)
+}
+
+/// A file of `base`'s chunks with a patch's ranges laid on it, read from
+/// `pos` on: each chunk of `base` it reads is read from the store once.
+struct Overlay<'a> {
+    repo: &'a Repo,
+    base: &'a [BlobRef],
+    starts: &'a [u64],
+    ranges: &'a Ranges,
+    file: &'a std::fs::File,
+    pos: u64,
+    /// The chunk of `base` read last: its index and bytes.
+    held: Option<(usize, Vec<u8>)>,
+}
+
+impl std::io::Read for Overlay<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let pos = self.pos;
+        let i = self.ranges.partition_point(|&(at, len, _)| at + len <= pos);
+        let n = match self.ranges.get(i) {
+            Some(&(at, len, in_file)) if at <= pos => {
+                let n = (buf.len() as u64).min(at + len - pos) as usize;
+                self.file
+                    .read_exact_at(&mut buf[..n], in_file + (pos - at))?;
+                n
+            }
+            next => {
+                let k = self.starts.partition_point(|&s| s <= pos).saturating_sub(1);
+                let Some(chunk) = self.base.get(k) else {
+                    return Ok(0);
+                };
+                if self.held.as_ref().is_none_or(|(j, _)| *j != k) {
+                    let mut data = Vec::with_capacity(chunk.data_size() as usize);
+                    crate::read::read_file(self.repo, std::slice::from_ref(chunk), &mut data)
+                        .map_err(std::io::Error::other)?;
+                    self.held = Some((k, data));
+                }
+                let (_, data) = self.held.as_ref().expect("read above");
+                let from = (pos - self.starts[k]) as usize;
+                let mut end = data.len();
+                if let Some(&(at, _, _)) = next {
+                    end = end.min((at - self.starts[k]) as usize);
+                }
+                let n = (end - from).min(buf.len());
+                buf[..n].copy_from_slice(&data[from..from + n]);
+                n
+            }
+        };
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
 /// Upload `id` of `dataset` again, for `path`: the same bytes, as old as
 /// the upload copied (its chunks are only as safe from gc as it is).
 pub fn copy_upload(
@@ -236,4 +404,129 @@ fn check(repo: &Repo, dataset: &str, up: &Upload) -> Result<Vec<BlobRef>> {
         ));
     }
     Ok(chunks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::chunker;
+    use proptest::prelude::*;
+
+    fn repo(dir: &Path) -> Repo {
+        let opts = crate::repo::Options {
+            store: None,
+            cache_dir: Some(dir.join("cache")),
+            cache_size: 64 << 20,
+            store_timeout: std::time::Duration::from_secs(10),
+            key_file: None,
+            passphrase: None,
+            sse: None,
+        };
+        let repo = Repo::open_own(&dir.join("store"), Some(&dir.join("key")), &opts).unwrap();
+        repo.create_dataset("ds").unwrap();
+        repo
+    }
+
+    fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x.to_le_bytes()[0]
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// A patched upload holds the patched bytes, cut as the whole
+        /// file would be: the same chunks as an upload of it whole.
+        #[test]
+        fn a_patch_is_stored_as_the_whole_file_would_be(
+            len in 0usize..1_200_000,
+            edits in proptest::collection::vec((0.0f64..1.0, 1usize..200_000), 0..4),
+            new_len in proptest::option::of(0usize..1_400_000),
+            seed in any::<u64>(),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let repo = repo(dir.path());
+            let old = noise(len, seed);
+            let old_file = dir.path().join("old");
+            std::fs::write(&old_file, &old).unwrap();
+            let path = RelPath::parse("f").unwrap();
+            let base = store_upload(&repo, "ds", &path, &old_file, "me").unwrap();
+            let base = load_upload(&repo, "ds", &base.id, "me").unwrap().chunks;
+            // The new file: edits laid on the old, made `size` long; the
+            // patch: the ranges edited, and whatever lies beyond the old.
+            let size = new_len.unwrap_or(len);
+            let mut new = old.clone();
+            new.resize(size, 0);
+            let mut marks = vec![false; size];
+            for (i, &(at, n)) in edits.iter().enumerate() {
+                let at = (at * size as f64) as usize;
+                let end = (at + n).min(size);
+                new[at..end].copy_from_slice(&noise(end - at, seed ^ (i as u64 + 7)));
+                marks[at..end].iter_mut().for_each(|m| *m = true);
+            }
+            marks[len.min(size)..].iter_mut().for_each(|m| *m = true);
+            let mut patch = Vec::new();
+            let mut i = 0;
+            while i < size {
+                if !marks[i] { i += 1; continue; }
+                let start = i;
+                while i < size && marks[i] { i += 1; }
+                patch.extend((start as u64).to_be_bytes());
+                patch.extend(((i - start) as u64).to_be_bytes());
+                patch.extend(&new[start..i]);
+            }
+            let patch_file = dir.path().join("patch");
+            std::fs::write(&patch_file, &patch).unwrap();
+            let up = store_patched(&repo, ("ds", &path, "me"), &base, &patch_file, size as u64).unwrap();
+            let got = load_upload(&repo, "ds", &up.id, "me").unwrap();
+            let mut bytes = Vec::new();
+            crate::read::read_file(&repo, &got.chunks, &mut bytes).unwrap();
+            prop_assert!(bytes == new, "the patched bytes");
+            let sizes: Vec<usize> = got.chunks.iter().map(|c| c.data_size() as usize).collect();
+            let whole: Vec<usize> = chunker::chunks(&new[..], u64::MAX, repo.codec().chunker_seed())
+                .map(|c| c.unwrap().len())
+                .collect();
+            prop_assert_eq!(sizes, whole);
+        }
+    }
+
+    #[test]
+    fn a_patch_that_leaves_bytes_unknown_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = repo(dir.path());
+        let old_file = dir.path().join("old");
+        std::fs::write(&old_file, noise(100_000, 1)).unwrap();
+        let path = RelPath::parse("f").unwrap();
+        let base = store_upload(&repo, "ds", &path, &old_file, "me").unwrap();
+        let base = load_upload(&repo, "ds", &base.id, "me").unwrap().chunks;
+        let patch_file = dir.path().join("patch");
+        for patch in [
+            // Longer, the tail not given.
+            vec![],
+            // Out of order.
+            [
+                &10u64.to_be_bytes()[..],
+                &1u64.to_be_bytes(),
+                b"a",
+                &5u64.to_be_bytes(),
+                &1u64.to_be_bytes(),
+                b"b",
+            ]
+            .concat(),
+            // Fewer bytes than announced.
+            [&10u64.to_be_bytes()[..], &9u64.to_be_bytes(), b"abc"].concat(),
+        ] {
+            std::fs::write(&patch_file, &patch).unwrap();
+            let size = if patch.is_empty() { 100_010 } else { 100_000 };
+            let e =
+                store_patched(&repo, ("ds", &path, "me"), &base, &patch_file, size).unwrap_err();
+            assert!(matches!(e, Error::InvalidInput(_)), "{e}");
+        }
+    }
 }

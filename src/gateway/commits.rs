@@ -29,7 +29,6 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::io::{BufReader, Read, Seek, Write};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -192,8 +191,8 @@ async fn put_upload(
     let owner = caller.owner().to_string();
     let up = api
         .run(move |repo| {
-            let stored = match patch {
-                None => file,
+            let up = match patch {
+                None => upload::store_upload(repo, &id, &path, &file, &owner)?,
                 Some((base, from, size)) => {
                     let node = repo.lookup(&base.record.tree, &from)?;
                     let Node::File { chunks, .. } =
@@ -201,12 +200,9 @@ async fn put_upload(
                     else {
                         return Err(not_a_file(&from));
                     };
-                    let whole = tmp.path().join("patched");
-                    patched(repo, &chunks, &file, &whole, size)?;
-                    whole
+                    upload::store_patched(repo, (&id, &path, &owner), &chunks, &file, size)?
                 }
             };
-            let up = upload::store_upload(repo, &id, &path, &stored, &owner)?;
             drop(tmp);
             Ok(up)
         })
@@ -225,62 +221,6 @@ fn not_a_file(path: &RelPath) -> ApiError {
 
 fn bad(message: String) -> ApiError {
     err(StatusCode::BAD_REQUEST, "invalid", message)
-}
-
-/// Writes to `out` the file of `chunks` made `size` bytes long, with the
-/// ranges of `patch` laid on it: each an offset and a length (8 bytes
-/// each, big-endian) and that many bytes, in order, none overlapping;
-/// whatever lies beyond the file's end must come from the patch.
-fn patched(
-    repo: &Repo,
-    chunks: &[crate::store::pack::BlobRef],
-    patch: &std::path::Path,
-    out: &std::path::Path,
-    size: u64,
-) -> Result<(), ApiError> {
-    let io = |at: &std::path::Path| {
-        let shown = at.display().to_string();
-        move |e: std::io::Error| ApiError::from(Error::io(shown, e))
-    };
-    let base: u64 = chunks.iter().map(|c| u64::from(c.size)).sum();
-    let mut file = std::fs::File::create(out).map_err(io(out))?;
-    {
-        let mut w = std::io::BufWriter::new(&mut file);
-        crate::read::read_file(repo, chunks, &mut w)?;
-        w.flush().map_err(io(out))?;
-    }
-    file.set_len(size).map_err(io(out))?;
-    let mut from = BufReader::new(std::fs::File::open(patch).map_err(io(patch))?);
-    let (mut end, mut beyond) = (0u64, 0u64);
-    loop {
-        let mut head = [0u8; 16];
-        match from.read_exact(&mut head) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-            Err(e) => return Err(io(patch)(e)),
-        }
-        let at = u64::from_be_bytes(head[..8].try_into().expect("8 bytes"));
-        let len = u64::from_be_bytes(head[8..].try_into().expect("8 bytes"));
-        if at < end || at.checked_add(len).is_none_or(|e| e > size) {
-            return Err(bad(format!(
-                "a patch's ranges must be in order, apart, and within its {size} bytes"
-            )));
-        }
-        file.seek(std::io::SeekFrom::Start(at)).map_err(io(out))?;
-        let copied = std::io::copy(&mut (&mut from).take(len), &mut file).map_err(io(out))?;
-        if copied != len {
-            return Err(bad("a patch ends within a range".into()));
-        }
-        end = at + len;
-        beyond += end.saturating_sub(at.max(base));
-    }
-    if beyond != size.saturating_sub(base) {
-        return Err(bad(format!(
-            "a patch must give every byte beyond the {base} of the file it patches"
-        )));
-    }
-    file.sync_all().map_err(io(out))?;
-    Ok(())
 }
 
 /// A private scratch folder under the store's local state, gone on drop.
