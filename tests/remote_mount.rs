@@ -683,61 +683,129 @@ fn the_cli_stages_and_commits_through_the_gateway() {
     );
 }
 
-/// A gateway killed while it commits (held before the record): the
-/// mount's commit moves to the next gateway, which makes the version
-/// once; a key revoked: the commit is refused (EACCES) and staging keeps
-/// what was written.
+/// A gateway killed while it commits, before its record is made and
+/// after (its answer lost): the mount's commit moves to the next gateway,
+/// and the version lands once; a key revoked: the commit is refused
+/// (EACCES) and staging keeps what was written.
 #[test]
 fn a_commit_through_a_killed_gateway_lands_once_and_a_revoked_key_keeps_staging() {
+    for point in ["before-record", "after-record"] {
+        let env = Env::new();
+        three_versions(&env);
+        let w = writer(&env);
+        let hold = common::Hold::new(&env, point);
+        let first = common::gateway::serve_failing(&env, &[], &hold.spec);
+        let other = env.other_host();
+        let second = serve(&other);
+        let bundle = env.path("gateways.pem");
+        let pems = [cert(&env), cert(&other)].map(|c| std::fs::read_to_string(c).unwrap());
+        std::fs::write(&bundle, pems.concat()).unwrap();
+        let urls = format!("{},{}", first.url, second.url);
+        let m = mount_with(&env, "rw", (&urls, &w), &env.path("cache"), &bundle, &[]);
+        std::fs::write(m.path("staging/new.txt"), "new\n").unwrap();
+        let committing = {
+            let control = m.path(".detafs/commit");
+            std::thread::spawn(move || {
+                use std::io::Write;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(control)?
+                    .write_all(b"through whichever answers")
+            })
+        };
+        hold.reached();
+        drop(first);
+        committing.join().unwrap().unwrap();
+        let log = env.log();
+        assert_eq!(log.len(), 4, "{point}: one version made: {log:?}");
+        assert_eq!(env.ok(&["cat", "ds", "v4", "new.txt"]), "new\n");
+        assert_eq!(
+            std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+            ""
+        );
+        if point == "after-record" {
+            continue;
+        }
+        // Revoked: refused, and what was written stays staged.
+        std::fs::write(m.path("staging/later.txt"), "later\n").unwrap();
+        env.ok(&["apikey", "revoke", "w"]);
+        within(Duration::from_secs(10), "the revocation seen", || {
+            common::commit_via_control(&m, "refused")
+                .is_err_and(|e| e.raw_os_error() == Some(libc::EACCES))
+        });
+        assert_eq!(env.log().len(), 4);
+        assert_eq!(
+            std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+            "A later.txt\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(m.path("staging/later.txt")).unwrap(),
+            "later\n"
+        );
+    }
+}
+
+/// The requests the gateways of `env` logged (every `gateway-*.jsonl`
+/// under its cache).
+fn requests(env: &Env) -> Vec<String> {
+    let mut stack = vec![env.cache.clone()];
+    let mut found = Vec::new();
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if name.starts_with("gateway-") && name.ends_with(".jsonl") {
+                let text = std::fs::read_to_string(e.path()).unwrap();
+                found.extend(text.lines().map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    v["request"].as_str().unwrap_or_default().to_string()
+                }));
+            }
+        }
+    }
+    found
+}
+
+/// A version's file renamed and copied in staging is named in the commit
+/// (the gateway copies it), not sent again.
+#[test]
+fn a_version_file_renamed_in_staging_is_named_not_sent() {
     let env = Env::new();
-    three_versions(&env);
+    let big = three_versions(&env);
     let w = writer(&env);
-    let hold = common::Hold::new(&env, "before-record");
-    let first = common::gateway::serve_failing(&env, &[], &hold.spec);
-    let other = env.other_host();
-    let second = serve(&other);
-    let bundle = env.path("gateways.pem");
-    let pems = [cert(&env), cert(&other)].map(|c| std::fs::read_to_string(c).unwrap());
-    std::fs::write(&bundle, pems.concat()).unwrap();
-    let urls = format!("{},{}", first.url, second.url);
-    let m = mount_with(&env, "rw", (&urls, &w), &env.path("cache"), &bundle, &[]);
-    std::fs::write(m.path("staging/new.txt"), "new\n").unwrap();
-    let committing = {
-        let control = m.path(".detafs/commit");
-        std::thread::spawn(move || {
-            use std::io::Write;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(control)?
-                .write_all(b"through whichever answers")
-        })
-    };
-    hold.reached();
-    drop(first);
-    committing.join().unwrap().unwrap();
-    let log = env.log();
-    assert_eq!(log.len(), 4, "one version made: {log:?}");
-    assert_eq!(env.ok(&["cat", "ds", "v4", "new.txt"]), "new\n");
-    assert_eq!(
-        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
-        ""
+    let g = serve(&env);
+    let m = mount_with(
+        &env,
+        "rw",
+        (&g.url, &w),
+        &env.path("cache"),
+        &cert(&env),
+        &[],
     );
-    // Revoked: refused, and what was written stays staged.
-    std::fs::write(m.path("staging/later.txt"), "later\n").unwrap();
-    env.ok(&["apikey", "revoke", "w"]);
-    within(Duration::from_secs(10), "the revocation seen", || {
-        common::commit_via_control(&m, "refused")
-            .is_err_and(|e| e.raw_os_error() == Some(libc::EACCES))
-    });
-    assert_eq!(env.log().len(), 4);
+    std::fs::create_dir(m.path("staging/moved")).unwrap();
+    std::fs::rename(m.path("staging/big.bin"), m.path("staging/moved/big2.bin")).unwrap();
+    common::commit_via_control(&m, "renamed").unwrap();
     assert_eq!(
-        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
-        "A later.txt\n"
+        std::fs::read(m.path("staging/moved/big2.bin")).unwrap(),
+        big
     );
-    assert_eq!(
-        std::fs::read_to_string(m.path("staging/later.txt")).unwrap(),
-        "later\n"
+    let there = env.path("there");
+    env.ok(&["export", "ds", "v4", there.to_str().unwrap()]);
+    assert_eq!(std::fs::read(there.join("moved/big2.bin")).unwrap(), big);
+    assert!(!there.join("big.bin").exists());
+    let requests = requests(&env);
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.contains("POST /datasets/ds/commit")),
+        "{requests:?}"
     );
+    let uploads: Vec<&String> = requests
+        .iter()
+        .filter(|r| r.contains("/uploads/"))
+        .collect();
+    assert!(uploads.is_empty(), "{uploads:?}");
 }
 
 /// What a policy hides, a commit through a writable mount keeps, and

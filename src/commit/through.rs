@@ -17,7 +17,7 @@ use super::CommitMeta;
 use crate::error::{Error, Result};
 use crate::id::{BlobId, PackId};
 use crate::relpath::RelPath;
-use crate::repo::changes::{Change, Patch};
+use crate::repo::changes::{Change, Patch, Source};
 use crate::repo::{Repo, Upstream};
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node, Record};
@@ -198,7 +198,13 @@ pub fn publish(
     if diff.changes.is_empty() {
         return Err(Error::NothingToCommit(base_version.unwrap_or(0)));
     }
-    let version = up.commit(meta.dataset, base_version, meta.message, &diff.changes)?;
+    let version = match up.commit(meta.dataset, base_version, meta.message, &diff.changes) {
+        // Our changes are in a version that landed since the base: most
+        // likely this very commit, its answer lost with a gateway that
+        // made it (the next one found nothing left to do).
+        Err(Error::NothingToCommit(v)) if base_version.is_none_or(|b| v > b) => v,
+        other => other?,
+    };
     repo.sync(meta.dataset)?
         .into_iter()
         .find(|r| r.version == version)
@@ -342,19 +348,33 @@ impl TreeDiff<'_> {
                     mtime,
                     ..
                 } => {
-                    let upload = match chunks.first().and_then(|c| self.uploads.get(&c.id)) {
-                        Some(id) => Some(id.clone()),
+                    let (upload, from) = match chunks.first().and_then(|c| self.uploads.get(&c.id))
+                    {
+                        Some(id) => (Some(id.clone()), None),
                         // The base's own bytes at this path: a new mode or time.
-                        None if was.as_ref().is_some_and(|w| w.same_data(&e.node)) => None,
-                        // A file of a version, now here: its bytes, sent.
-                        None => Some(self.resend(&here, chunks, *size, was.as_ref())?),
+                        None if was.as_ref().is_some_and(|w| w.same_data(&e.node)) => (None, None),
+                        // A file of a version, now here: named where it is,
+                        // or (a small one, or one not named) its bytes sent.
+                        None => match upstream(self.repo)?.source_of(chunks) {
+                            Some((v, at)) => {
+                                let path = wire_path(&at)?;
+                                (
+                                    None,
+                                    Some(Source {
+                                        version: format!("v{v}"),
+                                        path,
+                                    }),
+                                )
+                            }
+                            None => (Some(self.resend(&here, chunks, *size, was.as_ref())?), None),
+                        },
                     };
                     self.changes.push(Change::File {
                         path,
                         mode: Some(*mode),
                         mtime: Some(wire_time(*mtime)),
                         upload,
-                        from: None,
+                        from,
                     });
                 }
                 Node::Special { .. } => return Err(not_carried(&here)),

@@ -411,6 +411,12 @@ impl Upstream for Gateway {
         matches!(self.told.known(r.pack.as_bytes()), Ok(Some(_)))
     }
 
+    fn source_of(&self, chunks: &[BlobRef]) -> Option<(u64, RelPath)> {
+        let place = self.told.known(chunks.first()?.pack.as_bytes()).ok()??;
+        let same = place.what == FILES && place.etag.as_deref() == Some(etag(chunks).as_str());
+        same.then_some((place.version, place.path))
+    }
+
     fn upload(
         &self,
         dataset: &str,

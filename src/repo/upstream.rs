@@ -55,6 +55,9 @@ pub trait Upstream: Send + Sync {
         size: u64,
         patch: Option<&Patch>,
     ) -> Result<(String, u64)>;
+    /// Where the chunks of a version's file were read from (its version
+    /// and path), if this host was told (a file of several chunks).
+    fn source_of(&self, chunks: &[BlobRef]) -> Option<(u64, RelPath)>;
     /// Commits `changes` onto version `parent` of `dataset` (none: its
     /// first): the new version's number.
     fn commit(
