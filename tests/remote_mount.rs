@@ -885,3 +885,71 @@ fn writes_through_a_mount_keep_what_is_hidden() {
         );
     }
 }
+
+/// A commit through the gateway killed once its files are sent and
+/// before it is made: nothing is committed, staging is kept, and the next
+/// commit takes the uploads sent again rather than sending them twice.
+#[test]
+fn a_commit_killed_after_sending_takes_its_uploads_again() {
+    let env = Env::new();
+    three_versions(&env);
+    let w = writer(&env);
+    let g = serve(&env);
+    let key_file = env.path("rw.key");
+    std::fs::write(&key_file, format!("{w}\n")).unwrap();
+    let (cache, ca) = (env.path("cache"), cert(&env));
+    let args = [
+        "--store",
+        &g.url,
+        "--api-key-file",
+        key_file.to_str().unwrap(),
+        "--ca-cert",
+        ca.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ];
+    let hold = common::Hold::new(&env, "changes-sent");
+    let m = env.mount_in("rw", &args, &hold.spec, "200ms");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(m.path("staging/big.bin"))
+            .unwrap();
+        f.write_all_at(&[0xCD; 64 << 10], 2 << 20).unwrap();
+    }
+    let new = common::noise(300 << 10, 9);
+    std::fs::write(m.path("staging/new.bin"), &new).unwrap();
+    let committing = {
+        let control = m.path(".detafs/commit");
+        std::thread::spawn(move || {
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(control)
+                .and_then(|mut f| f.write_all(b"killed"))
+        })
+    };
+    hold.reached();
+    m.kill();
+    let _ = committing.join().unwrap();
+    drop(m);
+    assert_eq!(env.log().len(), 3, "nothing committed");
+    let m = env.mount_in("rw", &args, "", "200ms");
+    assert_eq!(
+        std::fs::read_to_string(m.path(".detafs/status")).unwrap(),
+        "M big.bin\nA new.bin\n"
+    );
+    common::commit_via_control(&m, "again").unwrap();
+    assert!(
+        env.run(&["cat", "ds", "v4", "new.bin"]).stdout == new,
+        "new.bin in v4"
+    );
+    let puts = |name: &str| {
+        requests(&env)
+            .iter()
+            .filter(|r| r.starts_with("PUT ") && r.contains(&format!("/uploads/{name}")))
+            .count()
+    };
+    assert_eq!((puts("big.bin"), puts("new.bin")), (1, 1));
+}

@@ -17,7 +17,7 @@ use super::CommitMeta;
 use crate::error::{Error, Result};
 use crate::id::{BlobId, PackId};
 use crate::relpath::RelPath;
-use crate::repo::changes::{Change, Patch, Source};
+use crate::repo::changes::{Change, Patch, Sending, Source};
 use crate::repo::{Repo, Upstream};
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node, Record};
@@ -98,6 +98,7 @@ fn send(
 ) -> Result<Option<(String, u64)>> {
     // A name the changes cannot carry is refused before anything is sent.
     wire_path(at)?;
+    let meta = std::fs::metadata(file).map_err(|e| Error::io(file.display(), e))?;
     let patch = match old {
         Some((version, chunks)) => {
             let ranges = differing(repo, chunks, file, size)?;
@@ -114,9 +115,38 @@ fn send(
         }
         None => None,
     };
-    upstream(repo)?
-        .upload(dataset, at, file, size, patch.as_ref())
-        .map(Some)
+    // What is sent: this file as it is now (any write moves its ctime).
+    let resume = sha2::Sha256::new()
+        .chain_update(dataset.as_bytes())
+        .chain_update([0])
+        .chain_update(at.as_bytes())
+        .chain_update([0])
+        .chain_update(
+            [
+                meta.dev(),
+                meta.ino(),
+                meta.size(),
+                meta.mtime() as u64,
+                meta.mtime_nsec() as u64,
+                meta.ctime() as u64,
+                meta.ctime_nsec() as u64,
+                size,
+                patch.as_ref().map_or(0, |p| p.version),
+            ]
+            .map(u64::to_be_bytes)
+            .concat(),
+        )
+        .finalize()
+        .into();
+    let sending = Sending {
+        dataset,
+        path: at,
+        file,
+        size,
+        patch: patch.as_ref(),
+        resume: Some(resume),
+    };
+    upstream(repo)?.upload(&sending).map(Some)
 }
 
 /// Sends staged copy `file` (its first `size` bytes), to be `at` of a
@@ -144,10 +174,29 @@ pub fn send_file(
         Some(sent) => sent,
         // The same bytes: sent anyway, as a file of its own (an upload is
         // what stands for a staged copy).
-        None => upstream(repo)?.upload(dataset, at, file, size, None)?,
+        None => whole(repo, dataset, at, file, size)?,
     };
     let standing = standing_for(&id, size);
     Ok((id, standing))
+}
+
+/// Sends local file `file` whole (`size` bytes) for `at` of `dataset`.
+fn whole(
+    repo: &Repo,
+    dataset: &str,
+    at: &RelPath,
+    file: &Path,
+    size: u64,
+) -> Result<(String, u64)> {
+    let sending = Sending {
+        dataset,
+        path: at,
+        file,
+        size,
+        patch: None,
+        resume: None,
+    };
+    upstream(repo)?.upload(&sending)
 }
 
 /// Chunks that stand for upload `id` of `size` bytes: ids no store gives
@@ -198,6 +247,7 @@ pub fn publish(
     if diff.changes.is_empty() {
         return Err(Error::NothingToCommit(base_version.unwrap_or(0)));
     }
+    crate::hold::hold("changes-sent");
     let version = match up.commit(meta.dataset, base_version, meta.message, &diff.changes) {
         // Our changes are in a version that landed since the base: most
         // likely this very commit, its answer lost with a gateway that
@@ -411,7 +461,7 @@ impl TreeDiff<'_> {
         };
         let (id, _) = match send(self.repo, self.dataset, at, tmp.path(), size, old)? {
             Some(sent) => sent,
-            None => upstream(self.repo)?.upload(self.dataset, at, tmp.path(), size, None)?,
+            None => whole(self.repo, self.dataset, at, tmp.path(), size)?,
         };
         Ok(id)
     }

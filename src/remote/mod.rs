@@ -14,7 +14,7 @@ mod upstream;
 
 use crate::error::{Error, FsError, Result};
 use crate::relpath::RelPath;
-use crate::repo::changes::{Change, Patch};
+use crate::repo::changes::{Change, Sending};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -294,24 +294,23 @@ impl Gateway {
         }
     }
 
-    /// Stores local file `file` (its first `size` bytes, or as `patch`
-    /// says) as an upload for `path` of `dataset`: its id, and the bytes
-    /// sent.
-    pub fn upload(
-        &self,
-        dataset: &str,
-        path: &RelPath,
-        file: &Path,
-        size: u64,
-        patch: Option<&Patch>,
-    ) -> Result<(String, u64)> {
-        let names: Vec<String> = path.names().map(escape_bytes).collect();
+    /// Stores what `s` says as an upload: its id, and the bytes sent (none
+    /// for an upload of the same taken again, `Sending::resume`).
+    pub fn upload(&self, s: &Sending) -> Result<(String, u64)> {
+        let book = self.told.book.get();
+        if let (Some(book), Some(what)) = (book, &s.resume)
+            && let Some(id) = book.sent(what, RESUME_WINDOW)?
+        {
+            return Ok((id, 0));
+        }
+        let (file, size) = (s.file, s.size);
+        let names: Vec<String> = s.path.names().map(escape_bytes).collect();
         let mut at = format!(
             "/datasets/{}/uploads/{}",
-            segment(dataset)?,
+            segment(s.dataset)?,
             names.join("/")
         );
-        let runs: Vec<(Vec<u8>, u64, u64)> = match patch {
+        let runs: Vec<(Vec<u8>, u64, u64)> = match s.patch {
             None => vec![(Vec::new(), 0, size)],
             Some(p) => {
                 at += &format!(
@@ -340,13 +339,13 @@ impl Gateway {
             })?
             .accepted()?
             .json(&at)?;
-        match made["upload"].as_str() {
-            Some(id) => Ok((id.to_string(), sent)),
-            None => Err(Error::malformed(
-                format!("the gateway's answer to {at}"),
-                "no upload id",
-            )),
+        let id = made["upload"].as_str().ok_or_else(|| {
+            Error::malformed(format!("the gateway's answer to {at}"), "no upload id")
+        })?;
+        if let (Some(book), Some(what)) = (book, &s.resume) {
+            book.note_sent(what, id)?;
         }
+        Ok((id.to_string(), sent))
     }
 
     /// Commits `changes` (`gateway::commits`'s form) onto version `parent`
@@ -368,9 +367,24 @@ impl Gateway {
             .ask(reqwest::Method::POST, &at, |r| {
                 r.header(reqwest::header::CONTENT_TYPE, "application/json")
                     .body(body.clone())
-            })?
-            .accepted()?
-            .json(&at)?;
+            })
+            .and_then(Answer::accepted)
+            .and_then(|a| a.json(&at));
+        // Answered, its uploads are not taken again (refused, one of them
+        // may be why); unanswered, the next commit takes them again.
+        if let Some(book) = self.told.book.get()
+            && !matches!(made, Err(Error::Io { .. }))
+        {
+            let ids: Vec<&str> = changes
+                .iter()
+                .filter_map(|c| match c {
+                    Change::File { upload, .. } => upload.as_deref(),
+                    _ => None,
+                })
+                .collect();
+            book.forget_sent(&ids)?;
+        }
+        let made = made?;
         made["version"]
             .as_u64()
             .ok_or_else(|| Error::malformed(format!("the gateway's answer to {at}"), "no version"))
@@ -482,6 +496,11 @@ impl Gateway {
         self.current.store(at, Ordering::Relaxed);
     }
 }
+
+/// How long an upload is taken again by a later commit (`Sending::resume`):
+/// well within the age a commit may name one at (`store::grace`).
+const RESUME_WINDOW: std::time::Duration =
+    std::time::Duration::from_secs(crate::store::grace::MAX_COMMIT_AGE.as_secs() / 2);
 
 /// Bytes read of a local file at a time while they are sent.
 const SEND_PIECE: u64 = 1 << 20;

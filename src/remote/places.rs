@@ -5,7 +5,9 @@
 //! name, sealed with the host's key under the name, so the file holds no
 //! path readable without that key and a row moved to another name does
 //! not open. A cache: lost, only staging's untouched rows of it are (they
-//! say what is missing when read).
+//! say what is missing when read). Beside them, the uploads sent for a
+//! commit not finished, by what was sent (`Sending::resume`), so the next
+//! commit takes them again.
 
 use crate::error::Result;
 use crate::store::codec::Codec;
@@ -30,7 +32,8 @@ impl Book {
         // rows, which the gateway gives again when their folder is read.
         db.execute_batch(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
-             CREATE TABLE IF NOT EXISTS places (name BLOB PRIMARY KEY, sealed BLOB NOT NULL);",
+             CREATE TABLE IF NOT EXISTS places (name BLOB PRIMARY KEY, sealed BLOB NOT NULL);
+             CREATE TABLE IF NOT EXISTS sent (what BLOB PRIMARY KEY, upload TEXT NOT NULL, at INTEGER NOT NULL);",
         )?;
         Ok(Book {
             db: Mutex::new(db),
@@ -76,5 +79,49 @@ impl Book {
                     .map(|b| b.to_vec())
             })
             .transpose()
+    }
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+impl Book {
+    /// The upload sent of `what` within `window`, if any.
+    pub(super) fn sent(
+        &self,
+        what: &[u8; 32],
+        window: std::time::Duration,
+    ) -> Result<Option<String>> {
+        let since = now() - window.as_secs() as i64;
+        Ok(self
+            .db
+            .lock()
+            .query_row(
+                "SELECT upload FROM sent WHERE what = ?1 AND at >= ?2",
+                params![&what[..], since],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    pub(super) fn note_sent(&self, what: &[u8; 32], upload: &str) -> Result<()> {
+        self.db.lock().execute(
+            "INSERT OR REPLACE INTO sent VALUES (?1, ?2, ?3)",
+            params![&what[..], upload, now()],
+        )?;
+        Ok(())
+    }
+
+    /// Forgets `uploads` (a commit refused them, or made a version of them).
+    pub(super) fn forget_sent(&self, uploads: &[&str]) -> Result<()> {
+        let db = self.db.lock();
+        let mut forget = db.prepare_cached("DELETE FROM sent WHERE upload = ?1")?;
+        for u in uploads {
+            forget.execute(params![u])?;
+        }
+        Ok(())
     }
 }

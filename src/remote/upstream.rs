@@ -15,7 +15,7 @@ use super::{Answer, Gateway, segment};
 use crate::error::{Error, FsError, Result};
 use crate::id::{BlobId, PackId, RecordHash};
 use crate::relpath::RelPath;
-use crate::repo::changes::{Change, Patch};
+use crate::repo::changes::{Change, Sending};
 use crate::repo::tag::Tag;
 use crate::repo::{History, Upstream};
 use crate::snapshot::tree::{etag, small_files};
@@ -417,15 +417,8 @@ impl Upstream for Gateway {
         same.then_some((place.version, place.path))
     }
 
-    fn upload(
-        &self,
-        dataset: &str,
-        path: &RelPath,
-        file: &std::path::Path,
-        size: u64,
-        patch: Option<&Patch>,
-    ) -> Result<(String, u64)> {
-        Gateway::upload(self, dataset, path, file, size, patch)
+    fn upload(&self, s: &Sending) -> Result<(String, u64)> {
+        Gateway::upload(self, s)
     }
 
     fn commit(

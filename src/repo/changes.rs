@@ -57,3 +57,16 @@ pub struct Patch {
     pub size: u64,
     pub ranges: Vec<(u64, u64)>,
 }
+
+/// An upload to send: local file `file` (its first `size` bytes, or as
+/// `patch` says) for `path` of `dataset`. `resume` names what is sent (the
+/// file as it is now): an upload of the same sent not long ago (by a
+/// commit that did not finish) is taken again, not sent again.
+pub struct Sending<'a> {
+    pub dataset: &'a str,
+    pub path: &'a RelPath,
+    pub file: &'a std::path::Path,
+    pub size: u64,
+    pub patch: Option<&'a Patch>,
+    pub resume: Option<[u8; 32]>,
+}

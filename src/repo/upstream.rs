@@ -8,7 +8,7 @@
 //! copy of its rule is kept here.
 
 use super::Repo;
-use super::changes::{Change, Patch};
+use super::changes::{Change, Sending};
 use super::tag::Tag;
 use crate::error::Result;
 use crate::relpath::RelPath;
@@ -44,17 +44,8 @@ pub trait Upstream: Send + Sync {
     /// did not give is this host's own (a commit's trees before they are
     /// sent), in its store.
     fn gave(&self, r: &BlobRef) -> bool;
-    /// Stores local file `file` (its first `size` bytes, or as `patch`
-    /// says) as an upload for `path` of `dataset`: its id, and the bytes
-    /// sent.
-    fn upload(
-        &self,
-        dataset: &str,
-        path: &RelPath,
-        file: &std::path::Path,
-        size: u64,
-        patch: Option<&Patch>,
-    ) -> Result<(String, u64)>;
+    /// Stores what `s` says as an upload: its id, and the bytes sent.
+    fn upload(&self, s: &Sending) -> Result<(String, u64)>;
     /// Where the chunks of a version's file were read from (its version
     /// and path), if this host was told (a file of several chunks).
     fn source_of(&self, chunks: &[BlobRef]) -> Option<(u64, RelPath)>;
