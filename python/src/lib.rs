@@ -369,16 +369,10 @@ impl Store {
         py.detach(|| {
             let mut edits = Vec::with_capacity(puts.len() + deletes.len());
             for (path, file) in puts {
-                edits.push(Edit {
-                    path: edit_path(&path)?,
-                    content: Some(Content::File(file)),
-                });
+                edits.push(Edit::file(edit_path(&path)?, Content::File(file)));
             }
             for path in deletes {
-                edits.push(Edit {
-                    path: edit_path(&path)?,
-                    content: None,
-                });
+                edits.push(Edit::delete(edit_path(&path)?));
             }
             let author = author.unwrap_or_else(current_user);
             let meta = CommitMeta {

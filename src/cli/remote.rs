@@ -150,63 +150,13 @@ pub fn execute(
             let repo = host_repo(store, gateway()?.fresh().into(), here)?;
             return verify(&repo, &names, json);
         }
-        Command::Commit {
-            name,
-            from,
-            message,
-            author,
-            content_only,
-        } => {
-            if author.is_some() {
-                bail!(
-                    "through a gateway ({store}), a version's author is the key's name: leave out --author"
-                );
-            }
+        command @ (Command::Commit { .. }
+        | Command::Status(_)
+        | Command::Restore { .. }
+        | Command::Checkout { .. }
+        | Command::Trash(_)) => {
             let repo = host_repo(store, gateway()?.into(), here)?;
-            let meta = detafs::commit::CommitMeta {
-                dataset: &name,
-                message: &message,
-                author: &detafs::access::caller::current_user(),
-                content_only,
-            };
-            let version = match from {
-                Some(from) => {
-                    let sent = detafs::commit::through::commit_dir(&repo, &meta, &from)?;
-                    eprintln!("sent {} bytes of files", sent.bytes);
-                    sent.version
-                }
-                // Staging's commit, through the mount that owns it or here.
-                None => super::commit_cmd(&repo, &here.staging, &meta, None, false)?.version,
-            };
-            println!("v{version}");
-        }
-        Command::Status(args) => {
-            let repo = host_repo(store, gateway()?.into(), here)?;
-            super::status_cmd(&repo, &here.staging, &args)?
-        }
-        Command::Restore {
-            name,
-            undo: Some(entry),
-            ..
-        } => {
-            let repo = host_repo(store, gateway()?.into(), here)?;
-            super::trash::undo(&repo, &here.staging, &name, entry)?
-        }
-        Command::Restore { name, paths, .. } => {
-            let repo = host_repo(store, gateway()?.into(), here)?;
-            super::mount::checkout(&repo, &here.staging, &name, None, &paths)?;
-        }
-        Command::Checkout {
-            name,
-            version,
-            paths,
-        } => {
-            let repo = host_repo(store, gateway()?.into(), here)?;
-            super::mount::checkout(&repo, &here.staging, &name, Some(&version), &paths)?;
-        }
-        Command::Trash(args) => {
-            let repo = host_repo(store, gateway()?.into(), here)?;
-            super::trash::trash(&repo, &here.staging, &args)?
+            staging_cmd(command, &repo, store, &here.staging)?;
         }
         Command::Mount(args) => {
             detafs::sys::tune_allocator();
@@ -221,6 +171,65 @@ pub fn execute(
         ),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The commands on this host's staging, through the gateway `repo` reaches.
+fn staging_cmd(
+    command: Command,
+    repo: &Repo,
+    store: &str,
+    staging: &std::path::Path,
+) -> anyhow::Result<()> {
+    match command {
+        Command::Commit {
+            name,
+            from,
+            message,
+            author,
+            content_only,
+        } => {
+            if author.is_some() {
+                bail!(
+                    "through a gateway ({store}), a version's author is the key's name: leave out --author"
+                );
+            }
+            let meta = detafs::commit::CommitMeta {
+                dataset: &name,
+                message: &message,
+                author: &detafs::access::caller::current_user(),
+                content_only,
+            };
+            let version = match from {
+                Some(from) => {
+                    let sent = detafs::commit::through::commit_dir(repo, &meta, &from)?;
+                    eprintln!("sent {} bytes of files", sent.bytes);
+                    sent.version
+                }
+                // Staging's commit, through the mount that owns it or here.
+                None => super::commit_cmd(repo, staging, &meta, None, false)?.version,
+            };
+            println!("v{version}");
+        }
+        Command::Status(args) => super::status_cmd(repo, staging, &args)?,
+        Command::Restore {
+            name,
+            undo: Some(entry),
+            ..
+        } => super::trash::undo(repo, staging, &name, entry)?,
+        Command::Restore { name, paths, .. } => {
+            super::mount::checkout(repo, staging, &name, None, &paths)?;
+        }
+        Command::Checkout {
+            name,
+            version,
+            paths,
+        } => {
+            super::mount::checkout(repo, staging, &name, Some(&version), &paths)?;
+        }
+        Command::Trash(args) => super::trash::trash(repo, staging, &args)?,
+        _ => unreachable!("staging_cmd takes staging's commands"),
+    }
+    Ok(())
 }
 
 /// A repo whose datasets come from the gateway, over this host's own

@@ -39,7 +39,7 @@ pub enum Change {
         mode: u32,
         mtime: Mtime,
     },
-    /// A file or symlink removed.
+    /// A file or symlink removed, or a folder with all it holds.
     Delete,
     /// A folder removed once the commit's other edits left nothing in it:
     /// what they did not remove (hidden from the committer) stays, and
@@ -201,12 +201,6 @@ fn apply(
                     version: "the parent version".into(),
                     path: path_of(name),
                 });
-            }
-            Some(Node::Dir { .. }) => {
-                return Err(Error::InvalidInput(format!(
-                    "{}: is a folder, not a file",
-                    path_of(name)
-                )));
             }
             Some(_) => entries.remove(name),
         };

@@ -211,7 +211,7 @@ fn standing_for(id: &str, size: u64) -> Vec<BlobRef> {
                 .chain_update(i.to_be_bytes())
                 .finalize()
                 .into();
-            let len = (size - i * max).min(max) as u32;
+            let len = u32::try_from((size - i * max).min(max)).expect("at most a chunk");
             BlobRef {
                 id: BlobId::from_bytes(name),
                 pack: PackId::from_bytes(name),
@@ -655,7 +655,8 @@ struct Compare {
 impl Compare {
     fn block(&mut self) -> std::io::Result<()> {
         let theirs = std::mem::take(&mut self.held);
-        let n = (theirs.len() as u64).min(self.size.saturating_sub(self.at)) as usize;
+        let n =
+            crate::limits::to_usize((theirs.len() as u64).min(self.size.saturating_sub(self.at)));
         if n > 0 {
             self.file
                 .read_exact_at(&mut self.mine[..n], self.at)

@@ -216,7 +216,7 @@ impl std::io::Read for Overlay<'_> {
         let i = self.ranges.partition_point(|&(at, len, _)| at + len <= pos);
         let n = match self.ranges.get(i) {
             Some(&(at, len, in_file)) if at <= pos => {
-                let n = (buf.len() as u64).min(at + len - pos) as usize;
+                let n = crate::limits::to_usize((buf.len() as u64).min(at + len - pos));
                 self.file
                     .read_exact_at(&mut buf[..n], in_file + (pos - at))?;
                 n
@@ -227,16 +227,16 @@ impl std::io::Read for Overlay<'_> {
                     return Ok(0);
                 };
                 if self.held.as_ref().is_none_or(|(j, _)| *j != k) {
-                    let mut data = Vec::with_capacity(chunk.data_size() as usize);
+                    let mut data = Vec::with_capacity(crate::limits::to_usize(chunk.data_size()));
                     crate::read::read_file(self.repo, std::slice::from_ref(chunk), &mut data)
                         .map_err(std::io::Error::other)?;
                     self.held = Some((k, data));
                 }
                 let (_, data) = self.held.as_ref().expect("read above");
-                let from = (pos - self.starts[k]) as usize;
+                let from = crate::limits::to_usize(pos - self.starts[k]);
                 let mut end = data.len();
                 if let Some(&(at, _, _)) = next {
-                    end = end.min((at - self.starts[k]) as usize);
+                    end = end.min(crate::limits::to_usize(at - self.starts[k]));
                 }
                 let n = (end - from).min(buf.len());
                 buf[..n].copy_from_slice(&data[from..from + n]);
@@ -465,6 +465,7 @@ mod tests {
             new.resize(size, 0);
             let mut marks = vec![false; size];
             for (i, &(at, n)) in edits.iter().enumerate() {
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
                 let at = (at * size as f64) as usize;
                 let end = (at + n).min(size);
                 new[at..end].copy_from_slice(&noise(end - at, seed ^ (i as u64 + 7)));
@@ -488,7 +489,7 @@ mod tests {
             let mut bytes = Vec::new();
             crate::read::read_file(&repo, &got.chunks, &mut bytes).unwrap();
             prop_assert!(bytes == new, "the patched bytes");
-            let sizes: Vec<usize> = got.chunks.iter().map(|c| c.data_size() as usize).collect();
+            let sizes: Vec<usize> = got.chunks.iter().map(|c| crate::limits::to_usize(c.data_size())).collect();
             let whole: Vec<usize> = chunker::chunks(&new[..], u64::MAX, repo.codec().chunker_seed())
                 .map(|c| c.unwrap().len())
                 .collect();

@@ -524,7 +524,7 @@ fn upload_body(file: &Path, runs: Vec<(Vec<u8>, u64, u64)>) -> Result<reqwest::B
                     }
                 }
                 Some((at, len)) => {
-                    let mut buf = vec![0; SEND_PIECE.min(*len) as usize];
+                    let mut buf = vec![0; crate::limits::to_usize(SEND_PIECE.min(*len))];
                     return Some(match file.read_at(&mut buf, *at) {
                         Ok(0) => Err(std::io::Error::other(format!(
                             "{shown} became shorter while it was sent"
