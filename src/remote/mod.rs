@@ -137,8 +137,7 @@ impl Gateway {
     /// stand for in the file at `path`, sealed with `codec` (the host's
     /// own), so that a later process reads what staging names.
     pub fn keep_places(&self, path: &Path, codec: crate::store::codec::Codec) -> Result<()> {
-        let book = places::Book::open(path, codec)?;
-        let _ = self.told.book.set(book);
+        self.told.keep(places::Book::open(path, codec)?);
         Ok(())
     }
 
@@ -297,7 +296,7 @@ impl Gateway {
     /// Stores what `s` says as an upload: its id, and the bytes sent (none
     /// for an upload of the same taken again, `Sending::resume`).
     pub fn upload(&self, s: &Sending) -> Result<(String, u64)> {
-        let book = self.told.book.get();
+        let book = self.told.book();
         if let (Some(book), Some(what)) = (book, &s.resume)
             && let Some(id) = book.sent(what, RESUME_WINDOW)?
         {
@@ -372,7 +371,7 @@ impl Gateway {
             .and_then(|a| a.json(&at));
         // Answered, its uploads are not taken again (refused, one of them
         // may be why); unanswered, the next commit takes them again.
-        if let Some(book) = self.told.book.get()
+        if let Some(book) = self.told.book()
             && !matches!(made, Err(Error::Io { .. }))
         {
             let ids: Vec<&str> = changes

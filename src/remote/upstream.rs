@@ -25,22 +25,41 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Places kept in memory once they are kept on disk too (`Told::book`);
+/// the rest are read from there when asked for.
+const PLACES: usize = 1 << 16;
+/// Files remembered as said readable; one forgotten is asked about again.
+const READABLE: usize = 1 << 18;
 
 /// What the gateway told a mount: the places its names stand for, the
 /// files it said may still be read, and whether it refused the caller.
-#[derive(Default)]
 pub(super) struct Told {
-    places: Mutex<HashMap<[u8; 32], Place>>,
+    places: Mutex<lru::LruCache<[u8; 32], Place>>,
     /// Where places are kept for later processes (`places.rs`), and those
     /// not written there yet.
-    pub(super) book: std::sync::OnceLock<super::places::Book>,
+    book: std::sync::OnceLock<super::places::Book>,
     unsaved: Mutex<Vec<([u8; 32], Vec<u8>)>>,
-    readable: Mutex<HashSet<[u8; 32]>>,
+    readable: Mutex<lru::LruCache<[u8; 32], ()>>,
     refused: AtomicBool,
     /// What the caller is shown under (`super::VIEW`).
     view: Mutex<String>,
+}
+
+impl Default for Told {
+    fn default() -> Told {
+        let readable = std::num::NonZeroUsize::new(READABLE).expect("not zero");
+        Told {
+            // Unbounded until places are kept on disk (`keep`).
+            places: Mutex::new(lru::LruCache::unbounded()),
+            book: std::sync::OnceLock::new(),
+            unsaved: Mutex::default(),
+            readable: Mutex::new(lru::LruCache::new(readable)),
+            refused: AtomicBool::new(false),
+            view: Mutex::default(),
+        }
+    }
 }
 
 /// A folder, a file, or a folder's small files (with the ETag of their
@@ -150,11 +169,24 @@ fn folder_ref(name: [u8; 32]) -> BlobRef {
 }
 
 impl Told {
+    /// Keeps places in `book` from now on, and fewer in memory.
+    pub(super) fn keep(&self, book: super::places::Book) {
+        if self.book.set(book).is_ok() {
+            let bound = std::num::NonZeroUsize::new(PLACES).expect("not zero");
+            self.places.lock().resize(bound);
+        }
+    }
+
+    /// Where places (and what was sent) are kept, if anywhere.
+    pub(super) fn book(&self) -> Option<&super::places::Book> {
+        self.book.get()
+    }
+
     fn remember(&self, name: [u8; 32], place: Place) {
         if self.book.get().is_some() {
             self.unsaved.lock().push((name, place.kept()));
         }
-        self.places.lock().insert(name, place);
+        self.places.lock().put(name, place);
     }
 
     /// Writes the places remembered since the last call to the book.
@@ -175,7 +207,7 @@ impl Told {
             return Ok(None);
         };
         let place = Place::from_kept(&kept)?;
-        self.places.lock().insert(*name, place.clone());
+        self.places.lock().put(*name, place.clone());
         Ok(Some(place))
     }
 
@@ -384,7 +416,7 @@ impl Upstream for Gateway {
                 "the gateway sent other bytes than its listing named",
             ));
         }
-        self.told.readable.lock().insert(*first.pack.as_bytes());
+        self.told.readable.lock().put(*first.pack.as_bytes(), ());
         let mut at = 0;
         Ok(run
             .iter()
@@ -434,7 +466,7 @@ impl Upstream for Gateway {
     fn readable(&self, chunk: &BlobRef) -> Result<()> {
         self.told.check_refused()?;
         let name = *chunk.pack.as_bytes();
-        if self.told.readable.lock().contains(&name) {
+        if self.told.readable.lock().get(&name).is_some() {
             return Ok(());
         }
         let place = self.told.place(&name)?;
@@ -454,7 +486,7 @@ impl Upstream for Gateway {
                 ),
             ));
         }
-        self.told.readable.lock().insert(name);
+        self.told.readable.lock().put(name, ());
         Ok(())
     }
 }
