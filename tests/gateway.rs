@@ -1793,6 +1793,8 @@ fn the_cli_reads_through_a_gateway_as_from_the_store() {
     let env = Env::new();
     let src = env.path("src");
     std::fs::create_dir_all(src.join("private")).unwrap();
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("d/x.txt"), "x\n").unwrap();
     std::fs::write(src.join("a.csv"), "1\n").unwrap();
     std::fs::write(src.join("private/s.csv"), "secret\n").unwrap();
     std::os::unix::fs::symlink("a.csv", src.join("link")).unwrap();
@@ -1936,10 +1938,18 @@ fn the_cli_reads_through_a_gateway_as_from_the_store() {
                 .map(str::to_string)
         )
     );
-    // A path's log for a key from which paths may be hidden: not yet.
-    let out = remote(&limited_file, &["log", "ds", "--", "a.csv"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("`log -- PATH`"));
+    // A path's log for a key from which paths may be hidden: the same
+    // versions as for one from which none are, a file's or a folder's.
+    for path in ["a.csv", "link", "d"] {
+        let args = ["log", "ds", "--", path];
+        let (limited, all) = (remote(&limited_file, &args), remote(&all_file, &args));
+        assert!(
+            limited.status.success(),
+            "{}",
+            String::from_utf8_lossy(&limited.stderr)
+        );
+        assert_eq!(text(&limited), text(&all), "{path}");
+    }
     // What needs the store itself says so, changing nothing.
     for args in [&["gc"][..], &["audit", "ds"], &["apikey", "list"]] {
         let out = remote(&all_file, args);

@@ -152,7 +152,24 @@ fn path_log(
             },
         };
         if let Some(kind) = kind {
-            let change = path_change(repo, parent, r, path.as_bytes(), kind, &before, &now)?;
+            let mut change = path_change(repo, parent, r, path.as_bytes(), kind, &before, &now)?;
+            // A folder whose tree is named anew with nothing changed in it
+            // (through a gateway that hides paths, a folder's name is its
+            // version's): changed only if its own mode or time did.
+            if let (Some(a @ Node::Dir { .. }), Some(b @ Node::Dir { .. }), Some([0, 0, 0, 0])) =
+                (&before, &now, change.inside)
+            {
+                change.kind = ChangeKind::TimeOnly;
+                let same = |n: &Node| match n {
+                    Node::Dir { mode, mtime, .. } => (*mode, *mtime),
+                    _ => unreachable!("a folder"),
+                };
+                if same(a) == same(b) {
+                    before = now;
+                    parent = Some(r);
+                    continue;
+                }
+            }
             changes.push((r, change));
         }
         before = now;
@@ -166,9 +183,10 @@ fn path_log(
     }
     let tags = tags_by_version(repo, name)?;
     if as_json {
+        let withheld = repo.figures_withheld(name);
         let mut rows = Vec::new();
         for (r, c) in changes.iter().rev() {
-            let mut row = r.log_entry();
+            let mut row = r.log_entry_seen(withheld);
             row["tags"] = serde_json::json!(tags.get(&r.version).cloned().unwrap_or_default());
             row["path"] = serde_json::json!({
                 "change": c.kind.letter().to_string(),

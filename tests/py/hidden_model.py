@@ -117,6 +117,10 @@ for d in datasets:
         for p in paths:
             same(f"CLI ls {d} {v} {p}", cli(a, "ls", d, v, p), cli(b, "ls", d, v, p))
             same(f"CLI cat {d} {v} {p}", cli(a, "cat", d, v, p), cli(b, "cat", d, v, p))
+# A path's history, and what changed between versions.
+for p in paths:
+    same(f"CLI log ds -- {p}", cli(a, "log", "ds", "--json", "--", p), cli(b, "log", "ds", "--json", "--", p))
+same("CLI diff ds v1 v2", cli(a, "diff", "ds", "v1", "v2", "--json"), cli(b, "diff", "ds", "v1", "v2", "--json"))
 for d in datasets:
     same(f"REST versions {d}", rest(a, f"/datasets/{d}/versions"), rest(b, f"/datasets/{d}/versions"))
     same(f"S3 list {d}", call(lambda: sa.list_objects_v2(Bucket=d)), call(lambda: sb.list_objects_v2(Bucket=d)))
