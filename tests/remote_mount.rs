@@ -304,13 +304,22 @@ fn dirs_key_files(env: &Env) -> Vec<PathBuf> {
 /// on seeing new versions through the one left.
 #[test]
 fn a_mount_moves_to_the_next_gateway() {
+    moves_to_the_next_gateway(&Env::new());
+}
+
+/// The same, the gateways on one bucket of the S3 test server.
+#[test]
+fn a_mount_moves_to_the_next_gateway_on_one_bucket() {
+    moves_to_the_next_gateway(&Env::new_s3());
+}
+
+fn moves_to_the_next_gateway(env: &Env) {
     use std::io::Read;
-    let env = Env::new();
-    let g = two_gateways(&env);
+    let g = two_gateways(env);
     let (big, k, bundle) = (&g.big, &g.key, &g.bundle);
     let both = format!("{},{}", g.first.url, g.second.url);
     let src = env.path("src");
-    let m = mount_through(&env, "mnt", &both, k, &env.path("host-cache"), bundle);
+    let m = mount_through(env, "mnt", &both, k, &env.path("host-cache"), bundle);
     let mut f = std::fs::File::open(m.path("versions/v1/big.bin")).unwrap();
     let mut got = vec![0; 1 << 20];
     f.read_exact(&mut got).unwrap();
@@ -689,8 +698,18 @@ fn the_cli_stages_and_commits_through_the_gateway() {
 /// (EACCES) and staging keeps what was written.
 #[test]
 fn a_commit_through_a_killed_gateway_lands_once_and_a_revoked_key_keeps_staging() {
+    killed_while_committing(Env::new);
+}
+
+/// The same, the gateways on one bucket of the S3 test server.
+#[test]
+fn a_commit_through_a_killed_gateway_lands_once_on_one_bucket() {
+    killed_while_committing(Env::new_s3);
+}
+
+fn killed_while_committing(new_env: fn() -> Env) {
     for point in ["before-record", "after-record"] {
-        let env = Env::new();
+        let env = new_env();
         three_versions(&env);
         let w = writer(&env);
         let hold = common::Hold::new(&env, point);
