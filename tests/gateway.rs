@@ -5,7 +5,7 @@ mod common;
 
 use common::gateway::{
     Gateway, bearer, cert, curl, json_of, key, model_side, post_json, s3_curl, s3_key, serve,
-    serve_with, set_policy_and_wait, two_gateways,
+    serve_with, set_policy_and_wait, through, two_gateways,
 };
 use common::{Env, two_versions, within};
 use serde_json::{Value, json};
@@ -1818,16 +1818,7 @@ fn the_cli_reads_through_a_gateway_as_from_the_store() {
         f
     };
     let (all_file, limited_file) = (key_file(&all, "all.key"), key_file(&limited, "limited.key"));
-    let remote = |key: &std::path::Path, args: &[&str]| {
-        env.command()
-            .args(["--store", &g.url, "--api-key-file"])
-            .arg(key)
-            .arg("--ca-cert")
-            .arg(cert(&env))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let remote = |key: &std::path::Path, args: &[&str]| through(&env, &g.url, key, args);
     let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
     for args in [
         &["dataset", "list"][..],
@@ -1977,14 +1968,7 @@ fn tags_are_made_through_the_gateway() {
     let remote = |key: &str, args: &[&str]| {
         let file = env.path("key");
         std::fs::write(&file, key).unwrap();
-        env.command()
-            .args(["--store", &g.url, "--api-key-file"])
-            .arg(&file)
-            .arg("--ca-cert")
-            .arg(cert(&env))
-            .args(args)
-            .output()
-            .unwrap()
+        through(&env, &g.url, &file, args)
     };
     let said = |o: &std::process::Output| {
         (
@@ -2035,17 +2019,7 @@ fn verify_through_the_gateway_reads_what_the_key_may_read() {
     let key_file = env.path("k.key");
     std::fs::write(&key_file, &k).unwrap();
     let g = serve(&env);
-    let verify = |args: &[&str]| {
-        env.command()
-            .args(["--store", &g.url, "--api-key-file"])
-            .arg(&key_file)
-            .arg("--ca-cert")
-            .arg(cert(&env))
-            .arg("verify")
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let verify = |args: &[&str]| through(&env, &g.url, &key_file, &[&["verify"], args].concat());
     let out = verify(&["ds", "--json"]);
     assert_eq!(
         out.status.code(),
@@ -2159,17 +2133,19 @@ fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
     let g = serve(&env);
     let key_file = env.path("w.key");
     std::fs::write(&key_file, format!("{w}\n")).unwrap();
-    let remote = |args: &[&str]| {
-        env.command()
-            .args(["--store", &g.url, "--api-key-file"])
-            .arg(&key_file)
-            .arg("--ca-cert")
-            .arg(cert(&env))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let remote = |args: &[&str]| through(&env, &g.url, &key_file, args);
     let work = env.path("work");
+    let commit_from = |message: &str| {
+        let args = [
+            "commit",
+            "ds",
+            "--from",
+            work.to_str().unwrap(),
+            "-m",
+            message,
+        ];
+        remote(&args)
+    };
     let out = remote(&["export", "ds", "latest", work.to_str().unwrap()]);
     assert!(
         out.status.success(),
@@ -2191,14 +2167,7 @@ fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
     std::fs::remove_file(work.join("f")).unwrap();
     std::fs::create_dir(work.join("f")).unwrap();
     std::fs::write(work.join("f/g.txt"), "g\n").unwrap();
-    let out = remote(&[
-        "commit",
-        "ds",
-        "--from",
-        work.to_str().unwrap(),
-        "-m",
-        "through",
-    ]);
+    let out = commit_from("through");
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(
         (
@@ -2237,14 +2206,7 @@ fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
     let v2 = log.iter().find(|r| r["version"] == 2).unwrap();
     assert_eq!(v2["author"], "key:w");
     // Nothing new: nothing committed.
-    let out = remote(&[
-        "commit",
-        "ds",
-        "--from",
-        work.to_str().unwrap(),
-        "-m",
-        "again",
-    ]);
+    let out = commit_from("again");
     assert_eq!(
         out.status.code(),
         Some(4),
@@ -2254,14 +2216,7 @@ fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
     // A name the gateway's requests cannot carry: refused, nothing committed.
     use std::os::unix::ffi::OsStrExt;
     std::fs::write(work.join(std::ffi::OsStr::from_bytes(b"caf\xe9")), "x").unwrap();
-    let out = remote(&[
-        "commit",
-        "ds",
-        "--from",
-        work.to_str().unwrap(),
-        "-m",
-        "bad",
-    ]);
+    let out = commit_from("bad");
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("UTF-8"), "{said}");

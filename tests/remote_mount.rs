@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::gateway::{cert, key, model_side, serve, set_policy_and_wait, two_gateways};
+use common::gateway::{cert, key, model_side, serve, set_policy_and_wait, through, two_gateways};
 use common::{Env, Mount, within};
 use sha2::{Digest, Sha256};
 use std::os::unix::ffi::OsStrExt;
@@ -59,6 +59,11 @@ fn mount_through<'e>(
     ca: &Path,
 ) -> Mount<'e> {
     mount_with(env, name, (url, key), cache, ca, &["--read-only"])
+}
+
+/// A writable mount of `ds` at `rw` through gateway `url` with `key`.
+fn mount_writable<'e>(env: &'e Env, url: &str, key: &str) -> Mount<'e> {
+    mount_with(env, "rw", (url, key), &env.path("cache"), &cert(env), &[])
 }
 
 /// A mount of `ds` at `name` through gateway `url` with `key`, with
@@ -335,6 +340,19 @@ fn moves_to_the_next_gateway(env: &Env) {
     drop(g.second);
 }
 
+/// A mount's `.detafs/log`, each row's time taken out.
+fn log_but_times(m: &Mount) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(m.path(".detafs/log"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut row: serde_json::Value = serde_json::from_str(l).unwrap();
+            row["timestamp"] = serde_json::Value::Null;
+            row
+        })
+        .collect()
+}
+
 /// A mount of a `model_side` through its gateway `url`, with key `k`.
 fn mount_model<'e>(env: &'e Env, url: &str, setup: &serde_json::Value) -> Mount<'e> {
     mount_through(
@@ -372,18 +390,7 @@ fn a_mount_through_the_gateway_shows_hidden_as_missing() {
         let e = std::fs::metadata(a.path(hidden)).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{hidden}");
     }
-    let log = |m: &Mount| -> Vec<serde_json::Value> {
-        std::fs::read_to_string(m.path(".detafs/log"))
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let mut row: serde_json::Value = serde_json::from_str(l).unwrap();
-                row["timestamp"] = serde_json::Value::Null;
-                row
-            })
-            .collect()
-    };
-    assert_eq!(log(&a), log(&b));
+    assert_eq!(log_but_times(&a), log_but_times(&b));
 }
 
 /// The host's cache is only a cache: its key lost, the next mount makes
@@ -547,20 +554,9 @@ fn staging_through_the_gateway_commits_as_on_the_store() {
     use std::os::unix::fs::PermissionsExt;
     let env = Env::new();
     three_versions(&env);
-    set_policy(
-        &env,
-        "  - {name: w, effect: allow, principals: [\"key:w\"], actions: [\"dataset:read\", \"dataset:versions\", \"dataset:commit\"], resources: [\"datasets/ds\"]}\n  - {name: w_private, effect: deny, principals: [\"key:w\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/private/*\"]}\n",
-    );
-    let w = key(&env, "w", "read,commit");
+    let w = writer(&env);
     let g = serve(&env);
-    let m = mount_with(
-        &env,
-        "rw",
-        (&g.url, &w),
-        &env.path("cache"),
-        &cert(&env),
-        &[],
-    );
+    let m = mount_writable(&env, &g.url, &w);
     let staging = m.path("staging");
     assert!(!staging.join("private").exists());
     // The changes.
@@ -640,18 +636,8 @@ fn the_cli_stages_and_commits_through_the_gateway() {
     let cache = env.path("cache");
     let key_file = env.path("w-cli.key");
     std::fs::write(&key_file, format!("{w}\n")).unwrap();
-    let remote = |args: &[&str]| {
-        env.command()
-            .args(["--store", &g.url, "--api-key-file"])
-            .arg(&key_file)
-            .arg("--ca-cert")
-            .arg(cert(&env))
-            .arg("--cache-dir")
-            .arg(&cache)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let cache_dir = ["--cache-dir", cache.to_str().unwrap()];
+    let remote = |args: &[&str]| through(&env, &g.url, &key_file, &[&cache_dir[..], args].concat());
     let ok = |args: &[&str]| {
         let out = remote(args);
         assert!(
@@ -794,14 +780,7 @@ fn a_version_file_renamed_in_staging_is_named_not_sent() {
     let big = three_versions(&env);
     let w = writer(&env);
     let g = serve(&env);
-    let m = mount_with(
-        &env,
-        "rw",
-        (&g.url, &w),
-        &env.path("cache"),
-        &cert(&env),
-        &[],
-    );
+    let m = mount_writable(&env, &g.url, &w);
     std::fs::create_dir(m.path("staging/moved")).unwrap();
     std::fs::rename(m.path("staging/big.bin"), m.path("staging/moved/big2.bin")).unwrap();
     common::commit_via_control(&m, "renamed").unwrap();
@@ -884,18 +863,7 @@ fn writes_through_a_mount_keep_what_is_hidden() {
             "{at}"
         );
     }
-    let log = |m: &Mount| -> Vec<serde_json::Value> {
-        std::fs::read_to_string(m.path(".detafs/log"))
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let mut row: serde_json::Value = serde_json::from_str(l).unwrap();
-                row["timestamp"] = serde_json::Value::Null;
-                row
-            })
-            .collect()
-    };
-    assert_eq!(log(&a), log(&b));
+    assert_eq!(log_but_times(&a), log_but_times(&b));
     for f in ["private/s.csv", "private/sub/t.csv", "mix/secret.txt"] {
         assert_eq!(
             hiding_env.ok(&["cat", "ds", "v3", f]),

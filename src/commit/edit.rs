@@ -180,13 +180,8 @@ fn apply(
     edits: &Folder,
     at: &str,
 ) -> Result<(BlobRef, bool, bool)> {
-    let mut entries: BTreeMap<Vec<u8>, Node> = match tree {
-        Some(t) => repo
-            .tree(t)?
-            .entries
-            .iter()
-            .map(|e| (e.name.clone(), e.node.clone()))
-            .collect(),
+    let mut entries = match tree {
+        Some(t) => repo.tree(t)?.by_name(),
         None => BTreeMap::new(),
     };
     let now = Mtime::now();

@@ -302,14 +302,20 @@ fn too_deep(at: &dyn std::fmt::Display) -> Error {
 
 fn entries(repo: &Repo, tree: Option<&BlobRef>) -> Result<BTreeMap<Vec<u8>, Node>> {
     Ok(match tree {
-        Some(t) => repo
-            .tree(t)?
-            .entries
-            .iter()
-            .map(|e| (e.name.clone(), e.node.clone()))
-            .collect(),
+        Some(t) => repo.tree(t)?.by_name(),
         None => BTreeMap::new(),
     })
+}
+
+/// Deletions of what is left of `old` (names of folder `at` that are gone);
+/// says whether there were any.
+fn deleted(changes: &mut Vec<Change>, at: &RelPath, old: BTreeMap<Vec<u8>, Node>) -> Result<bool> {
+    let gone = !old.is_empty();
+    for name in old.into_keys() {
+        let path = wire_path(&at.join(&name)?)?;
+        changes.push(Change::Delete { path });
+    }
+    Ok(gone)
 }
 
 /// Whether a folder replaces what is not one, or the reverse (then the
@@ -430,12 +436,7 @@ impl TreeDiff<'_> {
                 Node::Special { .. } => return Err(not_carried(&here)),
             }
         }
-        for name in old.into_keys() {
-            self.changes.push(Change::Delete {
-                path: wire_path(&at.join(&name)?)?,
-            });
-            changed = true;
-        }
+        changed |= deleted(&mut self.changes, at, old)?;
         Ok(changed)
     }
 
@@ -550,12 +551,7 @@ impl Walk<'_> {
                 changed |= self.file(&path, &here, &meta, was)?;
             }
         }
-        for name in old.into_keys() {
-            self.changes.push(Change::Delete {
-                path: wire_path(&at.join(&name)?)?,
-            });
-            changed = true;
-        }
+        changed |= deleted(&mut self.changes, at, old)?;
         Ok(changed)
     }
 

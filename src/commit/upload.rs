@@ -410,6 +410,7 @@ fn check(repo: &Repo, dataset: &str, up: &Upload) -> Result<Vec<BlobRef>> {
 mod tests {
     use super::*;
     use crate::snapshot::chunker;
+    use crate::snapshot::chunker::tests::pseudo_random as noise;
     use proptest::prelude::*;
 
     fn repo(dir: &Path) -> Repo {
@@ -425,18 +426,6 @@ mod tests {
         let repo = Repo::open_own(&dir.join("store"), Some(&dir.join("key")), &opts).unwrap();
         repo.create_dataset("ds").unwrap();
         repo
-    }
-
-    fn noise(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x.to_le_bytes()[0]
-            })
-            .collect()
     }
 
     proptest! {

@@ -449,10 +449,62 @@ impl Upstream for Gateway {
         same.then_some((place.version, place.path))
     }
 
+    /// Stores what `s` says as an upload: its id, and the bytes sent (none
+    /// for an upload of the same taken again, `Sending::resume`).
     fn upload(&self, s: &Sending) -> Result<(String, u64)> {
-        Gateway::upload(self, s)
+        let book = self.told.book();
+        if let (Some(book), Some(what)) = (book, &s.resume)
+            && let Some(id) = book.sent(what, super::RESUME_WINDOW)?
+        {
+            return Ok((id, 0));
+        }
+        let (file, size) = (s.file, s.size);
+        let names: Vec<String> = s.path.names().map(super::escape_bytes).collect();
+        let mut at = format!(
+            "/datasets/{}/uploads/{}",
+            super::segment(s.dataset)?,
+            names.join("/")
+        );
+        let runs: Vec<(Vec<u8>, u64, u64)> = match s.patch {
+            None => vec![(Vec::new(), 0, size)],
+            Some(p) => {
+                at += &format!(
+                    "?version=v{}&from={}&size={}",
+                    p.version,
+                    super::escape_bytes(p.from.as_bytes()),
+                    p.size
+                );
+                let head = |a: u64, l: u64| [a.to_be_bytes(), l.to_be_bytes()].concat();
+                p.ranges.iter().map(|&(a, l)| (head(a, l), a, l)).collect()
+            }
+        };
+        let sent = runs.iter().map(|(h, _, l)| h.len() as u64 + l).sum();
+        let made = self
+            .ask(reqwest::Method::PUT, &at, |r| {
+                match super::upload_body(file, runs.clone()) {
+                    Ok(body) => r.body(body),
+                    // Refused by the gateway as a body cut short.
+                    Err(e) => r.body(reqwest::Body::wrap_stream(futures::stream::iter([Err::<
+                        bytes::Bytes,
+                        _,
+                    >(
+                        std::io::Error::other(e.to_string()),
+                    )]))),
+                }
+            })?
+            .accepted()?
+            .json(&at)?;
+        let id = made["upload"].as_str().ok_or_else(|| {
+            Error::malformed(format!("the gateway's answer to {at}"), "no upload id")
+        })?;
+        if let (Some(book), Some(what)) = (book, &s.resume) {
+            book.note_sent(what, id)?;
+        }
+        Ok((id.to_string(), sent))
     }
 
+    /// Commits `changes` (`gateway::commits`'s form) onto version `parent`
+    /// of `dataset` (none: its first): the new version's number.
     fn commit(
         &self,
         dataset: &str,
@@ -460,7 +512,37 @@ impl Upstream for Gateway {
         message: &str,
         changes: &[Change],
     ) -> Result<u64> {
-        self.commit_changes(dataset, parent, message, changes)
+        let at = format!("/datasets/{}/commit", super::segment(dataset)?);
+        let mut body = serde_json::json!({"commit_message": message, "changes": changes});
+        if let Some(p) = parent {
+            body["parent"] = format!("v{p}").into();
+        }
+        let body = body.to_string();
+        let made = self
+            .ask(reqwest::Method::POST, &at, |r| {
+                r.header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.clone())
+            })
+            .and_then(Answer::accepted)
+            .and_then(|a| a.json(&at));
+        // Answered, its uploads are not taken again (refused, one of them
+        // may be why); unanswered, the next commit takes them again.
+        if let Some(book) = self.told.book()
+            && !matches!(made, Err(Error::Io { .. }))
+        {
+            let ids: Vec<&str> = changes
+                .iter()
+                .filter_map(|c| match c {
+                    Change::File { upload, .. } => upload.as_deref(),
+                    _ => None,
+                })
+                .collect();
+            book.forget_sent(&ids)?;
+        }
+        let made = made?;
+        made["version"]
+            .as_u64()
+            .ok_or_else(|| Error::malformed(format!("the gateway's answer to {at}"), "no version"))
     }
 
     fn readable(&self, chunk: &BlobRef) -> Result<()> {

@@ -44,14 +44,14 @@ pub fn chunks<'a, R: Read + 'a>(source: R, len: u64, seed: u64) -> Chunks<'a> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::id::BlobId;
     use proptest::prelude::*;
     use std::collections::HashSet;
 
     /// Bytes that look random (xorshift), the same for the same seed.
-    pub(in crate::snapshot) fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    pub(crate) fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
         let mut x = seed | 1;
         (0..len)
             .map(|_| {

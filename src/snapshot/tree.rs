@@ -360,6 +360,14 @@ pub struct Tree {
 }
 
 impl Tree {
+    /// Its entries by name.
+    pub fn by_name(&self) -> std::collections::BTreeMap<Vec<u8>, Node> {
+        self.entries
+            .iter()
+            .map(|e| (e.name.clone(), e.node.clone()))
+            .collect()
+    }
+
     pub fn new(mut entries: Vec<Entry>) -> Tree {
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Tree { entries }

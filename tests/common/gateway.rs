@@ -299,3 +299,21 @@ fn model_tree(root: &std::path::Path, v: u64, hidden: bool) {
         filetime::set_file_mtime(d, filetime::FileTime::from_unix_time(1_700_000_000, 0)).unwrap();
     }
 }
+
+/// `detafs` of `env` through gateway `url` with the API key in
+/// `key_file`, trusting `env`'s certificate: `args` run, their output.
+pub fn through(
+    env: &Env,
+    url: &str,
+    key_file: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
+    env.command()
+        .args(["--store", url, "--api-key-file"])
+        .arg(key_file)
+        .arg("--ca-cert")
+        .arg(cert(env))
+        .args(args)
+        .output()
+        .unwrap()
+}
