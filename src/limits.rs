@@ -13,6 +13,37 @@ pub const fn to_usize(n: u64) -> usize {
 /// Largest data chunk (the chunker's maximum). Chunks are stored raw, so
 /// their encoded length is this plus the encoding byte.
 pub const MAX_CHUNK: u64 = 256 << 10;
+
+/// A size as the CLI takes it (`2GiB`, `512MB`, bytes), as environment
+/// variable `var` gives it: None if it is not set.
+pub fn env_size(var: &str) -> crate::error::Result<Option<u64>> {
+    match std::env::var(var) {
+        Err(_) => Ok(None),
+        Ok(text) => text
+            .trim()
+            .parse::<bytesize::ByteSize>()
+            .map(|b| Some(b.as_u64()))
+            .map_err(|e| crate::error::Error::InvalidInput(format!("{var}={text:?}: {e}"))),
+    }
+}
+
+/// The smallest memory cache a reader may be given (a few runs of chunks).
+pub const MIN_CACHE_MEMORY: u64 = 16 << 20;
+
+/// Verified chunks kept in memory by default (`repo::Options::cache_memory`):
+/// an eighth of the machine's memory, from 64 MiB to 4 GiB.
+pub fn cache_memory() -> u64 {
+    use nix::unistd::{SysconfVar, sysconf};
+    let value = |v| {
+        sysconf(v)
+            .ok()
+            .flatten()
+            .and_then(|n| u64::try_from(n).ok())
+    };
+    let total =
+        value(SysconfVar::_PHYS_PAGES).unwrap_or(0) * value(SysconfVar::PAGE_SIZE).unwrap_or(0);
+    (total / 8).clamp(64 << 20, 4 << 30)
+}
 /// Highest version number: the mount numbers a version's inodes in 32 bits,
 /// and no dataset comes near 4 billion commits. A record beyond it is no
 /// version (`keys::record_number`, `Record::decode`).

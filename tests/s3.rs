@@ -182,6 +182,7 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
         store: None,
         cache_dir: Some(env.path("faulty-cache")),
         cache_size: 1 << 30,
+        cache_memory: None,
         store_timeout: Duration::from_secs(5),
         key_file: Some(env.key_file.clone()),
         passphrase: None,

@@ -700,6 +700,7 @@ fn open_repo(env: &Env) -> detafs::repo::Repo {
         store: Some(env.store.clone()),
         cache_dir: Some(env.cache.clone()),
         cache_size: 1 << 30,
+        cache_memory: None,
         store_timeout: std::time::Duration::from_secs(30),
         key_file: Some(env.key_file.clone()),
         passphrase: None,

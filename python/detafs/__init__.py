@@ -304,8 +304,11 @@ class Store:
     (default ``$DETAFS_KEY_FILE``, else the one ``detafs init`` wrote) or
     ``passphrase`` (default ``$DETAFS_PASSWORD``) for an encrypted store;
     ``cache_dir`` (default ``$DETAFS_CACHE``); ``timeout`` in seconds for a
-    remote store's retries (default 60). S3 and Azure credentials come from
-    the usual environment variables, as for the CLI.
+    remote store's retries (default 60); ``cache_memory``, bytes of verified
+    file content kept in memory so that a file read again is a copy
+    (default ``$DETAFS_CACHE_MEMORY``, else an eighth of the machine's
+    memory, 64 MiB to 4 GiB; at least 16 MiB). S3 and Azure credentials
+    come from the usual environment variables, as for the CLI.
 
     ``url`` ``https://host:port`` is a gateway (``detafs serve``), for
     hosts without store credentials: ``api_key`` (default
@@ -324,6 +327,7 @@ class Store:
         api_key: Optional[str] = None,
         token: Optional[str] = None,
         ca: Optional[PathLike] = None,
+        cache_memory: Optional[int] = None,
     ) -> None:
         if url is not None and url.startswith("https://"):
             from .remote import Remote
@@ -338,6 +342,7 @@ class Store:
             passphrase=passphrase,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
             timeout=timeout,
+            cache_memory=cache_memory,
         )
 
     @property

@@ -27,6 +27,7 @@ class Store:
         passphrase: Optional[str] = None,
         cache_dir: Optional[str] = None,
         timeout: Optional[float] = None,
+        cache_memory: Optional[int] = None,
     ) -> None: ...
     @property
     def url(self) -> str: ...

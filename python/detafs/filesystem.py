@@ -123,13 +123,14 @@ class DetafsFileSystem(AbstractFileSystem):
         api_key: Optional[str] = None,
         token: Optional[str] = None,
         ca: Optional[str] = None,
+        cache_memory: Optional[int] = None,
         message: str = "committed through fsspec",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.store = Store(
             store, key_file=key_file, passphrase=passphrase, cache_dir=cache_dir, timeout=timeout,
-            api_key=api_key, token=token, ca=ca,
+            api_key=api_key, token=token, ca=ca, cache_memory=cache_memory,
         )
         self.message = message
 

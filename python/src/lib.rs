@@ -24,9 +24,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Verified chunks kept in memory for a store's readers.
-const CHUNK_CACHE_BYTES: usize = 64 << 20;
-
 /// What `ls`, `info` and `find` tell of an entry: its path (relative to
 /// the folder asked), kind, size, mode, mtime (seconds, nanoseconds) and a
 /// symlink's target.
@@ -127,7 +124,8 @@ impl Store {
     /// wrote) or `passphrase` (default `$DETAFS_PASSWORD`, or the first
     /// line of `$DETAFS_PASSWORD_FILE`).
     #[new]
-    #[pyo3(signature = (url=None, *, key_file=None, passphrase=None, cache_dir=None, timeout=None))]
+    #[pyo3(signature = (url=None, *, key_file=None, passphrase=None, cache_dir=None, timeout=None, cache_memory=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         url: Option<String>,
@@ -135,6 +133,7 @@ impl Store {
         passphrase: Option<String>,
         cache_dir: Option<PathBuf>,
         timeout: Option<f64>,
+        cache_memory: Option<u64>,
     ) -> PyResult<Store> {
         let passphrase: Passphrase = Arc::new(move || {
             let given = passphrase
@@ -163,13 +162,17 @@ impl Store {
             store: url.or_else(|| std::env::var("DETAFS_STORE").ok()),
             cache_dir: cache_dir.or_else(|| env_path("DETAFS_CACHE")),
             cache_size: 1 << 30,
+            cache_memory: match cache_memory {
+                Some(bytes) => Some(bytes),
+                None => detafs::limits::env_size("DETAFS_CACHE_MEMORY").map_err(to_py)?,
+            },
             store_timeout: timeout,
             key_file: key_file.or_else(|| env_path("DETAFS_KEY_FILE")),
             passphrase: Some(passphrase),
             sse,
         };
         let repo = Arc::new(py.detach(|| Repo::open(&opts)).map_err(to_py)?);
-        let chunks = ChunkCache::new(repo.clone(), CHUNK_CACHE_BYTES);
+        let chunks = ChunkCache::new(repo.clone(), repo.cache_memory());
         Ok(Store { repo, chunks })
     }
 

@@ -336,3 +336,30 @@ def test_the_gateways_policy_applies(gateway, local_cli, tmp_path):
     writer = detafs.Store(gateway.url, api_key=gateway.writer, ca=gateway.cert).dataset("ds")
     assert writer.read("secret/s.txt") == b"hidden\n"
     assert [v["version"] for v in writer.versions()] == [1]
+
+
+def test_a_file_read_again_comes_from_memory_and_nothing_unverified_is_served(local_cli, tmp_path):
+    """Verified bytes are kept (``cache_memory``): read again after the
+    store's copy is damaged, a file comes whole from memory; a store opened
+    with a cache too small to hold it reads the store again and refuses the
+    damaged bytes."""
+    src = tmp_path / "src"
+    src.mkdir()
+    data = os.urandom(24 << 20)
+    (src / "big.bin").write_bytes(data)
+    local_cli("commit", "ds", "--from", str(src), "-m", "one")
+    kept = detafs.Store(local_cli.store, cache_memory=256 << 20).dataset("ds")
+    assert kept.read("big.bin") == data
+    packs = [os.path.join(d, f) for d, _, fs in os.walk(os.path.join(local_cli.store, "packs")) for f in fs]
+    largest = max(packs, key=os.path.getsize)
+    with open(largest, "r+b") as f:
+        f.seek(os.path.getsize(largest) // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0x40]))
+    assert kept.read("big.bin") == data
+    small = detafs.Store(local_cli.store, cache_memory=16 << 20).dataset("ds")
+    with pytest.raises(detafs.DamagedError):
+        small.read("big.bin")
+    with pytest.raises(detafs.InvalidInputError, match="at least"):
+        detafs.Store(local_cli.store, cache_memory=1 << 20)

@@ -60,6 +60,12 @@ struct Cli {
     /// Bound on the on-disk object cache, e.g. 512MiB or 2GB.
     #[arg(long, global = true, default_value = "1GiB", help_heading = GLOBAL)]
     cache_size: bytesize::ByteSize,
+    /// Bound on verified file bytes kept in memory by `detafs serve` (its
+    /// REST API and S3 endpoint), e.g. 2GiB (default: an eighth of the
+    /// machine's memory, 64 MiB to 4 GiB). A mount keeps them in the
+    /// kernel's page cache instead.
+    #[arg(long, global = true, env = "DETAFS_CACHE_MEMORY", help_heading = GLOBAL)]
+    cache_memory: Option<bytesize::ByteSize>,
     /// How long one operation on a remote store may keep retrying through
     /// failures before it gives up, e.g. 30s or 5m.
     #[arg(
@@ -708,6 +714,7 @@ fn options(cli: &Cli) -> Options {
         store: cli.store.clone(),
         cache_dir: cli.cache_dir.clone(),
         cache_size: cli.cache_size.as_u64(),
+        cache_memory: cli.cache_memory.map(|m| m.as_u64()),
         store_timeout: cli.store_timeout.into(),
         key_file: cli.key_file.clone(),
         passphrase: Some(keys::passphrase_source(cli.password_file.clone())),

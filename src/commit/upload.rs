@@ -418,6 +418,7 @@ mod tests {
             store: None,
             cache_dir: Some(dir.join("cache")),
             cache_size: 64 << 20,
+            cache_memory: None,
             store_timeout: std::time::Duration::from_secs(10),
             key_file: None,
             passphrase: None,

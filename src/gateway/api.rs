@@ -35,8 +35,6 @@ pub const MAX_BODY: usize = 10 * 1000 * 1000;
 const FRESH: Duration = Duration::from_secs(2);
 /// Datasets whose views are kept.
 const VIEWS: usize = 256;
-/// Bytes of file chunks kept in memory.
-const CHUNK_CACHE: usize = 64 << 20;
 
 pub struct Api {
     repo: Arc<Repo>,
@@ -382,7 +380,7 @@ impl Api {
     ) -> Api {
         Api {
             narrowing: narrowing.map(Arc::new),
-            chunks: ChunkCache::new(repo.clone(), CHUNK_CACHE),
+            chunks: ChunkCache::new(repo.clone(), repo.cache_memory()),
             from_memory: AtomicU64::new(0),
             with_reads: AtomicU64::new(0),
             repo,

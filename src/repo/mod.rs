@@ -34,6 +34,10 @@ pub struct Options {
     pub store: Option<String>,
     pub cache_dir: Option<PathBuf>,
     pub cache_size: u64,
+    /// Bound on verified chunks kept in memory for readers that are not
+    /// the mount (the gateway, S3, Python); None: sized to the machine
+    /// (`limits::cache_memory`).
+    pub cache_memory: Option<u64>,
     /// How long a remote store operation may retry before giving up.
     pub store_timeout: std::time::Duration,
     /// A format 2 store's key file (default: `slots::default_key_file`).
@@ -71,6 +75,8 @@ pub struct Repo {
     damage: history::Damages,
     /// Where datasets come from when not from the store (`upstream.rs`).
     upstream: Option<upstream::Upstreamed>,
+    /// Bytes of verified chunks its in-memory readers keep.
+    cache_memory: usize,
 }
 
 /// Local state belongs to one store: its id (from the marker, checked to be
@@ -235,6 +241,12 @@ impl Repo {
         &self.index
     }
 
+    /// Bytes of verified chunks a reader that keeps them in memory (the
+    /// gateway, S3, Python: `read::chunks::ChunkCache`) may keep.
+    pub fn cache_memory(&self) -> usize {
+        self.cache_memory
+    }
+
     pub fn disk(&self) -> &DiskCache {
         &self.disk
     }
@@ -301,6 +313,15 @@ impl Repo {
 
     /// A repo over an already opened store (`opts.store` is not used).
     pub fn with_store(store: Store, opts: &Options) -> Result<Repo> {
+        let cache_memory = opts
+            .cache_memory
+            .unwrap_or_else(crate::limits::cache_memory);
+        if cache_memory < crate::limits::MIN_CACHE_MEMORY {
+            return Err(Error::InvalidInput(format!(
+                "a memory cache of {cache_memory} bytes: give at least {} (16 MiB)",
+                crate::limits::MIN_CACHE_MEMORY
+            )));
+        }
         let state_key = state_key(&store)?;
         let root = opts.cache_dir.clone().unwrap_or_else(default_cache);
         crate::private::ensure_dir(&root)?;
@@ -329,6 +350,7 @@ impl Repo {
             created_key_file: None,
             damage: Default::default(),
             upstream: None,
+            cache_memory: crate::limits::to_usize(cache_memory),
         })
     }
 

@@ -119,6 +119,7 @@ impl<'e> Core<'e> {
             store: Some(self.env.store.clone()),
             cache_dir: Some(self.env.cache.clone()),
             cache_size: 1 << 30,
+            cache_memory: None,
             store_timeout: Duration::from_secs(30),
             key_file: Some(self.env.key_file.clone()),
             passphrase: None,
