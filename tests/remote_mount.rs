@@ -905,7 +905,7 @@ fn a_commit_killed_after_sending_takes_its_uploads_again() {
             .unwrap();
         f.write_all_at(&[0xCD; 64 << 10], 2 << 20).unwrap();
     }
-    let new = common::noise(300 << 10, 9);
+    let new = common::noise(2 << 20, 9);
     std::fs::write(m.path("staging/new.bin"), &new).unwrap();
     let committing = {
         let control = m.path(".detafs/commit");
@@ -939,4 +939,44 @@ fn a_commit_killed_after_sending_takes_its_uploads_again() {
             .count()
     };
     assert_eq!((puts("big.bin"), puts("new.bin")), (1, 1));
+}
+
+/// Many small new files committed through the gateway go in one request
+/// (a bundle), not one each; each lands as written.
+#[test]
+fn small_new_files_go_together() {
+    let env = Env::new();
+    three_versions(&env);
+    let w = writer(&env);
+    let g = serve(&env);
+    let m = mount_writable(&env, &g.url, &w);
+    std::fs::create_dir(m.path("staging/many")).unwrap();
+    for i in 0..300 {
+        std::fs::write(
+            m.path(&format!("staging/many/{i}.txt")),
+            format!("file {i}\n"),
+        )
+        .unwrap();
+    }
+    std::fs::write(m.path("staging/many/empty"), "").unwrap();
+    common::commit_via_control(&m, "many").unwrap();
+    let there = env.path("there");
+    env.ok(&["export", "ds", "v4", there.to_str().unwrap()]);
+    for i in 0..300 {
+        let got = std::fs::read_to_string(there.join(format!("many/{i}.txt"))).unwrap();
+        assert_eq!(got, format!("file {i}\n"));
+    }
+    assert_eq!(std::fs::read(there.join("many/empty")).unwrap(), b"");
+    let requests = requests(&env);
+    let count = |what: &str| {
+        requests
+            .iter()
+            .filter(|r| r.starts_with("PUT ") && r.contains(what))
+            .count()
+    };
+    assert_eq!(
+        (count("/bundles"), count("/uploads/")),
+        (1, 0),
+        "{requests:?}"
+    );
 }

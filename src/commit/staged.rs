@@ -105,6 +105,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
         repo,
         dataset: meta.dataset,
         uploads: HashMap::new(),
+        bundler: Default::default(),
     });
     if let Some(b) = base.as_ref().filter(|_| remote.is_none()) {
         repo.index_tree(&b.tree)?;
@@ -150,9 +151,10 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     let t = std::time::Instant::now();
     let published = match remote {
         None => publish(repo, meta, scanner, base, ours),
-        Some(r) => scanner
-            .finish()
-            .and_then(|_| super::through::publish(repo, meta, base.as_ref(), &ours, &r.uploads)),
+        Some(mut r) => scanner.finish().and_then(|_| {
+            let sent = (&r.uploads, &mut r.bundler);
+            super::through::publish(repo, meta, base.as_ref(), &ours, sent)
+        }),
     };
     let record = match published {
         // Every staged change is in a version that landed meanwhile (say,
@@ -190,12 +192,14 @@ struct Build<'f, 'r> {
     remote: Option<Remote<'r>>,
 }
 
-/// A commit through a gateway: the uploads its staged copies were sent
-/// as, by the id of the first chunk that stands for each.
+/// A commit through a gateway: where its staged copies were sent, by the
+/// id of the first chunk that stands for each (small new ones wait in
+/// `bundler` to go together).
 struct Remote<'r> {
     repo: &'r Repo,
     dataset: &'r str,
-    uploads: HashMap<BlobId, String>,
+    uploads: HashMap<BlobId, super::through::Went>,
+    bundler: super::through::Bundler,
 }
 
 impl Build<'_, '_> {
@@ -296,9 +300,14 @@ impl Build<'_, '_> {
                 Some(r) => {
                     let base = self.frozen.base.as_ref();
                     let size = meta.size();
-                    let (upload, chunks) =
-                        super::through::send_file(r.repo, r.dataset, base, rel, &file, size)?;
-                    r.uploads.insert(chunks[0].id, upload);
+                    let (went, chunks) = super::through::send_file(
+                        r.repo,
+                        (r.dataset, base),
+                        rel,
+                        (&file, size),
+                        &mut r.bundler,
+                    )?;
+                    r.uploads.insert(chunks[0].id, went);
                     (chunks, size)
                 }
             };

@@ -45,6 +45,87 @@ fn upstream(repo: &Repo) -> Result<&dyn Upstream> {
         .ok_or_else(|| Error::InvalidInput("not a store reached through a gateway".into()))
 }
 
+/// Files no larger than this, new at their path, wait to be sent with
+/// others in one request (a bundle), not one request each.
+const BUNDLED_FILE: u64 = 1 << 20;
+/// Bytes, and files, a bundle gathers before it is sent.
+const BUNDLE_BYTES: usize = 8 << 20;
+const BUNDLE_FILES: usize = 10_000;
+
+/// Where a file's bytes went: an upload of its own, or a place in a
+/// bundle (which, of this commit's, and where in it).
+#[derive(Clone)]
+pub enum Went {
+    Upload(String),
+    Part(usize, u32),
+}
+
+/// New small files waiting to be sent together (`Upstream::bundle`), and
+/// the bundles of one commit sent so far.
+#[derive(Default)]
+pub struct Bundler {
+    waiting: Vec<bytes::Bytes>,
+    bytes: usize,
+    sent: Vec<String>,
+    /// Bytes of files sent in bundles.
+    sent_bytes: u64,
+}
+
+impl Bundler {
+    /// Takes `data` into the bundle that waits (sent first if full): where
+    /// it will be.
+    fn add(&mut self, repo: &Repo, dataset: &str, data: bytes::Bytes) -> Result<Went> {
+        let full = self.bytes + data.len() > BUNDLE_BYTES || self.waiting.len() >= BUNDLE_FILES;
+        if full && !self.waiting.is_empty() {
+            self.flush(repo, dataset)?;
+        }
+        self.bytes += data.len();
+        self.waiting.push(data);
+        let part = u32::try_from(self.waiting.len() - 1).expect("at most BUNDLE_FILES");
+        Ok(Went::Part(self.sent.len(), part))
+    }
+
+    /// Sends the bundle that waits, if any.
+    fn flush(&mut self, repo: &Repo, dataset: &str) -> Result<()> {
+        if self.waiting.is_empty() {
+            return Ok(());
+        }
+        let id = upstream(repo)?.bundle(dataset, &self.waiting)?;
+        self.sent_bytes += self.bytes as u64;
+        self.sent.push(id);
+        self.waiting.clear();
+        self.bytes = 0;
+        Ok(())
+    }
+
+    /// The upload and part a change names for `went` (once flushed).
+    fn named(&self, went: &Went) -> (String, Option<u32>) {
+        match went {
+            Went::Upload(id) => (id.clone(), None),
+            Went::Part(bundle, part) => (self.sent[*bundle].clone(), Some(*part)),
+        }
+    }
+}
+
+/// The first `size` bytes of local file `file` (all of them there must be).
+fn read_whole(file: &Path, size: u64) -> Result<bytes::Bytes> {
+    use std::io::Read;
+    let io = |e| Error::io(file.display(), e);
+    let mut data = Vec::with_capacity(crate::limits::to_usize(size));
+    std::fs::File::open(file)
+        .map_err(io)?
+        .take(size)
+        .read_to_end(&mut data)
+        .map_err(io)?;
+    match data.len() as u64 == size {
+        true => Ok(data.into()),
+        false => Err(Error::InvalidInput(format!(
+            "{} became shorter while it was read",
+            file.display()
+        ))),
+    }
+}
+
 /// Commits folder `from` as the next version of `meta.dataset` through
 /// the gateway `repo` reaches (the author is the gateway's caller).
 pub fn commit_dir(repo: &Repo, meta: &CommitMeta, from: &Path) -> Result<Sent> {
@@ -66,9 +147,25 @@ pub fn commit_dir(repo: &Repo, meta: &CommitMeta, from: &Path) -> Result<Sent> {
         content_only: meta.content_only,
         changes: Vec::new(),
         sent: 0,
+        bundler: Bundler::default(),
+        bundled: Vec::new(),
     };
     walk.dir(from, &RelPath::root(), base.as_ref().map(|b| &b.tree), 0)?;
-    let Walk { changes, sent, .. } = walk;
+    walk.bundler.flush(repo, meta.dataset)?;
+    let Walk {
+        mut changes,
+        sent,
+        bundler,
+        bundled,
+        ..
+    } = walk;
+    for (i, went) in bundled {
+        if let Change::File { upload, part, .. } = &mut changes[i] {
+            let (id, at) = bundler.named(&went);
+            (*upload, *part) = (Some(id), at);
+        }
+    }
+    let sent = sent + bundler.sent_bytes;
     if changes.is_empty() {
         return Err(Error::NothingToCommit(base.map_or(0, |b| b.version)));
     }
@@ -156,12 +253,11 @@ fn send(
 /// lands).
 pub fn send_file(
     repo: &Repo,
-    dataset: &str,
-    base: Option<&Record>,
+    (dataset, base): (&str, Option<&Record>),
     at: &RelPath,
-    file: &Path,
-    size: u64,
-) -> Result<(String, Vec<BlobRef>)> {
+    (file, size): (&Path, u64),
+    bundler: &mut Bundler,
+) -> Result<(Went, Vec<BlobRef>)> {
     let old = match base {
         Some(b) => match repo.lookup(&b.tree, at)? {
             Some(Node::File { chunks, .. }) => Some((b.version, chunks)),
@@ -169,6 +265,19 @@ pub fn send_file(
         },
         None => None,
     };
+    if old.is_none() && size <= BUNDLED_FILE {
+        wire_path(at)?;
+        // Read now, while the commit watches the copy for writes.
+        let went = bundler.add(repo, dataset, read_whole(file, size)?)?;
+        let Went::Part(b, p) = &went else {
+            unreachable!("a bundle's part")
+        };
+        let token = format!(
+            "bundle {b} part {p} {}",
+            hex::encode(rand::random::<[u8; 8]>())
+        );
+        return Ok((went, standing_for(&token, size)));
+    }
     let old = old.as_ref().map(|(v, c)| (*v, c.as_slice()));
     let (id, _) = match send(repo, dataset, at, file, size, old)? {
         Some(sent) => sent,
@@ -177,7 +286,7 @@ pub fn send_file(
         None => whole(repo, dataset, at, file, size)?,
     };
     let standing = standing_for(&id, size);
-    Ok((id, standing))
+    Ok((Went::Upload(id), standing))
 }
 
 /// Sends local file `file` whole (`size` bytes) for `at` of `dataset`.
@@ -199,8 +308,9 @@ fn whole(
     upstream(repo)?.upload(&sending)
 }
 
-/// Chunks that stand for upload `id` of `size` bytes: ids no store gives
-/// (a hash of the upload's id), in pieces no larger than a chunk.
+/// Chunks that stand for what `id` names (an upload, a bundle's part) of
+/// `size` bytes: ids no store gives (a hash of `id`), in pieces no
+/// larger than a chunk.
 fn standing_for(id: &str, size: u64) -> Vec<BlobRef> {
     let max = crate::limits::MAX_CHUNK;
     (0..size.div_ceil(max).max(1))
@@ -232,14 +342,16 @@ pub fn publish(
     meta: &CommitMeta,
     base: Option<&Record>,
     ours: &BlobRef,
-    uploads: &HashMap<BlobId, String>,
+    (uploads, bundler): (&HashMap<BlobId, Went>, &mut Bundler),
 ) -> Result<Record> {
     let up = upstream(repo)?;
+    bundler.flush(repo, meta.dataset)?;
     let mut diff = TreeDiff {
         repo,
         dataset: meta.dataset,
         base: base.map(|b| b.version),
         uploads,
+        bundler,
         changes: Vec::new(),
     };
     diff.dir(&RelPath::root(), base.map(|b| &b.tree), ours, 0)?;
@@ -337,7 +449,8 @@ struct TreeDiff<'a> {
     repo: &'a Repo,
     dataset: &'a str,
     base: Option<u64>,
-    uploads: &'a HashMap<BlobId, String>,
+    uploads: &'a HashMap<BlobId, Went>,
+    bundler: &'a Bundler,
     changes: Vec<Change>,
 }
 
@@ -404,32 +517,39 @@ impl TreeDiff<'_> {
                     mtime,
                     ..
                 } => {
-                    let (upload, from) = match chunks.first().and_then(|c| self.uploads.get(&c.id))
-                    {
-                        Some(id) => (Some(id.clone()), None),
-                        // The base's own bytes at this path: a new mode or time.
-                        None if was.as_ref().is_some_and(|w| w.same_data(&e.node)) => (None, None),
-                        // A file of a version, now here: named where it is,
-                        // or (a small one, or one not named) its bytes sent.
-                        None => match upstream(self.repo)?.source_of(chunks) {
-                            Some((v, at)) => {
-                                let path = wire_path(&at)?;
-                                (
-                                    None,
-                                    Some(Source {
+                    let ((upload, part), from) =
+                        match chunks.first().and_then(|c| self.uploads.get(&c.id)) {
+                            Some(went) => {
+                                let (id, part) = self.bundler.named(went);
+                                ((Some(id), part), None)
+                            }
+                            // The base's own bytes at this path: a new mode or time.
+                            None if was.as_ref().is_some_and(|w| w.same_data(&e.node)) => {
+                                ((None, None), None)
+                            }
+                            // A file of a version, now here: named where it is,
+                            // or (a small one, or one not named) its bytes sent.
+                            None => match upstream(self.repo)?.source_of(chunks) {
+                                Some((v, at)) => {
+                                    let path = wire_path(&at)?;
+                                    let from = Source {
                                         version: format!("v{v}"),
                                         path,
-                                    }),
-                                )
-                            }
-                            None => (Some(self.resend(&here, chunks, *size, was.as_ref())?), None),
-                        },
-                    };
+                                    };
+                                    ((None, None), Some(from))
+                                }
+                                None => {
+                                    let id = self.resend(&here, chunks, *size, was.as_ref())?;
+                                    ((Some(id), None), None)
+                                }
+                            },
+                        };
                     self.changes.push(Change::File {
                         path,
                         mode: Some(*mode),
                         mtime: Some(wire_time(*mtime)),
                         upload,
+                        part,
                         from,
                     });
                 }
@@ -476,6 +596,9 @@ struct Walk<'a> {
     content_only: bool,
     changes: Vec<Change>,
     sent: u64,
+    bundler: Bundler,
+    /// Changes whose files went into bundles: by their place in `changes`.
+    bundled: Vec<(usize, Went)>,
 }
 
 fn time(meta: &Metadata) -> Mtime {
@@ -580,6 +703,21 @@ impl Walk<'_> {
             }
             _ => None,
         };
+        if old.is_none() && size <= BUNDLED_FILE {
+            let path = wire_path(at)?;
+            let data = read_whole(local, size)?;
+            let went = self.bundler.add(self.repo, self.dataset, data)?;
+            self.bundled.push((self.changes.len(), went));
+            self.changes.push(Change::File {
+                path,
+                mode: Some(mode),
+                mtime: Some(wire_time(mtime)),
+                upload: None,
+                part: None,
+                from: None,
+            });
+            return Ok(true);
+        }
         let base = old
             .as_ref()
             .zip(self.base)
@@ -600,6 +738,7 @@ impl Walk<'_> {
             mode: Some(mode),
             mtime: Some(wire_time(mtime)),
             upload,
+            part: None,
             from: None,
         });
         Ok(true)

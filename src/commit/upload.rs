@@ -269,12 +269,11 @@ pub fn copy_upload(
 /// one-entry tree, through `scanner`, and its manifest.
 fn record(
     repo: &Repo,
-    mut scanner: Scanner,
+    scanner: Scanner,
     (dataset, path, owner): (&str, &RelPath, &str),
     chunks: Vec<BlobRef>,
     size: u64,
 ) -> Result<Upload> {
-    let now = std::time::SystemTime::now();
     let node = Node::File {
         mode: 0o644,
         mtime: Default::default(), // a commit gives the file its time
@@ -283,10 +282,24 @@ fn record(
         atime: None,
         link: None,
     };
-    let tree = scanner.put_tree(&Tree::new(vec![Entry {
+    let tree = Tree::new(vec![Entry {
         name: ENTRY.to_vec(),
         node,
-    }]))?;
+    }]);
+    record_tree(repo, scanner, (dataset, path, owner), tree, size)
+}
+
+/// An upload of `tree` (`size` bytes in all) through `scanner`, and its
+/// manifest.
+fn record_tree(
+    repo: &Repo,
+    mut scanner: Scanner,
+    (dataset, path, owner): (&str, &RelPath, &str),
+    tree: Tree,
+    size: u64,
+) -> Result<Upload> {
+    let now = std::time::SystemTime::now();
+    let tree = scanner.put_tree(&tree)?;
     let gc_mark = scanner.gc_mark.clone();
     scanner.finish()?;
     let up = Upload {
@@ -354,6 +367,20 @@ fn manifest(repo: &Repo, id: &str, owner: &str) -> Result<Upload> {
 /// `up`'s chunks, if it is of `dataset`, young enough to commit and holds
 /// together.
 fn check(repo: &Repo, dataset: &str, up: &Upload) -> Result<Vec<BlobRef>> {
+    check_age(repo, dataset, up)?;
+    let id = &up.id;
+    // The tree is read (and its references checked) as a version's is.
+    let tree = repo.tree(&up.tree)?;
+    let (chunks, size) = entry(&tree, ENTRY).ok_or_else(|| torn(id))?;
+    match size == up.size {
+        true => Ok(chunks),
+        false => Err(torn(id)),
+    }
+}
+
+/// Whether `up` is of `dataset` and young enough to commit (no gc may
+/// have collected what it reuses).
+fn check_age(repo: &Repo, dataset: &str, up: &Upload) -> Result<()> {
     let id = &up.id;
     if up.dataset != dataset {
         return Err(Error::InvalidInput(format!(
@@ -376,34 +403,119 @@ fn check(repo: &Repo, dataset: &str, up: &Upload) -> Result<Vec<BlobRef>> {
             "a gc ran since upload {id} was stored and may have deleted data it reuses: upload it again"
         )));
     }
-    // The tree is read (and its references checked) as a version's is.
-    let tree = repo.tree(&up.tree)?;
-    let chunks = match &tree.entries[..] {
-        [
-            Entry {
-                name,
-                node: Node::File { size, chunks, .. },
-            },
-        ] if name == ENTRY && *size == up.size => chunks.clone(),
-        _ => {
-            return Err(Error::malformed(
-                keys::upload(id),
-                "upload does not hold together",
-            ));
-        }
+    Ok(())
+}
+
+fn torn(id: &str) -> Error {
+    Error::malformed(keys::upload(id), "upload does not hold together")
+}
+
+/// File `name` of an upload's tree: its chunks and size, if they hold
+/// together (every chunk within a chunk's bounds, summing to the size).
+fn entry(tree: &Tree, name: &[u8]) -> Option<(Vec<BlobRef>, u64)> {
+    let Some(Node::File { size, chunks, .. }) = tree.get(name) else {
+        return None;
     };
     let sum: u64 = chunks.iter().map(BlobRef::data_size).sum();
-    if sum != up.size
-        || chunks
-            .iter()
-            .any(|c| c.size == 0 || u64::from(c.size) > limits::MAX_CHUNK)
-    {
-        return Err(Error::malformed(
-            keys::upload(id),
-            "upload does not hold together",
-        ));
+    let bounded = chunks
+        .iter()
+        .all(|c| c.size > 0 && u64::from(c.size) <= limits::MAX_CHUNK);
+    (sum == *size && bounded).then(|| (chunks.clone(), *size))
+}
+
+/// Most files one bundle holds.
+pub const MAX_PARTS: u64 = 100_000;
+
+/// Stores a bundle in local file `file` as one upload of `dataset` by
+/// `owner`: one request, one manifest and a few packs for many small
+/// files. The file is the number of files (8 bytes, big-endian), each
+/// one's length (8 bytes each), then their bytes laid end to end. A
+/// commit names each file by the upload and its place (`load_part`).
+pub fn store_bundle(repo: &Repo, (dataset, owner): (&str, &str), file: &Path) -> Result<Upload> {
+    use std::io::Read;
+    let io = |e| Error::io(file.display(), e);
+    let bad = |why: String| Error::InvalidInput(format!("a bundle: {why}"));
+    let mut head = std::io::BufReader::new(std::fs::File::open(file).map_err(io)?);
+    let mut word = [0u8; 8];
+    head.read_exact(&mut word)
+        .map_err(|_| bad("no count".into()))?;
+    let n = u64::from_be_bytes(word);
+    if n == 0 || n > MAX_PARTS {
+        return Err(bad(format!("1 to {MAX_PARTS} files, not {n}")));
     }
-    Ok(chunks)
+    let mut parts = Vec::with_capacity(limits::to_usize(n));
+    for _ in 0..n {
+        head.read_exact(&mut word)
+            .map_err(|_| bad("fewer lengths than files".into()))?;
+        parts.push(u64::from_be_bytes(word));
+    }
+    let start = 8 * (n + 1);
+    let len = std::fs::metadata(file).map_err(io)?.len();
+    if parts.iter().try_fold(0u64, |a, &p| a.checked_add(p)) != Some(len - start) {
+        return Err(bad(format!(
+            "its lengths do not add up to its {} bytes",
+            len - start
+        )));
+    }
+    store_parts(repo, (dataset, owner), file, start, &parts)
+}
+
+/// `store_bundle`'s files: `parts` long each, laid end to end in `file`
+/// from `start` on.
+fn store_parts(
+    repo: &Repo,
+    (dataset, owner): (&str, &str),
+    file: &Path,
+    start: u64,
+    parts: &[u64],
+) -> Result<Upload> {
+    use std::io::{Read, Seek};
+    repo.check_dataset(dataset)?;
+    let io = |e| Error::io(file.display(), e);
+    let mut from = std::fs::File::open(file).map_err(io)?;
+    let mut scanner = Scanner::new(repo, &Quiet)?;
+    let mut entries = Vec::with_capacity(parts.len());
+    let (mut at, mut total) = (start, 0u64);
+    for (i, &len) in parts.iter().enumerate() {
+        from.seek(std::io::SeekFrom::Start(at)).map_err(io)?;
+        let (chunks, got) = scanner.chunk_until((&mut from).take(len), len, |_| false)?;
+        if got != len {
+            return Err(Error::InvalidInput(format!(
+                "a bundle's part {i} announces {len} bytes and holds {got}"
+            )));
+        }
+        let node = Node::File {
+            mode: 0o644,
+            mtime: Default::default(),
+            size: len,
+            chunks,
+            atime: None,
+            link: None,
+        };
+        entries.push(Entry {
+            name: i.to_string().into_bytes(),
+            node,
+        });
+        at += len;
+        total += len;
+    }
+    let whole = (dataset, &RelPath::root(), owner);
+    record_tree(repo, scanner, whole, Tree::new(entries), total)
+}
+
+/// Part `part` of bundle upload `id` (`store_bundle`), as `load_upload`
+/// takes a whole upload.
+pub fn load_part(repo: &Repo, dataset: &str, id: &str, part: u32, owner: &str) -> Result<Loaded> {
+    let up = manifest(repo, id, owner)?;
+    check_age(repo, dataset, &up)?;
+    let tree = repo.tree(&up.tree)?;
+    let (chunks, size) = entry(&tree, part.to_string().as_bytes())
+        .ok_or_else(|| Error::InvalidInput(format!("upload {id} has no part {part}")))?;
+    Ok(Loaded {
+        path: up.path,
+        size,
+        chunks,
+    })
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ pub(super) fn routes() -> Router<Arc<Api>> {
     Router::new()
         .route("/datasets/{id}/commit", post(commit))
         .route("/datasets/{id}/uploads/{*path}", put(put_upload))
+        .route("/datasets/{id}/bundles", put(put_bundle))
 }
 
 async fn commit(
@@ -150,7 +151,6 @@ async fn put_upload(
     Query(of): Query<PatchOf>,
     body: Body,
 ) -> Reply {
-    use tokio::io::AsyncWriteExt;
     let caller = api.caller(&headers).await?;
     caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
     let path = edit_path(&path)?;
@@ -179,15 +179,7 @@ async fn put_upload(
     };
     let tmp = api.run(tempdir_in).await?;
     let file = tmp.path().join("upload");
-    let shown = file.display().to_string();
-    let io = |e: std::io::Error| ApiError::from(Error::io(&shown, e));
-    let mut out = tokio::fs::File::create(&file).await.map_err(io)?;
-    let mut stream = body.into_data_stream();
-    while let Some(part) = next_part(&mut stream).await? {
-        out.write_all(&part).await.map_err(io)?;
-    }
-    out.flush().await.map_err(io)?;
-    drop(out);
+    received(body, &file).await?;
     let owner = caller.owner().to_string();
     let up = api
         .run(move |repo| {
@@ -209,6 +201,45 @@ async fn put_upload(
         .await?;
     let body = json!({ "upload": up.id, "path": up.path, "size": up.size });
     Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// `PUT /datasets/{id}/bundles`: many small files in one body
+/// (`upload::store_bundle`), stored as one upload whose files a commit
+/// names by their place.
+async fn put_bundle(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    body: Body,
+) -> Reply {
+    let caller = api.caller(&headers).await?;
+    caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
+    let tmp = api.run(tempdir_in).await?;
+    let file = tmp.path().join("bundle");
+    received(body, &file).await?;
+    let owner = caller.owner().to_string();
+    let up = api
+        .run(move |repo| {
+            let up = upload::store_bundle(repo, (&id, &owner), &file)?;
+            drop(tmp);
+            Ok(up)
+        })
+        .await?;
+    let body = json!({ "upload": up.id, "size": up.size });
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// Streams `body` to local file `file`.
+async fn received(body: Body, file: &std::path::Path) -> Result<(), ApiError> {
+    use tokio::io::AsyncWriteExt;
+    let shown = file.display().to_string();
+    let io = |e: std::io::Error| ApiError::from(Error::io(&shown, e));
+    let mut out = tokio::fs::File::create(file).await.map_err(io)?;
+    let mut stream = body.into_data_stream();
+    while let Some(part) = next_part(&mut stream).await? {
+        out.write_all(&part).await.map_err(io)?;
+    }
+    out.flush().await.map_err(io)
 }
 
 fn not_a_file(path: &RelPath) -> ApiError {
@@ -407,9 +438,21 @@ impl Asked<'_> {
                 mode: m,
                 mtime,
                 upload,
+                part,
                 from,
             } => {
                 let content = match (upload, from) {
+                    (Some(id), None) if part.is_some() => {
+                        let part = part.expect("matched");
+                        let up = upload::load_part(
+                            self.repo,
+                            self.dataset,
+                            &id,
+                            part,
+                            self.caller.owner(),
+                        )?;
+                        Content::Stored(up.chunks, up.size)
+                    }
                     (Some(id), None) => {
                         let up =
                             upload::load_upload(self.repo, self.dataset, &id, self.caller.owner())?;

@@ -451,6 +451,27 @@ impl Upstream for Gateway {
 
     /// Stores what `s` says as an upload: its id, and the bytes sent (none
     /// for an upload of the same taken again, `Sending::resume`).
+    fn bundle(&self, dataset: &str, files: &[Bytes]) -> Result<String> {
+        let at = format!("/datasets/{}/bundles", super::segment(dataset)?);
+        let mut body =
+            Vec::with_capacity(8 * (files.len() + 1) + files.iter().map(Bytes::len).sum::<usize>());
+        body.extend((files.len() as u64).to_be_bytes());
+        for f in files {
+            body.extend((f.len() as u64).to_be_bytes());
+        }
+        for f in files {
+            body.extend_from_slice(f);
+        }
+        let body = Bytes::from(body);
+        let made = self
+            .ask(reqwest::Method::PUT, &at, |r| r.body(body.clone()))?
+            .accepted()?
+            .json(&at)?;
+        made["upload"].as_str().map(str::to_string).ok_or_else(|| {
+            Error::malformed(format!("the gateway's answer to {at}"), "no upload id")
+        })
+    }
+
     fn upload(&self, s: &Sending) -> Result<(String, u64)> {
         let book = self.told.book();
         if let (Some(book), Some(what)) = (book, &s.resume)

@@ -21,6 +21,9 @@ pub enum Change {
         mtime: Option<(i64, u32)>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         upload: Option<String>,
+        /// The file's place in `upload`, a bundle of many.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        part: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         from: Option<Source>,
     },

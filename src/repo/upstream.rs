@@ -46,6 +46,9 @@ pub trait Upstream: Send + Sync {
     fn gave(&self, r: &BlobRef) -> bool;
     /// Stores what `s` says as an upload: its id, and the bytes sent.
     fn upload(&self, s: &Sending) -> Result<(String, u64)>;
+    /// Stores `files` as one upload of `dataset` (a bundle: a commit names
+    /// each by its place): its id.
+    fn bundle(&self, dataset: &str, files: &[Bytes]) -> Result<String>;
     /// Where the chunks of a version's file were read from (its version
     /// and path), if this host was told (a file of several chunks).
     fn source_of(&self, chunks: &[BlobRef]) -> Option<(u64, RelPath)>;
