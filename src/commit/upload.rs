@@ -371,7 +371,12 @@ fn check(repo: &Repo, dataset: &str, up: &Upload) -> Result<Vec<BlobRef>> {
     let id = &up.id;
     // The tree is read (and its references checked) as a version's is.
     let tree = repo.tree(&up.tree)?;
-    let (chunks, size) = entry(&tree, ENTRY).ok_or_else(|| torn(id))?;
+    let (chunks, size) = entry(&tree, ENTRY).ok_or_else(|| match tree.get(b"0") {
+        Some(_) => Error::InvalidInput(format!(
+            "upload {id} is a bundle: a commit names its files by their place (\"part\")"
+        )),
+        None => torn(id),
+    })?;
     match size == up.size {
         true => Ok(chunks),
         false => Err(torn(id)),
