@@ -605,6 +605,13 @@ fn staging_through_the_gateway_commits_as_on_the_store() {
     assert_eq!(common::fingerprint(&staging), expected);
     std::fs::write(staging.join("new/n.txt"), "newer\n").unwrap();
     common::commit_via_control(&m, "again").unwrap();
+    // Every request a mount makes is logged with what it asks of the policy.
+    requests_after(&env, 2);
+    let unnamed: Vec<_> = logged(&env)
+        .into_iter()
+        .filter(|l| l["action"] == "none")
+        .collect();
+    assert!(unnamed.is_empty(), "{unnamed:?}");
     let there = env.path("there5");
     env.ok(&["export", "ds", "v5", there.to_str().unwrap()]);
     assert_eq!(std::fs::read(there.join("new/n.txt")).unwrap(), b"newer\n");
@@ -751,8 +758,35 @@ fn killed_while_committing(new_env: fn() -> Env) {
 }
 
 /// The requests the gateways of `env` logged (every `gateway-*.jsonl`
-/// under its cache).
+/// under its cache): method and path.
 fn requests(env: &Env) -> Vec<String> {
+    logged(env)
+        .iter()
+        .map(|v| v["request"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The requests the gateways of `env` logged once `commits` commits are
+/// among them (a line is written as its answer ends, after the client
+/// has it).
+fn requests_after(env: &Env, commits: usize) -> Vec<String> {
+    let done = || {
+        requests(env)
+            .iter()
+            .filter(|r| r.starts_with("POST /datasets/ds/commit"))
+            .count()
+            >= commits
+    };
+    within(
+        Duration::from_secs(10),
+        "the commits in the request log",
+        done,
+    );
+    requests(env)
+}
+
+/// The request log's lines of the gateways of `env`.
+fn logged(env: &Env) -> Vec<serde_json::Value> {
     let mut stack = vec![env.cache.clone()];
     let mut found = Vec::new();
     while let Some(d) = stack.pop() {
@@ -762,10 +796,7 @@ fn requests(env: &Env) -> Vec<String> {
                 stack.push(e.path());
             } else if name.starts_with("gateway-") && name.ends_with(".jsonl") {
                 let text = std::fs::read_to_string(e.path()).unwrap();
-                found.extend(text.lines().map(|l| {
-                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                    v["request"].as_str().unwrap_or_default().to_string()
-                }));
+                found.extend(text.lines().map(|l| serde_json::from_str(l).unwrap()));
             }
         }
     }
@@ -792,13 +823,7 @@ fn a_version_file_renamed_in_staging_is_named_not_sent() {
     env.ok(&["export", "ds", "v4", there.to_str().unwrap()]);
     assert_eq!(std::fs::read(there.join("moved/big2.bin")).unwrap(), big);
     assert!(!there.join("big.bin").exists());
-    let requests = requests(&env);
-    assert!(
-        requests
-            .iter()
-            .any(|r| r.contains("POST /datasets/ds/commit")),
-        "{requests:?}"
-    );
+    let requests = requests_after(&env, 1);
     let uploads: Vec<&String> = requests
         .iter()
         .filter(|r| r.contains("/uploads/"))
@@ -932,8 +957,9 @@ fn a_commit_killed_after_sending_takes_its_uploads_again() {
         env.run(&["cat", "ds", "v4", "new.bin"]).stdout == new,
         "new.bin in v4"
     );
+    let requests = requests_after(&env, 1);
     let puts = |name: &str| {
-        requests(&env)
+        requests
             .iter()
             .filter(|r| r.starts_with("PUT ") && r.contains(&format!("/uploads/{name}")))
             .count()
@@ -967,7 +993,7 @@ fn small_new_files_go_together() {
         assert_eq!(got, format!("file {i}\n"));
     }
     assert_eq!(std::fs::read(there.join("many/empty")).unwrap(), b"");
-    let requests = requests(&env);
+    let requests = requests_after(&env, 1);
     let count = |what: &str| {
         requests
             .iter()

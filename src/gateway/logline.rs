@@ -64,12 +64,23 @@ impl Line {
                 "dataset:read",
                 format!("datasets/{id}/versions/{v}/files/{}", rest.join("/")),
             ),
-            ("GET", ["datasets", id, "versions", v, "tree", rest @ ..]) => (
+            (
+                "GET",
+                [
+                    "datasets",
+                    id,
+                    "versions",
+                    v,
+                    "tree" | "small-files",
+                    rest @ ..,
+                ],
+            ) => (
                 "dataset:read",
                 format!("datasets/{id}/versions/{v}/files/{}", rest.join("/")),
             ),
             ("POST", ["datasets", id, "tags"]) => ("dataset:tag", format!("datasets/{id}")),
             ("POST", ["datasets", id, "commit"]) => ("dataset:commit", format!("datasets/{id}")),
+            ("PUT", ["datasets", id, "bundles"]) => ("dataset:commit", format!("datasets/{id}")),
             ("PUT", ["datasets", id, "uploads", rest @ ..]) => (
                 "dataset:commit",
                 format!("datasets/{id}/uploads/{}", rest.join("/")),
