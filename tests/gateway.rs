@@ -2223,4 +2223,17 @@ fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("UTF-8"), "{said}");
     assert_eq!(env.log().len(), 2);
+    // A key that may only read: denied (exit 5), nothing committed.
+    std::fs::remove_file(work.join(std::ffi::OsStr::from_bytes(b"caf\xe9"))).unwrap();
+    std::fs::write(work.join("a.csv"), "3\n").unwrap();
+    let reader = env.path("r.key");
+    std::fs::write(&reader, format!("{}\n", key(&env, "r", "read,commit"))).unwrap();
+    set_policy_and_wait(
+        &env,
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: r, effect: allow, principals: [\"key:r\"], actions: [\"dataset:read\", \"dataset:versions\"], resources: [\"datasets/ds\"]}\n",
+    );
+    let args = ["commit", "ds", "--from", work.to_str().unwrap(), "-m", "denied"];
+    let out = through(&env, &g.url, &reader, &args);
+    assert_eq!(out.status.code(), Some(5), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(env.log().len(), 2);
 }
