@@ -2232,8 +2232,20 @@ fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
         &env,
         "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: r, effect: allow, principals: [\"key:r\"], actions: [\"dataset:read\", \"dataset:versions\"], resources: [\"datasets/ds\"]}\n",
     );
-    let args = ["commit", "ds", "--from", work.to_str().unwrap(), "-m", "denied"];
+    let args = [
+        "commit",
+        "ds",
+        "--from",
+        work.to_str().unwrap(),
+        "-m",
+        "denied",
+    ];
     let out = through(&env, &g.url, &reader, &args);
-    assert_eq!(out.status.code(), Some(5), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(env.log().len(), 2);
 }

@@ -3,6 +3,7 @@
 //! blocking pool. Errors are `{"error": {"code", "message"}}`; every request
 //! is one line of the request log.
 
+use super::logline::{Asks, asking};
 use crate::access::trail::Trail;
 use crate::access::{self, Action, Policy, Who};
 use crate::error::Error;
@@ -19,7 +20,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -762,6 +763,14 @@ impl Api {
     }
 }
 
+/// What the REST API's routes ask of the policy (`logline::Asks`).
+const LISTS: Asks = Asks("dataset:versions", "datasets/*");
+const CREATES: Asks = Asks("dataset:create", "datasets/*");
+const VERSIONS: Asks = Asks("dataset:versions", "datasets/{id}");
+const VERSION: Asks = Asks("dataset:versions", "datasets/{id}/versions/{v}");
+/// A version's file or folder (`{path}`), however it is read.
+pub(super) const READS: Asks = Asks("dataset:read", "datasets/{id}/versions/{v}/files/{path}");
+
 /// The REST API's routes and `more` (endpoints of other modules over
 /// the same core), every request logged.
 pub fn router(api: Arc<Api>, more: Router<Arc<Api>>) -> Router {
@@ -770,11 +779,24 @@ pub fn router(api: Arc<Api>, more: Router<Arc<Api>>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
-        .route("/datasets", get(list_datasets).post(create_dataset))
-        .route("/datasets/{id}/versions", get(list_versions))
-        .route("/datasets/{id}/versions/{v}", get(get_version))
-        .route("/datasets/{id}/versions/{v}/files", get(get_path))
-        .route("/datasets/{id}/versions/{v}/files/{*path}", get(get_path))
+        .route("/datasets", asking(LISTS, get(list_datasets)))
+        .route("/datasets", asking(CREATES, post(create_dataset)))
+        .route(
+            "/datasets/{id}/versions",
+            asking(VERSIONS, get(list_versions)),
+        )
+        .route(
+            "/datasets/{id}/versions/{v}",
+            asking(VERSION, get(get_version)),
+        )
+        .route(
+            "/datasets/{id}/versions/{v}/files",
+            asking(READS, get(get_path)),
+        )
+        .route(
+            "/datasets/{id}/versions/{v}/files/{*path}",
+            asking(READS, get(get_path)),
+        )
         .fallback(|| async { err(StatusCode::NOT_FOUND, "no_route", "no such endpoint") })
         .layer(axum::middleware::from_fn_with_state(api.clone(), logged))
         .with_state(api)
@@ -800,8 +822,20 @@ async fn logged(
         .and_then(|v| v.strip_prefix("Bearer dtfs_"))
         .and_then(|v| v.split('_').next())
         .map(|id| format!("key id {id}"));
-    let line = super::logline::Line::rest(req.method(), req.uri().path(), key);
+    let (method, path, matched) = (
+        req.method().clone(),
+        req.uri().path().to_string(),
+        req.extensions()
+            .get::<axum::extract::MatchedPath>()
+            .cloned(),
+    );
     let (res, refused) = super::logline::judged(next.run(req)).await;
+    let asks = res.extensions().get::<super::logline::Asks>().copied();
+    let line = super::logline::Line::rest(
+        (&method, &path, t),
+        (matched.as_ref().map(|m| m.as_str()), asks),
+        key,
+    );
     let bytes = res
         .headers()
         .get(header::CONTENT_LENGTH)

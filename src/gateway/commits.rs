@@ -9,6 +9,7 @@
 //! little of a large file sends that little.
 
 use super::api::{Api, ApiError, Caller, Reply, err, next_part, read_body, resources};
+use super::logline::{Asks, asking};
 use super::table;
 use crate::access::{self, Action};
 use crate::commit::CommitMeta;
@@ -32,11 +33,18 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// What its routes ask of the policy (`logline::Asks`).
+const COMMITS: Asks = Asks("dataset:commit", "datasets/{id}");
+const UPLOADS: Asks = Asks("dataset:commit", "datasets/{id}/uploads/{path}");
+
 pub(super) fn routes() -> Router<Arc<Api>> {
     Router::new()
-        .route("/datasets/{id}/commit", post(commit))
-        .route("/datasets/{id}/uploads/{*path}", put(put_upload))
-        .route("/datasets/{id}/bundles", put(put_bundle))
+        .route("/datasets/{id}/commit", asking(COMMITS, post(commit)))
+        .route(
+            "/datasets/{id}/uploads/{*path}",
+            asking(UPLOADS, put(put_upload)),
+        )
+        .route("/datasets/{id}/bundles", asking(COMMITS, put(put_bundle)))
 }
 
 async fn commit(

@@ -37,6 +37,67 @@ pub fn refuse(flag: Option<&Arc<AtomicBool>>) {
     }
 }
 
+/// What a REST route asks of the policy, declared where the route is
+/// (`asking`): its action, and its resource with the route's parameters
+/// in braces (`datasets/{id}/versions/{v}/files/{path}`).
+#[derive(Clone, Copy)]
+pub struct Asks(pub &'static str, pub &'static str);
+
+/// `route` answering with what it asks of the policy, for the request
+/// log to read (`Line::rest`).
+pub fn asking<S: Clone + Send + Sync + 'static>(
+    asks: Asks,
+    route: axum::routing::MethodRouter<S>,
+) -> axum::routing::MethodRouter<S> {
+    route.layer(axum::middleware::map_response(
+        move |mut res: axum::response::Response| async move {
+            res.extensions_mut().insert(asks);
+            res
+        },
+    ))
+}
+
+/// The parameters of `path` as route `template` names them (`{id}`, and
+/// `{*path}` for the rest), as sent (still escaped).
+fn params<'p>(template: &str, path: &'p str) -> Vec<(String, &'p str)> {
+    let mut out = Vec::new();
+    let mut rest = path.trim_start_matches('/');
+    for seg in template.trim_start_matches('/').split('/') {
+        if let Some(name) = seg.strip_prefix("{*").and_then(|s| s.strip_suffix('}')) {
+            out.push((name.to_string(), rest));
+            break;
+        }
+        let (here, after) = rest.split_once('/').unwrap_or((rest, ""));
+        if let Some(name) = seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+            out.push((name.to_string(), here));
+        }
+        rest = after;
+    }
+    out
+}
+
+/// `resource` with its `{name}`s replaced by `params` (a name not there: empty).
+fn named(resource: &str, params: &[(String, &str)]) -> String {
+    let mut out = String::new();
+    let mut rest = resource;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        let name = &rest[open + 1..open + close];
+        out.push_str(
+            params
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or("", |(_, v)| v),
+        );
+        rest = &rest[open + close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// What a request asked for, read from its method and path, and when.
 pub struct Line {
     /// When it came: the line says how long its answer took to begin
@@ -50,45 +111,23 @@ pub struct Line {
 }
 
 impl Line {
-    /// A REST request (`principal`: the key id its bearer names).
-    pub fn rest(method: &http::Method, path: &str, principal: Option<String>) -> Line {
-        let parts: Vec<&str> = path.trim_start_matches('/').splitn(6, '/').collect();
-        let (action, resource) = match (method.as_str(), parts.as_slice()) {
-            ("GET", ["datasets"]) => ("dataset:versions", "datasets/*".to_string()),
-            ("POST", ["datasets"]) => ("dataset:create", "datasets/*".to_string()),
-            ("GET", ["datasets", id, "versions"]) => ("dataset:versions", format!("datasets/{id}")),
-            ("GET", ["datasets", id, "versions", v]) => {
-                ("dataset:versions", format!("datasets/{id}/versions/{v}"))
+    /// A REST request (`principal`: the key id its bearer names) that
+    /// came at `came` for `path`, answered by the route of `template`
+    /// asking `asks` of the policy (none: no route, or one that asks
+    /// nothing).
+    pub fn rest(
+        (method, path, came): (&http::Method, &str, std::time::Instant),
+        (template, asks): (Option<&str>, Option<Asks>),
+        principal: Option<String>,
+    ) -> Line {
+        let (action, resource) = match (template, asks) {
+            (Some(template), Some(Asks(action, resource))) => {
+                (action, named(resource, &params(template, path)))
             }
-            ("GET", ["datasets", id, "versions", v, "files", rest @ ..]) => (
-                "dataset:read",
-                format!("datasets/{id}/versions/{v}/files/{}", rest.join("/")),
-            ),
-            (
-                "GET",
-                [
-                    "datasets",
-                    id,
-                    "versions",
-                    v,
-                    "tree" | "small-files",
-                    rest @ ..,
-                ],
-            ) => (
-                "dataset:read",
-                format!("datasets/{id}/versions/{v}/files/{}", rest.join("/")),
-            ),
-            ("POST", ["datasets", id, "tags"]) => ("dataset:tag", format!("datasets/{id}")),
-            ("POST", ["datasets", id, "commit"]) => ("dataset:commit", format!("datasets/{id}")),
-            ("PUT", ["datasets", id, "bundles"]) => ("dataset:commit", format!("datasets/{id}")),
-            ("PUT", ["datasets", id, "uploads", rest @ ..]) => (
-                "dataset:commit",
-                format!("datasets/{id}/uploads/{}", rest.join("/")),
-            ),
             _ => ("none", path.to_string()),
         };
         Line {
-            came: std::time::Instant::now(),
+            came,
             protocol: "rest",
             principal,
             request: format!("{method} {path}"),
@@ -184,4 +223,32 @@ fn access_key<B>(req: &http::Request<B>) -> Option<String> {
             .or_else(|| kv.strip_prefix("AWSAccessKeyId="))?;
         Some(v.split("%2F").next().unwrap_or(v).to_string())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resource_is_named_from_the_route_s_parameters() {
+        let template = "/datasets/{id}/versions/{v}/files/{*path}";
+        let path = "/datasets/ds/versions/v1/files/raw/a%20b.csv";
+        let got = params(template, path);
+        let want = [("id", "ds"), ("v", "v1"), ("path", "raw/a%20b.csv")];
+        assert_eq!(got.len(), want.len());
+        for ((n, v), (wn, wv)) in got.iter().zip(want) {
+            assert_eq!((n.as_str(), *v), (wn, wv));
+        }
+        let resource = "datasets/{id}/versions/{v}/files/{path}";
+        assert_eq!(
+            named(resource, &got),
+            "datasets/ds/versions/v1/files/raw/a%20b.csv"
+        );
+        // A route without the rest: the folder's own name is empty.
+        let root = params(
+            "/datasets/{id}/versions/{v}/files",
+            "/datasets/ds/versions/v1/files",
+        );
+        assert_eq!(named(resource, &root), "datasets/ds/versions/v1/files/");
+    }
 }

@@ -16,7 +16,11 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 pub(super) fn routes() -> Router<Arc<Api>> {
-    Router::new().route("/datasets/{id}/tags", post(create_tag))
+    let tags = super::logline::Asks("dataset:tag", "datasets/{id}");
+    Router::new().route(
+        "/datasets/{id}/tags",
+        super::logline::asking(tags, post(create_tag)),
+    )
 }
 
 async fn create_tag(

@@ -14,7 +14,8 @@
 //! shows, and its ETag (the chunks' ids in that order) says it is the
 //! same on both sides.
 
-use super::api::{Api, InVersion, Reply, visible_entries};
+use super::api::{Api, InVersion, READS, Reply, visible_entries};
+use super::logline::asking;
 use crate::id::{BlobId, PackId};
 use crate::relpath::RelPath;
 use crate::snapshot::Node;
@@ -30,12 +31,21 @@ use std::sync::Arc;
 /// `GET /datasets/{id}/versions/{v}/tree[/{path}]`.
 pub(super) fn routes() -> Router<Arc<Api>> {
     Router::new()
-        .route("/datasets/{id}/versions/{v}/tree", get(serve_tree))
-        .route("/datasets/{id}/versions/{v}/tree/{*path}", get(serve_tree))
-        .route("/datasets/{id}/versions/{v}/small-files", get(serve_small))
+        .route(
+            "/datasets/{id}/versions/{v}/tree",
+            asking(READS, get(serve_tree)),
+        )
+        .route(
+            "/datasets/{id}/versions/{v}/tree/{*path}",
+            asking(READS, get(serve_tree)),
+        )
+        .route(
+            "/datasets/{id}/versions/{v}/small-files",
+            asking(READS, get(serve_small)),
+        )
         .route(
             "/datasets/{id}/versions/{v}/small-files/{*path}",
-            get(serve_small),
+            asking(READS, get(serve_small)),
         )
 }
 
