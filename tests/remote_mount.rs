@@ -889,9 +889,54 @@ fn writes_through_a_mount_keep_what_is_hidden() {
         );
     }
     assert_eq!(log_but_times(&a), log_but_times(&b));
+    // The same through `commit --from` of a folder each side exports.
+    let sides = [
+        (&hiding_env, &g1.url, &hiding),
+        (&without_env, &g2.url, &without),
+    ];
+    for (env, url, setup) in sides {
+        let key_file = env.path("w-cli.key");
+        std::fs::write(&key_file, setup["write_key"].as_str().unwrap()).unwrap();
+        let cli = |args: &[&str]| {
+            let out = through(env, url, &key_file, args);
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let work = env.path("work");
+        cli(&["export", "ds", "latest", work.to_str().unwrap()]);
+        std::fs::remove_dir_all(work.join("pub/new")).unwrap();
+        std::fs::write(work.join("mix/renamed.txt"), "changed\n").unwrap();
+        std::fs::create_dir(work.join("more")).unwrap();
+        std::fs::write(work.join("more/m.txt"), "m\n").unwrap();
+        let t = filetime::FileTime::from_unix_time(1_800_000_100, 0);
+        for p in ["mix/renamed.txt", "more/m.txt", "more", "mix", "pub"] {
+            filetime::set_file_mtime(work.join(p), t).unwrap();
+        }
+        cli(&[
+            "commit",
+            "ds",
+            "--from",
+            work.to_str().unwrap(),
+            "-m",
+            "from a folder",
+        ]);
+    }
+    for m in [&a, &b] {
+        within(Duration::from_secs(10), "v4 in the mount", || {
+            m.path("versions/v4").exists()
+        });
+    }
+    assert_eq!(
+        common::fingerprint(&a.path("versions/v4")),
+        common::fingerprint(&b.path("versions/v4"))
+    );
+    assert_eq!(log_but_times(&a), log_but_times(&b));
     for f in ["private/s.csv", "private/sub/t.csv", "mix/secret.txt"] {
         assert_eq!(
-            hiding_env.ok(&["cat", "ds", "v3", f]),
+            hiding_env.ok(&["cat", "ds", "v4", f]),
             hiding_env.ok(&["cat", "ds", "v2", f]),
             "{f}"
         );
