@@ -621,6 +621,183 @@ fn staging_through_the_gateway_commits_as_on_the_store() {
     );
 }
 
+/// A host that mounts through the gateway keeps what it stages sealed
+/// under a key of its own: written, copied up, cut, grown and appended
+/// to through the mount, its staged copies read back exactly (also after
+/// the daemon is killed), and no file this host keeps holds a byte of
+/// them, a staged name or a link's target in the clear (the trash's
+/// included).
+#[test]
+fn staged_copies_at_rest_hold_nothing_readable_without_the_hosts_key() {
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    let env = Env::new();
+    let mut big = three_versions(&env);
+    let w = writer(&env);
+    let g = serve(&env);
+    let marker = b"staged-plaintext-marker-";
+    let secret: Vec<u8> = (0..50_000).map(|i| marker[i % marker.len()]).collect();
+    let expect = |m: &Mount, big: &[u8]| {
+        let staging = m.path("staging");
+        assert_eq!(std::fs::read(staging.join("new.txt")).unwrap(), secret);
+        assert!(std::fs::read(staging.join("big.bin")).unwrap() == big);
+        assert_eq!(
+            std::fs::metadata(staging.join("big.bin")).unwrap().len(),
+            big.len() as u64
+        );
+    };
+    {
+        let m = mount_writable(&env, &g.url, &w);
+        let staging = m.path("staging");
+        std::fs::write(staging.join("new.txt"), &secret).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(staging.join("big.bin"))
+            .unwrap();
+        f.write_all_at(&secret, 3 << 20).unwrap();
+        big[3 << 20..(3 << 20) + secret.len()].copy_from_slice(&secret);
+        f.set_len(5_000_001).unwrap();
+        big.truncate(5_000_001);
+        // Past the end: a gap of zeros, then bytes.
+        f.write_all_at(b"tail", 5_100_000).unwrap();
+        big.resize(5_100_000, 0);
+        big.extend_from_slice(b"tail");
+        f.sync_all().unwrap();
+        drop(f);
+        let mut a = std::fs::OpenOptions::new()
+            .append(true)
+            .open(staging.join("big.bin"))
+            .unwrap();
+        a.write_all(b"appended").unwrap();
+        big.extend_from_slice(b"appended");
+        drop(a);
+        std::fs::write(staging.join("plaintext-name-marker.txt"), "x").unwrap();
+        std::fs::write(m.path(".detafs/restore"), "plaintext-name-marker.txt\n").unwrap();
+        assert!(!staging.join("plaintext-name-marker.txt").exists());
+        std::os::unix::fs::symlink("link-target-marker", staging.join("lnk")).unwrap();
+        expect(&m, &big);
+        m.kill();
+    }
+    // What this host keeps: its staging and its cache.
+    let kept: Vec<PathBuf> = [env.staging(), env.path("cache")]
+        .iter()
+        .flat_map(|d| common::files_under(d))
+        .collect();
+    let copies: u64 = kept
+        .iter()
+        .filter(|p| p.parent().is_some_and(|d| d.ends_with("data")))
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert!(copies > big.len() as u64, "the staged copies are kept");
+    let version_bytes = &big[4_000_000..4_000_032];
+    for p in &kept {
+        let bytes = std::fs::read(p).unwrap();
+        for needle in [
+            &marker[..],
+            version_bytes,
+            b"appended",
+            b"plaintext-name-marker",
+            b"link-target-marker",
+        ] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{} holds staged bytes in the clear",
+                p.display()
+            );
+        }
+    }
+    // Mounted again: the same bytes; committed: the version holds them.
+    let m = mount_writable(&env, &g.url, &w);
+    expect(&m, &big);
+    assert_eq!(
+        std::fs::read_link(m.path("staging/lnk")).unwrap(),
+        Path::new("link-target-marker")
+    );
+    let trash = env.run(&[
+        "trash",
+        "ds",
+        "--json",
+        "--store",
+        &g.url,
+        "--api-key-file",
+        m.path("../rw.key").to_str().unwrap(),
+        "--ca-cert",
+        cert(&env).to_str().unwrap(),
+        "--cache-dir",
+        env.path("cache").to_str().unwrap(),
+    ]);
+    let said = String::from_utf8_lossy(&trash.stdout);
+    assert!(
+        said.contains("plaintext-name-marker.txt"),
+        "{said} {}",
+        String::from_utf8_lossy(&trash.stderr)
+    );
+    std::fs::write(m.path(".detafs/undo"), "\n").unwrap();
+    assert_eq!(
+        std::fs::read(m.path("staging/plaintext-name-marker.txt")).unwrap(),
+        b"x"
+    );
+    common::commit_via_control(&m, "sealed staging").unwrap();
+    let there = env.path("there");
+    env.ok(&["export", "ds", "v4", there.to_str().unwrap()]);
+    assert_eq!(std::fs::read(there.join("new.txt")).unwrap(), secret);
+    assert!(std::fs::read(there.join("big.bin")).unwrap() == big);
+    assert_eq!(
+        std::fs::read(there.join("plaintext-name-marker.txt")).unwrap(),
+        b"x"
+    );
+}
+
+/// A sealed staged copy read while it is written (its blocks sealed
+/// again at each write) never fails a read nor serves a byte that was
+/// never written: each read sees, at every offset, the old byte or the new.
+#[test]
+fn a_sealed_staged_copy_read_while_written_reads_whole() {
+    use std::os::unix::fs::FileExt;
+    let env = Env::new();
+    three_versions(&env);
+    let w = writer(&env);
+    let g = serve(&env);
+    let m = mount_writable(&env, &g.url, &w);
+    let path = m.path("staging/busy.bin");
+    let len = 1 << 20;
+    std::fs::write(&path, vec![1u8; len]).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            use std::os::unix::fs::OpenOptionsExt;
+            // Around the kernel's page cache: each write and read reaches
+            // the daemon.
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&path)
+                .unwrap();
+            for round in 0..3000u32 {
+                // Unaligned, across blocks: every write reseals a few.
+                let at = (round as usize * 7919) % (len - 9000);
+                f.write_all_at(&[2u8; 9000], at as u64).unwrap();
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .unwrap();
+        let mut buf = vec![0u8; 128 << 10];
+        let mut reads = 0;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) || reads < 10 {
+            let at = (reads * 40_009) % (len - buf.len());
+            f.read_exact_at(&mut buf, at as u64)
+                .unwrap_or_else(|e| panic!("read {reads} at {at}: {e}"));
+            assert!(buf.iter().all(|&b| b == 1 || b == 2), "read {reads}");
+            reads += 1;
+        }
+    });
+}
+
 /// The policy of `three_versions` with key `w`, which may commit and is
 /// denied `private/` as `limited` is.
 fn writer(env: &Env) -> String {

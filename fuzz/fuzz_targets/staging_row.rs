@@ -30,6 +30,7 @@ thread_local! {
     static DB: rusqlite::Connection = {
         let db = rusqlite::Connection::open_in_memory().unwrap();
         db.execute_batch(detafs::staging::SCHEMA).unwrap();
+        detafs::staging::sealed_names::register(&db, &Default::default()).unwrap();
         db
     };
 }

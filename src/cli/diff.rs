@@ -221,6 +221,7 @@ impl StagedView for Mounted {
         } else if meta.is_file() {
             Some(Side::File(StagedFile {
                 path: full,
+                sealing: Default::default(),
                 mode: meta.mode() & 0o7777,
                 size: meta.len(),
                 mtime,

@@ -248,7 +248,7 @@ fn host_repo(store: &str, gateway: std::sync::Arc<Gateway>, here: &Here) -> anyh
         Err(detafs::Error::Locked(_) | detafs::Error::WrongKey(_)) => {
             forget_cache(&root, &dir)?;
             eprintln!(
-                "this host's cache of {store} at {} no longer opens with a key of its own: made anew",
+                "this host's cache of {store} at {} no longer opens with a key of its own: made anew (what was staged under the lost key stays unreadable)",
                 dir.display()
             );
             Repo::open_own(&dir, None, &own)
@@ -262,7 +262,7 @@ fn host_repo(store: &str, gateway: std::sync::Arc<Gateway>, here: &Here) -> anyh
             dir.display()
         );
         eprintln!(
-            "key file: {} (losing it loses only the cache)",
+            "key file: {} (losing it loses the cache and what is staged on this host)",
             key_file.display()
         );
     }

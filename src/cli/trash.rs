@@ -41,7 +41,7 @@ pub fn trash(repo: &Repo, staging: &Path, args: &TrashArgs) -> anyhow::Result<()
             Owner::Mount(mp) => ask(&mp, "refresh", b"\n")?,
         }
     }
-    let entries = trash::list(&dir)?;
+    let entries = trash::list(&dir, &repo.local_sealing())?;
     if args.json {
         let body = serde_json::json!({
             "keep_secs": limits.keep_secs,

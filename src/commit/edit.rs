@@ -12,6 +12,7 @@ use crate::snapshot::Mtime;
 use crate::snapshot::tree::{TreeSink, TreeSource};
 use crate::snapshot::{Entry, Node, Record, Tree};
 use crate::store::pack::BlobRef;
+use crate::store::sealed_file::Sealing;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -250,7 +251,7 @@ fn apply(
                 mtime,
             } => {
                 let (chunks, size) = match content {
-                    Content::File(file) => scanner.chunk_prefix(file, u64::MAX)?,
+                    Content::File(file) => scanner.chunk_prefix(file, &Sealing::Plain, u64::MAX)?,
                     Content::Stored(chunks, size) => (chunks.clone(), *size),
                 };
                 let old = entries.get(name);

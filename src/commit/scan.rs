@@ -18,6 +18,7 @@ use crate::snapshot::tree::{check_name, check_node};
 use crate::snapshot::{Entry, Link, Mtime, Node, Tree};
 use crate::store::codec::Codec;
 use crate::store::pack::{BlobKind, BlobRef, PackWriter};
+use crate::store::sealed_file::Sealing;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fs::{File, Metadata};
@@ -864,9 +865,17 @@ impl Scanner<'_> {
 
     /// Chunks a file's first `len` bytes (fewer if it is shorter) into
     /// the data packs.
-    pub fn chunk_prefix(&mut self, path: &Path, len: u64) -> Result<(Vec<BlobRef>, u64)> {
-        let file = File::open(path).map_err(|e| Error::io(path.display(), e))?;
-        let (slots, size) = self.chunk_slots(file, path, len)?;
+    /// A local file's bytes are read as `sealing` keeps them.
+    pub fn chunk_prefix(
+        &mut self,
+        path: &Path,
+        sealing: &Sealing,
+        len: u64,
+    ) -> Result<(Vec<BlobRef>, u64)> {
+        let file = sealing
+            .open(path)
+            .map_err(|e| Error::io(path.display(), e))?;
+        let (slots, size) = self.chunk_slots(file.reader(), path, len)?;
         self.flush()?;
         let refs = self.refs(slots);
         self.placed.clear();
@@ -902,7 +911,12 @@ impl Scanner<'_> {
     }
 
     /// Like `chunk_prefix`, leaving chunks being encoded as they are.
-    fn chunk_slots(&mut self, file: File, path: &Path, len: u64) -> Result<(Vec<Slot>, u64)> {
+    fn chunk_slots(
+        &mut self,
+        file: impl std::io::Read,
+        path: &Path,
+        len: u64,
+    ) -> Result<(Vec<Slot>, u64)> {
         let (mut slots, mut size) = (Vec::new(), 0);
         // Taken out while this file is read; put back only once drained, so
         // no result of this file can reach another.

@@ -282,6 +282,7 @@ impl Build<'_, '_> {
         rel: &RelPath,
     ) -> Result<(Vec<BlobRef>, u64, Mtime)> {
         let file = self.frozen.upper_path(id);
+        let sealing = self.frozen.sealing().clone();
         let writes = self.frozen.writes();
         let stat = |file: &std::path::Path| {
             std::fs::metadata(file).map_err(|e| Error::io(file.display(), e))
@@ -295,20 +296,20 @@ impl Build<'_, '_> {
             if before.direct_open() {
                 crate::staging::settle(&file).map_err(|e| Error::io(file.display(), e))?;
             }
+            let plain = sealing.plain_len(meta.size());
             let (chunks, size) = match &mut self.remote {
-                None => self.scanner.chunk_prefix(&file, meta.size())?,
+                None => self.scanner.chunk_prefix(&file, &sealing, plain)?,
                 Some(r) => {
                     let base = self.frozen.base.as_ref();
-                    let size = meta.size();
                     let (went, chunks) = super::through::send_file(
                         r.repo,
                         (r.dataset, base),
                         rel,
-                        (&file, size),
+                        (&file, &sealing, plain),
                         &mut r.bundler,
                     )?;
                     r.uploads.insert(chunks[0].id, went);
-                    (chunks, size)
+                    (chunks, plain)
                 }
             };
             crate::hold::hold("staged-copy-read");
@@ -321,7 +322,7 @@ impl Build<'_, '_> {
                         == (meta.ctime(), meta.ctime_nsec(), meta.size())
                 }
             };
-            if size == meta.size() && unchanged && before.unchanged_below(size, later) {
+            if size == plain && unchanged && before.unchanged_below(size, later) {
                 return Ok((
                     chunks,
                     size,

@@ -22,12 +22,13 @@ use crate::repo::{Repo, Upstream};
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node, Record};
 use crate::store::pack::{self, BlobRef};
+use crate::store::sealed_file::{LocalFile, Sealing};
 use sha2::Digest;
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, Metadata};
+use std::fs::Metadata;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// Bytes compared at a time: a patch's ranges are whole blocks.
@@ -107,13 +108,19 @@ impl Bundler {
     }
 }
 
+/// A local file: where it is, and how its bytes are kept there (a staged
+/// copy of this host's may be sealed).
+type Local<'a> = (&'a Path, &'a Sealing);
+
 /// The first `size` bytes of local file `file` (all of them there must be).
-fn read_whole(file: &Path, size: u64) -> Result<bytes::Bytes> {
+fn read_whole((file, sealing): Local, size: u64) -> Result<bytes::Bytes> {
     use std::io::Read;
     let io = |e| Error::io(file.display(), e);
     let mut data = Vec::with_capacity(crate::limits::to_usize(size));
-    std::fs::File::open(file)
+    sealing
+        .open(file)
         .map_err(io)?
+        .reader()
         .take(size)
         .read_to_end(&mut data)
         .map_err(io)?;
@@ -189,7 +196,7 @@ fn send(
     repo: &Repo,
     dataset: &str,
     at: &RelPath,
-    file: &Path,
+    (file, sealing): Local,
     size: u64,
     old: Option<(u64, &[BlobRef])>,
 ) -> Result<Option<(String, u64)>> {
@@ -198,7 +205,7 @@ fn send(
     let meta = std::fs::metadata(file).map_err(|e| Error::io(file.display(), e))?;
     let patch = match old {
         Some((version, chunks)) => {
-            let ranges = differing(repo, chunks, file, size)?;
+            let ranges = differing(repo, chunks, (file, sealing), size)?;
             if ranges.is_empty() && chunks.iter().map(|c| u64::from(c.size)).sum::<u64>() == size {
                 return Ok(None);
             }
@@ -239,6 +246,7 @@ fn send(
         dataset,
         path: at,
         file,
+        sealing,
         size,
         patch: patch.as_ref(),
         resume: Some(resume),
@@ -255,7 +263,7 @@ pub fn send_file(
     repo: &Repo,
     (dataset, base): (&str, Option<&Record>),
     at: &RelPath,
-    (file, size): (&Path, u64),
+    (file, sealing, size): (&Path, &Sealing, u64),
     bundler: &mut Bundler,
 ) -> Result<(Went, Vec<BlobRef>)> {
     let old = match base {
@@ -268,7 +276,7 @@ pub fn send_file(
     if old.is_none() && size <= BUNDLED_FILE {
         wire_path(at)?;
         // Read now, while the commit watches the copy for writes.
-        let went = bundler.add(repo, dataset, read_whole(file, size)?)?;
+        let went = bundler.add(repo, dataset, read_whole((file, sealing), size)?)?;
         let Went::Part(b, p) = &went else {
             unreachable!("a bundle's part")
         };
@@ -279,11 +287,11 @@ pub fn send_file(
         return Ok((went, standing_for(&token, size)));
     }
     let old = old.as_ref().map(|(v, c)| (*v, c.as_slice()));
-    let (id, _) = match send(repo, dataset, at, file, size, old)? {
+    let (id, _) = match send(repo, dataset, at, (file, sealing), size, old)? {
         Some(sent) => sent,
         // The same bytes: sent anyway, as a file of its own (an upload is
         // what stands for a staged copy).
-        None => whole(repo, dataset, at, file, size)?,
+        None => whole(repo, dataset, at, (file, sealing), size)?,
     };
     let standing = standing_for(&id, size);
     Ok((Went::Upload(id), standing))
@@ -294,13 +302,14 @@ fn whole(
     repo: &Repo,
     dataset: &str,
     at: &RelPath,
-    file: &Path,
+    (file, sealing): Local,
     size: u64,
 ) -> Result<(String, u64)> {
     let sending = Sending {
         dataset,
         path: at,
         file,
+        sealing,
         size,
         patch: None,
         resume: None,
@@ -569,20 +578,23 @@ impl TreeDiff<'_> {
         size: u64,
         was: Option<&Node>,
     ) -> Result<String> {
+        // Kept on this host's disk as its staged copies are.
+        let sealing = self.repo.local_sealing();
         let tmp = tempfile::NamedTempFile::new_in(self.repo.state_dir())
             .map_err(|e| Error::io(self.repo.state_dir().display(), e))?;
-        {
-            let mut w = std::io::BufWriter::new(tmp.as_file());
-            crate::read::read_file(self.repo, chunks, &mut w)?;
-            w.flush().map_err(|e| Error::io(tmp.path().display(), e))?;
-        }
+        let file = tmp
+            .as_file()
+            .try_clone()
+            .map_err(|e| Error::io(tmp.path().display(), e))?;
+        crate::read::read_file(self.repo, chunks, &mut sealing.keep(file).writer())?;
         let old = match (was, self.base) {
             (Some(Node::File { chunks, .. }), Some(v)) => Some((v, chunks.as_slice())),
             _ => None,
         };
-        let (id, _) = match send(self.repo, self.dataset, at, tmp.path(), size, old)? {
+        let local = (tmp.path(), &sealing);
+        let (id, _) = match send(self.repo, self.dataset, at, local, size, old)? {
             Some(sent) => sent,
-            None => whole(self.repo, self.dataset, at, tmp.path(), size)?,
+            None => whole(self.repo, self.dataset, at, local, size)?,
         };
         Ok(id)
     }
@@ -705,7 +717,7 @@ impl Walk<'_> {
         };
         if old.is_none() && size <= BUNDLED_FILE {
             let path = wire_path(at)?;
-            let data = read_whole(local, size)?;
+            let data = read_whole((local, &Sealing::Plain), size)?;
             let went = self.bundler.add(self.repo, self.dataset, data)?;
             self.bundled.push((self.changes.len(), went));
             self.changes.push(Change::File {
@@ -722,7 +734,14 @@ impl Walk<'_> {
             .as_ref()
             .zip(self.base)
             .map(|((c, _), v)| (v, c.as_slice()));
-        let upload = match send(self.repo, self.dataset, at, local, size, base)? {
+        let upload = match send(
+            self.repo,
+            self.dataset,
+            at,
+            (local, &Sealing::Plain),
+            size,
+            base,
+        )? {
             Some((id, sent)) => {
                 self.sent += sent;
                 Some(id)
@@ -747,8 +766,15 @@ impl Walk<'_> {
 
 /// The ranges (whole blocks) where local file `local`, `size` bytes long,
 /// differs from the file of `chunks`, in order, neighbours joined.
-fn differing(repo: &Repo, chunks: &[BlobRef], local: &Path, size: u64) -> Result<Vec<(u64, u64)>> {
-    let file = File::open(local).map_err(|e| Error::io(local.display(), e))?;
+fn differing(
+    repo: &Repo,
+    chunks: &[BlobRef],
+    (local, sealing): Local,
+    size: u64,
+) -> Result<Vec<(u64, u64)>> {
+    let file = sealing
+        .open(local)
+        .map_err(|e| Error::io(local.display(), e))?;
     let mut cmp = Compare {
         file,
         shown: local.display().to_string(),
@@ -777,7 +803,7 @@ fn push(ranges: &mut Vec<(u64, u64)>, at: u64, len: u64) {
 /// A writer that takes a version's bytes and compares them with a local
 /// file's, a block at a time.
 struct Compare {
-    file: File,
+    file: LocalFile,
     shown: String,
     size: u64,
     /// Where the next block starts.
@@ -793,9 +819,16 @@ impl Compare {
         let n =
             crate::limits::to_usize((theirs.len() as u64).min(self.size.saturating_sub(self.at)));
         if n > 0 {
-            self.file
-                .read_exact_at(&mut self.mine[..n], self.at)
+            let got = self
+                .file
+                .read_at(&mut self.mine[..n], self.at)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", self.shown)))?;
+            if got < n {
+                return Err(std::io::Error::other(format!(
+                    "{} became shorter while it was read",
+                    self.shown
+                )));
+            }
             if self.mine[..n] != theirs[..n] {
                 push(&mut self.ranges, self.at, n as u64);
             }

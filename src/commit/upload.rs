@@ -16,6 +16,7 @@ use crate::snapshot::tree::{Entry, Node, Tree};
 use crate::snapshot::tree::{TreeSink, TreeSource};
 use crate::store::keys;
 use crate::store::pack::BlobRef;
+use crate::store::sealed_file::Sealing;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -60,7 +61,7 @@ pub fn store_upload(
 ) -> Result<Upload> {
     repo.check_dataset(dataset)?;
     let mut scanner = Scanner::new(repo, &Quiet)?;
-    let (chunks, size) = scanner.chunk_prefix(file, u64::MAX)?;
+    let (chunks, size) = scanner.chunk_prefix(file, &Sealing::Plain, u64::MAX)?;
     record(repo, scanner, (dataset, path, owner), chunks, size)
 }
 

@@ -706,7 +706,7 @@ impl MountFs {
 
     /// The kernel agreed to pass staged files' I/O through to their copies.
     pub fn enable_passthrough(&self) {
-        self.staging.passthrough.enable();
+        self.staging.enable_passthrough();
     }
 
     /// It would not take handle `fh`'s copy: `fh` and later opens go

@@ -17,8 +17,7 @@ use std::collections::{HashMap, HashSet};
 
 /// How often a commit waiting for its turn looks whether it was withdrawn.
 const TURN_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use crate::store::sealed_file::{LocalFile, Sealing};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -35,6 +34,8 @@ pub(super) struct StagingArea {
     writes: Arc<Writes>,
     /// Which staged files the kernel reads and writes itself.
     pub(super) passthrough: super::passthrough::Passthrough,
+    /// How staged copies are kept (`Repo::local_sealing`).
+    sealing: Sealing,
     /// One commit at a time; others wait their turn.
     commit_turn: Mutex<()>,
     /// Staged copies open, by handle.
@@ -63,7 +64,7 @@ pub(super) type Status = Arc<Vec<(char, Vec<u8>)>>;
 /// A staged file's own copy, open.
 #[derive(Clone)]
 pub(super) struct Copy {
-    file: Arc<File>,
+    file: Arc<LocalFile>,
     /// Where it is, for errors.
     path: Arc<std::path::Path>,
     node: u64,
@@ -84,7 +85,12 @@ impl StagingArea {
             .as_ref()
             .map_or(serde_json::Value::Null, trash_summary);
         let trash_limits = staging.as_ref().map(Staging::trash_limits_file);
+        let sealing = staging
+            .as_ref()
+            .map(|s| s.sealing().clone())
+            .unwrap_or_default();
         Ok(StagingArea {
+            sealing,
             repo,
             writes: staging.as_ref().map(|s| s.writes()).unwrap_or_default(),
             base: AtomicU64::new(
@@ -102,6 +108,15 @@ impl StagingArea {
             trash_limits,
             pruned: Mutex::default(),
         })
+    }
+
+    /// The kernel agreed to pass staged files' I/O through to their
+    /// copies: taken where the copies hold their bytes as they are (the
+    /// kernel cannot read sealed ones).
+    pub(super) fn enable_passthrough(&self) {
+        if !self.sealing.is_sealed() {
+            self.passthrough.enable();
+        }
     }
 
     /// Whether the mount has a `staging/` (not `--read-only`).
@@ -270,15 +285,13 @@ impl StagingArea {
 
     /// A staged file unlinked while open, through its open copy.
     fn orphan_attr(ino: u64, copy: &Copy) -> Result<Attr> {
-        let m = copy
-            .file
-            .metadata()
-            .map_err(|e| Error::io(copy.path.display(), e))?;
+        let io = |e| Error::io(copy.path.display(), e);
+        let m = copy.file.file().metadata().map_err(io)?;
         use std::os::unix::fs::MetadataExt;
         Ok(Attr {
             ino,
             kind: FileKind::File,
-            size: m.size(),
+            size: copy.file.size().map_err(io)?,
             perm: (m.mode() & 0o7777) as u16,
             nlink: 0,
             uid: m.uid(),
@@ -424,6 +437,7 @@ impl StagingArea {
             if let Some(mode) = mode {
                 use std::os::unix::fs::PermissionsExt;
                 copy.file
+                    .file()
                     .set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))
                     .map_err(|e| Error::io(copy.path.display(), e))?;
             }
@@ -435,9 +449,10 @@ impl StagingArea {
                 None => {
                     let (held, path) = self.copied_up(st, id, size > 0)?;
                     st = held;
-                    let f = std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(&path)
+                    // Read too: a sealed copy's last block is read as it is cut.
+                    let f = self
+                        .sealing
+                        .open_with(&path, std::fs::OpenOptions::new().read(true).write(true))
                         .map_err(|e| Error::io(path.display(), e))?;
                     (Arc::new(f), path.as_path().into())
                 }
@@ -490,11 +505,15 @@ impl StagingArea {
         let m = std::fs::metadata(&path).map_err(|e| Error::io(path.display(), e))?;
         let through = self.passthrough.choose(id, Some((m.dev(), m.ino())))?;
         let _writing = (truncate && writing).then(|| self.writes.begin(id, 0));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(writing)
-            .truncate(truncate && writing)
-            .open(&path)
+        let file = self
+            .sealing
+            .open_with(
+                &path,
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(writing)
+                    .truncate(truncate && writing),
+            )
             .map_err(|e| Error::io(path.display(), e))
             .inspect_err(|_| self.passthrough.unchoose(id, through))?;
         let file = Arc::new(file);
@@ -514,7 +533,7 @@ impl StagingArea {
             keep_cache: false,
             direct_io: false,
             flush: false,
-            backing: through.then_some(file),
+            backing: through.then(|| file.file().clone()),
         }))
     }
 
@@ -526,7 +545,13 @@ impl StagingArea {
     }
 
     pub(super) fn read(&self, c: &Copy, offset: u64, size: u32) -> Result<Vec<u8>> {
-        read_staged(&c.file, &c.path, offset, size)
+        let mut buf = vec![0; size as usize];
+        let got = c
+            .file
+            .read_at(&mut buf, offset)
+            .map_err(|e| Error::io(c.path.display(), e))?;
+        buf.truncate(got);
+        Ok(buf)
     }
 
     pub(super) fn write(&self, c: &Copy, offset: u64, data: &[u8]) -> Result<usize> {
@@ -552,9 +577,37 @@ impl StagingArea {
                 "fallocate beyond the largest file",
             ));
         };
-        let flags = nix::fcntl::FallocateFlags::from_bits_retain(mode);
-        nix::fcntl::fallocate(&*c.file, flags, offset, length)
-            .map_err(|e| Error::io(c.path.display(), e.into()))
+        use nix::fcntl::FallocateFlags as F;
+        let flags = F::from_bits_retain(mode);
+        if !c.file.is_sealed() {
+            return nix::fcntl::fallocate(&**c.file.file(), flags, offset, length)
+                .map_err(|e| Error::io(c.path.display(), e.into()));
+        }
+        // A sealed copy has no holes to make or fill as the kernel does:
+        // zeros are written where they are asked for, room is not kept.
+        let (at, len) = (offset as u64, length as u64);
+        let size = c.file.size().map_err(|e| Error::io(c.path.display(), e))?;
+        let keep = flags.contains(F::FALLOC_FL_KEEP_SIZE);
+        let end = match keep {
+            true => (at + len).min(size),
+            false => at + len,
+        };
+        let done = if flags.difference(F::FALLOC_FL_KEEP_SIZE).is_empty() {
+            match keep || end <= size {
+                true => Ok(()),
+                false => c.file.set_len(end),
+            }
+        } else if flags == F::FALLOC_FL_PUNCH_HOLE | F::FALLOC_FL_KEEP_SIZE
+            || flags.difference(F::FALLOC_FL_KEEP_SIZE) == F::FALLOC_FL_ZERO_RANGE
+        {
+            c.file.zero(at, end.saturating_sub(at))
+        } else {
+            return Err(Error::fs(
+                FsError::Unsupported,
+                "this fallocate mode on a sealed staged copy",
+            ));
+        };
+        done.map_err(|e| Error::io(c.path.display(), e))
     }
 
     /// An acknowledged fsync of a staged file survives a crash: its data,
@@ -711,25 +764,4 @@ fn trash_summary(st: &Staging) -> serde_json::Value {
         }))
     };
     read().unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
-}
-
-/// Bytes `[offset, offset+size)` of a staged copy (fewer at its end).
-pub(super) fn read_staged(
-    file: &File,
-    path: &std::path::Path,
-    offset: u64,
-    size: u32,
-) -> Result<Vec<u8>> {
-    let mut buf = vec![0; size as usize];
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::io(path.display(), e)),
-        }
-    }
-    buf.truncate(got);
-    Ok(buf)
 }

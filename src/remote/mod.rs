@@ -409,10 +409,12 @@ const SEND_PIECE: u64 = 1 << 20;
 
 /// An upload's body: a local file's bytes from `at`, `len` of them, each
 /// run after its head (a patch's range, or nothing), read as they are sent.
-fn upload_body(file: &Path, runs: Vec<(Vec<u8>, u64, u64)>) -> Result<reqwest::Body> {
-    use std::os::unix::fs::FileExt;
+fn upload_body(
+    (file, sealing): (&Path, &crate::store::sealed_file::Sealing),
+    runs: Vec<(Vec<u8>, u64, u64)>,
+) -> Result<reqwest::Body> {
     let shown = file.display().to_string();
-    let file = std::fs::File::open(file).map_err(|e| Error::io(&shown, e))?;
+    let file = sealing.open(file).map_err(|e| Error::io(&shown, e))?;
     let mut runs = runs.into_iter();
     let mut run: Option<(u64, u64)> = None;
     let pieces = std::iter::from_fn(move || -> Option<std::io::Result<bytes::Bytes>> {

@@ -502,7 +502,7 @@ impl Upstream for Gateway {
         let sent = runs.iter().map(|(h, _, l)| h.len() as u64 + l).sum();
         let made = self
             .ask(reqwest::Method::PUT, &at, |r| {
-                match super::upload_body(file, runs.clone()) {
+                match super::upload_body((file, s.sealing), runs.clone()) {
                     Ok(body) => r.body(body),
                     // Refused by the gateway as a body cut short.
                     Err(e) => r.body(reqwest::Body::wrap_stream(futures::stream::iter([Err::<

@@ -69,6 +69,8 @@ pub struct Sending<'a> {
     pub dataset: &'a str,
     pub path: &'a RelPath,
     pub file: &'a std::path::Path,
+    /// How its bytes are kept there.
+    pub sealing: &'a crate::store::sealed_file::Sealing,
     pub size: u64,
     pub patch: Option<&'a Patch>,
     pub resume: Option<[u8; 32]>,

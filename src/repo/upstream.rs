@@ -113,6 +113,18 @@ impl Repo {
         }
     }
 
+    /// How this host keeps the local copies of what it stages: sealed
+    /// under its own store's key when its datasets come from upstream (it
+    /// holds no key of theirs, and its disk must hold nothing readable
+    /// without one of its own); as they are beside the store itself.
+    pub fn local_sealing(&self) -> crate::store::sealed_file::Sealing {
+        use crate::store::sealed_file::Sealing;
+        match &self.upstream {
+            Some(_) => Sealing::of(self.codec()),
+            None => Sealing::Plain,
+        }
+    }
+
     /// Whether what is read comes over a network (upstream, or a remote
     /// store): reads go further ahead.
     pub fn is_remote(&self) -> bool {

@@ -11,6 +11,7 @@ use crate::snapshot::diff::{self, ChangeKind};
 use crate::snapshot::{Likeness, Mtime, Node};
 use crate::store::codec::Codec;
 use crate::store::pack::BlobRef;
+use crate::store::sealed_file::Sealing;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -26,6 +27,8 @@ pub enum Side {
 #[derive(Clone, Debug)]
 pub struct StagedFile {
     pub path: PathBuf,
+    /// How its bytes are kept there.
+    pub sealing: Sealing,
     pub mode: u32,
     pub size: u64,
     pub mtime: Mtime,
@@ -155,11 +158,11 @@ pub fn likeness(f: &StagedFile, old: &Node, codec: &Codec) -> Likeness {
     if f.mode != *mode || f.size != *size {
         return Likeness::Different;
     }
-    let Ok(file) = std::fs::File::open(&f.path) else {
+    let Ok(file) = f.sealing.open(&f.path) else {
         return Likeness::Different;
     };
-    let mut ids =
-        chunker::chunks(file, *size, codec.chunker_seed()).map(|c| c.map(|c| codec.blob_id(&c)));
+    let mut ids = chunker::chunks(file.reader(), *size, codec.chunker_seed())
+        .map(|c| c.map(|c| codec.blob_id(&c)));
     let same_bytes = chunks
         .iter()
         .all(|c| ids.next().is_some_and(|id| id.is_ok_and(|id| id == c.id)))
@@ -210,6 +213,7 @@ impl StagedView for (&Staging, &Repo) {
                     } = st.seen(&node);
                     Side::File(StagedFile {
                         path: st.upper_path(node.id),
+                        sealing: st.sealing().clone(),
                         mode: node.mode,
                         size,
                         mtime,

@@ -26,7 +26,7 @@ impl Staging {
         self.set_base(winner.version)?;
         for path in paths {
             tx.execute(
-                "INSERT OR REPLACE INTO conflicts(path, theirs, mark) VALUES (?1, ?2, ?3)",
+                "INSERT OR REPLACE INTO conflicts(path, theirs, mark) VALUES (sealed(?1), ?2, ?3)",
                 params![path, winner.version, self.mark(repo, path)?],
             )?;
         }
@@ -37,18 +37,19 @@ impl Staging {
     /// Conflicts not resolved yet, with the version each is with; those
     /// resolved since are forgotten.
     pub fn unresolved(&self, repo: &Repo) -> Result<Vec<(Vec<u8>, u64)>> {
-        let noted: Vec<(Vec<u8>, u64, Option<String>)> = self
+        let mut noted: Vec<(Vec<u8>, u64, Option<String>)> = self
             .db
-            .prepare("SELECT path, theirs, mark FROM conflicts ORDER BY path")?
+            .prepare("SELECT opened(path), theirs, mark FROM conflicts")?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
             .collect::<rusqlite::Result<_>>()?;
+        noted.sort();
         let mut open = Vec::new();
         for (path, theirs, mark) in noted {
             if self.mark(repo, &path)? == mark {
                 open.push((path, theirs));
             } else if self.owns() {
                 self.db
-                    .execute("DELETE FROM conflicts WHERE path = ?1", [&path])?;
+                    .execute("DELETE FROM conflicts WHERE path = sealed(?1)", [&path])?;
             }
         }
         Ok(open)

@@ -26,6 +26,7 @@ pub struct Frozen {
     /// Versions hold link groups (format 2).
     links: bool,
     data: PathBuf,
+    sealing: crate::store::sealed_file::Sealing,
     writes: Arc<Writes>,
 }
 
@@ -53,6 +54,11 @@ impl Frozen {
         self.data.join(id.to_string())
     }
 
+    /// How its staged copies are kept.
+    pub fn sealing(&self) -> &crate::store::sealed_file::Sealing {
+        &self.sealing
+    }
+
     pub fn writes(&self) -> &Writes {
         &self.writes
     }
@@ -69,7 +75,7 @@ impl Frozen {
         files
             .into_iter()
             .filter_map(|id| std::fs::metadata(self.upper_path(id)).ok())
-            .map(|m| m.len())
+            .map(|m| self.sealing.plain_len(m.len()))
             .sum()
     }
 }
@@ -131,6 +137,7 @@ impl Staging {
             names,
             links: repo.codec().format() >= 2,
             data: self.dir.join("data"),
+            sealing: self.sealing.clone(),
             writes: self.writes.clone(),
         })
     }

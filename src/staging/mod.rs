@@ -20,6 +20,7 @@ mod follow;
 mod freeze;
 mod restore;
 mod row;
+pub mod sealed_names;
 mod status;
 mod sweep;
 pub mod trash;
@@ -37,6 +38,7 @@ use crate::repo::Repo;
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node, Record};
 use crate::store::pack::BlobRef;
+use crate::store::sealed_file::Sealing;
 use row::{ADDED_COLUMNS, bad_row, kind_code};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::cell::RefCell;
@@ -73,6 +75,8 @@ pub struct Staging {
     /// Its store's versions hold atimes (format 2): else the atime is the
     /// mtime here too, so that status shows what a commit would store.
     keeps_atime: bool,
+    /// How staged copies are kept (`Repo::local_sealing`).
+    sealing: Sealing,
     /// The owner's lock; None on a reader (`reader`), which never writes.
     lock: Option<File>,
 }
@@ -99,6 +103,8 @@ impl Staging {
         }
         let path = dir.join("staging.sqlite");
         let db = Connection::open(&path)?;
+        let sealing = repo.local_sealing();
+        sealed_names::register(&db, &sealing)?;
         crate::schema::check(&db, "staging database", &path, SCHEMA_VERSION)?;
         // Only the holder of the flock above writes this database; its
         // readers (`reader`) read alongside, as WAL lets them.
@@ -133,14 +139,17 @@ impl Staging {
             stale: RefCell::new(None),
             sweeper: sweep::Sweeper::new(dir.join("data")),
             keeps_atime: repo.codec().format() >= 2,
+            sealing,
             lock: Some(lock),
         };
-        if st.get(ROOT)?.is_none() {
+        let new = st.get(ROOT)?.is_none();
+        sealed_names::check(&st.db, &st.sealing, new)?;
+        if new {
             let base = records.last();
             let m = Mtime::now();
             st.db.execute(
                 "INSERT INTO nodes(id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, tree)
-                 VALUES (?1, 0, x'', 1, 493, ?2, ?3, ?4, ?5, 0, ?6)",
+                 VALUES (?1, 0, sealed(x''), 1, 493, ?2, ?3, ?4, ?5, 0, ?6)",
                 params![
                     ROOT,
                     nix::unistd::getuid().as_raw(),
@@ -250,7 +259,7 @@ impl Staging {
     fn repair(&self) -> Result<()> {
         let rows: HashMap<u64, Vec<u8>> = self
             .db
-            .prepare("SELECT id, name FROM nodes WHERE upper = 1")?
+            .prepare("SELECT id, opened(name) FROM nodes WHERE upper = 1")?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<rusqlite::Result<_>>()?;
         for (&id, name) in &rows {
@@ -286,6 +295,7 @@ impl Staging {
             self.dir.join("staging.sqlite"),
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
+        sealed_names::register(&db, &self.sealing)?;
         Ok(Staging {
             db,
             dir: self.dir.clone(),
@@ -296,6 +306,7 @@ impl Staging {
             stale: RefCell::new(None),
             sweeper: sweep::Sweeper::new(self.dir.join("data")),
             keeps_atime: self.keeps_atime,
+            sealing: self.sealing.clone(),
             lock: None,
         })
     }
@@ -329,6 +340,12 @@ impl Staging {
 
     pub fn upper_path(&self, id: u64) -> PathBuf {
         self.dir.join("data").join(id.to_string())
+    }
+
+    /// How staged copies are kept: their bytes are read and written
+    /// through it, never as the files hold them.
+    pub fn sealing(&self) -> &Sealing {
+        &self.sealing
     }
 
     pub fn get(&self, id: u64) -> Result<Option<SNode>> {
@@ -461,7 +478,7 @@ impl Staging {
             self.db
                 .prepare_cached(
                     "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, upper, link)
-                     VALUES (?1, ?2, ?3, 0, 0, 0, ?4, ?5, 0, 0, ?6)",
+                     VALUES (?1, sealed(?2), ?3, 0, 0, 0, ?4, ?5, 0, 0, ?6)",
                 )?
                 .execute(params![parent, name, kind_code(kind), m.0, m.1, file])?;
             return Ok(self.db.last_insert_rowid() as u64);
@@ -501,7 +518,7 @@ impl Staging {
         self.db
             .prepare_cached(
                 "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, rdev, atime_s, atime_ns, grp, links_below)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, ?12, ?13, ?14, ?15, ?16, ?17)",
+                 VALUES (?1, sealed(?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 0, sealed(?12), ?13, ?14, ?15, ?16, ?17)",
             )?
             .execute(params![parent, name, kind_code(kind), mode, uid, gid, m.0, m.1, size, chunks, tree, target, rdev as i64, a.map(|a| a.0), a.map(|a| a.1), group, links_below])?;
         Ok(self.db.last_insert_rowid() as u64)
@@ -523,7 +540,7 @@ impl Staging {
     fn child(&self, parent: u64, name: &[u8]) -> Result<Option<SNode>> {
         self.db
             .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM nodes WHERE parent = ?1 AND name = ?2"
+                "SELECT {COLUMNS} FROM nodes WHERE parent = ?1 AND name = sealed(?2)"
             ))?
             .query_row(params![parent, name], row)
             .optional()?
@@ -595,7 +612,13 @@ impl Staging {
             .query_map([parent], row)?
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(|e| bad_row(&format!("a child of node {parent}"), e))?;
-        rows.into_iter().map(|r| self.resolve(r)).collect()
+        let mut rows: Vec<SNode> = rows
+            .into_iter()
+            .map(|r| self.resolve(r))
+            .collect::<Result<_>>()?;
+        // SQL orders sealed names by their sealed bytes (`sealed_names`).
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(rows)
     }
 
     /// An entry of folder `id` came, went or was renamed: its mtime and
@@ -672,7 +695,7 @@ impl Staging {
             self.db
                 .prepare_cached(
                     "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, rdev)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, NULL, ?10, ?11, ?12)",
+                     VALUES (?1, sealed(?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULL, NULL, ?10, sealed(?11), ?12)",
                 )?
                 .execute(params![
                     parent,
@@ -826,7 +849,7 @@ impl Staging {
             self.db
                 .prepare_cached(
                     "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, upper, link)
-                     VALUES (?1, ?2, ?3, 0, 0, 0, ?4, ?5, 0, 0, ?6)",
+                     VALUES (?1, sealed(?2), ?3, 0, 0, 0, ?4, ?5, 0, 0, ?6)",
                 )?
                 .execute(params![parent, name, kind_code(n.kind), m.0, m.1, id])?;
             // Its names share a group id in versions: random, so that no
@@ -928,7 +951,7 @@ impl Staging {
                 self.delete_subtree(old)?;
             }
             self.db.execute(
-                "UPDATE nodes SET parent = ?2, name = ?3 WHERE id = ?1",
+                "UPDATE nodes SET parent = ?2, name = sealed(?3) WHERE id = ?1",
                 params![node.row, new_parent, new_name],
             )?;
             self.status_changed(node.id)?;
@@ -1043,6 +1066,7 @@ impl Staging {
             mtime: n.mtime,
             keep_content,
             tmp,
+            sealing: self.sealing.clone(),
         }))
     }
 
@@ -1095,7 +1119,7 @@ impl Staging {
         if n.upper
             && let Ok(m) = std::fs::metadata(self.upper_path(n.id))
         {
-            seen.size = m.size();
+            seen.size = self.sealing.plain_len(m.size());
             seen.mtime = Mtime::of_stat(m.mtime(), m.mtime_nsec());
             seen.ctime = row_ctime.max(Mtime::of_stat(m.ctime(), m.ctime_nsec()));
         }
@@ -1112,6 +1136,7 @@ pub struct CopyPlan {
     mtime: Mtime,
     keep_content: bool,
     tmp: PathBuf,
+    sealing: Sealing,
 }
 
 impl CopyPlan {
@@ -1120,10 +1145,11 @@ impl CopyPlan {
     pub fn write(&self, repo: &Repo) -> Result<()> {
         let written = (|| {
             let tmp = &self.tmp;
-            let mut f =
-                crate::private::create_file(tmp).map_err(|e| Error::io(tmp.display(), e))?;
+            let f = self
+                .sealing
+                .keep(crate::private::create_file(tmp).map_err(|e| Error::io(tmp.display(), e))?);
             if self.keep_content {
-                read::read_file(repo, &self.chunks, &mut f)?;
+                read::read_file(repo, &self.chunks, &mut f.writer())?;
             }
             f.sync_all().map_err(|e| Error::io(tmp.display(), e))?;
             let t = filetime::FileTime::from_unix_time(self.mtime.0, self.mtime.1);

@@ -144,7 +144,7 @@ impl Staging {
             }
             Node::Symlink { mtime, target, .. } => {
                 self.db.execute(
-                    "UPDATE nodes SET target = ?2, size = ?3, mtime_s = ?4, mtime_ns = ?5 WHERE id = ?1",
+                    "UPDATE nodes SET target = sealed(?2), size = ?3, mtime_s = ?4, mtime_ns = ?5 WHERE id = ?1",
                     params![old.id, target, target.len() as u64, mtime.0, mtime.1],
                 )?;
                 Ok(())
@@ -298,7 +298,7 @@ impl Staging {
                     let p = self.node(id)?;
                     self.db.execute(
                         "INSERT INTO nodes(parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, NULL, NULL, 0, NULL)",
+                         VALUES (?1, sealed(?2), ?3, ?4, ?5, ?6, ?7, ?8, 0, NULL, NULL, 0, NULL)",
                         params![id, name, super::row::kind_code(Kind::Dir), mode, p.uid, p.gid, mtime.0, mtime.1],
                     )?;
                     self.changed(id)?;

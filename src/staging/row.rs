@@ -129,7 +129,7 @@ CREATE TABLE IF NOT EXISTS conflicts(
     path BLOB PRIMARY KEY, theirs INTEGER NOT NULL, mark TEXT) WITHOUT ROWID;
 ";
 
-pub const COLUMNS: &str = "id, parent, name, kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, target, was, rdev, atime_s, atime_ns, ctime_s, ctime_ns, link, grp, links_below";
+pub const COLUMNS: &str = "id, parent, opened(name), kind, mode, uid, gid, mtime_s, mtime_ns, size, chunks, tree, upper, opened(target), was, rdev, atime_s, atime_ns, ctime_s, ctime_ns, link, grp, links_below";
 
 /// Columns added after the first staging areas were made, with their
 /// definitions: `Staging::open` adds those a database lacks.

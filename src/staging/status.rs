@@ -147,6 +147,7 @@ impl Staging {
         } = self.seen(r);
         let file = StagedFile {
             path: self.upper_path(r.id),
+            sealing: self.sealing.clone(),
             mode: r.mode,
             size,
             mtime,

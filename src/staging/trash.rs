@@ -110,9 +110,9 @@ pub fn set_limits(dir: &Path, limits: Limits) -> Result<()> {
     std::fs::rename(&tmp, &path).map_err(|e| Error::io(path.display(), e))
 }
 
-/// The trash of the staging area at `dir`, newest first, read beside its
-/// owner (a mount) as status is.
-pub fn list(dir: &Path) -> Result<Vec<Entry>> {
+/// The trash of the staging area at `dir` (its names kept as `sealing`
+/// says), newest first, read beside its owner (a mount) as status is.
+pub fn list(dir: &Path, sealing: &crate::store::sealed_file::Sealing) -> Result<Vec<Entry>> {
     let db_path = dir.join("staging.sqlite");
     if !db_path.exists() {
         return Ok(Vec::new());
@@ -121,6 +121,7 @@ pub fn list(dir: &Path) -> Result<Vec<Entry>> {
         &db_path,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
+    super::sealed_names::register(&db, sealing)?;
     entries(&db)
 }
 
@@ -133,8 +134,9 @@ fn entries(db: &Connection) -> Result<Vec<Entry>> {
     if !exists {
         return Ok(Vec::new());
     }
-    let mut stmt =
-        db.prepare("SELECT entry, at_s, what, tops, files, bytes FROM trash ORDER BY entry DESC")?;
+    let mut stmt = db.prepare(
+        "SELECT entry, at_s, what, opened(tops), files, bytes FROM trash ORDER BY entry DESC",
+    )?;
     let rows = stmt
         .query_map([], |r| {
             Ok((
@@ -179,7 +181,14 @@ fn shown(path: &[Vec<u8>]) -> String {
 /// The insert of a row's `values` into `table_and_first` (a table and its
 /// opening parenthesis, with `leading` columns before `WRITTEN`'s).
 fn insert_sql(table_and_first: &str, leading: usize) -> String {
-    let marks = vec!["?"; leading + WRITTEN.split(',').count()].join(", ");
+    let written = WRITTEN.split(", ").map(|c| match c {
+        "name" | "target" => "sealed(?)",
+        _ => "?",
+    });
+    let marks = std::iter::repeat_n("?", leading)
+        .chain(written)
+        .collect::<Vec<_>>()
+        .join(", ");
     format!("INSERT INTO {table_and_first}{WRITTEN}) VALUES ({marks})")
 }
 
@@ -257,7 +266,7 @@ impl Staging {
             })
             .collect();
         self.db.execute(
-            "INSERT INTO trash(at_s, what, tops, files, bytes) VALUES (?1, ?2, ?3, 0, 0)",
+            "INSERT INTO trash(at_s, what, tops, files, bytes) VALUES (?1, ?2, sealed(?3), 0, 0)",
             params![
                 crate::snapshot::Mtime::now().0,
                 what,
@@ -352,14 +361,16 @@ impl Staging {
         let found: Option<(u64, Vec<u8>)> = match entry {
             Some(e) => self
                 .db
-                .query_row("SELECT entry, tops FROM trash WHERE entry = ?1", [e], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
+                .query_row(
+                    "SELECT entry, opened(tops) FROM trash WHERE entry = ?1",
+                    [e],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
                 .optional()?,
             None => self
                 .db
                 .query_row(
-                    "SELECT entry, tops FROM trash ORDER BY entry DESC LIMIT 1",
+                    "SELECT entry, opened(tops) FROM trash ORDER BY entry DESC LIMIT 1",
                     [],
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )

@@ -13,6 +13,7 @@ pub mod pack;
 mod remote;
 pub mod retry;
 pub mod seal;
+pub mod sealed_file;
 pub mod slots;
 pub mod sse;
 

@@ -7,13 +7,15 @@
 //! over it, salted with the store id, gives one subkey per use: `id` (the
 //! HMAC-SHA256 key naming blobs), `blob` (sealing chunks and trees), `meta`
 //! (sealing records, tags and dataset objects), `chunker` (the gear seed of
-//! the content-defined chunker), `local` (names in the local index).
+//! the content-defined chunker), `local` (names in the local index),
+//! `files` (local files sealed block by block: `sealed_file.rs`).
 
 use crate::id::BlobId;
-use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::aead::{AES_256_GCM, AES_256_GCM_SIV, Aad, LessSafeKey, Nonce, UnboundKey};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 use std::ops::Range;
+use std::sync::Arc;
 use zeroize::Zeroizing;
 
 /// Bytes of a nonce and of a tag: what sealing adds to a message.
@@ -58,7 +60,80 @@ pub struct Keys {
     local: Zeroizing<[u8; 32]>,
     blob: LessSafeKey,
     meta: LessSafeKey,
+    files: Arc<FileKey>,
     chunker_seed: u64,
+}
+
+/// The key of local files sealed block by block (`sealed_file.rs`):
+/// AES-256-GCM-SIV, since a block is sealed again at each write under
+/// random nonces, and a nonce met twice then gives away only whether two
+/// blocks were equal. Names kept beside such files are sealed with it too,
+/// each under a nonce keyed from the name itself (the SIV construction):
+/// the same name seals the same way, so a database can look it up.
+pub struct FileKey {
+    cipher: LessSafeKey,
+    names: Zeroizing<[u8; 32]>,
+}
+
+/// What a sealed name is bound to.
+const NAME_AAD: &[u8] = b"detafs local name";
+
+impl FileKey {
+    /// Seals `block[NONCE..len - TAG]` where it lies, bound to its index:
+    /// a fresh nonce first, the tag last.
+    pub fn seal_block(&self, index: u64, block: &mut [u8]) {
+        let nonce: [u8; NONCE] = rand::random();
+        let (head, rest) = block.split_at_mut(NONCE);
+        head.copy_from_slice(&nonce);
+        let (body, tag_at) = rest.split_at_mut(rest.len() - TAG);
+        let tag = self
+            .cipher
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(index.to_le_bytes()),
+                body,
+            )
+            .expect("AES-GCM-SIV seals any block");
+        tag_at.copy_from_slice(tag.as_ref());
+    }
+
+    /// Opens what `seal_block` made of block `index`, where it lies:
+    /// the plaintext is `block[NONCE..len - TAG]` then.
+    pub fn open_block(&self, index: u64, block: &mut [u8]) -> Result<(), Forged> {
+        open_in_place(&self.cipher, &index.to_le_bytes(), block).map(|_| ())
+    }
+
+    /// `name` sealed, the same way each time: nonce ‖ ciphertext ‖ tag.
+    pub fn seal_name(&self, name: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(OVERHEAD + name.len());
+        out.extend_from_slice(&self.name_nonce(name));
+        out.extend_from_slice(name);
+        let tag = self
+            .cipher
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(self.name_nonce(name)),
+                Aad::from(NAME_AAD),
+                &mut out[NONCE..],
+            )
+            .expect("AES-GCM-SIV seals any name");
+        out.extend_from_slice(tag.as_ref());
+        out
+    }
+
+    /// What `seal_name` made, opened (its nonce checked against the name).
+    pub fn open_name(&self, sealed: &[u8]) -> Result<Vec<u8>, Forged> {
+        let name = open_with(&self.cipher, NAME_AAD, sealed)?;
+        match sealed[..NONCE] == self.name_nonce(&name) {
+            true => Ok(name),
+            false => Err(Forged),
+        }
+    }
+
+    fn name_nonce(&self, name: &[u8]) -> [u8; NONCE] {
+        keyed(&self.names, name)[..NONCE]
+            .try_into()
+            .expect("a nonce's bytes")
+    }
 }
 
 fn derive(master: &MasterKey, store_id: &str, purpose: &str) -> Zeroizing<[u8; 32]> {
@@ -119,6 +194,13 @@ impl Keys {
             local: derive(master, store_id, "local"),
             blob: cipher(&derive(master, store_id, "blob")),
             meta: cipher(&derive(master, store_id, "meta")),
+            files: Arc::new(FileKey {
+                cipher: LessSafeKey::new(
+                    UnboundKey::new(&AES_256_GCM_SIV, &derive(master, store_id, "files")[..])
+                        .expect("32-byte key"),
+                ),
+                names: derive(master, store_id, "file names"),
+            }),
             chunker_seed: u64::from_le_bytes(seed[..8].try_into().expect("8 bytes")),
         }
     }
@@ -137,6 +219,11 @@ impl Keys {
 
     pub fn chunker_seed(&self) -> u64 {
         self.chunker_seed
+    }
+
+    /// The key of local files sealed block by block.
+    pub fn files(&self) -> Arc<FileKey> {
+        self.files.clone()
     }
 
     /// `nonce ‖ ciphertext ‖ tag`, with a fresh random nonce.
