@@ -106,6 +106,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
         dataset: meta.dataset,
         uploads: HashMap::new(),
         bundler: Default::default(),
+        paths: HashMap::new(),
     });
     if let Some(b) = base.as_ref().filter(|_| remote.is_none()) {
         repo.index_tree(&b.tree)?;
@@ -149,19 +150,28 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     staging()?.set_pending(Some(&ours))?;
     crate::hold::hold("staging-pending");
     let t = std::time::Instant::now();
+    let mut paths = None;
     let published = match remote {
         None => publish(repo, meta, scanner, base, ours),
         Some(mut r) => scanner.finish().and_then(|_| {
             let sent = (&r.uploads, &mut r.bundler);
-            super::through::publish(repo, meta, base.as_ref(), &ours, sent)
+            let published = super::through::publish(repo, meta, base.as_ref(), &ours, sent);
+            paths = Some(r.paths);
+            published
         }),
+    };
+    // Through a gateway, the chunks that stood for staged copies are this
+    // host's own: staging takes the version's.
+    let landed = |read: Read, record: &Record| match &paths {
+        Some(paths) => landed(repo, read, paths, record),
+        None => read,
     };
     let record = match published {
         // Every staged change is in a version that landed meanwhile (say,
         // `commit --from` of the mount's staging): staging is brought to
         // it, clean, and nothing is recorded.
         Err(Error::NothingToCommit(v)) => {
-            let landed = repo
+            let found = repo
                 .sync(meta.dataset)?
                 .into_iter()
                 .find(|r| r.version == v)
@@ -169,7 +179,8 @@ fn build_and_publish<G: Deref<Target = Staging>>(
                     dataset: meta.dataset.to_string(),
                     version: format!("v{v}"),
                 })?;
-            staging()?.finish(repo, &ours, read, &landed, &open_copies())?;
+            let read = landed(read, &found);
+            staging()?.finish(repo, &ours, read, &found, &open_copies())?;
             return Err(Error::NothingToCommit(v));
         }
         other => other?,
@@ -178,6 +189,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     // The version is durable; bring staging to it. Failures from here on
     // leave staged data in place (it is in the version too).
     let t = std::time::Instant::now();
+    let read = landed(read, &record);
     let st = staging()?;
     st.finish(repo, &ours, read, &record, &open_copies())?;
     tracing::debug!("commit: staging finished in {:?}", t.elapsed());
@@ -200,6 +212,26 @@ struct Remote<'r> {
     dataset: &'r str,
     uploads: HashMap<BlobId, super::through::Went>,
     bundler: super::through::Bundler,
+    /// Where each staged copy read was at the freeze.
+    paths: HashMap<u64, RelPath>,
+}
+
+/// What staging takes of a version made through a gateway: the chunks
+/// each staged copy read has there (at its path at the freeze, its size
+/// unchanged), in place of those that stood for it. A copy the version
+/// does not hold so (renamed or changed by a version merged in) is left
+/// out, and stays staged.
+fn landed(repo: &Repo, read: Read, paths: &HashMap<u64, RelPath>, record: &Record) -> Read {
+    read.into_iter()
+        .filter_map(|(id, (_, size, mtime))| {
+            match repo.lookup(&record.tree, paths.get(&id)?).ok()?? {
+                Node::File {
+                    chunks, size: s, ..
+                } if s == size => Some((id, (chunks, size, mtime))),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 impl Build<'_, '_> {
@@ -309,6 +341,7 @@ impl Build<'_, '_> {
                         &mut r.bundler,
                     )?;
                     r.uploads.insert(chunks[0].id, went);
+                    r.paths.insert(id, rel.clone());
                     (chunks, plain)
                 }
             };

@@ -766,7 +766,9 @@ impl Walk<'_> {
 
 /// The ranges (whole blocks) where local file `local`, `size` bytes long,
 /// differs from the file of `chunks`, in order, neighbours joined.
-fn differing(
+/// (Also how staging tells a staged copy of a host reading through a
+/// gateway from the version's file: `staging::compare::likeness`.)
+pub fn differing(
     repo: &Repo,
     chunks: &[BlobRef],
     (local, sealing): Local,

@@ -9,7 +9,6 @@ use crate::repo::Repo;
 use crate::snapshot::chunker;
 use crate::snapshot::diff::{self, ChangeKind};
 use crate::snapshot::{Likeness, Mtime, Node};
-use crate::store::codec::Codec;
 use crate::store::pack::BlobRef;
 use crate::store::sealed_file::Sealing;
 use std::collections::BTreeMap;
@@ -51,12 +50,10 @@ impl Side {
     }
 
     /// How the two compare, as a commit would record them.
-    fn likeness(&self, other: &Side, codec: &Codec) -> Likeness {
+    fn likeness(&self, other: &Side, repo: &Repo) -> Likeness {
         match (self, other) {
             (Side::Node(a), Side::Node(b)) => a.likeness(b),
-            (Side::Node(n), Side::File(f)) | (Side::File(f), Side::Node(n)) => {
-                likeness(f, n, codec)
-            }
+            (Side::Node(n), Side::File(f)) | (Side::File(f), Side::Node(n)) => likeness(f, n, repo),
             (Side::File(_), Side::File(_)) => Likeness::Different,
         }
     }
@@ -120,7 +117,7 @@ pub fn against_staging(
             (None, None) => continue,
             (None, Some(_)) => ChangeKind::Added,
             (Some(_), None) => ChangeKind::Removed,
-            (Some(a), Some(b)) => match a.likeness(b, repo.codec()) {
+            (Some(a), Some(b)) => match a.likeness(b, repo) {
                 Likeness::Same => continue,
                 Likeness::TimeOnly => ChangeKind::TimeOnly,
                 Likeness::Different => ChangeKind::Modified,
@@ -142,7 +139,7 @@ pub fn against_staging(
 /// Whether staged file `f` holds exactly `old` (mode, times, bytes), as a
 /// commit would find: a file put back as it was is not a change. Its bytes
 /// are hashed only when the rest already agrees.
-pub fn likeness(f: &StagedFile, old: &Node, codec: &Codec) -> Likeness {
+pub fn likeness(f: &StagedFile, old: &Node, repo: &Repo) -> Likeness {
     let Node::File {
         mode,
         mtime,
@@ -161,12 +158,21 @@ pub fn likeness(f: &StagedFile, old: &Node, codec: &Codec) -> Likeness {
     let Ok(file) = f.sealing.open(&f.path) else {
         return Likeness::Different;
     };
-    let mut ids = chunker::chunks(file.reader(), *size, codec.chunker_seed())
-        .map(|c| c.map(|c| codec.blob_id(&c)));
-    let same_bytes = chunks
-        .iter()
-        .all(|c| ids.next().is_some_and(|id| id.is_ok_and(|id| id == c.id)))
-        && ids.next().is_none();
+    let same_bytes = match repo.upstream() {
+        // The version's chunks are named by the gateway, with a key this
+        // host does not hold: their bytes are compared.
+        Some(_) => crate::commit::through::differing(repo, chunks, (&f.path, &f.sealing), *size)
+            .is_ok_and(|ranges| ranges.is_empty()),
+        None => {
+            let codec = repo.codec();
+            let mut ids = chunker::chunks(file.reader(), *size, codec.chunker_seed())
+                .map(|c| c.map(|c| codec.blob_id(&c)));
+            chunks
+                .iter()
+                .all(|c| ids.next().is_some_and(|id| id.is_ok_and(|id| id == c.id)))
+                && ids.next().is_none()
+        }
+    };
     match same_bytes {
         false => Likeness::Different,
         true if f.mtime == *mtime && Node::atime_apart(Some(f.atime), f.mtime) == *atime => {

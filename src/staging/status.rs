@@ -112,7 +112,7 @@ impl Staging {
                     }
                     let likeness = match (old, r.as_version_node()) {
                         (Some(o), Some(n)) => o.likeness(&n),
-                        (Some(o), None) => self.likeness(r, o, repo.codec()),
+                        (Some(o), None) => self.likeness(r, o, repo),
                         _ => Likeness::Different,
                     };
                     match likeness {
@@ -141,7 +141,7 @@ impl Staging {
 
 impl Staging {
     /// How staged copy `r` compares with `old`.
-    fn likeness(&self, r: &SNode, old: &Node, codec: &crate::store::codec::Codec) -> Likeness {
+    fn likeness(&self, r: &SNode, old: &Node, repo: &Repo) -> Likeness {
         let super::Seen {
             size, mtime, atime, ..
         } = self.seen(r);
@@ -153,7 +153,7 @@ impl Staging {
             mtime,
             atime,
         };
-        super::compare::likeness(&file, old, codec)
+        super::compare::likeness(&file, old, repo)
     }
 }
 

@@ -19,6 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub struct Env {
+    /// The gateway mounts go through (`DETAFS_TEST_MOUNT=gateway`),
+    /// started at the first; dropped (killed) before the rest.
+    remote: std::sync::OnceLock<Remote>,
     pub dir: tempfile::TempDir,
     /// The `--store` argument: a folder, or `s3://BUCKET/store`.
     pub store: String,
@@ -100,6 +103,7 @@ impl Env {
             endpoint: String::new(),
             azure: None,
             password: None,
+            remote: Default::default(),
         }
     }
 
@@ -117,6 +121,7 @@ impl Env {
             endpoint: String::new(),
             azure: Some(prefix),
             password: None,
+            remote: Default::default(),
         }
     }
 
@@ -139,6 +144,7 @@ impl Env {
             endpoint: endpoint.to_string(),
             azure: None,
             password: None,
+            remote: Default::default(),
         }
     }
 
@@ -159,6 +165,7 @@ impl Env {
             endpoint: self.endpoint.clone(),
             azure: self.azure.clone(),
             password: self.password.clone(),
+            remote: Default::default(),
         }
     }
 
@@ -403,10 +410,18 @@ impl Env {
         if !failpoints.is_empty() {
             mount.env("FAILPOINTS", failpoints);
         }
+        // `DETAFS_TEST_MOUNT=gateway` (scripts/test.sh runs the mount
+        // suites so once): a mount naming no store of its own goes
+        // through a gateway serving this env's store.
+        let through: Vec<String> = match Remote::asked() && !extra.contains(&"--store") {
+            true => self.remote.get_or_init(|| Remote::start(self)).args(),
+            false => Vec::new(),
+        };
         let out = mount
             .args(["mount", "ds"])
             .arg(&dir)
             .args(["--daemon", "--poll-interval", poll])
+            .args(&through)
             .args(extra)
             .output()
             .unwrap();
@@ -437,7 +452,8 @@ impl Mount<'_> {
 
     /// The daemon's log (warnings and errors it reported).
     pub fn log(&self) -> String {
-        // Staging lives under `<store id>-<location hash>/`; this env has one store.
+        // Staging lives under `<store id>-<location hash>/`: this env's
+        // store's, or (through a gateway) the host cache store's.
         let store_id: serde_json::Value =
             serde_json::from_slice(&self.env.objects.read("detafs.json")).unwrap();
         let prefix = format!("{}-", store_id["store_id"].as_str().unwrap());
@@ -445,7 +461,7 @@ impl Mount<'_> {
             .into_iter()
             .flatten()
             .flatten()
-            .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .find(|e| Remote::asked() || e.file_name().to_string_lossy().starts_with(&prefix))
         else {
             return String::new();
         };
@@ -476,6 +492,53 @@ impl Drop for Mount<'_> {
             .output();
         // Gone, with its lock on staging, before the test goes on.
         self.kill();
+    }
+}
+
+/// A gateway serving an env's store to its mounts, with a key that may
+/// read and commit; with `DETAFS_TEST_POLICY=hides`, under a policy that
+/// hides from it a version and a folder the suites never use (so every
+/// answer passes through the policy's filters).
+struct Remote {
+    gateway: gateway::Gateway,
+    key_file: PathBuf,
+    cert: PathBuf,
+}
+
+impl Remote {
+    fn asked() -> bool {
+        std::env::var("DETAFS_TEST_MOUNT").is_ok_and(|v| v == "gateway")
+    }
+
+    fn start(env: &Env) -> Remote {
+        if std::env::var("DETAFS_TEST_POLICY").is_ok_and(|v| v == "hides") {
+            gateway::set_policy_and_wait(
+                env,
+                "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: mounter, effect: allow, principals: [\"key:mounter\"], actions: [\"dataset:*\"], resources: [\"datasets/ds\"]}\n  - {name: not_v999, effect: deny, principals: [\"key:mounter\"], actions: [\"dataset:versions\"], resources: [\"datasets/ds/versions/v999\"]}\n  - {name: no_hidden, effect: deny, principals: [\"key:mounter\"], actions: [\"dataset:read\"], resources: [\"datasets/ds/versions/*/files/zz-hidden-by-policy/*\"]}\n",
+            );
+        }
+        let gateway = gateway::serve(env);
+        let key_file = env.path("mounter.key");
+        let key = gateway::key(env, "mounter", "read,commit");
+        std::fs::write(&key_file, format!("{key}\n")).unwrap();
+        Remote {
+            gateway,
+            key_file,
+            cert: gateway::cert(env),
+        }
+    }
+
+    fn args(&self) -> Vec<String> {
+        [
+            "--store",
+            &self.gateway.url,
+            "--api-key-file",
+            self.key_file.to_str().unwrap(),
+            "--ca-cert",
+            self.cert.to_str().unwrap(),
+        ]
+        .map(String::from)
+        .to_vec()
     }
 }
 
