@@ -38,6 +38,11 @@ pip install --quiet --disable-pip-version-check --force-reinstall --no-deps targ
 DETAFS_BIN="$PWD/target/debug/detafs" python3 -m pytest -q -p no:cacheprovider python/tests
 DETAFS_TEST_STORE=s3 DETAFS_TEST_PLAINTEXT=1 cargo test --features all-tests --test cli --test crash --test race --test mount --test workflow
 DETAFS_TEST_STORE=azure cargo test --features all-tests --test cli --test crash --test race --test mount --test workflow
+# The mount's end-to-end suites again with every mount (and staging's
+# commands) through a gateway on 127.0.0.1, with and without a policy
+# that hides a version and a folder (tests/common: `Remote`).
+DETAFS_TEST_MOUNT=gateway cargo test --features all-tests --test mount --test staged_work
+DETAFS_TEST_MOUNT=gateway DETAFS_TEST_POLICY=hides cargo test --features all-tests --test mount --test staged_work
 ./scripts/fuzz.sh "${DETAFS_FUZZ_SECONDS:-45}"
 ./scripts/check-release-failpoints.sh
 # README's first command on fresh Debian 12 and 13 roots (root only).

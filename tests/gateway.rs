@@ -2105,12 +2105,55 @@ fn the_cli_moves_to_the_next_gateway() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("v1 "));
 }
 
+/// A tag made through a gateway lost before it answered: the next gateway
+/// finds it made, and the command says so (exit 0), once; asked again,
+/// the name is taken, as on a store.
+#[test]
+fn a_tag_whose_answer_was_lost_is_made_once() {
+    let env = Env::new();
+    two_versions(&env);
+    let k = key(&env, "tagger", "read,tag");
+    let hold = common::Hold::new(&env, "tag-made");
+    let first = common::gateway::serve_failing(&env, &[], &hold.spec);
+    let other = env.other_host();
+    let second = serve(&other);
+    let bundle = env.path("gateways.pem");
+    let pems = [cert(&env), cert(&other)].map(|c| std::fs::read_to_string(c).unwrap());
+    std::fs::write(&bundle, pems.concat()).unwrap();
+    let key_file = env.path("k.key");
+    std::fs::write(&key_file, format!("{k}\n")).unwrap();
+    let both = format!("{},{}", first.url, second.url);
+    let tag = |tag: &str| {
+        env.command()
+            .args(["--store", &both, "--api-key-file"])
+            .arg(&key_file)
+            .arg("--ca-cert")
+            .arg(&bundle)
+            .args(["tag", "ds", "latest~1", tag])
+            .output()
+            .unwrap()
+    };
+    let tagging = std::thread::scope(|s| {
+        let tagging = s.spawn(|| tag("first"));
+        hold.reached();
+        drop(first);
+        tagging.join().unwrap()
+    });
+    let said = String::from_utf8_lossy(&tagging.stderr);
+    assert!(tagging.status.success(), "{said}");
+    assert_eq!(String::from_utf8_lossy(&tagging.stdout), "first v1\n");
+    assert_eq!(env.ok(&["tag", "ds"]).matches("first").count(), 1);
+    let again = tag("first");
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already"));
+}
+
 /// `commit --from DIR` through the gateway by a key from which a folder
 /// is hidden: the version it makes is, on the store, the folder as it is
 /// (modes, times, symlinks, empty and deleted folders, a file become a
 /// folder) with what the key cannot see kept; a file changed in 64 KiB
 /// sends about that, not the file; nothing new commits nothing (exit 4);
-/// a name the gateway cannot carry is refused and commits nothing.
+/// names and link targets that are not UTF-8 commit as on the store.
 #[test]
 fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
     use std::os::unix::fs::PermissionsExt;
@@ -2215,16 +2258,27 @@ fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // A name the gateway's requests cannot carry: refused, nothing committed.
+    // Names and a link's target that are not UTF-8, a small file (sent
+    // in a bundle) and a large one (an upload named in its URL): as on
+    // the store.
     use std::os::unix::ffi::OsStrExt;
-    std::fs::write(work.join(std::ffi::OsStr::from_bytes(b"caf\xe9")), "x").unwrap();
-    let out = commit_from("bad");
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{said}");
-    assert!(said.contains("UTF-8"), "{said}");
-    assert_eq!(env.log().len(), 2);
+    let odd = |name: &[u8]| work.join(std::ffi::OsStr::from_bytes(name));
+    std::fs::write(odd(b"caf\xe9"), "x").unwrap();
+    std::fs::create_dir(odd(b"d\xff")).unwrap();
+    std::fs::write(odd(b"d\xff/big\xfe.bin"), common::noise(3 << 20, 9)).unwrap();
+    std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(b"to\xe9"), odd(b"l\xe9")).unwrap();
+    let out = commit_from("odd names");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let there = env.path("there3");
+    env.ok(&["export", "ds", "v3", there.to_str().unwrap()]);
+    let mut got = common::fingerprint(&there);
+    got.retain(|p, _| !p.starts_with(b"private"));
+    assert_eq!(got, common::fingerprint(&work));
     // A key that may only read: denied (exit 5), nothing committed.
-    std::fs::remove_file(work.join(std::ffi::OsStr::from_bytes(b"caf\xe9"))).unwrap();
     std::fs::write(work.join("a.csv"), "3\n").unwrap();
     let reader = env.path("r.key");
     std::fs::write(&reader, format!("{}\n", key(&env, "r", "read,commit"))).unwrap();
@@ -2247,5 +2301,5 @@ fn commit_from_through_the_gateway_is_the_commit_on_the_store() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(env.log().len(), 2);
+    assert_eq!(env.log().len(), 3);
 }

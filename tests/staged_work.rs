@@ -298,8 +298,7 @@ fn a_cancel_stops_only_its_own_commit() {
         .unwrap();
     frozen.reached();
     let second = env
-        .command()
-        .args(["commit", "ds", "-m", "B"])
+        .command_for(&["commit", "ds", "-m", "B"])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -73,11 +73,12 @@ impl Edit {
 }
 
 /// A path a commit may write: any parsed path but the root.
-pub fn edit_path(path: &str) -> Result<RelPath> {
-    let p = RelPath::parse(path)?;
+pub fn edit_path(path: impl AsRef<[u8]>) -> Result<RelPath> {
+    let p = RelPath::parse(path.as_ref())?;
     match p.is_root() {
         true => Err(Error::InvalidInput(format!(
-            "bad path {path:?}: a file's path is needed"
+            "bad path {:?}: a file's path is needed",
+            String::from_utf8_lossy(path.as_ref())
         ))),
         false => Ok(p),
     }

@@ -17,7 +17,7 @@ use super::CommitMeta;
 use crate::error::{Error, Result};
 use crate::id::{BlobId, PackId};
 use crate::relpath::RelPath;
-use crate::repo::changes::{Change, Patch, Sending, Source};
+use crate::repo::changes::{Change, Patch, Sending, Source, WireName};
 use crate::repo::{Repo, Upstream};
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node, Record};
@@ -390,22 +390,12 @@ fn wire_time(t: Mtime) -> (i64, u32) {
     (t.0, t.1)
 }
 
-fn wire_path(at: &RelPath) -> Result<String> {
-    match std::str::from_utf8(at.as_bytes()) {
-        Ok(p) => Ok(p.to_string()),
-        Err(_) => Err(Error::InvalidInput(format!(
-            "{at}: through a gateway, names are UTF-8"
-        ))),
-    }
+fn wire_path(at: &RelPath) -> Result<WireName> {
+    Ok(WireName(at.as_bytes().to_vec()))
 }
 
-fn wire_target(at: &RelPath, target: &[u8]) -> Result<String> {
-    match std::str::from_utf8(target) {
-        Ok(t) => Ok(t.to_string()),
-        Err(_) => Err(Error::InvalidInput(format!(
-            "{at}: through a gateway, symlink targets are UTF-8"
-        ))),
-    }
+fn wire_target(target: &[u8]) -> WireName {
+    WireName(target.to_vec())
 }
 
 fn not_carried(at: &dyn std::fmt::Display) -> Error {
@@ -511,7 +501,7 @@ impl TreeDiff<'_> {
                     self.changes.push(Change::Dir { path, mode, mtime });
                 }
                 Node::Symlink { target, mtime, .. } => {
-                    let target = wire_target(&here, target)?;
+                    let target = wire_target(target);
                     let mtime = wire_time(*mtime);
                     self.changes.push(Change::Symlink {
                         path,
@@ -677,7 +667,7 @@ impl Walk<'_> {
                 {
                     self.changes.push(Change::Symlink {
                         path: wire_path(&here)?,
-                        target: wire_target(&here, target)?,
+                        target: wire_target(target),
                         mtime: wire_time(mtime),
                     });
                     changed = true;

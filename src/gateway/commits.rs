@@ -22,12 +22,11 @@ use crate::repo::changes::{Change as Wire, Source};
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node, Record};
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{post, put};
 use axum::{Json, Router};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -141,12 +140,49 @@ pub(super) async fn commit_as(
 /// Where an upload's bytes come from besides its body: the file `from` of
 /// version `version`, `size` bytes long once the body's ranges are laid
 /// on it (a patch; see `patched`).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Default)]
 struct PatchOf {
     version: Option<String>,
-    from: Option<String>,
+    from: Option<Vec<u8>>,
     size: Option<u64>,
+}
+
+/// An upload's dataset, path and what it patches, from the request's own
+/// URL, each percent-decoded once: axum's path and query parameters must
+/// be UTF-8, and names need not be.
+fn upload_at(uri: &axum::http::Uri) -> Result<(String, RelPath, PatchOf), ApiError> {
+    let bad = |what: String| err(StatusCode::BAD_REQUEST, "invalid", what);
+    let decoded = |s: &str| -> Vec<u8> { percent_encoding::percent_decode_str(s).collect() };
+    let text = |s: &str| {
+        String::from_utf8(decoded(s)).map_err(|_| bad("a dataset or version not in UTF-8".into()))
+    };
+    let mut parts = uri.path().splitn(5, '/').skip(2);
+    let id = text(parts.next().unwrap_or_default())?;
+    let path = edit_path(decoded(parts.nth(1).unwrap_or_default()))?;
+    let mut of = PatchOf::default();
+    for pair in uri
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let taken = match key {
+            "version" => of.version.replace(text(value)?).is_some(),
+            "from" => of.from.replace(decoded(value)).is_some(),
+            "size" => {
+                let size = value
+                    .parse()
+                    .map_err(|_| bad(format!("size {value:?} is not a number of bytes")))?;
+                of.size.replace(size).is_some()
+            }
+            other => return Err(bad(format!("unknown parameter {other:?}"))),
+        };
+        if taken {
+            return Err(bad(format!("{key} given twice")));
+        }
+    }
+    Ok((id, path, of))
 }
 
 /// `PUT /datasets/{id}/uploads/{path}[?version=V&from=PATH&size=N]`: the
@@ -155,13 +191,12 @@ struct PatchOf {
 async fn put_upload(
     State(api): State<Arc<Api>>,
     headers: HeaderMap,
-    Path((id, path)): Path<(String, String)>,
-    Query(of): Query<PatchOf>,
+    uri: axum::http::Uri,
     body: Body,
 ) -> Reply {
+    let (id, path, of) = upload_at(&uri)?;
     let caller = api.caller(&headers).await?;
     caller.may(Action::Commit, &[access::dataset_resource(&id)])?;
-    let path = edit_path(&path)?;
     let patch = match of {
         PatchOf {
             version: Some(v),
@@ -431,13 +466,13 @@ impl Asked<'_> {
                 target,
                 mtime,
             } => {
-                if target.is_empty() || target.len() > crate::limits::MAX_TARGET {
+                if target.0.is_empty() || target.0.len() > crate::limits::MAX_TARGET {
                     return Err(bad(format!(
                         "{path}: a symlink's target is 1 to {} bytes",
                         crate::limits::MAX_TARGET
                     )));
                 }
-                let target = target.into_bytes();
+                let target = target.0;
                 let mtime = time(mtime)?;
                 (path, Change::Symlink { target, mtime })
             }
@@ -475,7 +510,7 @@ impl Asked<'_> {
                         None => {
                             return Err(Error::NoPath {
                                 version: "the parent version".into(),
-                                path,
+                                path: path.to_string(),
                             }
                             .into());
                         }

@@ -158,7 +158,7 @@ impl Gateway {
     /// on: the answer, or the gateway's refusal as the error a local store
     /// would give.
     async fn send(&self, path: &str, bearer: &str, from: u64) -> Result<reqwest::Response> {
-        let res = self
+        let (res, _) = self
             .send_with(reqwest::Method::GET, path, bearer, |req| match from {
                 0 => req,
                 from => req.header(reqwest::header::RANGE, format!("bytes={from}-")),
@@ -173,19 +173,20 @@ impl Gateway {
     /// `method` on `path`, each request made by `make` (headers of its
     /// own): the first answer of a gateway that can be reached and does
     /// not answer 503 (each such gateway gives its turn to the next),
-    /// whatever its status.
+    /// whatever its status; and whether an earlier try may have been
+    /// carried out (it was lost after it was sent).
     async fn send_with(
         &self,
         method: reqwest::Method,
         path: &str,
         bearer: &str,
         make: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
-    ) -> Result<reqwest::Response> {
+    ) -> Result<(reqwest::Response, bool)> {
         use std::sync::atomic::Ordering;
         // Never on the kernel's request thread (`crate::nowait`).
         crate::nowait::check()?;
         let first = self.current.load(Ordering::Relaxed);
-        let mut last = None;
+        let (mut last, mut again) = (None, false);
         for i in 0..self.bases.len() {
             let at = (first + i) % self.bases.len();
             let req = self
@@ -203,6 +204,7 @@ impl Gateway {
                     continue;
                 }
                 Err(e) => {
+                    again |= !e.is_connect();
                     let e = unreachable_gateway(&self.bases[at], &e);
                     self.health.failed(&e);
                     last = Some(e);
@@ -211,7 +213,7 @@ impl Gateway {
             };
             self.health.answered(asked.elapsed());
             self.current.store(at, Ordering::Relaxed);
-            return Ok(res);
+            return Ok((res, again));
         }
         Err(last.unwrap_or_else(|| Error::InvalidInput("no gateway given".into())))
     }
@@ -230,9 +232,10 @@ impl Gateway {
     ) -> Result<Answer> {
         let bearer = self.bearer()?;
         self.rt.block_on(async {
-            let mut handed_over = 0;
+            let (mut handed_over, mut again) = (0, false);
             loop {
-                let res = self.send_with(method.clone(), at, &bearer, &make).await?;
+                let (res, lost) = self.send_with(method.clone(), at, &bearer, &make).await?;
+                again |= lost;
                 let status = res.status().as_u16();
                 let header = |name| {
                     res.headers()
@@ -249,10 +252,11 @@ impl Gateway {
                             etag,
                             view,
                             body,
+                            again,
                         });
                     }
                     Err(e) if handed_over + 1 < self.bases.len() => {
-                        handed_over += 1;
+                        (handed_over, again) = (handed_over + 1, true);
                         tracing::warn!(
                             "{}; the next gateway sends it",
                             unreachable_gateway(&url, &e)
@@ -276,13 +280,19 @@ impl Gateway {
     pub fn create_tag(&self, dataset: &str, version: &str, tag: &str) -> Result<(String, u64)> {
         let at = format!("/datasets/{}/tags", segment(dataset)?);
         let body = serde_json::json!({"tag": tag, "version": version}).to_string();
-        let made = self
-            .ask(reqwest::Method::POST, &at, |r| {
-                r.header(reqwest::header::CONTENT_TYPE, "application/json")
-                    .body(body.clone())
-            })?
-            .accepted()?
-            .json(&at)?;
+        let answer = self.ask(reqwest::Method::POST, &at, |r| {
+            r.header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
+        })?;
+        // Taken by a try whose answer was lost: made, if it names the
+        // version asked for (the gateway says which that is).
+        if answer.status == 409
+            && answer.again
+            && let Some(v) = self.tagged_as_asked(dataset, version, tag)?
+        {
+            return Ok((tag.to_string(), v));
+        }
+        let made = answer.accepted()?.json(&at)?;
         match (made["tag"].as_str(), made["version"].as_u64()) {
             (Some(t), Some(v)) => Ok((t.to_string(), v)),
             _ => Err(Error::malformed(
@@ -290,6 +300,23 @@ impl Gateway {
                 "no tag",
             )),
         }
+    }
+
+    /// The version `tag` names, if it is the one `version` names.
+    fn tagged_as_asked(&self, dataset: &str, version: &str, tag: &str) -> Result<Option<u64>> {
+        let at = format!(
+            "/datasets/{}/versions/{}",
+            segment(dataset)?,
+            segment(version)?
+        );
+        let asked = self.get_json(&at)?["version"].as_u64();
+        let named = self.versions(dataset)?.iter().find_map(|row| {
+            let tags = row["tags"].as_array()?;
+            tags.iter()
+                .any(|t| t.as_str() == Some(tag))
+                .then(|| row["version"].as_u64())?
+        });
+        Ok(asked.filter(|a| named == Some(*a)))
     }
 
     /// The datasets the caller may list.
@@ -453,6 +480,9 @@ struct Answer {
     etag: Option<String>,
     view: Option<String>,
     body: bytes::Bytes,
+    /// The request was sent again after a try whose answer was lost,
+    /// which may have been carried out.
+    again: bool,
 }
 
 impl Answer {

@@ -14,7 +14,7 @@ pub enum Change {
     /// Content from an upload, a file of a version (`from`), or else the
     /// base's own file at `path` (a new mode or time only).
     File {
-        path: String,
+        path: WireName,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mode: Option<u32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -28,17 +28,17 @@ pub enum Change {
         from: Option<Source>,
     },
     Symlink {
-        path: String,
-        target: String,
+        path: WireName,
+        target: WireName,
         mtime: (i64, u32),
     },
     Dir {
-        path: String,
+        path: WireName,
         mode: u32,
         mtime: (i64, u32),
     },
     /// A file, a symlink or a folder (what of it the caller sees).
-    Delete { path: String },
+    Delete { path: WireName },
 }
 
 /// A file of a version, by the version's name and the file's path.
@@ -46,7 +46,57 @@ pub enum Change {
 #[serde(deny_unknown_fields)]
 pub struct Source {
     pub version: String,
-    pub path: String,
+    pub path: WireName,
+}
+
+/// A path or a link's target on the wire: a JSON string when it is UTF-8
+/// (most are), else `{"base64": …}` of its bytes, since names are bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireName(pub Vec<u8>);
+
+impl AsRef<[u8]> for WireName {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for WireName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.0))
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum Spelled {
+    Text(String),
+    Bytes { base64: String },
+}
+
+impl Serialize for WireName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use base64::Engine;
+        match std::str::from_utf8(&self.0) {
+            Ok(t) => Spelled::Text(t.to_string()),
+            Err(_) => Spelled::Bytes {
+                base64: base64::engine::general_purpose::STANDARD.encode(&self.0),
+            },
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for WireName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<WireName, D::Error> {
+        use base64::Engine;
+        match Spelled::deserialize(d)? {
+            Spelled::Text(t) => Ok(WireName(t.into_bytes())),
+            Spelled::Bytes { base64 } => base64::engine::general_purpose::STANDARD
+                .decode(base64)
+                .map(WireName)
+                .map_err(|_| serde::de::Error::custom("a name's base64 does not decode")),
+        }
+    }
 }
 
 /// A patch of file `from` of version `version`: the file, `size` bytes
@@ -74,4 +124,32 @@ pub struct Sending<'a> {
     pub size: u64,
     pub patch: Option<&'a Patch>,
     pub resume: Option<[u8; 32]>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        // Any name crosses the wire as its bytes: a string when UTF-8.
+        #[test]
+        fn a_name_crosses_the_wire_as_its_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+            let change = Change::Delete { path: WireName(bytes.clone()) };
+            let json = serde_json::to_value(&change).unwrap();
+            prop_assert_eq!(json["path"].is_string(), std::str::from_utf8(&bytes).is_ok());
+            let Change::Delete { path } = serde_json::from_value(json).unwrap() else {
+                panic!("a deletion");
+            };
+            prop_assert_eq!(path.0, bytes);
+        }
+    }
+
+    #[test]
+    fn a_name_whose_base64_does_not_decode_is_refused() {
+        let bad = serde_json::json!({"kind": "delete", "path": {"base64": "%%"}});
+        assert!(serde_json::from_value::<Change>(bad).is_err());
+        let other = serde_json::json!({"kind": "delete", "path": {"hex": "00"}});
+        assert!(serde_json::from_value::<Change>(other).is_err());
+    }
 }

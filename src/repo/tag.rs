@@ -143,6 +143,7 @@ impl Repo {
                 None => format!("tag {tag} already exists"),
             }));
         }
+        crate::hold::hold("tag-made");
         Ok(t)
     }
 

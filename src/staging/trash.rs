@@ -310,7 +310,7 @@ impl Staging {
                 };
                 kept.map_err(|e| Error::io(from.display(), e))?;
                 files += 1;
-                bytes += std::fs::metadata(&to).map_or(0, |m| m.len());
+                bytes += std::fs::metadata(&to).map_or(0, |m| self.sealing.plain_len(m.len()));
             } else if link.is_none() && n.kind == Kind::File {
                 files += 1;
             }

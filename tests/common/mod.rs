@@ -234,7 +234,24 @@ impl Env {
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
-        self.command().args(args).output().unwrap()
+        self.command_for(args).output().unwrap()
+    }
+
+    /// A command running `args`. Where this host's mounts go through a
+    /// gateway, staging's commands do too (their staging is the mounts').
+    pub fn command_for(&self, args: &[&str]) -> Command {
+        let mut c = self.command();
+        c.args(args);
+        let on_staging = match args.first() {
+            Some(&("status" | "restore" | "checkout" | "trash")) => true,
+            Some(&"commit") => !args.contains(&"--from"),
+            Some(&"diff") => args.contains(&"staging"),
+            _ => false,
+        };
+        if on_staging && Remote::asked() {
+            c.args(self.remote.get_or_init(|| Remote::start(self)).args());
+        }
+        c
     }
 
     /// Runs and asserts success; returns stdout.
@@ -492,6 +509,25 @@ impl Drop for Mount<'_> {
             .output();
         // Gone, with its lock on staging, before the test goes on.
         self.kill();
+    }
+}
+
+/// Whether a test's mounts go through a gateway in this run, where the
+/// test cannot (`why`): it says so and the caller returns. What it tests
+/// of a gateway's host is tested in tests/remote_mount.rs.
+pub fn local_only(why: &str) -> bool {
+    let remote = Remote::asked();
+    if remote {
+        eprintln!("not through a gateway: {why}");
+    }
+    remote
+}
+
+/// Who a commit through a mount is by: the user, or the gateway's key.
+pub fn mount_author() -> &'static str {
+    match Remote::asked() {
+        true => "key:mounter",
+        false => "root",
     }
 }
 
