@@ -225,6 +225,10 @@ class DetafsFileSystem(AbstractFileSystem):
         dataset, version, inner = self._split(path)
         if "r" in mode and "+" not in mode:
             reader = self.store._s.open(dataset, version, inner)
+            # Verified bytes are kept below (`cache_memory`) and sequential
+            # reads fetched ahead there: fsspec's own read-ahead would only
+            # copy them once more (and fetch past what a ranged reader asks).
+            kwargs.setdefault("cache_type", "none")
             return DetafsFile(
                 self, path, reader, block_size=block_size or 4 << 20, cache_options=cache_options, **kwargs
             )
