@@ -139,6 +139,16 @@ impl ChunkCache {
         self.state.lock()
     }
 
+    /// Runs a long read keeps in flight ahead of the one it takes: one
+    /// per core, more where each answer comes after a round trip.
+    fn runs_ahead(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        match self.repo.is_remote() {
+            true => cores.max(8),
+            false => cores,
+        }
+    }
+
     /// The chunk `run[at]`, fetching `run` (back-to-back blobs of one pack) if needed.
     pub fn get(&self, run: &[BlobRef], at: usize) -> Result<Bytes> {
         let id = run[at].id;
@@ -176,13 +186,17 @@ impl ChunkCache {
         }
         let (first_at, wanted) = covering(chunks, start, end);
         let runs = crate::store::pack::runs(&wanted, RUN_BYTES);
-        if !memory_only {
-            for run in runs.iter().skip(1) {
-                self.prefetch(run.to_vec());
-            }
-        }
+        // The runs after the one read are fetched and verified ahead, a
+        // window of them at a time: every core busy, none of them spent
+        // on runs far ahead while the next one waits.
+        let ahead = self.runs_ahead();
         let mut out = Vec::with_capacity(wanted.len());
-        for run in runs {
+        for (k, run) in runs.iter().enumerate() {
+            if !memory_only {
+                for next in runs.iter().skip(k + 1).take(ahead) {
+                    self.prefetch(next.to_vec());
+                }
+            }
             for i in 0..run.len() {
                 out.push(match memory_only {
                     true => match self.cached(&run[i].id) {
