@@ -349,8 +349,9 @@ fn text(repo: &Repo, side: &Side) -> anyhow::Result<Option<String>> {
         Side::Node(Node::Symlink { target, .. }) => bytes.extend_from_slice(target),
         Side::Node(Node::Dir { .. } | Node::Special { .. }) => {}
         Side::File(f) => {
-            std::fs::File::open(&f.path)
-                .and_then(|file| file.take(MAX_TEXT + 1).read_to_end(&mut bytes))
+            f.sealing
+                .open(&f.path)
+                .and_then(|file| file.reader().take(MAX_TEXT + 1).read_to_end(&mut bytes))
                 .with_context(|| format!("cannot read {}", f.path.display()))?;
         }
     }

@@ -198,13 +198,19 @@ fn mtime_of(m: &Metadata) -> Mtime {
 }
 
 impl<'r> Scanner<'r> {
-    /// A scanner for one commit; first makes the index forget what a gc
-    /// it has not seen may have deleted.
     /// Whether whoever watches asked the commit to stop (`Progress`).
     pub fn cancelled(&self) -> bool {
         self.progress.cancelled()
     }
 
+    /// Counts `bytes` a commit read without cutting them here (a staged
+    /// copy sent through a gateway, which cuts it).
+    pub fn count_read(&self, bytes: u64) {
+        self.progress.advance(bytes);
+    }
+
+    /// A scanner for one commit; first makes the index forget what a gc
+    /// it has not seen may have deleted.
     pub fn new(repo: &'r Repo, progress: &'r dyn Progress) -> Result<Self> {
         let gc_mark = repo.gc_mark()?;
         repo.index()

@@ -342,6 +342,7 @@ impl Build<'_, '_> {
                     )?;
                     r.uploads.insert(chunks[0].id, went);
                     r.paths.insert(id, rel.clone());
+                    self.scanner.count_read(plain);
                     (chunks, plain)
                 }
             };
