@@ -121,15 +121,25 @@ const RUN_BYTES: u64 = 4 << 20;
 pub struct ChunkCache {
     repo: Arc<Repo>,
     max_bytes: usize,
+    /// Runs a long read keeps in flight ahead of the one it takes: one
+    /// per core, more where each answer comes after a round trip (known
+    /// once: the core count is read from the system's files).
+    ahead: usize,
     state: Mutex<State>,
     fetched: Condvar,
 }
 
 impl ChunkCache {
     pub fn new(repo: Arc<Repo>, max_bytes: usize) -> Arc<ChunkCache> {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let ahead = match repo.is_remote() {
+            true => cores.max(8),
+            false => cores,
+        };
         Arc::new(ChunkCache {
             repo,
             max_bytes,
+            ahead,
             state: Mutex::new(State::default()),
             fetched: Condvar::new(),
         })
@@ -137,16 +147,6 @@ impl ChunkCache {
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock()
-    }
-
-    /// Runs a long read keeps in flight ahead of the one it takes: one
-    /// per core, more where each answer comes after a round trip.
-    fn runs_ahead(&self) -> usize {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        match self.repo.is_remote() {
-            true => cores.max(8),
-            false => cores,
-        }
     }
 
     /// The chunk `run[at]`, fetching `run` (back-to-back blobs of one pack) if needed.
@@ -189,11 +189,10 @@ impl ChunkCache {
         // The runs after the one read are fetched and verified ahead, a
         // window of them at a time: every core busy, none of them spent
         // on runs far ahead while the next one waits.
-        let ahead = self.runs_ahead();
         let mut out = Vec::with_capacity(wanted.len());
         for (k, run) in runs.iter().enumerate() {
             if !memory_only {
-                for next in runs.iter().skip(k + 1).take(ahead) {
+                for next in runs.iter().skip(k + 1).take(self.ahead) {
                     self.prefetch(next.to_vec());
                 }
             }

@@ -474,15 +474,17 @@ impl Mount<'_> {
         let store_id: serde_json::Value =
             serde_json::from_slice(&self.env.objects.read("detafs.json")).unwrap();
         let prefix = format!("{}-", store_id["store_id"].as_str().unwrap());
-        let Some(dir) = std::fs::read_dir(self.env.staging())
+        let logs = std::fs::read_dir(self.env.staging())
             .into_iter()
             .flatten()
             .flatten()
-            .find(|e| Remote::asked() || e.file_name().to_string_lossy().starts_with(&prefix))
-        else {
-            return String::new();
-        };
-        std::fs::read_to_string(dir.path().join("ds/mount.log")).unwrap_or_default()
+            .filter(|e| Remote::asked() || e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path().join("ds/mount.log"));
+        // Through a gateway: the one its daemons write (the newest).
+        let newest = logs.max_by_key(|l| std::fs::metadata(l).and_then(|m| m.modified()).ok());
+        newest
+            .and_then(|l| std::fs::read_to_string(l).ok())
+            .unwrap_or_default()
     }
 
     pub fn alive(&self) -> bool {
