@@ -432,8 +432,11 @@ mod tests {
                     Op::Write(at, d) => {
                         sealed.write_all_at(d, *at).unwrap();
                         let end = *at as usize + d.len();
-                        if !d.is_empty() && model.len() < end { model.resize(end, 0); }
-                        model[*at as usize..*at as usize + d.len()].copy_from_slice(d);
+                        // Writing nothing changes nothing, past the end too.
+                        if !d.is_empty() {
+                            model.resize(model.len().max(end), 0);
+                            model[*at as usize..end].copy_from_slice(d);
+                        }
                     }
                     Op::SetLen(n) => { sealed.set_len(*n).unwrap(); model.resize(*n as usize, 0); }
                     Op::Zero(at, len) => {
