@@ -2105,6 +2105,48 @@ fn the_cli_moves_to_the_next_gateway() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("v1 "));
 }
 
+/// Upload URLs are read from the request's own bytes: a name that is not
+/// UTF-8 is taken as its bytes, and every malformed spelling (an unknown
+/// or repeated parameter, a size that is not a number, half a patch, a
+/// path that climbs) is a 400 that stores nothing.
+#[test]
+fn malformed_upload_urls_store_nothing() {
+    let env = Env::new();
+    two_versions(&env);
+    let k = key(&env, "w", "read,commit");
+    let g = serve(&env);
+    let put = |rest: &str| {
+        curl(&[
+            "-X",
+            "PUT",
+            "--path-as-is",
+            &format!("{}/datasets/ds/uploads/{rest}", g.url),
+            "-H",
+            &bearer(&k),
+            "--data-binary",
+            "bytes",
+        ])
+    };
+    let stored = || env.objects.list("uploads/").len();
+    let before = stored();
+    for bad in [
+        "a.csv?colour=red",
+        "a.csv?size=3&size=3",
+        "a.csv?version=v1&from=a.csv&size=x",
+        "a.csv?version=v1&size=5",
+        "a.csv?from=a.csv",
+        "d/../../a.csv",
+        "%2e%2e/a.csv",
+        "a.csv?version=%ff&from=a.csv&size=5",
+    ] {
+        let (s, b) = put(bad);
+        assert_eq!(s, 400, "{bad}: {}", String::from_utf8_lossy(&b));
+        assert_eq!(stored(), before, "{bad} stored something");
+    }
+    let (s, b) = put("caf%E9.txt");
+    assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+}
+
 /// A tag made through a gateway lost before it answered: the next gateway
 /// finds it made, and the command says so (exit 0), once; asked again,
 /// the name is taken, as on a store.
