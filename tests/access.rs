@@ -501,31 +501,50 @@ fn asked_about_v1(env: &Env, times: usize) -> usize {
         .count()
 }
 
-/// A user the test makes (and removes when done, whatever happens).
-struct MadeUser(&'static str);
+/// A user the test makes when it chooses (and removes when done, whatever
+/// happens). One that a killed run left behind is removed first, and the
+/// uid is one neither the users' nor the groups' database holds, so the
+/// test starts from a system where the user does not exist.
+struct MadeUser {
+    name: &'static str,
+    uid: u32,
+}
 
 impl MadeUser {
-    fn new(name: &'static str, uid: u32) -> MadeUser {
+    fn reserve(name: &'static str) -> MadeUser {
         let _ = Command::new("userdel").arg(name).output();
+        let taken = |db: &str, id: u32| {
+            Command::new("getent")
+                .args([db, &id.to_string()])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        let uid = (2005..3000)
+            .find(|&id| !taken("passwd", id) && !taken("group", id))
+            .expect("a free uid");
+        MadeUser { name, uid }
+    }
+
+    fn make(&self) {
         run_ok(Command::new("useradd").args([
             "--uid",
-            &uid.to_string(),
+            &self.uid.to_string(),
             "--no-create-home",
             "--user-group",
-            name,
+            self.name,
         ]));
-        MadeUser(name)
     }
 }
 
 impl Drop for MadeUser {
     fn drop(&mut self) {
-        let _ = Command::new("userdel").arg(self.0).output();
+        let _ = Command::new("userdel").arg(self.name).output();
     }
 }
 
 #[test]
 fn a_version_all_readers_see_is_kept_by_the_kernel_and_still_hidden_from_the_rest() {
+    let late_user = MadeUser::reserve("detafs-late");
     let env = Env::new();
     three_versions(&env);
     // Readers: a group and one user (made later), who the kernel can tell
@@ -571,13 +590,20 @@ fn a_version_all_readers_see_is_kept_by_the_kernel_and_still_hidden_from_the_res
     assert!(!ok && err.contains("Permission denied"), "{err}");
     // A user the policy names but who did not exist yet is let in once
     // made, within the poll interval: versions/ becomes theirs.
-    let late = (2005, 2005, None);
+    let late = (late_user.uid, late_user.uid, None);
     same_answer_as_a_name_that_does_not_exist(late, &d, "versions/v1/top.txt");
-    let _user = MadeUser::new("detafs-late", 2005);
+    late_user.make();
     within(Duration::from_secs(10), "the new user to be let in", || {
         seen(late, &d, "cat versions/v1/top.txt 2>&1") == "top 1\n"
     });
-    assert_eq!(mode(), ("dr-xr-xr--".into(), "2005".into(), "3001".into()));
+    assert_eq!(
+        mode(),
+        (
+            "dr-xr-xr--".into(),
+            late_user.uid.to_string(),
+            "3001".into()
+        )
+    );
     same_answer_as_a_name_that_does_not_exist(OUTSIDER, &d, "versions/v1/top.txt");
     // A policy that hides v1 from the analysts: what the kernel kept of v1
     // is dropped, they no longer find it; the late user still does.
