@@ -243,7 +243,8 @@ fn status_is_read_while_staging_is_locked() {
         let control = fs.lookup(ROOT, b".detafs").unwrap().ino;
         let ino = fs.lookup(control, b"status").unwrap().ino;
         let fh = fs.open(ino, libc::O_RDONLY, &root).unwrap().fh;
-        let text = fs.read(fh, 0, 4096).unwrap();
+        let mut text = Vec::new();
+        fs.read(fh, 0, 4096, &mut text).unwrap();
         fs.release(fh);
         String::from_utf8(text).unwrap()
     };
@@ -280,5 +281,7 @@ fn status_is_read_while_staging_is_locked() {
     let control = fs.lookup(ROOT, b".detafs").unwrap().ino;
     let ino = fs.lookup(control, b"status").unwrap().ino;
     let fh = fs.open(ino, libc::O_RDONLY, &root).unwrap().fh;
-    assert_eq!(fs.read(fh, 0, 4096).unwrap(), b"M a\nA b\n");
+    let mut text = Vec::new();
+    fs.read(fh, 0, 4096, &mut text).unwrap();
+    assert_eq!(text, b"M a\nA b\n");
 }

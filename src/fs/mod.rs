@@ -678,9 +678,16 @@ impl MountFs {
         self.control.sequence.pending()
     }
 
-    pub fn read(self: &Arc<Self>, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+    /// Appends up to `size` bytes of handle `fh` from `offset` on to `out`.
+    pub fn read(
+        self: &Arc<Self>,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
         if let Some(c) = self.staging.copy(fh) {
-            return self.staging.read(&c, offset, size);
+            return self.staging.read(&c, offset, size, out);
         }
         let h = match self.handles.lock().get(&fh) {
             Some(Handle::Stored(f)) => Handle::Stored(f.clone()),
@@ -693,15 +700,18 @@ impl MountFs {
         match h {
             // The read is the end its writer states: carried out now, and
             // answered with how it went.
-            Handle::Order(ino, order, caller) => control::read_order(self, ino, order, caller),
-            Handle::Stored(f) => self.versions.read_stored(&f, offset, size as u64),
+            Handle::Order(ino, order, caller) => {
+                out.extend_from_slice(&control::read_order(self, ino, order, caller)?);
+            }
+            Handle::Stored(f) => self.versions.read_stored(&f, offset, size as u64, out)?,
             Handle::Text(t) => {
                 let start = crate::limits::to_usize(offset).min(t.len());
                 let end = (start + size as usize).min(t.len());
-                Ok(t[start..end].to_vec())
+                out.extend_from_slice(&t[start..end]);
             }
-            Handle::Commit(_) | Handle::Dir(_) => Ok(vec![]),
+            Handle::Commit(_) | Handle::Dir(_) => {}
         }
+        Ok(())
     }
 
     /// The kernel agreed to pass staged files' I/O through to their copies.

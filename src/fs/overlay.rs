@@ -544,14 +544,13 @@ impl StagingArea {
         self.passthrough.release(fh);
     }
 
-    pub(super) fn read(&self, c: &Copy, offset: u64, size: u32) -> Result<Vec<u8>> {
-        let mut buf = vec![0; size as usize];
-        let got = c
-            .file
-            .read_at(&mut buf, offset)
-            .map_err(|e| Error::io(c.path.display(), e))?;
-        buf.truncate(got);
-        Ok(buf)
+    /// Appends up to `size` bytes of the copy from `offset` on to `out`.
+    pub(super) fn read(&self, c: &Copy, offset: u64, size: u32, out: &mut Vec<u8>) -> Result<()> {
+        let at = out.len();
+        out.resize(at + size as usize, 0);
+        let got = c.file.read_at(&mut out[at..], offset);
+        out.truncate(at + *got.as_ref().unwrap_or(&0));
+        got.map(drop).map_err(|e| Error::io(c.path.display(), e))
     }
 
     pub(super) fn write(&self, c: &Copy, offset: u64, data: &[u8]) -> Result<usize> {

@@ -539,6 +539,17 @@ fn passed_through(
     }
 }
 
+thread_local! {
+    /// Each worker's buffer for read replies: a reply of up to a MiB is
+    /// built in memory the thread already has, not in pages the kernel
+    /// must map and zero at every read.
+    static REPLY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The most a worker's reply buffer keeps between reads (the kernel asks
+/// for at most `max_pages` pages at once: 1 MiB by default).
+const REPLY_KEPT: usize = 1 << 20;
+
 fn open_flags(o: &crate::fs::Opened) -> FopenFlags {
     let (keep_cache, direct_io) = (o.keep_cache, o.direct_io);
     // A close costs no FLUSH round trip, but where a handle acts at close
@@ -862,16 +873,26 @@ impl Filesystem for Fuse {
     ) {
         self.fs.requests().seen(Op::Read);
         let ino = self.ids.inward(ino);
-        // Handle 0: a file the kernel opened without asking.
-        if fh.0 == 0 {
-            return self.spawn(move |fs| match fs.read_unopened(ino, offset, size) {
-                Ok(data) => reply.data(&data),
-                Err(e) => reply.error(fail(&format!("read of {}", fs.describe_unopened(ino)), &e)),
-            });
-        }
-        self.spawn(move |fs| match fs.read(fh.0, offset, size) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(fail(&format!("read of {}", fs.describe(fh.0)), &e)),
+        self.spawn(move |fs| {
+            REPLY.with_borrow_mut(|out| {
+                out.clear();
+                // Handle 0: a file the kernel opened without asking.
+                let read = match fh.0 {
+                    0 => fs.read_unopened(ino, offset, size, out),
+                    fh => fs.read(fh, offset, size, out),
+                };
+                match read {
+                    Ok(()) => reply.data(out),
+                    Err(e) => {
+                        let what = match fh.0 {
+                            0 => fs.describe_unopened(ino),
+                            fh => fs.describe(fh),
+                        };
+                        reply.error(fail(&format!("read of {what}"), &e));
+                    }
+                }
+                out.shrink_to(REPLY_KEPT);
+            })
         });
     }
 

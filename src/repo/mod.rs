@@ -462,6 +462,11 @@ impl Repo {
         Ok(())
     }
 
+    /// How many tree entries are kept in memory at most.
+    pub fn tree_entries_kept(&self) -> usize {
+        TREE_ENTRIES
+    }
+
     /// Whether a tree is in memory, so loading it costs no I/O.
     pub fn tree_in_memory(&self, r: &BlobRef) -> bool {
         self.trees.lock().contains(&r.id)

@@ -205,9 +205,10 @@ impl<'e> Core<'e> {
             .fh;
         let mut data = Vec::new();
         let res = loop {
-            match fs.read(fh, data.len() as u64, 1 << 20) {
-                Ok(got) if got.is_empty() => break Ok(data),
-                Ok(got) => data.extend(got),
+            let had = data.len();
+            match fs.read(fh, had as u64, 1 << 20, &mut data) {
+                Ok(()) if data.len() == had => break Ok(data),
+                Ok(()) => {}
                 Err(e) => break Err(errno(e)),
             }
         };
@@ -330,11 +331,11 @@ impl<'e> Core<'e> {
                         let fh = fs.open(e.ino, libc::O_RDONLY, &ROOT_CALLER).unwrap().fh;
                         let mut data = Vec::new();
                         loop {
-                            let got = fs.read(fh, data.len() as u64, 1 << 20).unwrap();
-                            if got.is_empty() {
+                            let had = data.len();
+                            fs.read(fh, had as u64, 1 << 20, &mut data).unwrap();
+                            if data.len() == had {
                                 break;
                             }
-                            data.extend(got);
                         }
                         fs.release(fh);
                         assert_eq!(data.len() as u64, a.size, "{path}: size and bytes disagree");

@@ -37,8 +37,8 @@ pub(in crate::fs) struct Held {
     /// Its size; a special entry's device number (its size is 0).
     size: u64,
     mtime_s: i64,
-    /// A folder's tree.
-    tree: Option<Box<BlobRef>>,
+    /// A folder's tree and the slots of its children the kernel holds.
+    folder: Option<Box<Folder>>,
     version: u32,
     lookups: u32,
     mtime_ns: u32,
@@ -48,6 +48,15 @@ pub(in crate::fs) struct Held {
 
 /// A place packed as `folder slot << 32 | index`.
 type Place2 = u64;
+
+/// What a version folder's inode holds beyond a file's: its tree, and the
+/// slot (plus one; 0 for none) of each of its entries the kernel holds, by
+/// index in the tree. Four bytes per entry, where a map by place cost
+/// about forty (a million files walked twice: 100 MiB of the daemon's peak).
+struct Folder {
+    tree: BlobRef,
+    slots: Vec<u32>,
+}
 
 /// The folder "slot" of `versions/vN`.
 const ROOTS: u32 = u32::MAX;
@@ -77,7 +86,8 @@ fn split(n: u64) -> (u32, u32) {
 pub(in crate::fs) struct VersionInodes {
     slots: Vec<Slot>,
     free: Vec<u32>,
-    by_place: HashMap<Place2, u32>,
+    /// The slot of each `versions/vN` the kernel holds, by N.
+    roots: HashMap<u32, u32>,
     /// Atimes of the few entries whose atime is not their mtime, by slot
     /// (kept here, not in every `Held`).
     atimes: HashMap<u32, Mtime>,
@@ -138,6 +148,47 @@ impl VersionInodes {
             .held
             .as_mut()
             .filter(|h| !h.forgotten)
+    }
+
+    /// The slot held at `place`, if any.
+    fn at_place(&self, place: Place2) -> Option<u32> {
+        let (folder, index) = split(place);
+        if folder == ROOTS {
+            return self.roots.get(&index).copied();
+        }
+        let f = self
+            .slots
+            .get(folder as usize)?
+            .held
+            .as_ref()?
+            .folder
+            .as_ref()?;
+        f.slots.get(index as usize)?.checked_sub(1)
+    }
+
+    /// Records `slot` (or none) as held at `place`.
+    fn set_place(&mut self, place: Place2, slot: Option<u32>) {
+        let (folder, index) = split(place);
+        if folder == ROOTS {
+            match slot {
+                Some(s) => self.roots.insert(index, s),
+                None => self.roots.remove(&index),
+            };
+            return;
+        }
+        let Some(f) = self
+            .slots
+            .get_mut(folder as usize)
+            .and_then(|s| s.held.as_mut())
+            .and_then(|h| h.folder.as_mut())
+        else {
+            return;
+        };
+        let i = index as usize;
+        if f.slots.len() <= i {
+            f.slots.resize(i + 1, 0);
+        }
+        f.slots[i] = slot.map_or(0, |s| s + 1);
     }
 
     /// Lets go of slot `slot` (forgotten, no children left), then of its
@@ -201,7 +252,7 @@ impl Versions {
         };
         let existing = match folder {
             UNHELD => None,
-            _ => t.by_place.get(&key).copied(),
+            _ => t.at_place(key),
         }
         // A folder shown anew at the same place (another tree: through a
         // gateway, under another policy) is another folder.
@@ -209,7 +260,7 @@ impl Versions {
             t.slots[slot as usize]
                 .held
                 .as_ref()
-                .is_none_or(|h| h.tree.as_deref() == tree)
+                .is_none_or(|h| h.folder.as_ref().map(|f| &f.tree) == tree)
         })
         .or_else(|| {
             let (k, _) = link?;
@@ -219,11 +270,16 @@ impl Versions {
         let slot = match existing {
             Some(slot) => slot,
             None => {
-                let (kind, mode, tree) = match node {
+                let (kind, mode, folder_of) = match node {
                     Node::File { mode, .. } => (crate::fs::FileKind::File, *mode, None),
-                    Node::Dir { mode, tree, .. } => {
-                        (crate::fs::FileKind::Dir, *mode, Some(Box::new(*tree)))
-                    }
+                    Node::Dir { mode, tree, .. } => (
+                        crate::fs::FileKind::Dir,
+                        *mode,
+                        Some(Box::new(Folder {
+                            tree: *tree,
+                            slots: Vec::new(),
+                        })),
+                    ),
                     Node::Symlink { .. } => (crate::fs::FileKind::Symlink, 0o777, None),
                     Node::Special { kind, mode, .. } => {
                         (crate::fs::FileKind::Special(*kind), *mode, None)
@@ -239,7 +295,7 @@ impl Versions {
                         _ => node.size(),
                     },
                     mtime_s: mtime.0,
-                    tree,
+                    folder: folder_of,
                     version,
                     lookups: 0,
                     mtime_ns: mtime.1,
@@ -260,7 +316,7 @@ impl Versions {
                     }
                 };
                 if folder != UNHELD {
-                    t.by_place.insert(key, slot);
+                    t.set_place(key, Some(slot));
                 }
                 if node.atime() != mtime {
                     t.atimes.insert(slot, node.atime());
@@ -313,8 +369,8 @@ impl Versions {
             let (place, children) = (h.place, h.children);
             let slot = t.slot(ino).expect("held");
             // Unless a folder shown anew took the place meanwhile.
-            if t.by_place.get(&place) == Some(&slot) {
-                t.by_place.remove(&place);
+            if t.at_place(place) == Some(slot) {
+                t.set_place(place, None);
             }
             if let Some(k) = t.links.get(&slot).map(|l| l.0)
                 && t.by_link.get(&k) == Some(&slot)
@@ -387,9 +443,9 @@ impl Versions {
     pub(in crate::fs) fn version_dir_tree(&self, ino: u64) -> Result<BlobRef> {
         let t = self.inodes.lock();
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
-        h.tree
-            .as_deref()
-            .copied()
+        h.folder
+            .as_ref()
+            .map(|f| f.tree)
             .ok_or_else(|| Error::fs(FsError::NotDir, format!("inode {ino}")))
     }
 
@@ -399,7 +455,7 @@ impl Versions {
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         let (folder, index) = split(h.place);
         if folder == ROOTS {
-            let tree = h.tree.as_deref().copied().ok_or_else(|| gone(ino))?;
+            let tree = h.folder.as_ref().map(|f| f.tree).ok_or_else(|| gone(ino))?;
             return Ok(Place::Root {
                 version: h.version as u64,
                 tree,
@@ -411,7 +467,11 @@ impl Versions {
         Ok(Place::In {
             version: h.version as u64,
             folder,
-            folder_tree: f.tree.as_deref().copied().ok_or_else(|| gone(folder))?,
+            folder_tree: f
+                .folder
+                .as_ref()
+                .map(|f| f.tree)
+                .ok_or_else(|| gone(folder))?,
             index: index as usize,
         })
     }

@@ -90,20 +90,22 @@ impl StoredFile {
 }
 
 impl super::Versions {
-    /// Bytes `[offset, offset+size)` of a stored file, every chunk verified.
-    /// While one run of chunks is read, the next one is fetched ahead.
+    /// Appends bytes `[offset, offset+size)` of a stored file to `out`,
+    /// every chunk verified. While one run of chunks is read, the next
+    /// ones are fetched ahead.
     pub(in crate::fs) fn read_stored(
         &self,
         f: &StoredFile,
         offset: u64,
         size: u64,
-    ) -> Result<Vec<u8>> {
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
         let total = f.starts.last().copied().unwrap_or(0);
         let end = (offset + size).min(total);
-        let mut out = Vec::with_capacity(crate::limits::to_usize(end.saturating_sub(offset)));
         if offset >= end {
-            return Ok(out);
+            return Ok(());
         }
+        out.reserve(crate::limits::to_usize(end - offset));
         let mut i = f.starts.partition_point(|&s| s <= offset) - 1;
         while i < f.chunks.len() && f.starts[i] < end {
             let data = match &f.sibling_run {
@@ -129,6 +131,6 @@ impl super::Versions {
             );
             i += 1;
         }
-        Ok(out)
+        Ok(())
     }
 }
