@@ -662,10 +662,19 @@ fn shell_step(step: &Step) -> String {
             }
         }
         Step::Remove(n) => format!("rm -f staging/{}", NAMES[*n]),
-        Step::Restore(n) => format!("echo {} > .detafs/restore", path(n)),
-        Step::Checkout(v, n) => format!("printf 'v{v}\\n{}\\n' > .detafs/checkout", path(n)),
-        Step::Undo => "echo > .detafs/undo".into(),
+        Step::Restore(n) => request("restore", &format!("{}\\n", path(n))),
+        Step::Checkout(v, n) => request("checkout", &format!("v{v}\\n{}\\n", path(n))),
+        Step::Undo => request("undo", "\\n"),
     }
+}
+
+/// A request written to `.detafs/FILE` and read back, as the CLI makes
+/// it: the shell's next command runs once it is carried out. (A request
+/// that is only closed is carried out when the daemon hears of the close,
+/// which a loaded kernel may send after the next command's requests:
+/// docs/semantics.md.) Its outcome is the model's to check.
+fn request(file: &str, text: &str) -> String {
+    format!("exec 3<>.detafs/{file}; printf '{text}' >&3; cat <&3 >/dev/null 2>&1; exec 3>&-")
 }
 
 /// Staging as the mount shows it, in the model's terms (origins aside).

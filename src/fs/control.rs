@@ -671,6 +671,8 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
         // is served): `detafs verify` tells more.
         "damaged": fs.repo.damage(&fs.dataset).map(|d| format!("v{}: {}", d.version, d.why)),
         "version_inodes": fs.versions.version_inodes(),
+        // What the daemon keeps in memory, within one budget (`--cache-memory`).
+        "memory": fs.repo.budget().report(),
         // Access decisions not yet in the audit trail's file.
         "trail_unwritten": fs.trail_unwritten(),
         "cache_bytes": fs.repo.disk().used_bytes(),

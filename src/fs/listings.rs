@@ -2,7 +2,7 @@
 //! (or per request where the kernel lists directories it did not open:
 //! `unopened.rs`), and kept for version directories (they never change) and
 //! `versions/` (until a version or tag comes), least recently used dropped
-//! first, bounded by their total number of entries.
+//! first, bounded by their bytes and the memory budget.
 
 use super::{
     DirEntry, FIRST_VERSION_INO, FileKind, Handle, Listing, MountFs, Opened, VERSIONS, is_staging,
@@ -10,11 +10,12 @@ use super::{
 use crate::error::{Error, FsError, Result};
 use std::sync::Arc;
 
-/// Entries of version directory listings kept in memory (about 100 bytes each).
-pub(super) const LISTING_ENTRIES: usize = 50_000;
+/// Bytes of version directory listings kept in memory at most (about
+/// 50,000 entries).
+pub(super) const LISTING_BYTES: usize = 8 << 20;
 
 /// Listings of version directories, least recently used dropped first,
-/// bounded by their total number of entries.
+/// bounded by their bytes and the memory budget.
 pub(super) type Listings = crate::cache::weighed::WeighedLru<u64, Listing>;
 
 impl MountFs {
@@ -36,7 +37,10 @@ impl MountFs {
         listing.extend(self.readdir_plus(ino)?);
         let listing = Arc::new(listing);
         if kept {
-            let weight = listing.len();
+            let weight = listing
+                .iter()
+                .map(|(e, _)| std::mem::size_of::<(DirEntry, super::Attr)>() + e.name.len())
+                .sum();
             self.versions
                 .listings
                 .lock()

@@ -25,6 +25,7 @@ use versions::inodes::VersionInodes;
 use versions::prefetch_trees;
 use versions::stored::{Origin, StoredFile};
 
+use crate::cache::budget::Part;
 use crate::commit::CommitMeta;
 use crate::error::{Error, FsError, Result};
 use crate::read::chunks::ChunkCache;
@@ -242,7 +243,11 @@ impl MountFs {
                 repo: repo.clone(),
                 dataset: dataset.to_string(),
                 owner: (opts.uid, opts.gid),
-                listings: Mutex::new(Listings::new(listings::LISTING_ENTRIES)),
+                listings: Mutex::new(Listings::new(
+                    listings::LISTING_BYTES,
+                    repo.budget().clone(),
+                    Part::Listings,
+                )),
                 records: RwLock::new(versions),
                 tags: RwLock::default(),
                 inodes: Mutex::new(VersionInodes::default()),

@@ -949,6 +949,8 @@ async fn health(State(api): State<Arc<Api>>) -> Response {
             "error": store.error,
         },
         "index": { "ok": index_ok, "latency_ms": index_ms },
+        // What the gateway keeps in memory, within one budget (`--cache-memory`).
+        "memory": api.repo.budget().report(),
         "audit": api.audit.lock().as_ref().map(|a| json!({
             "time": humantime::format_rfc3339_seconds(a.at).to_string(),
             "seconds": a.seconds,

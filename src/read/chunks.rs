@@ -4,6 +4,7 @@
 //! concurrent readers of a run being fetched wait for it instead of fetching
 //! it again, and the next run can be fetched ahead in the background.
 
+use crate::cache::budget::Part;
 use crate::error::Result;
 use crate::id::BlobId;
 use crate::repo::Repo;
@@ -276,6 +277,7 @@ impl ChunkCache {
             inflight,
             ..State::default()
         };
+        self.repo.budget().holds(Part::Chunks, 0);
     }
 
     /// Forgets the chunks holding bytes `[start, end)` of a file of
@@ -338,7 +340,11 @@ impl ChunkCache {
         }
         let res = read.and_then(|(kept, wanted)| {
             st.insert(kept);
-            st.evict_to(self.max_bytes);
+            // Within its own bound and what the rest of the memory budget
+            // (trees, a mount's inodes and listings) leaves it.
+            let budget = self.repo.budget();
+            st.evict_to(self.max_bytes.min(budget.room(Part::Chunks)));
+            budget.holds(Part::Chunks, st.bytes);
             wanted
         });
         drop(st);

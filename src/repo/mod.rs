@@ -12,6 +12,7 @@ mod upstream;
 pub use history::Damage;
 pub use upstream::{History, Upstream};
 
+use crate::cache::budget::{Budget, Part};
 use crate::cache::disk::DiskCache;
 use crate::cache::index::Index;
 use crate::cache::weighed::WeighedLru;
@@ -62,8 +63,11 @@ pub struct Repo {
     state_dir: PathBuf,
     /// Names this store's local state (cache and staging folders).
     state_key: String,
-    /// Trees in memory, bounded by their total number of entries.
+    /// Trees in memory, bounded by their bytes and the memory budget.
     trees: Mutex<WeighedLru<BlobId, Arc<Tree>>>,
+    /// What this process may keep in memory to answer without the store
+    /// (`--cache-memory`): trees, a mount's inodes and listings, chunks.
+    budget: Arc<Budget>,
     /// Tags read so far, by key (`tag.rs`; they never change); None for
     /// one that does not decode.
     tags: tag::TagCache,
@@ -181,9 +185,9 @@ fn check_format(store: &Store, codec: &Codec, opts: &Options, dir: &std::path::P
 
 /// Files of a store's local state that `reindex` rebuilds: nothing else in
 /// that folder is ever deleted.
-/// Entries of trees kept in memory (about 150 bytes each, with a file's
-/// chunk list): a version's whole namespace need not fit.
-const TREE_ENTRIES: usize = 100_000;
+/// Bytes of decoded trees kept in memory at most (about 100,000 entries of
+/// files of one chunk): a version's whole namespace need not fit.
+const TREE_BYTES: usize = 24 << 20;
 
 /// Blob references inserted into the index at once by `index_tree`.
 const INDEX_BATCH: usize = 65_536;
@@ -337,6 +341,7 @@ impl Repo {
         check_format(&store, &codec, opts, &dir)?;
         let index = Arc::new(Index::open(&dir.join("index.sqlite"))?);
         let disk = DiskCache::open(dir.join("blobs"), opts.cache_size, index.clone())?;
+        let budget = Arc::new(Budget::new(crate::limits::to_usize(cache_memory)));
         Ok(Repo {
             store: Arc::new(store),
             codec,
@@ -344,7 +349,8 @@ impl Repo {
             disk,
             state_dir: dir,
             state_key,
-            trees: Mutex::new(WeighedLru::new(TREE_ENTRIES)),
+            trees: Mutex::new(WeighedLru::new(TREE_BYTES, budget.clone(), Part::Trees)),
+            budget,
             tags: tag::TagCache::default(),
             policy: policies::PolicyCache::default(),
             created_key_file: None,
@@ -462,9 +468,14 @@ impl Repo {
         Ok(())
     }
 
-    /// How many tree entries are kept in memory at most.
-    pub fn tree_entries_kept(&self) -> usize {
-        TREE_ENTRIES
+    /// How many bytes of trees may be kept in memory now.
+    pub fn tree_room(&self) -> usize {
+        TREE_BYTES.min(self.budget.room(Part::Trees))
+    }
+
+    /// The memory budget this process keeps within (`--cache-memory`).
+    pub fn budget(&self) -> &Arc<Budget> {
+        &self.budget
     }
 
     /// Whether a tree is in memory, so loading it costs no I/O.
@@ -480,7 +491,7 @@ impl Repo {
     }
 
     fn keep_tree(&self, r: &BlobRef, tree: Arc<Tree>) {
-        let weight = tree.entries.len() + 1;
+        let weight = tree.bytes();
         self.trees.lock().put(r.id, tree, weight);
     }
 

@@ -373,6 +373,23 @@ impl Tree {
         Tree { entries }
     }
 
+    /// About the bytes it takes in memory: its entries, their names, chunk
+    /// lists and targets (what the memory budget counts of it).
+    pub fn bytes(&self) -> usize {
+        use std::mem::size_of;
+        let heap = |e: &Entry| match &e.node {
+            Node::File { chunks, .. } => chunks.len() * size_of::<BlobRef>(),
+            Node::Symlink { target, .. } => target.len(),
+            _ => 0,
+        };
+        size_of::<Tree>()
+            + self
+                .entries
+                .iter()
+                .map(|e| size_of::<Entry>() + e.name.len() + heap(e))
+                .sum::<usize>()
+    }
+
     /// Whether an entry in it or below is one of several names of a file.
     pub fn has_links(&self) -> bool {
         self.entries

@@ -459,7 +459,9 @@ mod tests {
             }
             let stored = std::fs::read(dir.path().join("s")).unwrap();
             prop_assert_eq!(stored.len() as u64, stored_len(model.len() as u64));
-            let plain: Vec<&[u8]> = model.windows(32).filter(|w| w.iter().any(|&b| b != 0)).step_by(97).collect();
+            // Windows of written bytes alone (never zero): a window mostly of
+            // zeros can meet a hole's zeros and a nonce's first byte by chance.
+            let plain: Vec<&[u8]> = model.windows(32).filter(|w| w.iter().all(|&b| b != 0)).step_by(97).collect();
             for w in plain {
                 prop_assert!(stored.windows(32).all(|s| s != w), "plaintext at rest");
             }

@@ -7,12 +7,14 @@
 //! target, its path) is read from its folder's tree when needed.
 
 use super::Versions;
+use crate::cache::budget::Part;
 use crate::error::{Error, FsError, Result};
 use crate::fs::{Attr, FIRST_VERSION_INO, IMMUTABLE_TTL, VERSIONS, is_staging};
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node};
 use crate::store::pack::BlobRef;
 use std::collections::HashMap;
+use std::mem::size_of;
 
 /// A version inode, materialised: what it stands for.
 pub(in crate::fs) struct VEntry {
@@ -98,6 +100,8 @@ pub(in crate::fs) struct VersionInodes {
     by_link: HashMap<(u32, u64), u32>,
     links: HashMap<u32, ((u32, u64), u32, Node)>,
     live: usize,
+    /// Bytes the folders' `Folder`s take (for the memory budget).
+    folder_bytes: usize,
 }
 
 #[derive(Default)]
@@ -109,7 +113,21 @@ struct Slot {
 /// Generations stay below this, so inode numbers stay below `STAGING_BIT`.
 const GENERATIONS: u32 = 1 << 28;
 
+/// The bytes a folder's `Folder` takes.
+fn folder_bytes(f: &Folder) -> usize {
+    size_of::<Folder>() + f.slots.capacity() * size_of::<u32>()
+}
+
 impl VersionInodes {
+    /// About the bytes the table takes (what the memory budget counts).
+    fn bytes(&self) -> usize {
+        self.slots.capacity() * size_of::<Slot>()
+            + self.free.capacity() * size_of::<u32>()
+            + self.folder_bytes
+            + (self.roots.len() + self.atimes.len() + self.by_link.len()) * 32
+            + self.links.len() * (32 + size_of::<Node>())
+    }
+
     /// The slot of `ino`, if `ino` is its current inode number.
     fn slot(&self, ino: u64) -> Option<u32> {
         let n = ino.checked_sub(FIRST_VERSION_INO)?;
@@ -186,7 +204,9 @@ impl VersionInodes {
         };
         let i = index as usize;
         if f.slots.len() <= i {
+            let had = f.slots.capacity();
             f.slots.resize(i + 1, 0);
+            self.folder_bytes += (f.slots.capacity() - had) * size_of::<u32>();
         }
         f.slots[i] = slot.map_or(0, |s| s + 1);
     }
@@ -200,6 +220,9 @@ impl VersionInodes {
             let Some(h) = s.held.take() else {
                 return;
             };
+            if let Some(f) = &h.folder {
+                self.folder_bytes -= folder_bytes(f);
+            }
             s.generation = (s.generation + 1) % GENERATIONS;
             self.free.push(slot);
             self.atimes.remove(&slot);
@@ -327,6 +350,10 @@ impl Versions {
                     t.links.insert(slot, (k, names, node.clone()));
                 }
                 t.live += 1;
+                if matches!(node, Node::Dir { .. }) {
+                    t.folder_bytes += size_of::<Folder>();
+                }
+                self.repo.budget().holds(Part::Inodes, t.bytes());
                 if let Some(f) = t
                     .slots
                     .get_mut(folder as usize)
@@ -385,6 +412,7 @@ impl Versions {
             if children == 0 {
                 t.release(slot);
             }
+            self.repo.budget().holds(Part::Inodes, t.bytes());
             parent
         };
         // Its folder's kept listing names it: the next one is built anew.

@@ -252,26 +252,26 @@ impl Versions {
 
 /// Loads `root` and the trees under it into memory in the background, a
 /// level at a time with one batched read per slice of a level, up to
-/// `PREFETCH_TREES` trees and half the entries the repository keeps in
-/// memory (more would only push out what was loaded first, and leave the
+/// `PREFETCH_TREES` trees and half the bytes of trees the repository may
+/// keep in memory (more would only push out what was loaded first, and leave the
 /// allocator holding what they took). Best effort: readers report real
 /// errors; skipped when busy.
 pub(super) fn prefetch_trees(repo: Arc<Repo>, root: BlobRef) {
     let store = repo.store().clone();
     let _ = store.try_spawn_work(move || {
-        let room = repo.tree_entries_kept() / 2;
-        let (mut trees, mut entries) = (0, 0);
+        let room = repo.tree_room() / 2;
+        let (mut trees, mut bytes) = (0, 0);
         let mut level = vec![root];
         while !level.is_empty() {
             let mut next = Vec::new();
             for slice in level.chunks(PREFETCH_SLICE) {
-                if trees >= PREFETCH_TREES || entries >= room || repo.load_trees(slice).is_err() {
+                if trees >= PREFETCH_TREES || bytes >= room || repo.load_trees(slice).is_err() {
                     return;
                 }
                 for r in slice {
                     let Ok(tree) = repo.tree(r) else { return };
                     trees += 1;
-                    entries += tree.entries.len() + 1;
+                    bytes += tree.bytes();
                     next.extend(tree.entries.iter().filter_map(|e| match &e.node {
                         Node::Dir { tree, .. } => Some(*tree),
                         _ => None,
