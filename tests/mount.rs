@@ -494,6 +494,40 @@ fn a_listed_folder_removed_elsewhere_leaves_clean_staging() {
     );
 }
 
+/// What the daemon keeps in memory is one budget, told by
+/// `.detafs/health`: the version inodes a walk made, the trees within
+/// what the budget leaves them, the process's memory beside.
+#[test]
+fn health_tells_what_the_memory_budget_holds() {
+    let env = Env::new();
+    let (a, b) = two_versions(&env);
+    let m = env.mount(&["--cache-memory", "16MiB"]);
+    assert_eq!(fingerprint(&m.path("versions/v1")), fingerprint(&a));
+    assert_eq!(fingerprint(&m.path("versions/v2")), fingerprint(&b));
+    let h: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(m.path(".detafs/health")).unwrap()).unwrap();
+    let memory = &h["memory"];
+    let part = |k: &str| {
+        memory[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{k}: {memory}"))
+    };
+    assert_eq!(part("budget"), 16 << 20, "{memory}");
+    assert!(
+        part("inodes") >= 64 * h["version_inodes"].as_u64().unwrap(),
+        "{memory}"
+    );
+    let kept = part("trees") + part("listings") + part("chunks");
+    assert!(
+        part("trees") > 0 && kept + part("inodes") <= 16 << 20,
+        "{memory}"
+    );
+    assert!(
+        part("resident") > 0 && part("peak") >= part("resident"),
+        "{memory}"
+    );
+}
+
 #[test]
 fn inodes_the_kernel_forgets_are_freed_and_everything_still_reads() {
     let env = Env::new();

@@ -60,10 +60,11 @@ struct Cli {
     /// Bound on the on-disk object cache, e.g. 512MiB or 2GB.
     #[arg(long, global = true, default_value = "1GiB", help_heading = GLOBAL)]
     cache_size: bytesize::ByteSize,
-    /// Bound on verified file bytes kept in memory by `detafs serve` (its
-    /// REST API and S3 endpoint), e.g. 2GiB (default: an eighth of the
-    /// machine's memory, 64 MiB to 4 GiB). A mount keeps them in the
-    /// kernel's page cache instead.
+    /// Memory budget for what a process keeps to answer without the store,
+    /// e.g. 2GiB (default: an eighth of the machine's memory, 64 MiB to
+    /// 4 GiB): decoded trees, a mount's listings and inodes, and the
+    /// verified file bytes `detafs serve` keeps (a mount keeps those in
+    /// the kernel's page cache instead).
     #[arg(long, global = true, env = "DETAFS_CACHE_MEMORY", help_heading = GLOBAL)]
     cache_memory: Option<bytesize::ByteSize>,
     /// How long one operation on a remote store may keep retrying through
