@@ -514,7 +514,7 @@ fn health_tells_what_the_memory_budget_holds() {
     };
     assert_eq!(part("budget"), 16 << 20, "{memory}");
     assert!(
-        part("inodes") >= 64 * h["version_inodes"].as_u64().unwrap(),
+        part("inodes") >= 48 * h["version_inodes"].as_u64().unwrap(),
         "{memory}"
     );
     let kept = part("trees") + part("listings") + part("chunks");

@@ -77,7 +77,12 @@ pub struct History {
 /// (a poll asks once for all).
 pub(super) struct Upstreamed {
     source: Arc<dyn Upstream>,
-    said: Mutex<HashMap<String, History>>,
+    /// By dataset, the last history given, and the turn it was asked in:
+    /// an answer asked for before the one kept (a poll under way while a
+    /// commit landed and asked again) never replaces it.
+    said: Mutex<HashMap<String, (u64, History)>>,
+    /// Questions asked so far (their turns).
+    asked: std::sync::atomic::AtomicU64,
 }
 
 impl Repo {
@@ -87,6 +92,7 @@ impl Repo {
         self.upstream = Some(Upstreamed {
             source,
             said: Mutex::default(),
+            asked: Default::default(),
         });
         self
     }
@@ -135,17 +141,24 @@ impl Repo {
     /// tags that came with it are kept for `said_tags`.
     pub(super) fn ask_upstream(&self, name: &str) -> Option<Result<Vec<Record>>> {
         let up = self.upstream.as_ref()?;
+        let turn = up.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         Some(up.source.history(name).map(|h| {
-            let records = h.records.clone();
-            up.said.lock().insert(name.to_string(), h);
-            records
+            let mut said = up.said.lock();
+            match said.get(name) {
+                Some((kept, newer)) if *kept > turn => newer.records.clone(),
+                _ => {
+                    let records = h.records.clone();
+                    said.insert(name.to_string(), (turn, h));
+                    records
+                }
+            }
         }))
     }
 
     /// The versions upstream gave last (asked if never; None: no upstream).
     pub(super) fn said_records(&self, name: &str) -> Option<Result<Vec<Record>>> {
         let up = self.upstream.as_ref()?;
-        if let Some(said) = up.said.lock().get(name) {
+        if let Some((_, said)) = up.said.lock().get(name) {
             return Some(Ok(said.records.clone()));
         }
         self.ask_upstream(name)
@@ -154,7 +167,7 @@ impl Repo {
     /// The tags upstream gave with the dataset's history (asked if never).
     pub(super) fn said_tags(&self, name: &str) -> Option<Result<Vec<Tag>>> {
         let up = self.upstream.as_ref()?;
-        if let Some(said) = up.said.lock().get(name) {
+        if let Some((_, said)) = up.said.lock().get(name) {
             return Some(Ok(said.tags.clone()));
         }
         Some(
@@ -166,9 +179,12 @@ impl Repo {
     /// Whether upstream withholds the figures of dataset `name`'s
     /// versions (as of its last answer; never without upstream).
     pub fn figures_withheld(&self, name: &str) -> bool {
-        self.upstream
-            .as_ref()
-            .is_some_and(|up| up.said.lock().get(name).is_some_and(|h| h.figures_withheld))
+        self.upstream.as_ref().is_some_and(|up| {
+            up.said
+                .lock()
+                .get(name)
+                .is_some_and(|(_, h)| h.figures_withheld)
+        })
     }
 
     /// A tree from upstream (None: no upstream, or not one it gave). Kept in memory only: it

@@ -39,8 +39,6 @@ pub(in crate::fs) struct Held {
     /// Its size; a special entry's device number (its size is 0).
     size: u64,
     mtime_s: i64,
-    /// A folder's tree and the slots of its children the kernel holds.
-    folder: Option<Box<Folder>>,
     version: u32,
     lookups: u32,
     mtime_ns: u32,
@@ -51,10 +49,12 @@ pub(in crate::fs) struct Held {
 /// A place packed as `folder slot << 32 | index`.
 type Place2 = u64;
 
-/// What a version folder's inode holds beyond a file's: its tree, and the
-/// slot (plus one; 0 for none) of each of its entries the kernel holds, by
-/// index in the tree. Four bytes per entry, where a map by place cost
-/// about forty (a million files walked twice: 100 MiB of the daemon's peak).
+/// What a version folder's inode holds beyond a file's (kept apart, by
+/// slot: folders are few, and a file's slot is 8 bytes smaller for it): its
+/// tree, and the slot (plus one; 0 for none) of each of its entries the
+/// kernel holds, by index in the tree. Four bytes per entry, where a map by
+/// place cost about forty (a million files walked twice: 100 MiB of the
+/// daemon's peak).
 struct Folder {
     tree: BlobRef,
     slots: Vec<u32>,
@@ -100,6 +100,8 @@ pub(in crate::fs) struct VersionInodes {
     by_link: HashMap<(u32, u64), u32>,
     links: HashMap<u32, ((u32, u64), u32, Node)>,
     live: usize,
+    /// Folders' trees and children, by slot.
+    folders: HashMap<u32, Folder>,
     /// Bytes the folders' `Folder`s take (for the memory budget).
     folder_bytes: usize,
 }
@@ -115,7 +117,7 @@ const GENERATIONS: u32 = 1 << 28;
 
 /// The bytes a folder's `Folder` takes.
 fn folder_bytes(f: &Folder) -> usize {
-    size_of::<Folder>() + f.slots.capacity() * size_of::<u32>()
+    size_of::<(u32, Folder)>() + 8 + f.slots.capacity() * size_of::<u32>()
 }
 
 impl VersionInodes {
@@ -133,6 +135,18 @@ impl VersionInodes {
         let n = ino.checked_sub(FIRST_VERSION_INO)?;
         let (generation, slot) = split(n);
         (self.slots.get(slot as usize)?.generation == generation).then_some(slot)
+    }
+
+    /// The tree of folder inode `ino`, if the kernel holds it.
+    fn tree_of(&self, ino: u64) -> Option<BlobRef> {
+        self.get(ino)?;
+        Some(self.folders.get(&self.slot(ino)?)?.tree)
+    }
+
+    /// The inode number of folder slot `folder` of a place, if it is one
+    /// (not `UNHELD`).
+    fn folder_ino(&self, folder: u32) -> Option<u64> {
+        ((folder as usize) < self.slots.len()).then(|| self.ino(folder))
     }
 
     fn ino(&self, slot: u32) -> u64 {
@@ -174,13 +188,7 @@ impl VersionInodes {
         if folder == ROOTS {
             return self.roots.get(&index).copied();
         }
-        let f = self
-            .slots
-            .get(folder as usize)?
-            .held
-            .as_ref()?
-            .folder
-            .as_ref()?;
+        let f = self.folders.get(&folder)?;
         f.slots.get(index as usize)?.checked_sub(1)
     }
 
@@ -194,12 +202,7 @@ impl VersionInodes {
             };
             return;
         }
-        let Some(f) = self
-            .slots
-            .get_mut(folder as usize)
-            .and_then(|s| s.held.as_mut())
-            .and_then(|h| h.folder.as_mut())
-        else {
+        let Some(f) = self.folders.get_mut(&folder) else {
             return;
         };
         let i = index as usize;
@@ -220,8 +223,8 @@ impl VersionInodes {
             let Some(h) = s.held.take() else {
                 return;
             };
-            if let Some(f) = &h.folder {
-                self.folder_bytes -= folder_bytes(f);
+            if let Some(f) = self.folders.remove(&slot) {
+                self.folder_bytes -= folder_bytes(&f);
             }
             s.generation = (s.generation + 1) % GENERATIONS;
             self.free.push(slot);
@@ -283,7 +286,7 @@ impl Versions {
             t.slots[slot as usize]
                 .held
                 .as_ref()
-                .is_none_or(|h| h.folder.as_ref().map(|f| &f.tree) == tree)
+                .is_none_or(|_| t.folders.get(&slot).map(|f| &f.tree) == tree)
         })
         .or_else(|| {
             let (k, _) = link?;
@@ -298,10 +301,10 @@ impl Versions {
                     Node::Dir { mode, tree, .. } => (
                         crate::fs::FileKind::Dir,
                         *mode,
-                        Some(Box::new(Folder {
+                        Some(Folder {
                             tree: *tree,
                             slots: Vec::new(),
-                        })),
+                        }),
                     ),
                     Node::Symlink { .. } => (crate::fs::FileKind::Symlink, 0o777, None),
                     Node::Special { kind, mode, .. } => {
@@ -318,7 +321,6 @@ impl Versions {
                         _ => node.size(),
                     },
                     mtime_s: mtime.0,
-                    folder: folder_of,
                     version,
                     lookups: 0,
                     mtime_ns: mtime.1,
@@ -350,8 +352,9 @@ impl Versions {
                     t.links.insert(slot, (k, names, node.clone()));
                 }
                 t.live += 1;
-                if matches!(node, Node::Dir { .. }) {
-                    t.folder_bytes += size_of::<Folder>();
+                if let Some(f) = folder_of {
+                    t.folder_bytes += folder_bytes(&f);
+                    t.folders.insert(slot, f);
                 }
                 self.repo.budget().holds(Part::Inodes, t.bytes());
                 if let Some(f) = t
@@ -406,8 +409,8 @@ impl Versions {
             }
             t.live -= 1;
             let parent = match (place >> 32) as u32 {
-                ROOTS => VERSIONS,
-                folder => t.ino(folder),
+                ROOTS => Some(VERSIONS),
+                folder => t.folder_ino(folder),
             };
             if children == 0 {
                 t.release(slot);
@@ -416,7 +419,9 @@ impl Versions {
             parent
         };
         // Its folder's kept listing names it: the next one is built anew.
-        self.listings.lock().remove(&parent);
+        if let Some(parent) = parent {
+            self.listings.lock().remove(&parent);
+        }
     }
 
     /// Whether a version inode is still allocated (a kept listing may name
@@ -470,10 +475,8 @@ impl Versions {
     /// A version folder's tree.
     pub(in crate::fs) fn version_dir_tree(&self, ino: u64) -> Result<BlobRef> {
         let t = self.inodes.lock();
-        let h = t.get(ino).ok_or_else(|| gone(ino))?;
-        h.folder
-            .as_ref()
-            .map(|f| f.tree)
+        t.get(ino).ok_or_else(|| gone(ino))?;
+        t.tree_of(ino)
             .ok_or_else(|| Error::fs(FsError::NotDir, format!("inode {ino}")))
     }
 
@@ -483,23 +486,19 @@ impl Versions {
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
         let (folder, index) = split(h.place);
         if folder == ROOTS {
-            let tree = h.folder.as_ref().map(|f| f.tree).ok_or_else(|| gone(ino))?;
+            let tree = t.tree_of(ino).ok_or_else(|| gone(ino))?;
             return Ok(Place::Root {
                 version: h.version as u64,
                 tree,
             });
         }
-        // The kernel holds a folder while it holds anything in it.
-        let folder = t.ino(folder);
-        let f = t.get(folder).ok_or_else(|| gone(folder))?;
+        // The kernel holds a folder while it holds anything in it (an
+        // entry made after its folder was forgotten has none: gone).
+        let folder = t.folder_ino(folder).ok_or_else(|| gone(ino))?;
         Ok(Place::In {
             version: h.version as u64,
             folder,
-            folder_tree: f
-                .folder
-                .as_ref()
-                .map(|f| f.tree)
-                .ok_or_else(|| gone(folder))?,
+            folder_tree: t.tree_of(folder).ok_or_else(|| gone(folder))?,
             index: index as usize,
         })
     }
