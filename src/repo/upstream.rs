@@ -77,12 +77,34 @@ pub struct History {
 /// (a poll asks once for all).
 pub(super) struct Upstreamed {
     source: Arc<dyn Upstream>,
-    /// By dataset, the last history given, and the turn it was asked in:
-    /// an answer asked for before the one kept (a poll under way while a
-    /// commit landed and asked again) never replaces it.
-    said: Mutex<HashMap<String, (u64, History)>>,
+    said: Mutex<Said>,
     /// Questions asked so far (their turns).
     asked: std::sync::atomic::AtomicU64,
+}
+
+/// By dataset, the last history upstream gave, and the turn it was asked
+/// in: an answer to a question asked before the kept one's (a poll under
+/// way while a commit landed and asked again) never replaces it.
+#[derive(Default)]
+struct Said(HashMap<String, (u64, History)>);
+
+impl Said {
+    fn get(&self, name: &str) -> Option<&History> {
+        self.0.get(name).map(|(_, h)| h)
+    }
+
+    /// Keeps `h`, the answer to a question asked in `turn`, unless an
+    /// answer to a later one is kept; the records of the history kept.
+    fn answer(&mut self, name: &str, turn: u64, h: History) -> Vec<Record> {
+        match self.0.get(name) {
+            Some((kept, newer)) if *kept > turn => newer.records.clone(),
+            _ => {
+                let records = h.records.clone();
+                self.0.insert(name.to_string(), (turn, h));
+                records
+            }
+        }
+    }
 }
 
 impl Repo {
@@ -142,23 +164,17 @@ impl Repo {
     pub(super) fn ask_upstream(&self, name: &str) -> Option<Result<Vec<Record>>> {
         let up = self.upstream.as_ref()?;
         let turn = up.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        Some(up.source.history(name).map(|h| {
-            let mut said = up.said.lock();
-            match said.get(name) {
-                Some((kept, newer)) if *kept > turn => newer.records.clone(),
-                _ => {
-                    let records = h.records.clone();
-                    said.insert(name.to_string(), (turn, h));
-                    records
-                }
-            }
-        }))
+        Some(
+            up.source
+                .history(name)
+                .map(|h| up.said.lock().answer(name, turn, h)),
+        )
     }
 
     /// The versions upstream gave last (asked if never; None: no upstream).
     pub(super) fn said_records(&self, name: &str) -> Option<Result<Vec<Record>>> {
         let up = self.upstream.as_ref()?;
-        if let Some((_, said)) = up.said.lock().get(name) {
+        if let Some(said) = up.said.lock().get(name) {
             return Some(Ok(said.records.clone()));
         }
         self.ask_upstream(name)
@@ -167,7 +183,7 @@ impl Repo {
     /// The tags upstream gave with the dataset's history (asked if never).
     pub(super) fn said_tags(&self, name: &str) -> Option<Result<Vec<Tag>>> {
         let up = self.upstream.as_ref()?;
-        if let Some((_, said)) = up.said.lock().get(name) {
+        if let Some(said) = up.said.lock().get(name) {
             return Some(Ok(said.tags.clone()));
         }
         Some(
@@ -179,12 +195,9 @@ impl Repo {
     /// Whether upstream withholds the figures of dataset `name`'s
     /// versions (as of its last answer; never without upstream).
     pub fn figures_withheld(&self, name: &str) -> bool {
-        self.upstream.as_ref().is_some_and(|up| {
-            up.said
-                .lock()
-                .get(name)
-                .is_some_and(|(_, h)| h.figures_withheld)
-        })
+        self.upstream
+            .as_ref()
+            .is_some_and(|up| up.said.lock().get(name).is_some_and(|h| h.figures_withheld))
     }
 
     /// A tree from upstream (None: no upstream, or not one it gave). Kept in memory only: it
@@ -218,5 +231,33 @@ impl Repo {
                 }
             }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Histories told apart by whether figures are withheld.
+    fn history(withheld: bool) -> History {
+        History {
+            records: Vec::new(),
+            tags: Vec::new(),
+            figures_withheld: withheld,
+        }
+    }
+
+    #[test]
+    fn an_answer_to_an_earlier_question_never_replaces_a_later_one() {
+        let mut said = Said::default();
+        // A commit asks (turn 2) after a poll (turn 1) whose answer comes last.
+        said.answer("ds", 2, history(true));
+        said.answer("ds", 1, history(false));
+        assert!(said.get("ds").unwrap().figures_withheld);
+        // A later question's answer replaces it, whatever it shows (a
+        // policy may hide what the kept one showed).
+        said.answer("ds", 3, history(false));
+        assert!(!said.get("ds").unwrap().figures_withheld);
+        assert!(said.get("other").is_none());
     }
 }
