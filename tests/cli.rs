@@ -444,6 +444,34 @@ fn flipped_byte_is_named_by_verify_and_never_served() {
     assert_eq!(env.ok(&["cat", "ds", "v1", "sub/deeper/note.txt"]), "deep");
 }
 
+/// A pack cut short (a disk that filled, a copy stopped half-way): what
+/// lies past its end is an error naming the file, never bytes made up;
+/// what lies before it is still served, and nothing is changed.
+#[test]
+fn a_pack_cut_short_is_refused_not_read_past() {
+    let env = Env::new();
+    let src = env.path("src");
+    sample_tree(&src, 9);
+    env.commit(&src, "first");
+    let pack = env.objects.largest("packs");
+    let bytes = env.objects.read(&pack);
+    let cut = bytes[..bytes.len() / 2].to_vec();
+    env.objects.write(&pack, cut.clone());
+    let out = env.run(&["cat", "ds", "v1", "sub/big.bin"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sub/big.bin"), "{err}");
+    let good = common::noise(1_500_000, 9);
+    assert!(out.stdout.len() < good.len(), "served past the cut");
+    assert_eq!(
+        &out.stdout[..],
+        &good[..out.stdout.len()],
+        "served wrong bytes"
+    );
+    assert_eq!(env.objects.read(&pack), cut, "the pack was left as it was");
+    assert_eq!(env.ok(&["cat", "ds", "v1", "sub/deeper/note.txt"]), "deep");
+}
+
 #[test]
 fn missing_pack_and_broken_chain_are_reported() {
     // Records in the clear, to rewrite one (a sealed one cannot be: sealed.rs).
