@@ -40,6 +40,23 @@ pub fn hold(name: &str) {
     let _ = name;
 }
 
+/// Runs `job` now, or in a test build asking to hold `name`, on a thread
+/// of its own once `hold(name)` lets it go (the caller must not wait:
+/// the kernel's request thread).
+pub fn later(name: &str, job: impl FnOnce() + Send + 'static) {
+    #[cfg(feature = "failpoints")]
+    if fail::list().iter().any(|(n, _)| n == name) {
+        let name = name.to_string();
+        std::thread::spawn(move || {
+            hold(&name);
+            job()
+        });
+        return;
+    }
+    let _ = name;
+    job()
+}
+
 /// `default`, or in a test build (feature `failpoints`) the duration the
 /// environment variable `var` gives: tests shorten waits that exist for
 /// clocks and other hosts (a gc's grace, the stat cache's racy window).

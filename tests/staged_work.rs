@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Env, Mount, status, two_versions};
+use common::{Env, Hold, Mount, status, two_versions};
 use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 
@@ -56,6 +56,9 @@ fn a_request_is_carried_out_at_its_last_close_only() {
         // inherits the descriptor and exits before the rest is written.
         "exec 3>.detafs/checkout; printf 'v1\\n' >&3; exec 4>&3; exec 4>&-; printf 'd/b.csv\\n' >&3; exec 3>&-",
         "exec 3>.detafs/checkout; printf 'v1\\n' >&3; sh -c 'exec 3>&-'; printf 'd/b.csv\\n' >&3; exec 3>&-",
+        // A read of the mount after a child's close: it waits a while at
+        // most for a RELEASE that is not coming (`fs/orders.rs`).
+        "exec 3>.detafs/checkout; printf 'v1\\n' >&3; sh -c 'exec 3>&-'; cat staging/a.csv; printf 'd/b.csv\\n' >&3; exec 3>&-",
     ];
     for form in forms {
         stage_work(&m);
@@ -130,6 +133,29 @@ fn the_next_command_sees_the_request_carried_out() {
          done",
     );
     assert_eq!(out, "1\n11\n".repeat(10));
+}
+
+/// A RELEASE the kernel sends late (held in the daemon here, as a loaded
+/// kernel's background queue holds it) still orders the shell's next
+/// command: from the close on, the mount waits for it.
+#[test]
+fn a_late_release_still_orders_the_next_command() {
+    let env = Env::new();
+    two_versions(&env);
+    let late = Hold::new(&env, "order-release");
+    // Longer than any wait of the test's own: only the RELEASE ends it.
+    let m = env.mount_env(&late.spec, &[("DETAFS_TEST_RELEASE_WAIT", "600s")]);
+    let shell = Command::new("sh")
+        .current_dir(&m.dir)
+        .args(["-c", "echo v1 > .detafs/checkout; cat staging/a.csv"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    late.reached();
+    late.release();
+    let out = shell.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "1");
 }
 
 /// The CLI reads back the handle it wrote its request through: it learns
@@ -668,13 +694,11 @@ fn shell_step(step: &Step) -> String {
     }
 }
 
-/// A request written to `.detafs/FILE` and read back, as the CLI makes
-/// it: the shell's next command runs once it is carried out. (A request
-/// that is only closed is carried out when the daemon hears of the close,
-/// which a loaded kernel may send after the next command's requests:
-/// docs/semantics.md.) Its outcome is the model's to check.
+/// A request written to `.detafs/FILE` as a shell writes it: the next
+/// command runs once it is carried out. Its outcome is the model's to
+/// check.
 fn request(file: &str, text: &str) -> String {
-    format!("exec 3<>.detafs/{file}; printf '{text}' >&3; cat <&3 >/dev/null 2>&1; exec 3>&-")
+    format!("printf '{text}' > .detafs/{file}")
 }
 
 /// Staging as the mount shows it, in the model's terms (origins aside).

@@ -630,14 +630,18 @@ impl MountFs {
                 );
             }
             Some(Handle::Order(ino, order, caller)) => {
-                let sequence = &self.control.sequence;
-                sequence.raise();
                 let fs = self.clone();
-                sequence.queue(move || {
-                    let _ = control::carry_out(&fs, ino, order.take(), caller.as_ref());
-                    let store = fs.repo.store().clone();
-                    fs.control.sequence.lower(|job| store.spawn_work(job));
-                });
+                let carry_out = move || {
+                    let sequence = &fs.control.sequence;
+                    sequence.raise(fh);
+                    let fs = fs.clone();
+                    sequence.queue(move || {
+                        let _ = control::carry_out(&fs, ino, order.take(), caller.as_ref());
+                        fs.control.sequence.lower(|job| fs.run_held(job));
+                    });
+                };
+                // Tests hold it here: a loaded kernel's late RELEASE.
+                crate::hold::later("order-release", carry_out);
             }
             _ => {}
         }
@@ -655,6 +659,17 @@ impl MountFs {
         match self.handles.lock().get(&fh) {
             Some(Handle::Order(_, order, _)) => {
                 let order = order.clone();
+                if order.written() {
+                    // Maybe its last close: what comes next waits for
+                    // the RELEASE, a while at most (`orders.rs`).
+                    let turn = self.control.sequence.await_release(fh);
+                    let fs = self.clone();
+                    std::thread::spawn(move || {
+                        std::thread::sleep(orders::release_wait());
+                        let sequence = &fs.control.sequence;
+                        sequence.gave_up(fh, turn, |job| fs.run_held(job));
+                    });
+                }
                 self.control.sequence.queue(move || {
                     order.closed_by(pid);
                     done(Ok(()));
@@ -662,6 +677,17 @@ impl MountFs {
             }
             _ => done(Ok(())),
         }
+    }
+
+    /// Handle `fh` is used again (a write or read): if it is a request's,
+    /// a close of one of its copies was not the request's end.
+    pub fn handle_goes_on(self: &Arc<Self>, fh: u64) {
+        self.control.sequence.goes_on(fh, |job| self.run_held(job));
+    }
+
+    /// Runs work held behind a control-file request.
+    fn run_held(&self, job: orders::Job) {
+        self.repo.store().spawn_work(job)
     }
 
     /// `job` back to run now, or None: held until the control-file

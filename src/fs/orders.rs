@@ -12,16 +12,30 @@
 //! the handle it wrote through: that read is the end the writer states,
 //! carries the request out and answers with how it went (the CLI does so).
 //!
-//! The kernel answers a close before it sends RELEASE, so a request's
-//! effect is ordered by the daemon: from the RELEASE on, every request the
-//! mount receives waits (held, taking no worker) until the request is
-//! carried out, so the shell's next command sees its result. Requests are
-//! carried out one at a time on a thread of their own, in the order the
-//! kernel sent them, with the closes' checks of their writers.
+//! The kernel answers a close before it sends RELEASE, and sends RELEASE
+//! in the background, so a loaded kernel may pass the next command's
+//! requests to the daemon first. The daemon orders them itself: from the
+//! FLUSH of a close that leaves a request written (a close the shell
+//! waits for), every request the mount receives waits (held, taking no
+//! worker) until that handle's RELEASE comes and the request is carried
+//! out, so the shell's next command sees its result. Work on the request's
+//! own handle is not held (a write after a copy's close goes on with the
+//! request), and nothing waits for a RELEASE longer than `RELEASE_WAIT`:
+//! a close that was not the last (a child's copy, the shell writing on)
+//! delays what comes next by at most that. Requests are carried out one at
+//! a time on a thread of their own, in the order the kernel sent them,
+//! with the closes' checks of their writers.
 
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
 use std::sync::mpsc;
+use std::time::Duration;
+
+/// Longest time requests wait after the close of a request's handle for
+/// the kernel to send its RELEASE.
+pub(super) fn release_wait() -> Duration {
+    crate::hold::test_duration("DETAFS_TEST_RELEASE_WAIT", Duration::from_secs(1))
+}
 
 /// Most bytes a request may hold.
 pub(super) const MAX_ORDER: usize = 1 << 20;
@@ -103,6 +117,11 @@ impl Order {
             }
         }
     }
+
+    /// Whether its handle holds a request not carried out yet.
+    pub(super) fn written(&self) -> bool {
+        !self.state.lock().text.is_empty()
+    }
 }
 
 /// Why a close by process `pid` must void the request it ends, if it
@@ -166,8 +185,27 @@ pub(super) struct Sequence {
 struct Barrier {
     /// Requests released by the kernel and not carried out yet.
     pending: usize,
-    /// Work for requests that came meanwhile, run once `pending` is 0.
+    /// Handles closed with a request written, whose RELEASE has not come
+    /// (each with the turn it was closed in).
+    awaited: Vec<(u64, u64)>,
+    turn: u64,
+    /// Work for requests that came meanwhile, run once nothing is
+    /// pending or awaited.
     held: Vec<Job>,
+}
+
+impl Barrier {
+    fn up(&self) -> bool {
+        self.pending > 0 || !self.awaited.is_empty()
+    }
+
+    /// The held work, if the barrier is down.
+    fn let_go(&mut self) -> Vec<Job> {
+        match self.up() {
+            true => Vec::new(),
+            false => std::mem::take(&mut self.held),
+        }
+    }
 }
 
 impl Sequence {
@@ -190,42 +228,79 @@ impl Sequence {
         let _ = self.jobs.lock().send(Box::new(job));
     }
 
-    /// A request the kernel released: later requests are held until
-    /// `lower` is called for it. (The kernel's request thread: no waiting.)
-    pub(super) fn raise(&self) {
-        self.barrier.lock().pending += 1;
+    /// Handle `fh` was closed with a request written: later requests are
+    /// held until its RELEASE (`raise`), its writer going on (`goes_on`)
+    /// or `gave_up` with the turn returned. (The kernel's request thread.)
+    pub(super) fn await_release(&self, fh: u64) -> u64 {
+        let mut b = self.barrier.lock();
+        b.turn += 1;
+        let turn = b.turn;
+        b.awaited.retain(|&(h, _)| h != fh);
+        b.awaited.push((fh, turn));
+        turn
     }
 
-    /// The request `raise` was called for is carried out: `run` gets the
-    /// held work once no request is pending.
-    pub(super) fn lower(&self, run: impl Fn(Job)) {
+    /// Handle `fh` is written or read again: its close was not the end of
+    /// its request. `run` gets the held work if nothing else holds it.
+    pub(super) fn goes_on(&self, fh: u64, run: impl Fn(Job)) {
+        self.stop_awaiting(|&(h, _)| h == fh, run)
+    }
+
+    /// The RELEASE of `fh` awaited since `turn` did not come in time.
+    pub(super) fn gave_up(&self, fh: u64, turn: u64, run: impl Fn(Job)) {
+        self.stop_awaiting(|&a| a == (fh, turn), run)
+    }
+
+    fn stop_awaiting(&self, which: impl Fn(&(u64, u64)) -> bool, run: impl Fn(Job)) {
         let held = {
             let mut b = self.barrier.lock();
-            b.pending -= 1;
-            match b.pending {
-                0 => std::mem::take(&mut b.held),
-                _ => Vec::new(),
+            let before = b.awaited.len();
+            b.awaited.retain(|a| !which(a));
+            match b.awaited.len() == before {
+                true => Vec::new(),
+                false => b.let_go(),
             }
         };
         held.into_iter().for_each(run);
     }
 
+    /// The RELEASE of `fh`, a request's handle: later requests are held
+    /// until `lower` is called for it. (The kernel's request thread: no
+    /// waiting.)
+    pub(super) fn raise(&self, fh: u64) {
+        let mut b = self.barrier.lock();
+        b.pending += 1;
+        b.awaited.retain(|&(h, _)| h != fh);
+    }
+
+    /// The request `raise` was called for is carried out: `run` gets the
+    /// held work once no request is pending or awaited.
+    pub(super) fn lower(&self, run: impl Fn(Job)) {
+        let held = {
+            let mut b = self.barrier.lock();
+            b.pending -= 1;
+            b.let_go()
+        };
+        held.into_iter().for_each(run);
+    }
+
     /// `job` back to run now, or None: held until the requests released
-    /// before it are carried out. (The kernel's request thread: no waiting.)
+    /// or closed before it are carried out. (The kernel's request thread:
+    /// no waiting.)
     pub(super) fn after_pending(&self, job: Job) -> Option<Job> {
         let mut b = self.barrier.lock();
-        match b.pending {
-            0 => Some(job),
-            _ => {
+        match b.up() {
+            false => Some(job),
+            true => {
                 b.held.push(job);
                 None
             }
         }
     }
 
-    /// Whether a released request is not carried out yet.
+    /// Whether a request released or closed is not carried out yet.
     pub(super) fn pending(&self) -> bool {
-        self.barrier.lock().pending > 0
+        self.barrier.lock().up()
     }
 }
 

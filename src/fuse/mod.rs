@@ -873,6 +873,9 @@ impl Filesystem for Fuse {
     ) {
         self.fs.requests().seen(Op::Read);
         let ino = self.ids.inward(ino);
+        if fh.0 != 0 {
+            self.fs.handle_goes_on(fh.0);
+        }
         self.spawn(move |fs| {
             REPLY.with_borrow_mut(|out| {
                 out.clear();
@@ -910,6 +913,7 @@ impl Filesystem for Fuse {
     ) {
         self.fs.requests().seen(Op::Write);
         let (data, uid, pid) = (data.to_vec(), req.uid(), req.pid());
+        self.fs.handle_goes_on(fh.0);
         self.spawn(move |fs| match fs.write(fh.0, offset, &data, uid, pid) {
             Ok(n) => reply.written(u32::try_from(n).unwrap_or(u32::MAX)),
             Err(e) => reply.error(fail("write", &e)),

@@ -421,9 +421,27 @@ impl Env {
     /// A mount of `ds` at folder `name` of the env, its daemon run with
     /// `failpoints`, polling every `poll`.
     pub fn mount_in(&self, name: &str, extra: &[&str], failpoints: &str, poll: &str) -> Mount<'_> {
+        self.mount_in_env(name, extra, failpoints, poll, &[])
+    }
+
+    /// A mount whose daemon runs with the given FAILPOINTS and
+    /// environment variables.
+    pub fn mount_env(&self, failpoints: &str, vars: &[(&str, &str)]) -> Mount<'_> {
+        self.mount_in_env("mnt", &[], failpoints, "200ms", vars)
+    }
+
+    fn mount_in_env(
+        &self,
+        name: &str,
+        extra: &[&str],
+        failpoints: &str,
+        poll: &str,
+        vars: &[(&str, &str)],
+    ) -> Mount<'_> {
         let dir = self.dir.path().join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let mut mount = self.command();
+        mount.envs(vars.iter().copied());
         if !failpoints.is_empty() {
             mount.env("FAILPOINTS", failpoints);
         }
