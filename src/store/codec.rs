@@ -193,7 +193,8 @@ impl Codec {
             .filter(|(_, o)| matches!(o, Ok((ZSTD, _))))
             .map(|(r, _)| r.size as usize)
             .sum();
-        let mut inflated = vec![0; to_inflate];
+        let mut inflated = super::recycle::take(to_inflate);
+        inflated.resize(to_inflate, 0);
         let mut at = 0;
         let placed: Vec<Result<(bool, Range<usize>)>> = run
             .iter()
@@ -218,7 +219,10 @@ impl Codec {
                 Ok(placed)
             })
             .collect();
-        let (sealed, inflated) = (Bytes::from(sealed), Bytes::from(inflated));
+        let (sealed, inflated) = (
+            super::recycle::shared(sealed),
+            super::recycle::shared(inflated),
+        );
         placed
             .into_iter()
             .map(|p| {

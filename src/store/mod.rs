@@ -9,6 +9,7 @@ pub mod codec;
 pub mod grace;
 pub mod keys;
 pub mod pack;
+pub mod recycle;
 #[cfg(feature = "cloud")]
 mod remote;
 pub mod retry;
@@ -881,7 +882,7 @@ fn local_range(path: &std::path::Path, range: Range<u64>) -> Result<Option<Bytes
     };
     let want = range.end.saturating_sub(range.start);
     // Read into spare capacity: nothing zeroed first.
-    let mut buf = Vec::with_capacity(crate::limits::to_usize(want));
+    let mut buf = recycle::take(crate::limits::to_usize(want));
     file.seek(std::io::SeekFrom::Start(range.start))
         .and_then(|_| file.take(want).read_to_end(&mut buf))
         .map_err(|e| Error::io(path.display(), e))?;
