@@ -718,6 +718,8 @@ impl MountFs {
         out: &mut Vec<u8>,
     ) -> Result<()> {
         if let Some(c) = self.staging.copy(fh) {
+            // A staged copy is read from disk.
+            crate::nowait::check()?;
             return self.staging.read(&c, offset, size, out);
         }
         let h = match self.handles.lock().get(&fh) {
@@ -732,6 +734,8 @@ impl MountFs {
             // The read is the end its writer states: carried out now, and
             // answered with how it went.
             Handle::Order(ino, order, caller) => {
+                // Carried out first, in turn with other requests.
+                crate::nowait::check()?;
                 out.extend_from_slice(&control::read_order(self, ino, order, caller)?);
             }
             Handle::Stored(f) => self.versions.read_stored(&f, offset, size as u64, out)?,

@@ -876,24 +876,50 @@ impl Filesystem for Fuse {
         if fh.0 != 0 {
             self.fs.handle_goes_on(fh.0);
         }
+        // Handle 0: a file the kernel opened without asking.
+        let read = move |fs: &Arc<MountFs>, out: &mut Vec<u8>| match fh.0 {
+            0 => fs.read_unopened(ino, offset, size, out),
+            fh => fs.read(fh, offset, size, out),
+        };
+        let answer = move |fs: &Arc<MountFs>,
+                           res: Result<(), Error>,
+                           out: &[u8],
+                           reply: ReplyData| {
+            match res {
+                Ok(()) => reply.data(out),
+                Err(e) => {
+                    let what = match fh.0 {
+                        0 => fs.describe_unopened(ino),
+                        fh => fs.describe(fh),
+                    };
+                    reply.error(fail(&format!("read of {what}"), &e));
+                }
+            }
+        };
+        // Bytes already verified in memory are answered right here (see
+        // `answer`); the rest on a worker.
+        let reply = match self.fs.orders_pending() {
+            true => Some(reply),
+            false => REPLY.with_borrow_mut(|out| {
+                out.clear();
+                match crate::nowait::attempt(|| read(&self.fs, out)) {
+                    Err(Error::WouldBlock) => Some(reply),
+                    res => {
+                        answer(&self.fs, res, out, reply);
+                        out.shrink_to(REPLY_KEPT);
+                        None
+                    }
+                }
+            }),
+        };
+        let Some(reply) = reply else {
+            return;
+        };
         self.spawn(move |fs| {
             REPLY.with_borrow_mut(|out| {
                 out.clear();
-                // Handle 0: a file the kernel opened without asking.
-                let read = match fh.0 {
-                    0 => fs.read_unopened(ino, offset, size, out),
-                    fh => fs.read(fh, offset, size, out),
-                };
-                match read {
-                    Ok(()) => reply.data(out),
-                    Err(e) => {
-                        let what = match fh.0 {
-                            0 => fs.describe_unopened(ino),
-                            fh => fs.describe(fh),
-                        };
-                        reply.error(fail(&format!("read of {what}"), &e));
-                    }
-                }
+                let res = read(fs, out);
+                answer(fs, res, out, reply);
                 out.shrink_to(REPLY_KEPT);
             })
         });

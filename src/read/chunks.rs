@@ -158,6 +158,8 @@ impl ChunkCache {
             if let Some(d) = st.chunk(&id) {
                 return Ok(d);
             }
+            // Not in memory: waiting for it, or reading it, may take a while.
+            crate::nowait::check()?;
             if st.inflight.contains(&id) {
                 self.fetched.wait(&mut st);
                 continue;
