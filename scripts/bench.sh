@@ -208,6 +208,31 @@ print(f"| daemon peak RSS after the 2 GiB commit | | {med(37) / 1024:.0f} MiB ({
 PY
 }
 
+# The machine's own limits, printed before the figures they bound: one
+# core's SHA-256 and AES-256-GCM (`openssl speed`, 16 KiB blocks), the page
+# cache's copy rate and the disk's read rate (the 512 MiB file, warm and
+# with the page cache dropped).
+bench_limits() {
+  local sha aes warm cold
+  sha=$(openssl speed -evp sha256 -bytes 16384 -seconds 1 2>/dev/null | awk '/^sha256/ {print $2}')
+  aes=$(openssl speed -evp aes-256-gcm -bytes 16384 -seconds 1 2>/dev/null | awk '/^AES-256-GCM/ {print $2}')
+  cat "$ROOT/data/big.bin" >/dev/null
+  warm=$(timed dd if="$ROOT/data/big.bin" of=/dev/null bs=1M status=none)
+  drop_caches; cold=$(timed dd if="$ROOT/data/big.bin" of=/dev/null bs=1M status=none)
+  python3 - "$sha" "$aes" "$warm" "$cold" "$(stat -c %s "$ROOT/data/big.bin")" <<'PY'
+import sys
+kb = lambda v: float(v.rstrip("k")) * 1000 / 1e9
+sha, aes, warm, cold = kb(sys.argv[1]), kb(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+size = int(sys.argv[5]) / 1e9
+print("| this machine's limits | |")
+print("|---|---|")
+print(f"| SHA-256, one core | {sha:.2f} GB/s |")
+print(f"| AES-256-GCM, one core | {aes:.2f} GB/s |")
+print(f"| the page cache's copy rate (512 MiB file, warm) | {size / warm:.2f} GB/s |")
+print(f"| the disk's read rate (the same, page cache dropped) | {size / cold:.2f} GB/s |")
+PY
+}
+
 source scripts/bench-s3.sh
 source scripts/bench-core.sh
 source scripts/bench-sealed.sh
@@ -215,6 +240,7 @@ source scripts/bench-policy.sh
 source scripts/bench-gateway.sh
 source scripts/bench-remote.sh
 source scripts/bench-remote-commit.sh
+bench_limits
 case "$WHAT" in
   store) bench_store ;;
   mount) bench_mount ;;
