@@ -48,7 +48,8 @@ pub(super) struct Control {
 }
 
 impl Control {
-    pub(super) fn new() -> Result<Control> {
+    /// Control of a mount whose held work runs on `store`'s pool.
+    pub(super) fn new(store: Arc<crate::store::Store>) -> Result<Control> {
         Ok(Control {
             last_error: Mutex::default(),
             last_commit: Mutex::default(),
@@ -56,7 +57,7 @@ impl Control {
             next_commit: Default::default(),
             withdrawn: Mutex::default(),
             texts: Mutex::default(),
-            sequence: super::orders::Sequence::start()
+            sequence: super::orders::Sequence::start(move |job| store.spawn_work(job))
                 .map_err(|e| Error::io("starting the control files' thread", e))?,
         })
     }

@@ -260,7 +260,7 @@ impl MountFs {
                 refused: AtomicBool::new(false),
             },
             staging,
-            control: control::Control::new()?,
+            control: control::Control::new(repo.store().clone())?,
             requests: requests::Requests::default(),
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -637,7 +637,7 @@ impl MountFs {
                     let fs = fs.clone();
                     sequence.queue(move || {
                         let _ = control::carry_out(&fs, ino, order.take(), caller.as_ref());
-                        fs.control.sequence.lower(|job| fs.run_held(job));
+                        fs.control.sequence.lower();
                     });
                 };
                 // Tests hold it here: a loaded kernel's late RELEASE.
@@ -662,13 +662,7 @@ impl MountFs {
                 if order.written() {
                     // Maybe its last close: what comes next waits for
                     // the RELEASE, a while at most (`orders.rs`).
-                    let turn = self.control.sequence.await_release(fh);
-                    let fs = self.clone();
-                    std::thread::spawn(move || {
-                        std::thread::sleep(orders::release_wait());
-                        let sequence = &fs.control.sequence;
-                        sequence.gave_up(fh, turn, |job| fs.run_held(job));
-                    });
+                    self.control.sequence.await_release(fh);
                 }
                 self.control.sequence.queue(move || {
                     order.closed_by(pid);
@@ -681,13 +675,8 @@ impl MountFs {
 
     /// Handle `fh` is used again (a write or read): if it is a request's,
     /// a close of one of its copies was not the request's end.
-    pub fn handle_goes_on(self: &Arc<Self>, fh: u64) {
-        self.control.sequence.goes_on(fh, |job| self.run_held(job));
-    }
-
-    /// Runs work held behind a control-file request.
-    fn run_held(&self, job: orders::Job) {
-        self.repo.store().spawn_work(job)
+    pub fn handle_goes_on(&self, fh: u64) {
+        self.control.sequence.goes_on(fh);
     }
 
     /// `job` back to run now, or None: held until the control-file

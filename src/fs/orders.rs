@@ -20,7 +20,7 @@
 //! worker) until that handle's RELEASE comes and the request is carried
 //! out, so the shell's next command sees its result. Work on the request's
 //! own handle is not held (a write after a copy's close goes on with the
-//! request), and nothing waits for a RELEASE longer than `RELEASE_WAIT`:
+//! request), and nothing waits for a RELEASE longer than `release_wait`:
 //! a close that was not the last (a child's copy, the shell writing on)
 //! delays what comes next by at most that. Requests are carried out one at
 //! a time on a thread of their own, in the order the kernel sent them,
@@ -28,12 +28,12 @@
 
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
 
 /// Longest time requests wait after the close of a request's handle for
 /// the kernel to send its RELEASE.
-pub(super) fn release_wait() -> Duration {
+fn release_wait() -> Duration {
     crate::hold::test_duration("DETAFS_TEST_RELEASE_WAIT", Duration::from_secs(1))
 }
 
@@ -174,11 +174,19 @@ fn exit_status(stat: &crate::procs::Stat) -> Option<u64> {
 
 pub(super) type Job = Box<dyn FnOnce() + Send>;
 
+/// Where held work goes once it may run (the mount's worker pool).
+type Run = Arc<dyn Fn(Job) + Send + Sync>;
+
 /// The thread that carries out requests and checks closes, in the order
-/// the kernel sent them, and the barrier that holds later requests.
+/// the kernel sent them; the barrier that holds later requests; and the
+/// thread that gives up a RELEASE not come in time.
 pub(super) struct Sequence {
     jobs: Mutex<mpsc::Sender<Job>>,
-    barrier: Mutex<Barrier>,
+    /// RELEASEs awaited, each with when to give it up: in the order they
+    /// were awaited, which is the order of their deadlines.
+    deadlines: Mutex<mpsc::Sender<(Instant, u64, u64)>>,
+    barrier: Arc<Mutex<Barrier>>,
+    run: Run,
 }
 
 #[derive(Default)]
@@ -206,19 +214,46 @@ impl Barrier {
             false => std::mem::take(&mut self.held),
         }
     }
+
+    /// Stops awaiting what `which` picks: the held work, if that let the
+    /// barrier down.
+    fn stop_awaiting(&mut self, which: impl Fn(&(u64, u64)) -> bool) -> Vec<Job> {
+        let before = self.awaited.len();
+        self.awaited.retain(|a| !which(a));
+        match self.awaited.len() == before {
+            true => Vec::new(),
+            false => self.let_go(),
+        }
+    }
 }
 
 impl Sequence {
-    /// Starts the sequence's thread (at the mount's start: the kernel's
-    /// request thread, which queues, never runs a job itself).
-    pub(super) fn start() -> std::io::Result<Sequence> {
+    /// Starts the sequence's threads (at the mount's start: the kernel's
+    /// request thread, which queues, never runs a job itself); held work
+    /// goes to `run` once it may run.
+    pub(super) fn start(run: impl Fn(Job) + Send + Sync + 'static) -> std::io::Result<Sequence> {
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("control".into())
             .spawn(move || rx.into_iter().for_each(|job| job()))?;
+        let run: Run = Arc::new(run);
+        let barrier = Arc::new(Mutex::new(Barrier::default()));
+        let (due_tx, due_rx) = mpsc::channel::<(Instant, u64, u64)>();
+        let (b, r) = (barrier.clone(), run.clone());
+        std::thread::Builder::new()
+            .name("release-wait".into())
+            .spawn(move || {
+                for (deadline, fh, turn) in due_rx {
+                    std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                    let held = b.lock().stop_awaiting(|&a| a == (fh, turn));
+                    held.into_iter().for_each(|job| r(job));
+                }
+            })?;
         Ok(Sequence {
             jobs: Mutex::new(tx),
-            barrier: Mutex::default(),
+            deadlines: Mutex::new(due_tx),
+            barrier,
+            run,
         })
     }
 
@@ -230,38 +265,26 @@ impl Sequence {
 
     /// Handle `fh` was closed with a request written: later requests are
     /// held until its RELEASE (`raise`), its writer going on (`goes_on`)
-    /// or `gave_up` with the turn returned. (The kernel's request thread.)
-    pub(super) fn await_release(&self, fh: u64) -> u64 {
-        let mut b = self.barrier.lock();
-        b.turn += 1;
-        let turn = b.turn;
-        b.awaited.retain(|&(h, _)| h != fh);
-        b.awaited.push((fh, turn));
-        turn
+    /// or `release_wait` passing. (The kernel's request thread.)
+    pub(super) fn await_release(&self, fh: u64) {
+        let turn = {
+            let mut b = self.barrier.lock();
+            b.turn += 1;
+            let turn = b.turn;
+            b.awaited.retain(|&(h, _)| h != fh);
+            b.awaited.push((fh, turn));
+            turn
+        };
+        let deadline = Instant::now() + release_wait();
+        // The thread lives as long as the receiver (as long as this).
+        let _ = self.deadlines.lock().send((deadline, fh, turn));
     }
 
     /// Handle `fh` is written or read again: its close was not the end of
-    /// its request. `run` gets the held work if nothing else holds it.
-    pub(super) fn goes_on(&self, fh: u64, run: impl Fn(Job)) {
-        self.stop_awaiting(|&(h, _)| h == fh, run)
-    }
-
-    /// The RELEASE of `fh` awaited since `turn` did not come in time.
-    pub(super) fn gave_up(&self, fh: u64, turn: u64, run: impl Fn(Job)) {
-        self.stop_awaiting(|&a| a == (fh, turn), run)
-    }
-
-    fn stop_awaiting(&self, which: impl Fn(&(u64, u64)) -> bool, run: impl Fn(Job)) {
-        let held = {
-            let mut b = self.barrier.lock();
-            let before = b.awaited.len();
-            b.awaited.retain(|a| !which(a));
-            match b.awaited.len() == before {
-                true => Vec::new(),
-                false => b.let_go(),
-            }
-        };
-        held.into_iter().for_each(run);
+    /// its request.
+    pub(super) fn goes_on(&self, fh: u64) {
+        let held = self.barrier.lock().stop_awaiting(|&(h, _)| h == fh);
+        self.run_all(held);
     }
 
     /// The RELEASE of `fh`, a request's handle: later requests are held
@@ -273,15 +296,19 @@ impl Sequence {
         b.awaited.retain(|&(h, _)| h != fh);
     }
 
-    /// The request `raise` was called for is carried out: `run` gets the
-    /// held work once no request is pending or awaited.
-    pub(super) fn lower(&self, run: impl Fn(Job)) {
+    /// The request `raise` was called for is carried out: the held work
+    /// runs once no request is pending or awaited.
+    pub(super) fn lower(&self) {
         let held = {
             let mut b = self.barrier.lock();
             b.pending -= 1;
             b.let_go()
         };
-        held.into_iter().for_each(run);
+        self.run_all(held);
+    }
+
+    fn run_all(&self, held: Vec<Job>) {
+        held.into_iter().for_each(|job| (self.run)(job));
     }
 
     /// `job` back to run now, or None: held until the requests released
@@ -323,6 +350,35 @@ mod tests {
         assert_eq!(status(&stat(0x4 | 0x400, 0)), Some(0));
         assert_eq!(status(&stat(0x400000, 9)), None, "not exiting");
         assert_eq!(status("garbage"), None);
+    }
+
+    #[test]
+    fn held_work_runs_once_the_release_comes_or_its_wait_passes() {
+        let (tx, rx) = mpsc::channel();
+        let seq = Sequence::start(move |job: Job| {
+            let _ = tx.send(job);
+        })
+        .unwrap();
+        let held = |seq: &Sequence| seq.after_pending(Box::new(|| ())).is_none();
+        // Closed with a request written: later work waits for its RELEASE
+        // and for the request to be carried out.
+        seq.await_release(7);
+        assert!(held(&seq));
+        seq.raise(7);
+        assert!(rx.try_recv().is_err());
+        seq.lower();
+        assert!(rx.try_recv().is_ok());
+        // Written through again: that close was not the end.
+        seq.await_release(8);
+        assert!(held(&seq));
+        seq.goes_on(8);
+        assert!(rx.try_recv().is_ok());
+        // No RELEASE comes: the work goes once the wait has passed (the
+        // give-up of handle 8's wait, due first, lets nothing go).
+        seq.await_release(9);
+        assert!(held(&seq));
+        assert!(rx.recv_timeout(Duration::from_secs(60)).is_ok());
+        assert!(!seq.pending());
     }
 
     #[test]
