@@ -145,9 +145,18 @@ fn a_late_release_still_orders_the_next_command() {
     let late = Hold::new(&env, "order-release");
     // Longer than any wait of the test's own: only the RELEASE ends it.
     let m = env.mount_env(&late.spec, &[("DETAFS_TEST_RELEASE_WAIT", "600s")]);
+    // Children closing the copies they inherited (a shell writing the
+    // request, another doing nothing) are not the request's end: the
+    // `cat` after them is not held (else the RELEASE held here would
+    // never come); the opener's close is.
     let shell = Command::new("sh")
         .current_dir(&m.dir)
-        .args(["-c", "echo v1 > .detafs/checkout; cat staging/a.csv"])
+        .args([
+            "-c",
+            "exec 3>.detafs/checkout; sh -c \"printf 'v1\\n' >&3\"; sh -c true; cat staging/a.csv; echo; \
+             exec 3>&-; cat staging/a.csv; echo; \
+             echo . > .detafs/restore; cat staging/a.csv",
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -155,7 +164,7 @@ fn a_late_release_still_orders_the_next_command() {
     late.release();
     let out = shell.wait_with_output().unwrap();
     assert!(out.status.success());
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), "1");
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "11\n1\n11");
 }
 
 /// The CLI reads back the handle it wrote its request through: it learns

@@ -272,7 +272,7 @@ pub(super) fn open(
                 // Under a policy, the request is judged as its writer sees.
                 fh: fs.add_handle(Handle::Order(
                     ino,
-                    Arc::default(),
+                    Arc::new(super::orders::Order::opened_by(caller.pid)),
                     judge.is_some().then_some(*caller),
                 )),
                 // Its writer's closes are checked (`orders.rs`).

@@ -659,7 +659,7 @@ impl MountFs {
         match self.handles.lock().get(&fh) {
             Some(Handle::Order(_, order, _)) => {
                 let order = order.clone();
-                if order.written() {
+                if order.may_end_at_close_by(pid) {
                     // Maybe its last close: what comes next waits for
                     // the RELEASE, a while at most (`orders.rs`).
                     self.control.sequence.await_release(fh);

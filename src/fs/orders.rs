@@ -15,15 +15,17 @@
 //! The kernel answers a close before it sends RELEASE, and sends RELEASE
 //! in the background, so a loaded kernel may pass the next command's
 //! requests to the daemon first. The daemon orders them itself: from the
-//! FLUSH of a close that leaves a request written (a close the shell
-//! waits for), every request the mount receives waits (held, taking no
-//! worker) until that handle's RELEASE comes and the request is carried
-//! out, so the shell's next command sees its result. Work on the request's
-//! own handle is not held (a write after a copy's close goes on with the
-//! request), and nothing waits for a RELEASE longer than `release_wait`:
-//! a close that was not the last (a child's copy, the shell writing on)
-//! delays what comes next by at most that. Requests are carried out one at
-//! a time on a thread of their own, in the order the kernel sent them,
+//! FLUSH of a close by the thread that opened the handle, with a request
+//! written (a close the shell waits for), every request the mount
+//! receives waits (held, taking no worker) until that handle's RELEASE
+//! comes and the request is carried out, so the shell's next command sees
+//! its result. A child closing the copy it inherited holds nothing; work
+//! on the request's own handle is not held (a write after a close goes on
+//! with the request); and nothing waits for a RELEASE longer than
+//! `release_wait`: an opener's close that was not the last (a child still
+//! holds a copy) delays what comes next by at most that. Requests are
+//! carried out one at a time on a thread of their own, in the order the
+//! kernel sent them,
 //! with the closes' checks of their writers.
 
 use crate::error::{Error, Result};
@@ -44,6 +46,8 @@ pub(super) const MAX_ORDER: usize = 1 << 20;
 #[derive(Default)]
 pub(super) struct Order {
     state: Mutex<State>,
+    /// The thread that opened it (0: unknown).
+    opener: u32,
 }
 
 #[derive(Default)]
@@ -68,6 +72,14 @@ pub(super) enum Due {
 }
 
 impl Order {
+    /// A request opened by thread `pid`.
+    pub(super) fn opened_by(pid: u32) -> Order {
+        Order {
+            opener: pid,
+            ..Order::default()
+        }
+    }
+
     /// A write through the handle by process `pid`: kept with what came
     /// before it.
     pub(super) fn write(&self, data: &[u8], pid: u32) -> Result<usize> {
@@ -118,9 +130,12 @@ impl Order {
         }
     }
 
-    /// Whether its handle holds a request not carried out yet.
-    pub(super) fn written(&self) -> bool {
-        !self.state.lock().text.is_empty()
+    /// Whether a close by thread `pid` may be the request's end: the
+    /// thread that opened it closes it with a request written. (A child
+    /// that inherited a copy closes it at its exit; the opener still
+    /// holds one, so that is not the end.)
+    pub(super) fn may_end_at_close_by(&self, pid: u32) -> bool {
+        pid == self.opener && !self.state.lock().text.is_empty()
     }
 }
 
