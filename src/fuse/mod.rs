@@ -881,34 +881,21 @@ impl Filesystem for Fuse {
             0 => fs.read_unopened(ino, offset, size, out),
             fh => fs.read(fh, offset, size, out),
         };
-        let answer = move |fs: &Arc<MountFs>,
-                           res: Result<(), Error>,
-                           out: &[u8],
-                           reply: ReplyData| {
-            match res {
-                Ok(()) => reply.data(out),
-                Err(e) => {
-                    let what = match fh.0 {
-                        0 => fs.describe_unopened(ino),
-                        fh => fs.describe(fh),
-                    };
-                    reply.error(fail(&format!("read of {what}"), &e));
-                }
-            }
-        };
         // Bytes already verified in memory are answered right here (see
-        // `answer`); the rest on a worker.
+        // `answer`); the rest on a worker, and so are errors (naming the
+        // file may read trees). What a read tried here could change (a
+        // request read back) it is refused before.
         let reply = match self.fs.orders_pending() {
             true => Some(reply),
             false => REPLY.with_borrow_mut(|out| {
                 out.clear();
                 match crate::nowait::attempt(|| read(&self.fs, out)) {
-                    Err(Error::WouldBlock) => Some(reply),
-                    res => {
-                        answer(&self.fs, res, out, reply);
+                    Ok(()) => {
+                        reply.data(out);
                         out.shrink_to(REPLY_KEPT);
                         None
                     }
+                    Err(_) => Some(reply),
                 }
             }),
         };
@@ -918,8 +905,16 @@ impl Filesystem for Fuse {
         self.spawn(move |fs| {
             REPLY.with_borrow_mut(|out| {
                 out.clear();
-                let res = read(fs, out);
-                answer(fs, res, out, reply);
+                match read(fs, out) {
+                    Ok(()) => reply.data(out),
+                    Err(e) => {
+                        let what = match fh.0 {
+                            0 => fs.describe_unopened(ino),
+                            fh => fs.describe(fh),
+                        };
+                        reply.error(fail(&format!("read of {what}"), &e));
+                    }
+                }
                 out.shrink_to(REPLY_KEPT);
             })
         });
