@@ -338,12 +338,18 @@ fn a_cancel_stops_only_its_own_commit() {
         .spawn()
         .unwrap();
     // B's write waits in the kernel, which lets one write to the commit
-    // file in at a time, or in the daemon for its turn.
+    // file in at a time, or in the daemon for its turn. (A thread of B in
+    // a `write` system call that waits on the mount: B's other requests
+    // before it, its open of the commit file among them, come before B
+    // takes Ctrl-C, and a signal then would end it unasked.)
     let waits = |pid: u32| {
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
         tasks.flatten().any(|t| {
-            std::fs::read_to_string(t.path().join("wchan"))
-                .is_ok_and(|w| w.starts_with("fuse_file_write") || w.contains("request_wait"))
+            let writing = std::fs::read_to_string(t.path().join("syscall"))
+                .is_ok_and(|s| s.split_whitespace().next() == Some("1"));
+            writing
+                && std::fs::read_to_string(t.path().join("wchan"))
+                    .is_ok_and(|w| w.starts_with("fuse_file_write") || w.contains("request_wait"))
         }) || progress()["waiting"] == 1
     };
     common::within(std::time::Duration::from_secs(20), "B waiting", || {
