@@ -42,8 +42,14 @@ impl Pool {
         if len < SMALLEST {
             return Vec::with_capacity(len);
         }
+        // Not one much larger than asked: a cache weighs what it keeps by
+        // its bytes, not its buffer's capacity.
+        let most = 2 * len.max(STEP);
         let mut idle = self.0.lock();
-        if let Some(i) = idle.iter().position(|b| b.capacity() >= len) {
+        if let Some(i) = idle
+            .iter()
+            .position(|b| (len..=most).contains(&b.capacity()))
+        {
             let mut buf = idle.swap_remove(i);
             buf.clear();
             return buf;
@@ -99,6 +105,11 @@ mod tests {
         drop(slice);
         let again = take(3 << 20);
         assert_eq!((again.as_ptr(), again.len()), (at, 0));
+        // A small read never takes a buffer many times its size.
+        drop(again);
         drop(other);
+        let big = shared(take(16 << 20));
+        drop(big);
+        assert!(take(300 << 10).capacity() < 4 << 20);
     }
 }
