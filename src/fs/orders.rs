@@ -25,8 +25,7 @@
 //! `release_wait`: an opener's close that was not the last (a child still
 //! holds a copy) delays what comes next by at most that. Requests are
 //! carried out one at a time on a thread of their own, in the order the
-//! kernel sent them,
-//! with the closes' checks of their writers.
+//! kernel sent them, with the closes' checks of their writers.
 
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
