@@ -37,13 +37,48 @@ fn leave_note(repo: &Repo) -> Result<()> {
     Ok(())
 }
 
-/// Packs reached by any version of `datasets`. Fails if any tree cannot
-/// be read: deleting on a partial view could delete live data.
-fn reachable_packs(repo: &Repo, datasets: &[String]) -> Result<HashSet<PackId>> {
+/// The versions of `dataset` whose data gc keeps: every version not
+/// expired, and those expired after `cutoff` (an expired version's data
+/// stays for the grace, for readers that still have it open and staging
+/// that stands on it).
+fn roots(repo: &Repo, dataset: &str, cutoff: SystemTime) -> Result<Vec<crate::snapshot::Record>> {
+    let lc = repo.lifecycle(dataset)?;
+    let mut records = repo.chain_records(dataset)?;
+    records.retain(|r| {
+        lc.expired
+            .get(&r.version)
+            .is_none_or(|e| e.when().is_none_or(|t| t >= cutoff))
+    });
+    Ok(records)
+}
+
+/// Whether a version of `datasets` expired before `cutoff` (its data may
+/// go now).
+fn forgotten(repo: &Repo, datasets: &[String], cutoff: SystemTime) -> Result<bool> {
+    for ds in datasets {
+        let lc = repo.lifecycle(ds)?;
+        if lc
+            .expired
+            .values()
+            .any(|e| e.when().is_some_and(|t| t < cutoff))
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Packs reached by the versions of `datasets` gc keeps. Fails if any
+/// tree cannot be read: deleting on a partial view could delete live data.
+fn reachable_packs(
+    repo: &Repo,
+    datasets: &[String],
+    cutoff: SystemTime,
+) -> Result<HashSet<PackId>> {
     let mut packs = HashSet::new();
     let mut seen = HashSet::new();
     for ds in datasets {
-        for record in repo.sync_whole(ds)? {
+        for record in roots(repo, ds, cutoff)? {
             let mut todo = vec![record.tree];
             while let Some(r) = todo.pop() {
                 if !seen.insert(r.id) {
@@ -103,18 +138,30 @@ pub fn gc(
             .is_some_and(|t| t < cutoff)
     });
     let kept: Vec<String> = kept.into_iter().map(|(name, _)| name).collect();
-    // Only a deleted dataset's packs can be known to an index (it holds
-    // blobs of versions that landed): deleting those needs a note first.
-    if !dry_run && !expired.is_empty() {
+    // Only packs of versions that landed can be known to an index (a
+    // deleted dataset's, an expired version's): deleting those needs a
+    // note first.
+    let mut noted = !dry_run && !expired.is_empty();
+    if noted {
         leave_note(repo)?;
     }
-    let reachable = reachable_packs(repo, &kept)?;
-    let (mut doomed, young): (Vec<Listed>, Vec<Listed>) = repo
-        .store()
-        .list(keys::PACKS, None)?
-        .into_iter()
-        .filter(|l| keys::pack_id(&l.key).is_some_and(|id| !reachable.contains(&id)))
-        .partition(|l| l.modified < cutoff);
+    let unreachable = || -> Result<(Vec<Listed>, Vec<Listed>)> {
+        let reachable = reachable_packs(repo, &kept, cutoff)?;
+        Ok(repo
+            .store()
+            .list(keys::PACKS, None)?
+            .into_iter()
+            .filter(|l| keys::pack_id(&l.key).is_some_and(|id| !reachable.contains(&id)))
+            .partition(|l| l.modified < cutoff))
+    };
+    let (mut doomed, mut young) = unreachable()?;
+    if !dry_run && !noted && !doomed.is_empty() && forgotten(repo, &kept, cutoff)? {
+        leave_note(repo)?;
+        noted = true;
+        // A commit in flight may have reused what only expired versions
+        // reached: its record has landed by now, and is read again.
+        (doomed, young) = unreachable()?;
+    }
     let young_until = young.iter().map(|l| l.modified + grace).max();
     // Packs this young can only go with a grace below the real minimum
     // (test builds): a host may still offer them to a resumed commit
@@ -122,14 +169,14 @@ pub fn gc(
     let resumable = SystemTime::now()
         .checked_sub(MAX_COMMIT_AGE)
         .unwrap_or(SystemTime::UNIX_EPOCH);
-    if !dry_run && expired.is_empty() && doomed.iter().any(|l| l.modified > resumable) {
+    if !dry_run && !noted && doomed.iter().any(|l| l.modified > resumable) {
         leave_note(repo)?;
     }
     // Their history goes after the packs it reached: an interrupted gc
     // leaves a dataset that is still deleted, never one half there. The
     // tombstone and `dataset.json` stay (the name is never reused).
     for (name, _) in &expired {
-        for prefix in [keys::records(name), keys::tags(name)] {
+        for prefix in [keys::records(name), keys::tags(name), keys::lifecycle(name)] {
             doomed.extend(repo.store().list(&prefix, None)?);
         }
     }

@@ -33,6 +33,7 @@ pub mod read;
 pub mod relpath;
 pub mod remote;
 pub mod repo;
+pub mod retention;
 pub mod schema;
 pub mod snapshot;
 pub mod staging;

@@ -19,7 +19,15 @@ const LAYERS: &[&[&str]] = &[
     &["cache"],
     &["access"],
     &["repo", "remote"],
-    &["commit", "staging", "read", "audit", "verify", "gc"],
+    &[
+        "commit",
+        "staging",
+        "read",
+        "audit",
+        "verify",
+        "gc",
+        "retention",
+    ],
     &["fs"],
     &["fuse", "gateway", "cli"],
 ];

@@ -15,16 +15,28 @@ pub enum Action {
     Commit,
     Tag,
     Admin,
+    /// Expire versions (`forget`).
+    Forget,
+    /// Erase a path from versions.
+    Erase,
+    /// Put and release legal holds.
+    Hold,
+    /// Set retention rules.
+    Retention,
 }
 
 impl Action {
-    pub const ALL: [Action; 6] = [
+    pub const ALL: [Action; 10] = [
         Action::Create,
         Action::Read,
         Action::Versions,
         Action::Commit,
         Action::Tag,
         Action::Admin,
+        Action::Forget,
+        Action::Erase,
+        Action::Hold,
+        Action::Retention,
     ];
 
     pub fn name(self) -> &'static str {
@@ -35,6 +47,10 @@ impl Action {
             Action::Commit => "dataset:commit",
             Action::Tag => "dataset:tag",
             Action::Admin => "dataset:admin",
+            Action::Forget => "dataset:forget",
+            Action::Erase => "dataset:erase",
+            Action::Hold => "dataset:hold",
+            Action::Retention => "dataset:retention",
         }
     }
 
@@ -42,8 +58,8 @@ impl Action {
         Action::ALL.into_iter().find(|a| a.name() == s)
     }
 
-    fn bit(self) -> u8 {
-        1 << self as u8
+    fn bit(self) -> u16 {
+        1 << self as u16
     }
 }
 
@@ -66,13 +82,13 @@ pub enum Effect {
 
 /// An action as written: `dataset:read`, or `dataset:*` for all.
 #[derive(Clone, Copy, Debug)]
-struct Actions(u8);
+struct Actions(u16);
 
 impl<'de> Deserialize<'de> for Actions {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         if s == "dataset:*" || s == "*" {
-            return Ok(Actions(u8::MAX));
+            return Ok(Actions(u16::MAX));
         }
         Action::parse(&s).map(|a| Actions(a.bit())).ok_or_else(|| {
             let known: Vec<_> = Action::ALL.iter().map(|a| a.name()).collect();
@@ -149,7 +165,7 @@ pub struct Statement {
     pub effect: Effect,
     /// None: everyone.
     principals: Option<Vec<Glob>>,
-    actions: u8,
+    actions: u16,
     resources: Vec<Glob>,
 }
 

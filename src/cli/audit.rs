@@ -23,6 +23,11 @@ pub fn audit(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<bool> {
     let h = audit::history(repo, name)?;
     let policy = repo.policy_audit()?;
     let mut problems: Vec<String> = h.problems.iter().map(|p| p.to_string()).collect();
+    let lifecycle = repo.lifecycle_audit(name)?;
+    let expired = repo
+        .lifecycle(name)
+        .map(|lc| lc.expired)
+        .unwrap_or_default();
     let versions: Vec<Value> = h
         .versions
         .iter()
@@ -31,6 +36,7 @@ pub fn audit(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<bool> {
                 "version": v.version, "time": r.time, "author": r.author,
                 "message": r.message, "parent": r.parent.map(|p| p.to_hex()),
                 "hash": v.hash.to_hex(), "chained": v.chained,
+                "expired": expired.contains_key(&v.version),
             }),
             None => json!({"version": v.version, "hash": v.hash.to_hex(), "chained": false}),
         })
@@ -53,11 +59,25 @@ pub fn audit(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<bool> {
             }
         });
     }
+    let mut entries = Vec::new();
+    for (n, hash, entry) in &lifecycle {
+        entries.push(match entry {
+            Ok(e) => json!({
+                "seq": n, "time": e.time, "author": e.author, "event": e.event,
+                "text": super::retention::describe(&e.event),
+                "parent": e.parent.map(|p| p.to_hex()), "hash": hash.to_hex(), "chained": true,
+            }),
+            Err(err) => {
+                problems.push(format!("lifecycle entry {n}: {err}"));
+                json!({"seq": n, "hash": hash.to_hex(), "chained": false})
+            }
+        });
+    }
     let ok = problems.is_empty();
     if as_json {
         let out = json!({
             "dataset": name, "ok": ok, "versions": versions, "tags": tags,
-            "policy": changes, "problems": problems,
+            "policy": changes, "lifecycle": entries, "problems": problems,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ok);
@@ -69,8 +89,13 @@ pub fn audit(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<bool> {
             continue;
         };
         let parent = r.parent.as_ref().map_or("-".to_string(), short);
+        let gone = if expired.contains_key(&v.version) {
+            "  (expired)"
+        } else {
+            ""
+        };
         println!(
-            "v{:<4} {}  {:<12} parent {parent:<16}  hash {}  {}  {}",
+            "v{:<4} {}  {:<12} parent {parent:<16}  hash {}  {}  {}{gone}",
             v.version,
             r.time,
             r.author,
@@ -92,6 +117,18 @@ pub fn audit(repo: &Repo, name: &str, as_json: bool) -> anyhow::Result<bool> {
                 detafs::escape::line(r.message.as_bytes())
             ),
             Err(_) => println!("policy v{n:<4} hash {}  BROKEN", short(hash)),
+        }
+    }
+    for (n, hash, entry) in &lifecycle {
+        match entry {
+            Ok(e) => println!(
+                "lifecycle {n:<4} {}  {:<12} hash {}  ok  {}",
+                e.time,
+                detafs::escape::line(e.author.as_bytes()),
+                short(hash),
+                super::retention::describe(&e.event)
+            ),
+            Err(_) => println!("lifecycle {n:<4} hash {}  BROKEN", short(hash)),
         }
     }
     for p in &problems {

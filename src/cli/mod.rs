@@ -10,6 +10,7 @@ pub mod log;
 mod mount;
 mod policy;
 mod remote;
+mod retention;
 mod serve;
 mod show;
 mod trash;
@@ -308,6 +309,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Retention rules of a dataset: set, show, and the lifecycle log.
+    #[command(subcommand)]
+    Retention(retention::RetentionCmd),
+    /// Expire versions: those named, or those the retention rules do not
+    /// keep (the newest, held and too young versions always stay). An
+    /// expired version is gone from every listing; its record stays in
+    /// the chain, and gc deletes its data after the grace.
+    #[command(
+        after_help = "Examples:\n  detafs forget weather --dry-run\n  detafs forget weather v3 v4\nExit codes: 0, 1 error (nothing expired), 5 denied (needs dataset:forget)."
+    )]
+    Forget(retention::ForgetArgs),
+    /// Put a legal hold on a version (never expired or erased until
+    /// released), or list the holds.
+    #[command(
+        after_help = "Examples:\n  detafs hold weather v12 --reason \"case 2026-114\"\n  detafs hold weather\nExit codes: 0, 1 error, 5 denied (needs dataset:hold)."
+    )]
+    Hold(retention::HoldArgs),
+    /// Release a legal hold.
+    #[command(
+        after_help = "Example: detafs release weather v12 --reason \"case closed\"\nExit codes: 0, 1 error, 5 denied (needs dataset:hold)."
+    )]
+    Release(retention::ReleaseArgs),
     /// Delete objects no version reaches, older than the grace period.
     #[command(after_help = "Example: detafs gc --dry-run\nExit codes: 0, 1 error.")]
     Gc {
@@ -862,6 +885,10 @@ fn on_store(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Verify { name, json } => return verify_cmd(&open()?, name.as_deref(), json),
+        Command::Retention(cmd) => retention::retention_cmd(&open()?, cmd)?,
+        Command::Forget(args) => retention::forget(&open()?, &staging, &args)?,
+        Command::Hold(args) => retention::hold(&open()?, &args)?,
+        Command::Release(args) => retention::release(&open()?, &args)?,
         Command::Gc { grace, dry_run } => gc_cmd(&open()?, grace.into(), dry_run)?,
         Command::Mount(args) => {
             detafs::sys::tune_allocator();

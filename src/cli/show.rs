@@ -43,7 +43,43 @@ fn list(
     }
     let mut rows = repo.log_entries_of(name, records)?;
     rows.reverse();
-    print_log(&rows, as_json)
+    if as_json {
+        return print_log(&rows, as_json);
+    }
+    // The gaps expired versions leave, each where it falls, newest first:
+    // runs of versions expired together.
+    let mut runs: Vec<(u64, u64, detafs::repo::lifecycle::Expiry)> = Vec::new();
+    for (v, e) in repo.lifecycle(name)?.expired {
+        match runs.last_mut() {
+            Some((_, last, was)) if *last + 1 == v && *was == e => *last = v,
+            _ => runs.push((v, v, e)),
+        }
+    }
+    let gaps = runs.into_iter().rev().map(|(first, last, e)| {
+        let span = match first == last {
+            true => format!("v{first}"),
+            false => format!("v{first}..v{last}"),
+        };
+        let text = format!(
+            "{span}  expired {} by {}: {}",
+            e.time,
+            line(e.author.as_bytes()),
+            line(e.rule.as_bytes())
+        );
+        (first, text)
+    });
+    let mut gaps = gaps.into_iter().peekable();
+    for row in rows {
+        let v = row["version"].as_u64().unwrap_or(0);
+        while let Some((_, text)) = gaps.next_if(|(first, _)| *first > v) {
+            println!("{text}");
+        }
+        print_log(std::slice::from_ref(&row), false)?;
+    }
+    for (_, text) in gaps {
+        println!("{text}");
+    }
+    Ok(())
 }
 
 /// `detafs log`'s rows (`Record::log_entry`, with `tags`), newest first,

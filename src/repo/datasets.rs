@@ -179,6 +179,7 @@ impl Repo {
         // `undelete` brings back.
         std::thread::sleep(RECORD_SETTLE);
         self.copy_records(old, new, &mut copied)?;
+        self.copy_lifecycle(old, new)?;
         for t in self.tags(old)? {
             let Some((_, hash)) = copied.iter().find(|(v, _)| *v == t.version) else {
                 continue;
@@ -200,7 +201,7 @@ impl Repo {
         new: &str,
         copied: &mut Vec<(u64, RecordHash)>,
     ) -> Result<()> {
-        for r in self.sync_whole(old)? {
+        for r in self.chain_records(old)? {
             if copied.iter().any(|(v, _)| *v == r.version) {
                 continue;
             }

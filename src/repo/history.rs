@@ -28,16 +28,41 @@ impl Repo {
     /// Reads records newer than the newest one indexed (records are
     /// immutable, so nothing older is re-read) and returns the versions
     /// served, oldest first: those before any damage (`damage`).
+    /// Expired versions are not served (`lifecycle.rs`): every reader
+    /// (mount, CLI, gateway, S3, Python) comes through here.
     pub fn sync(&self, name: &str) -> Result<Vec<Record>> {
         if let Some(said) = self.ask_upstream(name) {
             return said;
         }
         self.fetch_new_records(name)?;
-        self.index.records(name)
+        self.served(name, self.index.records(name)?)
     }
 
-    /// The versions known here without asking again: those indexed, or
-    /// those upstream gave last (staging's base is among them).
+    /// `records` without the expired versions.
+    fn served(&self, name: &str, mut records: Vec<Record>) -> Result<Vec<Record>> {
+        let lc = self.lifecycle(name)?;
+        if !lc.expired.is_empty() {
+            records.retain(|r| !lc.is_expired(r.version));
+        }
+        Ok(records)
+    }
+
+    /// Every version record of the chain, expired ones too (what gc,
+    /// rename and retention decide on); a damaged history is an error.
+    pub fn chain_records(&self, name: &str) -> Result<Vec<Record>> {
+        if let Some(said) = self.ask_upstream(name) {
+            return said;
+        }
+        self.fetch_new_records(name)?;
+        match self.damage(name) {
+            Some(d) => Err(d.error(name)),
+            None => self.index.records(name),
+        }
+    }
+
+    /// The versions known here without asking again: those indexed (an
+    /// expired one too: staging may stand on it), or those upstream gave
+    /// last (staging's base is among them).
     pub fn known_records(&self, name: &str) -> Result<Vec<Record>> {
         if let Some(said) = self.said_records(name) {
             return said;
@@ -78,7 +103,8 @@ impl Repo {
             // A version's root shown under another policy is another tree.
             let reshown = said
                 .iter()
-                .any(|r| roots.get(&r.version).is_some_and(|t| *t != r.tree.id));
+                .any(|r| roots.get(&r.version).is_some_and(|t| *t != r.tree.id))
+                || gone(&known, &said);
             let same = !reshown
                 && said.len() == known.len()
                 && said.iter().all(|r| roots.contains_key(&r.version));
@@ -88,13 +114,16 @@ impl Repo {
             }));
         }
         let newest = self.fetch_new_records(name)?;
-        match newest > known.read().last().map_or(0, |r| r.version) {
-            true => Ok(Some(Changed {
-                records: self.index.records(name)?,
-                reshown: false,
-            })),
-            false => Ok(None),
+        let lc = self.lifecycle(name)?;
+        let expired = known.read().iter().any(|r| lc.is_expired(r.version));
+        if !expired && newest <= known.read().last().map_or(0, |r| r.version) {
+            return Ok(None);
         }
+        let records = self.served(name, self.index.records(name)?)?;
+        Ok(Some(Changed {
+            reshown: gone(&known.read(), &records),
+            records,
+        }))
     }
 
     /// Indexes records newer than the newest one indexed, up to the first
@@ -219,7 +248,13 @@ impl Damage {
 pub struct Changed {
     pub records: Vec<Record>,
     /// A version known before has another root now (through a gateway,
-    /// shown under another policy): what was shown of it is another
-    /// folder.
+    /// shown under another policy), or is gone (expired, or hidden): what
+    /// was shown of it is another folder, or none.
     pub reshown: bool,
+}
+
+/// Whether a version of `known` is not among `now`.
+fn gone(known: &[Record], now: &[Record]) -> bool {
+    let now: std::collections::HashSet<u64> = now.iter().map(|r| r.version).collect();
+    known.iter().any(|r| !now.contains(&r.version))
 }

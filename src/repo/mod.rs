@@ -5,6 +5,7 @@ pub mod apikeys;
 pub mod changes;
 pub mod datasets;
 mod history;
+pub mod lifecycle;
 pub mod policies;
 pub mod tag;
 mod upstream;
@@ -73,6 +74,8 @@ pub struct Repo {
     tags: tag::TagCache,
     /// Policy records read so far, oldest first (`policies.rs`).
     policy: policies::PolicyCache,
+    /// Lifecycle logs read so far, by dataset (`lifecycle.rs`).
+    lifecycle: lifecycle::LifecycleCache,
     /// The key file written when this open created the embedded store.
     created_key_file: Option<PathBuf>,
     /// By dataset: the first record that did not check out (`history.rs`).
@@ -353,6 +356,7 @@ impl Repo {
             budget,
             tags: tag::TagCache::default(),
             policy: policies::PolicyCache::default(),
+            lifecycle: lifecycle::LifecycleCache::default(),
             created_key_file: None,
             damage: Default::default(),
             upstream: None,

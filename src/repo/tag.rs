@@ -115,6 +115,10 @@ impl Repo {
                 None => {}
             }
         }
+        drop(known);
+        // A tag of an expired version names nothing served.
+        let lc = self.lifecycle(dataset)?;
+        tags.retain(|t| !lc.is_expired(t.version));
         Ok(tags)
     }
 
@@ -196,6 +200,7 @@ impl Repo {
                 (Error::NoVersion { .. }, Some(d)) if asked.is_some_and(|n| n >= d.version) => {
                     d.error(dataset)
                 }
+                (e @ Error::NoVersion { .. }, _) => self.expired_error(dataset, asked).unwrap_or(e),
                 (e, _) => e,
             }
         })

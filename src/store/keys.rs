@@ -118,6 +118,22 @@ pub fn record_number(name: &str, key: &str) -> Option<u64> {
         .ok()
         .filter(|&n| n > 0 && n <= crate::limits::MAX_VERSION)
 }
+/// A dataset's lifecycle log: retention rules, expiries, holds
+/// (`repo/lifecycle.rs`).
+pub fn lifecycle(name: &str) -> String {
+    format!("{DATASETS}{name}/lifecycle/")
+}
+pub fn lifecycle_entry(name: &str, seq: u64) -> String {
+    format!("{DATASETS}{name}/lifecycle/{seq:020}.json")
+}
+/// The entry number a lifecycle key names, if `key` is exactly such a key.
+pub fn lifecycle_seq(name: &str, key: &str) -> Option<u64> {
+    let digits = key.strip_prefix(&lifecycle(name))?.strip_suffix(".json")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|&n| n > 0)
+}
 pub fn tags(name: &str) -> String {
     format!("{DATASETS}{name}/tags/")
 }
@@ -171,6 +187,7 @@ mod tests {
             (deleted("d"), Kind::Dataset, true),
             (record("d", 3), Kind::Dataset, true),
             (tag("d", "t"), Kind::Dataset, true),
+            (lifecycle_entry("d", 1), Kind::Dataset, true),
             (policy_record(1), Kind::PolicyRecord, true),
             (apikey("k"), Kind::ApiKey, true),
             (apikey_revoked("k"), Kind::ApiKey, true),
