@@ -41,7 +41,7 @@ DETAFS_TEST_STORE=azure cargo test --features all-tests --test cli --test crash 
 # The mount's end-to-end suites again with every mount (and staging's
 # commands) through a gateway on 127.0.0.1, with and without a policy
 # that hides a version and a folder (tests/common: `Remote`).
-DETAFS_TEST_MOUNT=gateway cargo test --features all-tests --test mount --test staged_work --test workflow
+DETAFS_TEST_MOUNT=gateway cargo test --features all-tests --test mount --test staged_work --test workflow --test compliance
 DETAFS_TEST_MOUNT=gateway DETAFS_TEST_POLICY=hides cargo test --features all-tests --test mount --test staged_work
 ./scripts/fuzz.sh "${DETAFS_FUZZ_SECONDS:-45}"
 ./scripts/check-release-failpoints.sh

@@ -21,6 +21,9 @@ pub struct Report {
     /// Objects no record reaches (crash debris); only known when all datasets are checked.
     pub garbage: Vec<Listed>,
     pub versions: usize,
+    /// Versions expired (`forget`): their records are checked in the
+    /// chain, their data not (gc removes it after the grace).
+    pub expired: usize,
     pub blobs: usize,
 }
 
@@ -145,7 +148,12 @@ impl Walker<'_> {
     fn check_records(&mut self, dataset: &str) -> Result<()> {
         let history = crate::audit::history(self.repo, dataset)?;
         self.report.problems.extend(history.problems);
+        let lc = self.repo.lifecycle(dataset)?;
         for v in history.versions {
+            if lc.is_expired(v.version) {
+                self.report.expired += 1;
+                continue;
+            }
             if let Some(record) = v.record {
                 self.report.versions += 1;
                 self.walk(&record.tree, v.version, &format!("{dataset}/"));

@@ -1154,6 +1154,7 @@ fn verify_cmd(repo: &Repo, name: Option<&str>, json: bool) -> anyhow::Result<Exi
     if json {
         let out = serde_json::json!({
             "versions": report.versions,
+            "expired": report.expired,
             "objects": report.blobs,
             "problems": report.problems.iter().map(audit::problem_json).collect::<Vec<_>>(),
             "garbage": report.garbage.iter().map(|g| serde_json::json!({
@@ -1172,8 +1173,9 @@ fn verify_cmd(repo: &Repo, name: Option<&str>, json: bool) -> anyhow::Result<Exi
         println!("garbage: {key} ({} bytes, unreachable)", g.size);
     }
     eprintln!(
-        "checked {} versions, {} objects: {} problems, {} garbage objects",
+        "checked {} versions ({} expired: their records only), {} objects: {} problems, {} garbage objects",
         report.versions,
+        report.expired,
         report.blobs,
         report.problems.len(),
         report.garbage.len()

@@ -290,7 +290,11 @@ impl MountFs {
             return;
         };
         let mut names: Vec<Vec<u8>> = match only {
-            Some(vs) => vs.iter().map(|v| format!("v{v}").into_bytes()).collect(),
+            Some(vs) => vs
+                .iter()
+                .map(|v| format!("v{v}").into_bytes())
+                .chain(self.versions.tag_names_of(vs))
+                .collect(),
             None => {
                 let versions = self.versions.records.read();
                 versions

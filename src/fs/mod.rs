@@ -346,8 +346,22 @@ impl MountFs {
         // A version shown anew is another folder: what the kernel holds of
         // it goes (below).
         let reshown = changed.as_ref().is_some_and(|c| c.reshown);
+        // Versions gone (expired, or hidden through a gateway): the kernel
+        // must forget their names, and their tags'.
+        let mut gone = Vec::new();
         if let Some(c) = changed {
-            *self.versions.records.write() = c.records;
+            let now: std::collections::HashSet<u64> = c.records.iter().map(|r| r.version).collect();
+            let mut records = self.versions.records.write();
+            gone.extend(
+                records
+                    .iter()
+                    .map(|r| r.version)
+                    .filter(|v| !now.contains(v)),
+            );
+            *records = c.records;
+        }
+        if !gone.is_empty() {
+            self.forget_names(Some(&gone));
         }
         let tagged = self.versions.refresh_tags()?;
         if new_records || !tagged.is_empty() {

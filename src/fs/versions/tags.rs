@@ -86,8 +86,27 @@ impl super::Versions {
         let Ino::Tag(index) = Ino::of(ino) else {
             return None;
         };
+        let tag = self.tags.read().tags.get(index).cloned();
+        // A tag of an expired version names nothing.
+        tag.filter(|(_, version, _)| self.serves(*version))
+    }
+
+    /// Whether `version` is among the versions served (not expired).
+    fn serves(&self, version: u64) -> bool {
+        self.records
+            .read()
+            .binary_search_by_key(&version, |r| r.version)
+            .is_ok()
+    }
+
+    /// The names of the tags of `versions`.
+    pub(in crate::fs) fn tag_names_of(&self, versions: &[u64]) -> Vec<Vec<u8>> {
         let table = self.tags.read();
-        table.tags.get(index).cloned()
+        versions
+            .iter()
+            .flat_map(|v| table.tags_of(*v))
+            .map(String::into_bytes)
+            .collect()
     }
 
     /// The symlink `versions/TAG`, if there is such a tag.
@@ -110,11 +129,10 @@ impl super::Versions {
 
     /// `versions/`' entries for tags, in the order seen.
     pub(in crate::fs) fn list_tags(&self) -> Vec<DirEntry> {
-        let table = self.tags.read();
-        table
-            .tags
-            .iter()
+        let tags = self.tags.read().tags.clone();
+        tags.iter()
             .enumerate()
+            .filter(|(_, (_, version, _))| self.serves(*version))
             .map(|(i, (name, _, _))| DirEntry {
                 ino: Ino::tag(i),
                 kind: FileKind::Symlink,
