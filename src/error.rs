@@ -91,6 +91,10 @@ pub enum Error {
     NoVersion { dataset: String, version: String },
     #[error("{path}: no such file or directory in {version}")]
     NoPath { version: String, path: String },
+    #[error(
+        "{path} in {version} was erased: its bytes are gone from the store (`detafs audit` says when, by whom and why)"
+    )]
+    Erased { version: String, path: String },
     #[error("{kind} object {id} is missing from the store (pack {pack})")]
     Missing {
         kind: &'static str,

@@ -13,30 +13,6 @@ use crate::store::{Listed, keys};
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
-/// How long gc waits between leaving its note and reading the records: a
-/// commit that checked for notes just before the note appeared has landed
-/// its record by then (its create retries for the store's deadline at
-/// most), so gc sees that record and keeps what it reuses.
-/// (Most tests run gc with nothing in flight: `DETAFS_TEST_GC_NOTE_WAIT`.)
-fn note_wait(repo: &Repo) -> Duration {
-    let wait = repo.store().deadline() + Duration::from_secs(5);
-    crate::hold::test_duration("DETAFS_TEST_GC_NOTE_WAIT", wait)
-}
-
-/// Leaves the note of a gc about to delete versions' data: every host's
-/// next commit forgets where blobs were before it reuses any
-/// (`Repo::gc_mark`).
-fn leave_note(repo: &Repo) -> Result<()> {
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let key = keys::gc_note(nanos, rand::random());
-    repo.store()
-        .put_create(&key, bytes::Bytes::from_static(b"gc\n"))?;
-    std::thread::sleep(note_wait(repo));
-    Ok(())
-}
-
 /// The versions of `dataset` whose data gc keeps: every version not
 /// expired, and those expired after `cutoff` (an expired version's data
 /// stays for the grace, for readers that still have it open and staging
@@ -138,12 +114,18 @@ pub fn gc(
             .is_some_and(|t| t < cutoff)
     });
     let kept: Vec<String> = kept.into_iter().map(|(name, _)| name).collect();
+    // An erasure cut short after its record is finished first.
+    if !dry_run {
+        for ds in &kept {
+            crate::erase::finish_sweeps(repo, ds)?;
+        }
+    }
     // Only packs of versions that landed can be known to an index (a
     // deleted dataset's, an expired version's): deleting those needs a
     // note first.
     let mut noted = !dry_run && !expired.is_empty();
     if noted {
-        leave_note(repo)?;
+        repo.leave_gc_note()?;
     }
     let unreachable = || -> Result<(Vec<Listed>, Vec<Listed>)> {
         let reachable = reachable_packs(repo, &kept, cutoff)?;
@@ -156,7 +138,7 @@ pub fn gc(
     };
     let (mut doomed, mut young) = unreachable()?;
     if !dry_run && !noted && !doomed.is_empty() && forgotten(repo, &kept, cutoff)? {
-        leave_note(repo)?;
+        repo.leave_gc_note()?;
         noted = true;
         // A commit in flight may have reused what only expired versions
         // reached: its record has landed by now, and is read again.
@@ -170,7 +152,7 @@ pub fn gc(
         .checked_sub(MAX_COMMIT_AGE)
         .unwrap_or(SystemTime::UNIX_EPOCH);
     if !dry_run && !noted && doomed.iter().any(|l| l.modified > resumable) {
-        leave_note(repo)?;
+        repo.leave_gc_note()?;
     }
     // Their history goes after the packs it reached: an interrupted gc
     // leaves a dataset that is still deleted, never one half there. The

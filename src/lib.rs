@@ -16,6 +16,7 @@ pub mod access;
 pub mod audit;
 pub mod cache;
 pub mod commit;
+pub mod erase;
 pub mod error;
 pub mod escape;
 pub mod fs;

@@ -24,6 +24,10 @@ pub struct Report {
     /// Versions expired (`forget`): their records are checked in the
     /// chain, their data not (gc removes it after the grace).
     pub expired: usize,
+    /// Erased files met (`vN:path`), a few samples and the count: erased
+    /// on purpose, not damage.
+    pub erased: Vec<String>,
+    pub erased_count: usize,
     pub blobs: usize,
 }
 
@@ -109,6 +113,12 @@ impl Walker<'_> {
                 let path = format!("{prefix}{}", crate::escape::line(&e.name));
                 match &e.node {
                     Node::Dir { tree, .. } => stack.push((*tree, format!("{path}/"))),
+                    Node::File { erased: true, .. } => {
+                        self.report.erased_count += 1;
+                        if self.report.erased.len() < SAMPLES {
+                            self.report.erased.push(format!("v{version}:{path}"));
+                        }
+                    }
                     Node::File { chunks, .. } => {
                         for c in chunks {
                             self.reachable.insert(c.pack);
@@ -156,8 +166,10 @@ impl Walker<'_> {
             }
             if let Some(record) = v.record {
                 self.report.versions += 1;
-                self.walk(&record.tree, v.version, &format!("{dataset}/"));
-                self.check_expansion(&record.tree, v.version, dataset);
+                // An erased version is served with the root its erasure gave it.
+                let root = lc.roots.get(&v.version).copied().unwrap_or(record.tree);
+                self.walk(&root, v.version, &format!("{dataset}/"));
+                self.check_expansion(&root, v.version, dataset);
             }
         }
         Ok(())

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from ._detafs import (
     ConflictError,
     DamagedError,
+    ErasedError,
     Error,
     InvalidInputError,
     NothingToCommitError,
@@ -47,6 +48,7 @@ __all__ = [
     "NothingToCommitError",
     "StoreError",
     "DamagedError",
+    "ErasedError",
     "WrongKeyError",
     "parse_url",
 ]

@@ -34,6 +34,12 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     detafs,
+    ErasedError,
+    DetafsError,
+    "The file's bytes were erased from the store (`detafs erase`): gone, not missing."
+);
+pyo3::create_exception!(
+    detafs,
     StoreError,
     DetafsError,
     "The store could not be reached or answered wrongly."
@@ -81,6 +87,7 @@ pub fn to_py(e: Error) -> PyErr {
             err
         }),
         Error::NothingToCommit(_) => NothingToCommitError::new_err(msg),
+        Error::Erased { .. } => ErasedError::new_err(msg),
         Error::InvalidInput(_)
         | Error::NoKeySlot(_)
         | Error::Policy { .. }
@@ -117,6 +124,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("StoreError", py.get_type::<StoreError>())?;
     m.add("DamagedError", py.get_type::<DamagedError>())?;
+    m.add("ErasedError", py.get_type::<ErasedError>())?;
     m.add("WrongKeyError", py.get_type::<WrongKeyError>())?;
     Ok(())
 }

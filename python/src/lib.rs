@@ -267,17 +267,20 @@ impl Store {
 
     /// A reader of file `path` of version `spec`.
     fn open(&self, py: Python<'_>, dataset: &str, spec: &str, path: &str) -> PyResult<Reader> {
-        py.detach(|| match self.node(dataset, spec, path)? {
-            (Node::File { chunks, size, .. }, _, _) => Ok(Reader {
-                cache: self.chunks.clone(),
-                chunks,
-                size,
-                last_end: AtomicU64::new(0),
-            }),
-            (node, rel, _) => Err(Error::fs(
-                detafs::error::FsError::IsDir,
-                format!("{rel} is a {}, not a file", kind(&node)),
-            )),
+        py.detach(|| {
+            let (node, rel, v) = self.node(dataset, spec, path)?;
+            match node.readable(|| (format!("v{v}"), rel.to_string()))? {
+                Node::File { chunks, size, .. } => Ok(Reader {
+                    cache: self.chunks.clone(),
+                    chunks,
+                    size,
+                    last_end: AtomicU64::new(0),
+                }),
+                node => Err(Error::fs(
+                    detafs::error::FsError::IsDir,
+                    format!("{rel} is a {}, not a file", kind(&node)),
+                )),
+            }
         })
         .map_err(to_py)
     }

@@ -183,6 +183,13 @@ impl DiskCache {
         }
     }
 
+    /// Removes `id`'s entry, if any (its bytes were erased from the store).
+    pub fn discard(&self, id: &BlobId) {
+        if let Ok(meta) = std::fs::metadata(self.path(id)) {
+            self.drop_entry(id, meta.len());
+        }
+    }
+
     fn drop_entry(&self, id: &BlobId, size: u64) {
         let _ = std::fs::remove_file(self.path(id));
         let _ = self.index.cache_forget(id);

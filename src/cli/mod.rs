@@ -326,6 +326,14 @@ enum Command {
         after_help = "Examples:\n  detafs hold weather v12 --reason \"case 2026-114\"\n  detafs hold weather\nExit codes: 0, 1 error, 5 denied (needs dataset:hold)."
     )]
     Hold(retention::HoldArgs),
+    /// Erase a file's (or a folder's files') bytes from every version that
+    /// holds it, or from a version on: the versions stay, the path is
+    /// marked erased (reading it fails), and its bytes leave the store
+    /// where no other file or version uses them.
+    #[command(
+        after_help = "Examples:\n  detafs erase weather people/jane.csv --reason \"GDPR art. 17, request 2026-88\"\n  detafs erase weather people/ --from v12 --reason \"...\" --dry-run\nExit codes: 0, 1 error (nothing erased: a held or too young version, no such path), 5 denied (needs dataset:erase)."
+    )]
+    Erase(retention::EraseArgs),
     /// Release a legal hold.
     #[command(
         after_help = "Example: detafs release weather v12 --reason \"case closed\"\nExit codes: 0, 1 error, 5 denied (needs dataset:hold)."
@@ -889,6 +897,7 @@ fn on_store(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Forget(args) => retention::forget(&open()?, &staging, &args)?,
         Command::Hold(args) => retention::hold(&open()?, &args)?,
         Command::Release(args) => retention::release(&open()?, &args)?,
+        Command::Erase(args) => retention::erase(&open()?, &staging, &args)?,
         Command::Gc { grace, dry_run } => gc_cmd(&open()?, grace.into(), dry_run)?,
         Command::Mount(args) => {
             detafs::sys::tune_allocator();
@@ -1155,6 +1164,8 @@ fn verify_cmd(repo: &Repo, name: Option<&str>, json: bool) -> anyhow::Result<Exi
         let out = serde_json::json!({
             "versions": report.versions,
             "expired": report.expired,
+            "erased": report.erased_count,
+            "erased_samples": report.erased,
             "objects": report.blobs,
             "problems": report.problems.iter().map(audit::problem_json).collect::<Vec<_>>(),
             "garbage": report.garbage.iter().map(|g| serde_json::json!({
@@ -1167,6 +1178,13 @@ fn verify_cmd(repo: &Repo, name: Option<&str>, json: bool) -> anyhow::Result<Exi
     // Paths and keys in problems are escaped by verify.
     for p in &report.problems {
         println!("{p}");
+    }
+    if report.erased_count > 0 {
+        println!(
+            "erased (on purpose, `detafs audit` says why): {} files, e.g. {}",
+            report.erased_count,
+            report.erased.join(", ")
+        );
     }
     for g in &report.garbage {
         let key = line(g.key.as_bytes());

@@ -154,6 +154,19 @@ pub fn describe(e: &Event) -> String {
         Event::Hold { version, reason } => format!("held v{version}: {}", esc(reason)),
         Event::Release { version, reason } => format!("released v{version}: {}", esc(reason)),
         Event::Refused { asked } => format!("refused: {}", esc(asked)),
+        Event::Erase {
+            path,
+            versions,
+            reason,
+            sweep,
+            ..
+        } => format!(
+            "erased {} from {} ({} blobs zeroed): {}",
+            esc(path),
+            versions_text(versions),
+            sweep.len(),
+            esc(reason)
+        ),
     }
 }
 
@@ -318,5 +331,51 @@ pub fn release(repo: &Repo, args: &ReleaseArgs) -> anyhow::Result<()> {
     let author = caller::current_user();
     let v = retention::release(repo, name, &args.version, &args.reason, &author)?;
     println!("released v{v}");
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct EraseArgs {
+    /// Dataset name.
+    name: String,
+    /// The file or folder whose bytes go (every file under a folder).
+    path: String,
+    /// Only from this version on (v3, a tag); default: every version.
+    #[arg(long)]
+    from: Option<String>,
+    /// Why, kept on record (the audit shows it).
+    #[arg(long)]
+    reason: String,
+    /// Print the versions it would touch; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// `erase NAME PATH [--from VERSION] --reason R`.
+pub fn erase(repo: &Repo, staging: &Path, args: &EraseArgs) -> anyhow::Result<()> {
+    let name = &args.name;
+    policy::require(repo, Action::Erase, &dataset_resource(name))?;
+    let path = detafs::relpath::RelPath::parse(args.path.as_bytes())?;
+    let author = caller::current_user();
+    let done = detafs::erase::erase(
+        repo,
+        name,
+        &path,
+        args.from.as_deref(),
+        &args.reason,
+        &author,
+        args.dry_run,
+    )?;
+    let shown = line(args.path.as_bytes());
+    let versions = versions_text(&done.versions);
+    if args.dry_run {
+        println!("would erase {shown} ({} files) from {versions}", done.files);
+        return Ok(());
+    }
+    mount::tell_mount(repo, staging, name);
+    println!(
+        "erased {shown} ({} files) from {versions}: {} blobs, {} bytes zeroed in the store",
+        done.files, done.blobs, done.bytes
+    );
     Ok(())
 }

@@ -402,6 +402,8 @@ struct Listed {
     target: Option<Vec<u8>>,
     /// A device's (major, minor).
     rdev: Option<(u32, u32)>,
+    /// Its bytes were erased (`detafs erase`).
+    erased: bool,
 }
 
 impl Listed {
@@ -423,6 +425,7 @@ impl Listed {
                 }
                 _ => None,
             },
+            erased: node.is_erased(),
         }
     }
 
@@ -446,6 +449,9 @@ fn entry(out: &mut impl Write, e: &Listed) -> std::io::Result<()> {
     }
     if let Some((major, minor)) = e.rdev {
         write!(out, " ({major}, {minor})")?;
+    }
+    if e.erased {
+        write!(out, "  (erased)")?;
     }
     writeln!(out)
 }
@@ -473,6 +479,9 @@ fn entry_json(e: &Listed) -> serde_json::Value {
     }
     if let Some((major, minor)) = e.rdev {
         row["rdev"] = serde_json::json!([major, minor]);
+    }
+    if e.erased {
+        row["erased"] = true.into();
     }
     row
 }
@@ -512,7 +521,8 @@ pub fn ls(repo: &Repo, name: &str, version: &str, path: &str, as_json: bool) -> 
 
 pub fn cat(repo: &Repo, name: &str, version: &str, path: &str) -> anyhow::Result<()> {
     let record = repo.version(name, version)?;
-    match repo.lookup(&record.tree, &RelPath::parse(path)?)? {
+    let at = || (format!("v{}", record.version), path.to_string());
+    match repo.lookup(&record.tree, &RelPath::parse(path)?)?.map(|n| n.readable(at)).transpose()? {
         Some(Node::File { chunks, .. }) => {
             let mut out = std::io::stdout().lock();
             match read::read_file(repo, &chunks, &mut out) {

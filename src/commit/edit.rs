@@ -290,6 +290,7 @@ fn apply(
                     chunks,
                     atime: None,
                     link: None,
+                    erased: false,
                 }
             }
         };

@@ -507,6 +507,7 @@ impl<'r> Scanner<'r> {
                         chunks,
                         atime: None,
                         link,
+                        erased: false,
                     }
                 }
             };

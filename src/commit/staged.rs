@@ -283,6 +283,7 @@ impl Build<'_, '_> {
                         chunks,
                         atime: Node::atime_apart(r.atime, mtime),
                         link: None,
+                        erased: false,
                     }
                 }
                 _ => r

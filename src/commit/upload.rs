@@ -282,6 +282,7 @@ fn record(
         chunks,
         atime: None,
         link: None,
+        erased: false,
     };
     let tree = Tree::new(vec![Entry {
         name: ENTRY.to_vec(),
@@ -497,6 +498,7 @@ fn store_parts(
             chunks,
             atime: None,
             link: None,
+            erased: false,
         };
         entries.push(Entry {
             name: i.to_string().into_bytes(),

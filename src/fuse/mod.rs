@@ -214,7 +214,7 @@ pub fn errno(e: &Error) -> Errno {
         Error::Conflict { .. } | Error::Unresolved { .. } | Error::StagingBusy(_) => {
             Errno::from_i32(libc::EBUSY)
         }
-        Error::NothingToCommit(_) => Errno::from_i32(libc::ENODATA),
+        Error::NothingToCommit(_) | Error::Erased { .. } => Errno::from_i32(libc::ENODATA),
         Error::Cancelled => Errno::from_i32(libc::ECANCELED),
         Error::CommitTooLong(_) => Errno::from_i32(libc::ETIMEDOUT),
         Error::CollectedMeanwhile | Error::WouldBlock => Errno::from_i32(libc::EAGAIN),

@@ -133,6 +133,7 @@ impl From<Error> for ApiError {
             }
             Error::NoVersion { .. } => (StatusCode::NOT_FOUND, "no_version"),
             Error::NoPath { .. } => (StatusCode::NOT_FOUND, "no_path"),
+            Error::Erased { .. } => (StatusCode::GONE, "erased"),
             // The seed's checklist: an object deleted from the store by hand.
             Error::Missing { .. } => (StatusCode::NOT_FOUND, "missing_object"),
             Error::Conflict { paths, winner, .. } => {
@@ -302,7 +303,7 @@ impl Caller {
             return Err(hidden().into());
         }
         self.may_read(versions, path, node.is_dir())?;
-        Ok(node)
+        Ok(node.readable(|| (format!("v{}", record.version), path.to_string()))?)
     }
 
     /// Whether the caller may read `path` (a folder if `dir`) of a version
@@ -1312,6 +1313,9 @@ fn listing(
                 "mtime": e.node.mtime().0,
                 "mtime_ns": e.node.mtime().1,
             });
+            if e.node.is_erased() {
+                row["erased"] = json!(true);
+            }
             match &e.node {
                 Node::File { mode, .. } | Node::Dir { mode, .. } => row["mode"] = json!(mode),
                 Node::Symlink { target, .. } => {

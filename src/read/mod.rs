@@ -175,6 +175,8 @@ pub fn export(
                     continue;
                 }
                 let made = match &entry.node {
+                    // Its bytes are gone: nothing to write (`ls` marks it).
+                    Node::File { erased: true, .. } => false,
                     Node::File { mode: m, .. } => {
                         files.push((path.clone(), entry.node.clone(), mode(*m)));
                         true

@@ -38,9 +38,11 @@ impl Repo {
         self.served(name, self.index.records(name)?)
     }
 
-    /// `records` without the expired versions.
-    fn served(&self, name: &str, mut records: Vec<Record>) -> Result<Vec<Record>> {
+    /// `records` without the expired versions, each with the root its
+    /// erasures gave it.
+    fn served(&self, name: &str, records: Vec<Record>) -> Result<Vec<Record>> {
         let lc = self.lifecycle(name)?;
+        let mut records = lc.rooted(records);
         if !lc.expired.is_empty() {
             records.retain(|r| !lc.is_expired(r.version));
         }
@@ -56,7 +58,7 @@ impl Repo {
         self.fetch_new_records(name)?;
         match self.damage(name) {
             Some(d) => Err(d.error(name)),
-            None => self.index.records(name),
+            None => Ok(self.lifecycle(name)?.rooted(self.index.records(name)?)),
         }
     }
 
@@ -67,7 +69,7 @@ impl Repo {
         if let Some(said) = self.said_records(name) {
             return said;
         }
-        self.index.records(name)
+        Ok(self.lifecycle(name)?.rooted(self.index.records(name)?))
     }
 
     /// `sync` for what builds on the newest version (a commit, a copy of
@@ -115,13 +117,21 @@ impl Repo {
         }
         let newest = self.fetch_new_records(name)?;
         let lc = self.lifecycle(name)?;
-        let expired = known.read().iter().any(|r| lc.is_expired(r.version));
-        if !expired && newest <= known.read().last().map_or(0, |r| r.version) {
+        let (expired, rerooted) = {
+            let known = known.read();
+            let rerooted = known.iter().any(|r| {
+                lc.roots
+                    .get(&r.version)
+                    .is_some_and(|root| root.id != r.tree.id)
+            });
+            (known.iter().any(|r| lc.is_expired(r.version)), rerooted)
+        };
+        if !expired && !rerooted && newest <= known.read().last().map_or(0, |r| r.version) {
             return Ok(None);
         }
         let records = self.served(name, self.index.records(name)?)?;
         Ok(Some(Changed {
-            reshown: gone(&known.read(), &records),
+            reshown: rerooted || gone(&known.read(), &records),
             records,
         }))
     }

@@ -10,7 +10,8 @@
 
 use super::Repo;
 use crate::error::{Error, Result};
-use crate::id::RecordHash;
+use crate::id::{PackId, RecordHash};
+use crate::store::pack::BlobRef;
 use crate::limits;
 use crate::store::keys;
 use parking_lot::Mutex;
@@ -130,6 +131,25 @@ pub enum Event {
     Refused {
         asked: String,
     },
+    /// The bytes of `path` erased from `versions`: each now has the root
+    /// in `roots` (the path's files marked erased), and the blobs only the
+    /// old trees reached lay at `sweep`, zeroed in their packs. Nothing
+    /// here is of the erased content: places and sizes only.
+    Erase {
+        path: String,
+        versions: Vec<u64>,
+        reason: String,
+        roots: Vec<(u64, BlobRef)>,
+        sweep: Vec<Span>,
+    },
+}
+
+/// Where an erased blob lay in its pack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Span {
+    pub pack: PackId,
+    pub offset: u64,
+    pub len: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,6 +200,10 @@ pub struct Lifecycle {
     pub rules: Rules,
     pub expired: BTreeMap<u64, Expiry>,
     pub holds: BTreeMap<u64, Hold>,
+    /// Versions with erased paths: the root each is served with.
+    pub roots: BTreeMap<u64, BlobRef>,
+    /// Every erasure's spans, to be zeroed (again, after a crash).
+    pub sweeps: Vec<Span>,
 }
 
 impl Lifecycle {
@@ -215,6 +239,10 @@ impl Lifecycle {
                     lc.holds.remove(version);
                 }
                 Event::Refused { .. } => {}
+                Event::Erase { roots, sweep, .. } => {
+                    lc.roots.extend(roots.iter().copied());
+                    lc.sweeps.extend(sweep.iter().copied());
+                }
             }
         }
         lc
@@ -222,6 +250,18 @@ impl Lifecycle {
 
     pub fn is_expired(&self, version: u64) -> bool {
         self.expired.contains_key(&version)
+    }
+
+    /// `records` with the roots erasures gave them.
+    pub fn rooted(&self, mut records: Vec<crate::snapshot::Record>) -> Vec<crate::snapshot::Record> {
+        if !self.roots.is_empty() {
+            for r in &mut records {
+                if let Some(root) = self.roots.get(&r.version) {
+                    r.tree = *root;
+                }
+            }
+        }
+        records
     }
 }
 
@@ -374,7 +414,7 @@ impl Repo {
             event,
             nonce: hex::encode(rand::random::<[u8; 16]>()),
         };
-        let mut body = serde_json::to_vec_pretty(&entry).expect("serializable");
+        let mut body = serde_json::to_vec(&entry).expect("serializable");
         body.push(b'\n');
         if body.len() as u64 > limits::MAX_SMALL_OBJECT {
             return Err(Error::InvalidInput(

@@ -376,6 +376,25 @@ impl Repo {
             .map_err(|e| Error::io(marker.display(), e))
     }
 
+    /// Leaves the note of a gc (or an erasure) about to delete versions'
+    /// data: every host's next commit forgets where blobs were before it
+    /// reuses any (`gc_mark`). Then waits long enough that a commit that
+    /// checked for notes just before the note appeared has landed its
+    /// record (its create retries for the store's deadline at most), so
+    /// what the caller reads next includes what that commit reuses. (Most
+    /// tests run with nothing in flight: `DETAFS_TEST_GC_NOTE_WAIT`.)
+    pub fn leave_gc_note(&self) -> Result<()> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let key = keys::gc_note(nanos, rand::random());
+        self.store
+            .put_create(&key, Bytes::from_static(b"gc\n"))?;
+        let wait = self.store.deadline() + std::time::Duration::from_secs(5);
+        std::thread::sleep(crate::hold::test_duration("DETAFS_TEST_GC_NOTE_WAIT", wait));
+        Ok(())
+    }
+
     /// The newest gc note in the store. One this host had not seen makes
     /// the index forget every blob location first: the packs it names may
     /// be gone, and a commit must not reuse them (the next commit of a

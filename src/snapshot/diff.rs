@@ -450,6 +450,7 @@ mod tests {
             }],
             atime: None,
             link: None,
+            erased: false,
         }
     }
 

@@ -101,6 +101,9 @@ pub enum Node {
         chunks: Vec<BlobRef>,
         atime: Option<Mtime>,
         link: Option<Link>,
+        /// Its bytes were erased (`detafs erase`): no chunks, size 0, and
+        /// every reader answers with `Error::Erased`.
+        erased: bool,
     },
     Dir {
         mode: u32,
@@ -296,6 +299,21 @@ impl Node {
         matches!(self, Node::Dir { .. })
     }
 
+    pub fn is_erased(&self) -> bool {
+        matches!(self, Node::File { erased: true, .. })
+    }
+
+    /// The one rule every reader of a file's bytes goes through (mount,
+    /// CLI, gateway, S3, Python): an erased file (`detafs erase`) is an
+    /// error of its own, never an empty file. `at` names it (`v3`, path).
+    pub fn readable(self, at: impl FnOnce() -> (String, String)) -> crate::error::Result<Node> {
+        if self.is_erased() {
+            let (version, path) = at();
+            return Err(crate::error::Error::Erased { version, path });
+        }
+        Ok(self)
+    }
+
     pub fn size(&self) -> u64 {
         match self {
             Node::File { size, .. } => *size,
@@ -428,6 +446,7 @@ impl Tree {
                         chunks,
                         atime,
                         link,
+                        erased,
                     } => WireEntry::File {
                         name,
                         mode: *mode,
@@ -436,6 +455,7 @@ impl Tree {
                         chunks: chunks.iter().map(&mut wire_ref).collect(),
                         atime: *atime,
                         link: link.map(WireLink::from),
+                        erased: *erased,
                     },
                     Node::Dir {
                         mode,
@@ -532,7 +552,14 @@ impl Tree {
                     chunks,
                     atime,
                     link,
+                    erased,
                 } => {
+                    if *erased && (!chunks.is_empty() || *size != 0) {
+                        return Err(bad(format!(
+                            "{:?}: erased, but with content",
+                            name.lossy()
+                        )));
+                    }
                     let chunks = chunks
                         .iter()
                         .map(|c| blob(c, limits::MAX_CHUNK + limits::BLOB_OVERHEAD))
@@ -565,6 +592,7 @@ impl Tree {
                             chunks,
                             atime: *atime,
                             link: link.map(Link::from),
+                            erased: *erased,
                         },
                     )
                 }
@@ -762,6 +790,8 @@ enum WireEntry {
         atime: Option<Mtime>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         link: Option<WireLink>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        erased: bool,
     },
     Dir {
         name: Bytes,
@@ -818,6 +848,8 @@ struct FlatEntry {
     link: Option<WireLink>,
     #[serde(default)]
     links: bool,
+    #[serde(default)]
+    erased: bool,
 }
 
 #[derive(Deserialize)]
@@ -845,6 +877,7 @@ impl<'de> Deserialize<'de> for WireEntry {
                 chunks: need(f.chunks, "chunks")?,
                 atime: f.atime,
                 link: f.link,
+                erased: f.erased,
             },
             EntryType::Dir => WireEntry::Dir {
                 name: f.name,
@@ -989,6 +1022,7 @@ mod tests {
                             group: u64::from(mode) << 40,
                             names: 2 + mode % 5,
                         }),
+                        erased: false,
                     }
                 }),
             (0u32..0o777, any::<u8>()).prop_map(|(mode, n)| Node::Dir {
@@ -1063,6 +1097,7 @@ mod tests {
             chunks,
             atime: None,
             link: None,
+            erased: false,
         }
     }
 

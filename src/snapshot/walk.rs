@@ -119,6 +119,7 @@ mod tests {
                 chunks: vec![],
                 atime: None,
                 link: None,
+                erased: false,
             },
         };
         for k in 0..=levels {

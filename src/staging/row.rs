@@ -83,6 +83,7 @@ impl SNode {
                 chunks: self.chunks.clone().unwrap_or_default(),
                 atime,
                 link: None,
+                erased: false,
             }),
             Kind::Dir => self.tree.or(self.was).map(|tree| Node::Dir {
                 mode: self.mode,

@@ -593,6 +593,13 @@ impl Store {
         })
     }
 
+    /// Replaces an object whole: the one overwrite detafs makes (an erasure
+    /// zeroing blobs in their pack, `erase.rs`). Readers see the old object
+    /// or the new one, never a mix: stores replace objects atomically.
+    pub fn replace(&self, key: &str, body: Bytes) -> Result<()> {
+        self.wait(self.spawn_put(key.to_string(), body.into()))
+    }
+
     /// Runs blocking work (which may itself wait on the store) on the
     /// runtime's blocking pool, at most `WORK_PERMITS` at once. Past that the
     /// work waits its turn in a queue (first come, first served): the caller,

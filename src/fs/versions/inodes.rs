@@ -297,6 +297,8 @@ impl Versions {
             Some(slot) => slot,
             None => {
                 let (kind, mode, folder_of) = match node {
+                    // An erased file: only root opens it, and its reads fail.
+                    Node::File { erased: true, .. } => (crate::fs::FileKind::File, 0, None),
                     Node::File { mode, .. } => (crate::fs::FileKind::File, *mode, None),
                     Node::Dir { mode, tree, .. } => (
                         crate::fs::FileKind::Dir,
@@ -318,6 +320,10 @@ impl Versions {
                     place: key,
                     size: match node {
                         Node::Special { rdev, .. } => *rdev,
+                        // A byte, so that the kernel asks for it and is
+                        // answered ENODATA (a file of size 0 it reads as
+                        // empty without asking).
+                        n if n.is_erased() => 1,
                         _ => node.size(),
                     },
                     mtime_s: mtime.0,

@@ -231,7 +231,9 @@ impl Versions {
     /// A version's file, ready to read.
     pub(super) fn version_file(&self, ino: u64) -> Result<StoredFile> {
         let entry = self.version_entry(ino)?;
-        match &entry.node {
+        let version = entry.version;
+        let node = entry.node.clone().readable(|| (format!("v{version}"), format!("inode {ino}")))?;
+        match &node {
             Node::File { chunks, .. } => {
                 let chunks = chunks.clone();
                 let siblings = match (&entry.parent_tree, chunks.len()) {

@@ -324,6 +324,14 @@ fn read_only() -> S3Error {
 
 /// An API error as S3's: what the caller may not see is not there.
 fn s3(e: ApiError) -> S3Error {
+    if e.status() == http::StatusCode::GONE {
+        let mut gone = S3Error::with_message(
+            S3ErrorCode::Custom("Gone".into()),
+            e.message().to_string(),
+        );
+        gone.set_status_code(http::StatusCode::GONE);
+        return gone;
+    }
     let code = match (e.status().as_u16(), e.code()) {
         (404, "no_dataset") => S3ErrorCode::NoSuchBucket,
         (404, _) => S3ErrorCode::NoSuchKey,

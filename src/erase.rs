@@ -1,0 +1,401 @@
+//! `erase`: a path's bytes removed from every version that holds it (or
+//! from a version on), for a law that requires it. Version records are
+//! never rewritten (the chain stays verifiable): each erased version gets
+//! a new root, the same tree with the path's files marked erased, named
+//! by an `Erase` entry of the dataset's lifecycle log, which every reader
+//! takes through `Repo::sync`. Then every blob that only the old roots
+//! reached (the files' chunks, the trees that named them) is zeroed where
+//! it lies in its pack; a chunk another file or version still uses stays.
+//!
+//! The steps, each safe to interrupt: a gc note first (every host forgets
+//! where blobs lie before it reuses one, and a commit in flight that reused
+//! an erased chunk lands before the live set is read); the new trees
+//! written and durable; the entry (the commit point); the packs rewritten
+//! with the spans zeroed. An erasure cut short after its entry is finished
+//! by the next `erase` or `gc` (`finish_sweeps`), which zero any span of
+//! the log that is not zero yet.
+
+use crate::commit::scan::Scanner;
+use crate::error::{Error, Result};
+use crate::id::PackId;
+use crate::progress::Quiet;
+use crate::relpath::RelPath;
+use crate::repo::Repo;
+use crate::repo::lifecycle::{Event, Lifecycle, Span};
+use crate::snapshot::tree::{TreeSink, TreeSource};
+use crate::snapshot::{Node, Record, Tree};
+use crate::store::keys;
+use crate::store::pack::BlobRef;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, SystemTime};
+
+/// What an erasure did, or would do.
+#[derive(Debug, Default)]
+pub struct Erasure {
+    /// The versions whose roots changed.
+    pub versions: Vec<u64>,
+    /// Files marked erased, over all those versions.
+    pub files: u64,
+    /// Blobs zeroed (none for a dry run), and their bytes.
+    pub blobs: usize,
+    pub bytes: u64,
+}
+
+/// Erases `path` of `dataset` from every version (from version `from` on)
+/// that holds a file at or under it. Refused, changing nothing, if one of
+/// them is held or younger than the minimum age.
+pub fn erase(
+    repo: &Repo,
+    dataset: &str,
+    path: &RelPath,
+    from: Option<&str>,
+    reason: &str,
+    author: &str,
+    dry_run: bool,
+) -> Result<Erasure> {
+    if path.is_root() {
+        return Err(Error::InvalidInput(
+            "erase needs a path in the dataset, not its root".into(),
+        ));
+    }
+    if reason.trim().is_empty() {
+        return Err(Error::InvalidInput(
+            "an erasure needs a reason (--reason), kept on record".into(),
+        ));
+    }
+    if !dry_run {
+        finish_sweeps(repo, dataset)?;
+    }
+    let from = match from {
+        Some(spec) => repo.version(dataset, spec)?.version,
+        None => 0,
+    };
+    let plan = affected(repo, dataset, path, from)?;
+    if plan.is_empty() {
+        return Err(Error::NoPath {
+            version: match from {
+                0 => "any version".into(),
+                v => format!("any version from v{v} on"),
+            },
+            path: format!("{path} (nothing left to erase)"),
+        });
+    }
+    let mut done = Erasure {
+        versions: plan.iter().map(|(r, _)| r.version).collect(),
+        files: plan.iter().map(|(_, n)| *n).sum(),
+        ..Erasure::default()
+    };
+    if dry_run {
+        return Ok(done);
+    }
+    repo.leave_gc_note()?;
+    // Read again after the note: a version committed meanwhile that holds
+    // the path keeps it (it came after the erasure was asked for), and
+    // what it reuses is live.
+    let log = repo.lifecycle_log(dataset)?;
+    let plan = affected(repo, dataset, path, from)?;
+    let mut sink = Scanner::new(repo, &Quiet)?;
+    let mut roots = Vec::with_capacity(plan.len());
+    for (record, _) in &plan {
+        roots.push((record.version, marked(repo, &mut sink, &record.tree, path)?));
+    }
+    sink.finish()?;
+    let old: Vec<BlobRef> = plan.iter().map(|(r, _)| r.tree).collect();
+    let sweep = doomed(repo, dataset, &old, &roots)?;
+    crate::hold::hold("erase-trees-written");
+    let event = Event::Erase {
+        path: path.to_string(),
+        versions: plan.iter().map(|(r, _)| r.version).collect(),
+        reason: reason.to_string(),
+        roots,
+        sweep: sweep.iter().map(|(s, _)| *s).collect(),
+    };
+    repo.append_lifecycle(dataset, &log, event, author)?;
+    crate::hold::hold("erase-recorded");
+    let spans: Vec<Span> = sweep.iter().map(|(s, _)| *s).collect();
+    let (blobs, bytes) = zero(repo, &spans)?;
+    for (_, id) in &sweep {
+        repo.disk().discard(id);
+    }
+    done.blobs = blobs;
+    done.bytes = bytes;
+    Ok(done)
+}
+
+/// The versions (from `from` on, expired ones whose trees are still there
+/// too) holding a file at or under `path` that is not erased yet, each
+/// with the count of such files; refused if a served one may not be
+/// erased.
+fn affected(
+    repo: &Repo,
+    dataset: &str,
+    path: &RelPath,
+    from: u64,
+) -> Result<Vec<(Record, u64)>> {
+    let lc = repo.lifecycle(dataset)?;
+    let now = SystemTime::now();
+    let mut out = Vec::new();
+    for r in repo.chain_records(dataset)? {
+        if r.version < from {
+            continue;
+        }
+        let node = match repo.lookup(&r.tree, path) {
+            Ok(n) => n,
+            // An expired version's data may be gone already (gc).
+            Err(_) if lc.is_expired(r.version) => continue,
+            Err(e) => return Err(e),
+        };
+        let Some(node) = node else { continue };
+        let files = live_files(repo, &node)?;
+        if files == 0 {
+            continue;
+        }
+        if !lc.is_expired(r.version)
+            && let Some(why) = protected(&r, &lc, now)
+        {
+            return Err(Error::InvalidInput(format!(
+                "v{} of {dataset} holds {path} but cannot be erased: {why}; nothing was erased",
+                r.version
+            )));
+        }
+        out.push((r, files));
+    }
+    Ok(out)
+}
+
+/// Why version `r` may not lose data, if it may not.
+fn protected(r: &Record, lc: &Lifecycle, now: SystemTime) -> Option<String> {
+    if let Some(h) = lc.holds.get(&r.version) {
+        return Some(format!("it is held: {}", h.reason));
+    }
+    let age = humantime::parse_rfc3339(&r.time)
+        .ok()
+        .and_then(|t| now.duration_since(t).ok())
+        .unwrap_or_default();
+    (age < Duration::from_secs(lc.rules.min_age)).then(|| {
+        format!(
+            "it is younger than the minimum age of {}",
+            humantime::format_duration(Duration::from_secs(lc.rules.min_age))
+        )
+    })
+}
+
+/// Files at or under `node` that still have their bytes.
+fn live_files(repo: &Repo, node: &Node) -> Result<u64> {
+    match node {
+        Node::File { erased: false, .. } => Ok(1),
+        Node::Dir { tree, .. } => {
+            let mut n = 0;
+            for e in &repo.tree(tree)?.entries {
+                n += live_files(repo, &e.node)?;
+            }
+            Ok(n)
+        }
+        _ => Ok(0),
+    }
+}
+
+/// The file as erased: no bytes, its name, mode and time kept.
+fn erased_file(node: &Node) -> Node {
+    match node {
+        Node::File { mode, mtime, .. } => Node::File {
+            mode: *mode,
+            mtime: *mtime,
+            size: 0,
+            chunks: vec![],
+            atime: None,
+            link: None,
+            erased: true,
+        },
+        other => other.clone(),
+    }
+}
+
+/// Tree `root` with every file at or under `path` marked erased, written
+/// through `sink`; the trees off the path are shared, not rewritten.
+fn marked(
+    repo: &Repo,
+    sink: &mut dyn TreeSink,
+    root: &BlobRef,
+    path: &RelPath,
+) -> Result<BlobRef> {
+    let names: Vec<&[u8]> = path.names().collect();
+    rewrite(repo, sink, root, &names)
+}
+
+fn rewrite(
+    repo: &Repo,
+    sink: &mut dyn TreeSink,
+    tree: &BlobRef,
+    names: &[&[u8]],
+) -> Result<BlobRef> {
+    let mut entries = repo.tree(tree)?.entries.clone();
+    for e in &mut entries {
+        let (on_path, below) = match names.split_first() {
+            Some((first, rest)) => (e.name.as_slice() == *first, Some(rest)),
+            None => (true, None),
+        };
+        if !on_path {
+            continue;
+        }
+        e.node = match (&e.node, below) {
+            (Node::Dir { tree, .. }, Some(rest)) if !rest.is_empty() => {
+                with_tree(&e.node, rewrite(repo, sink, tree, rest)?)
+            }
+            // The path itself, or a folder under it: everything below.
+            (Node::Dir { tree, .. }, _) => with_tree(&e.node, rewrite(repo, sink, tree, &[])?),
+            (Node::File { .. }, Some([]) | None) => erased_file(&e.node),
+            (node, _) => node.clone(),
+        };
+    }
+    sink.put_tree(&Tree::new(entries))
+}
+
+fn with_tree(node: &Node, new: BlobRef) -> Node {
+    match node {
+        Node::Dir {
+            mode,
+            mtime,
+            atime,
+            links,
+            ..
+        } => Node::Dir {
+            mode: *mode,
+            mtime: *mtime,
+            tree: new,
+            atime: *atime,
+            links: *links,
+        },
+        other => other.clone(),
+    }
+}
+
+/// Every blob (tree or chunk) under `roots`, by where it lies, with its
+/// id, added to `out`. A tree that cannot be read is an error (what it
+/// reaches would be taken for unused), but one gc removed from a root in
+/// `may_be_gone` (an expired version's).
+fn blobs_under(
+    repo: &Repo,
+    roots: &[BlobRef],
+    may_be_gone: &HashSet<crate::id::BlobId>,
+    out: &mut HashMap<Span, crate::id::BlobId>,
+) -> Result<()> {
+    let mut seen = HashSet::new();
+    let mut todo: Vec<(BlobRef, bool)> =
+        roots.iter().map(|r| (*r, may_be_gone.contains(&r.id))).collect();
+    while let Some((r, gone_ok)) = todo.pop() {
+        if !seen.insert(r.id) {
+            continue;
+        }
+        let tree = match repo.tree(&r) {
+            Ok(t) => t,
+            Err(Error::Missing { .. }) if gone_ok => continue,
+            Err(e) => return Err(e),
+        };
+        out.insert(span(&r), r.id);
+        for e in &tree.entries {
+            match &e.node {
+                Node::Dir { tree, .. } => todo.push((*tree, gone_ok)),
+                Node::File { chunks, .. } => {
+                    out.extend(chunks.iter().map(|c| (span(c), c.id)));
+                }
+                Node::Symlink { .. } | Node::Special { .. } => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn span(r: &BlobRef) -> Span {
+    Span {
+        pack: r.pack,
+        offset: r.offset,
+        len: r.len,
+    }
+}
+
+/// The blobs under the `old` roots that nothing kept reaches: not the
+/// new roots, not any other version of any dataset (expired ones whose
+/// data is still there included: gc decides when they go).
+fn doomed(
+    repo: &Repo,
+    dataset: &str,
+    old: &[BlobRef],
+    new: &[(u64, BlobRef)],
+) -> Result<Vec<(Span, crate::id::BlobId)>> {
+    let new_roots: BTreeMap<u64, BlobRef> = new.iter().copied().collect();
+    let mut live_roots: Vec<BlobRef> = new_roots.values().copied().collect();
+    let mut expired = HashSet::new();
+    // Deleted datasets too: they can be undeleted until gc removes them.
+    for (ds, _) in repo.all_datasets()? {
+        let lc = repo.lifecycle(&ds)?;
+        for r in repo.chain_records(&ds)? {
+            if ds == dataset && new_roots.contains_key(&r.version) {
+                continue;
+            }
+            if lc.is_expired(r.version) {
+                expired.insert(r.tree.id);
+            }
+            live_roots.push(r.tree);
+        }
+    }
+    let mut live = HashMap::new();
+    blobs_under(repo, &live_roots, &expired, &mut live)?;
+    let mut gone = HashMap::new();
+    blobs_under(repo, old, &HashSet::new(), &mut gone)?;
+    let mut doomed: Vec<(Span, crate::id::BlobId)> = gone
+        .into_iter()
+        .filter(|(s, _)| !live.contains_key(s))
+        .collect();
+    doomed.sort_by_key(|(s, _)| (s.pack, s.offset));
+    Ok(doomed)
+}
+
+/// Zeroes `spans` in their packs, each pack rewritten once; spans already
+/// zero are left. Returns the blobs and bytes zeroed now.
+fn zero(repo: &Repo, spans: &[Span]) -> Result<(usize, u64)> {
+    let mut by_pack: BTreeMap<PackId, Vec<Span>> = BTreeMap::new();
+    for s in spans {
+        by_pack.entry(s.pack).or_default().push(*s);
+    }
+    let (mut blobs, mut bytes) = (0, 0);
+    for (pack, spans) in by_pack {
+        let key = keys::pack(&pack);
+        // A pack gc removed meanwhile holds nothing to zero.
+        let Some(body) = repo.store().get(&key)? else {
+            continue;
+        };
+        let mut body = body.to_vec();
+        let mut changed = false;
+        for s in spans {
+            let start = usize::try_from(s.offset).unwrap_or(usize::MAX);
+            let Some(range) = start
+                .checked_add(s.len as usize)
+                .filter(|end| *end <= body.len())
+                .map(|end| start..end)
+            else {
+                return Err(Error::malformed(&key, "an erased span lies past the pack's end"));
+            };
+            if body[range.clone()].iter().any(|b| *b != 0) {
+                body[range].fill(0);
+                changed = true;
+                blobs += 1;
+                bytes += u64::from(s.len);
+            }
+        }
+        if changed {
+            repo.store().replace(&key, body.into())?;
+        }
+    }
+    Ok((blobs, bytes))
+}
+
+/// Zeroes what the erasures of `dataset`'s log left unzeroed (an erasure
+/// cut short after its entry). Returns the blobs zeroed.
+pub fn finish_sweeps(repo: &Repo, dataset: &str) -> Result<usize> {
+    let lc = repo.lifecycle(dataset)?;
+    if lc.sweeps.is_empty() {
+        return Ok(0);
+    }
+    Ok(zero(repo, &lc.sweeps)?.0)
+}
