@@ -126,12 +126,7 @@ pub fn erase(
 /// too) holding a file at or under `path` that is not erased yet, each
 /// with the count of such files; refused if a served one may not be
 /// erased.
-fn affected(
-    repo: &Repo,
-    dataset: &str,
-    path: &RelPath,
-    from: u64,
-) -> Result<Vec<(Record, u64)>> {
+fn affected(repo: &Repo, dataset: &str, path: &RelPath, from: u64) -> Result<Vec<(Record, u64)>> {
     let lc = repo.lifecycle(dataset)?;
     let now = SystemTime::now();
     let mut out = Vec::new();
@@ -213,12 +208,7 @@ fn erased_file(node: &Node) -> Node {
 
 /// Tree `root` with every file at or under `path` marked erased, written
 /// through `sink`; the trees off the path are shared, not rewritten.
-fn marked(
-    repo: &Repo,
-    sink: &mut dyn TreeSink,
-    root: &BlobRef,
-    path: &RelPath,
-) -> Result<BlobRef> {
+fn marked(repo: &Repo, sink: &mut dyn TreeSink, root: &BlobRef, path: &RelPath) -> Result<BlobRef> {
     let names: Vec<&[u8]> = path.names().collect();
     rewrite(repo, sink, root, &names)
 }
@@ -281,8 +271,10 @@ fn blobs_under(
     out: &mut HashMap<Span, crate::id::BlobId>,
 ) -> Result<()> {
     let mut seen = HashSet::new();
-    let mut todo: Vec<(BlobRef, bool)> =
-        roots.iter().map(|r| (*r, may_be_gone.contains(&r.id))).collect();
+    let mut todo: Vec<(BlobRef, bool)> = roots
+        .iter()
+        .map(|r| (*r, may_be_gone.contains(&r.id)))
+        .collect();
     while let Some((r, gone_ok)) = todo.pop() {
         if !seen.insert(r.id) {
             continue;
@@ -374,7 +366,10 @@ fn zero(repo: &Repo, spans: &[Span]) -> Result<(usize, u64)> {
                 .filter(|end| *end <= body.len())
                 .map(|end| start..end)
             else {
-                return Err(Error::malformed(&key, "an erased span lies past the pack's end"));
+                return Err(Error::malformed(
+                    &key,
+                    "an erased span lies past the pack's end",
+                ));
             };
             if body[range.clone()].iter().any(|b| *b != 0) {
                 body[range].fill(0);

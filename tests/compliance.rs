@@ -235,3 +235,320 @@ fn gc_deletes_what_only_expired_versions_reached_after_the_grace() {
     let audit = json_of(env.ok(&["audit", "ds", "--json"]).as_bytes());
     assert_eq!(audit["ok"], true, "{audit}");
 }
+
+/// The files of the erasure tests: a file of its own (`people/jane.csv`,
+/// its bytes marked so they can be searched for), and a file whose bytes
+/// another file shares (`people/copy.txt` and `shared.txt`).
+fn erasable(env: &Env) -> (std::path::PathBuf, Vec<u8>) {
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("people")).unwrap();
+    let mut jane = common::noise(300_000, 3);
+    for at in (0..jane.len() - 32).step_by(20_000) {
+        jane[at..at + 32].copy_from_slice(MARK);
+    }
+    std::fs::write(src.join("people/jane.csv"), &jane).unwrap();
+    let shared = common::noise(50_000, 4);
+    std::fs::write(src.join("people/copy.txt"), &shared).unwrap();
+    std::fs::write(src.join("shared.txt"), &shared).unwrap();
+    env.commit(&src, "v1");
+    std::fs::write(src.join("other.txt"), "o").unwrap();
+    env.commit(&src, "v2");
+    (src, jane)
+}
+
+const MARK: &[u8; 32] = b"JANE-DOE-1970-01-01-SSN-000-00-0";
+
+/// Whether any object of the store holds `needle` as it is (a plaintext
+/// store keeps chunks raw where compression does not pay).
+fn store_holds(env: &Env, needle: &[u8]) -> bool {
+    env.objects.list("").iter().any(|(key, _)| {
+        env.objects
+            .read(key)
+            .windows(needle.len())
+            .any(|w| w == needle)
+    })
+}
+
+/// An erased file's bytes leave the store: no object holds them after
+/// the erasure; a held version refuses it first (nothing changes); the
+/// erased path reads as erased through the CLI, the mount and the
+/// gateway, listings mark it, a file sharing bytes with the erased one
+/// and every other file read back exactly, and `verify` and `audit` pass.
+#[test]
+fn an_erased_file_leaves_no_byte_in_the_store() {
+    let env = Env::new_plaintext();
+    let (src, _jane) = erasable(&env);
+    assert!(store_holds(&env, MARK), "the file is in the store");
+    let k = key(&env, "reader", "read");
+    let g = serve(&env);
+
+    env.ok(&["hold", "ds", "v1", "--reason", "litigation"]);
+    let (code, err) = env.fails(&["erase", "ds", "people/jane.csv", "--reason", "GDPR"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("held: litigation"), "{err}");
+    assert!(store_holds(&env, MARK), "a refused erasure changes nothing");
+    env.ok(&["release", "ds", "v1", "--reason", "settled"]);
+    let (code, _) = env.fails(&["erase", "ds", "people/jane.csv"]);
+    assert_eq!(code, 2, "a reason is required");
+
+    let out = env.ok(&["erase", "ds", "people/jane.csv", "--reason", "GDPR art. 17"]);
+    assert!(out.contains("from v1..v2"), "{out}");
+    assert!(!store_holds(&env, MARK), "no object holds the erased bytes");
+
+    for v in ["v1", "v2"] {
+        let (code, err) = env.fails(&["cat", "ds", v, "people/jane.csv"]);
+        assert_eq!(code, 1);
+        assert!(err.contains("was erased"), "{err}");
+        let ls = env.ok(&["ls", "ds", v, "people"]);
+        assert!(ls.contains("jane.csv  (erased)"), "{ls}");
+        assert_eq!(
+            env.run(&["cat", "ds", v, "people/copy.txt"]).stdout,
+            common::noise(50_000, 4)
+        );
+        assert_eq!(
+            env.run(&["cat", "ds", v, "shared.txt"]).stdout,
+            common::noise(50_000, 4)
+        );
+    }
+    let jane = format!("{}/datasets/ds/versions/v1/files/people/jane.csv", g.url);
+    let (s, body) = curl(&[&jane, "-H", &bearer(&k)]);
+    assert_eq!(s, 410, "{}", String::from_utf8_lossy(&body));
+    let m = env.mount(&[]);
+    let err = std::fs::read(m.path("versions/v2/people/jane.csv")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENODATA), "{err}");
+    assert!(m.log().contains("was erased"), "the daemon's log says so");
+    assert_eq!(
+        std::fs::read(m.path("versions/v1/people/copy.txt")).unwrap(),
+        common::noise(50_000, 4)
+    );
+
+    let verify = env.run(&["verify", "ds", "--json"]);
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    let report = json_of(&verify.stdout);
+    assert!(report["erased"].as_u64().unwrap() >= 1, "{report}");
+    let audit = json_of(env.ok(&["audit", "ds", "--json"]).as_bytes());
+    assert_eq!(audit["ok"], true, "{audit}");
+    let erasure = &audit["lifecycle"][2]["event"];
+    assert_eq!(erasure["kind"], "erase");
+    assert_eq!(erasure["reason"], "GDPR art. 17");
+    assert_eq!(erasure["versions"], serde_json::json!([1, 2]));
+
+    // Erasure is of the history: committed again from a source that still
+    // has the file, it is new data (the hosts forgot where the old chunks
+    // lay, so nothing refers to the zeroed ones).
+    std::fs::write(src.join("later.txt"), "l").unwrap();
+    env.commit(&src, "v3");
+    assert_eq!(
+        env.run(&["cat", "ds", "v3", "people/jane.csv"])
+            .stdout
+            .len(),
+        300_000
+    );
+    assert!(
+        store_holds(&env, MARK),
+        "committed anew from the source, it is new data"
+    );
+}
+
+/// The library opened in this process on `env`'s (local) store, afresh
+/// (nothing cached from before the last command).
+fn open_repo(env: &Env) -> detafs::repo::Repo {
+    detafs::repo::Repo::open(&detafs::repo::Options {
+        store: Some(env.store.clone()),
+        cache_dir: Some(env.path("test-cache")),
+        cache_size: 1 << 30,
+        cache_memory: None,
+        store_timeout: Duration::from_secs(30),
+        key_file: Some(env.key_file.clone()),
+        passphrase: None,
+        sse: None,
+    })
+    .unwrap()
+}
+
+const PATHS: [&str; 4] = ["a.csv", "d/b.csv", "d/e/c.csv", "f.bin"];
+
+/// Content `i` of the pool (several files may hold the same: dedup).
+fn content(i: u8) -> Vec<u8> {
+    common::noise(30_000 + usize::from(i) * 7_000, 100 + u64::from(i))
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// Each (path, content or none: removed).
+    Commit(Vec<(usize, Option<u8>)>),
+    Forget(usize),
+    Erase {
+        path: usize,
+        from: Option<usize>,
+    },
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        3 => proptest::collection::vec((0..PATHS.len(), proptest::option::weighted(0.8, 0u8..4)), 1..4)
+            .prop_map(Op::Commit),
+        1 => (0usize..8).prop_map(Op::Forget),
+        2 => (0..PATHS.len(), proptest::option::of(0usize..8))
+            .prop_map(|(path, from)| Op::Erase { path, from }),
+    ]
+}
+
+/// What the store should hold: each version's files (content index), the
+/// versions expired, the (version, path) erased.
+#[derive(Default)]
+struct Model {
+    versions: Vec<(u64, std::collections::BTreeMap<usize, u8>)>,
+    expired: std::collections::BTreeSet<u64>,
+    erased: std::collections::BTreeSet<(u64, usize)>,
+}
+
+impl Model {
+    fn served(&self) -> Vec<u64> {
+        self.versions
+            .iter()
+            .map(|(v, _)| *v)
+            .filter(|v| !self.expired.contains(v))
+            .collect()
+    }
+
+    /// Whether content `c` is still held by a file not erased, in any
+    /// version (an expired one's data stays until gc).
+    fn keeps(&self, c: u8) -> bool {
+        self.versions.iter().any(|(v, files)| {
+            files
+                .iter()
+                .any(|(p, &x)| x == c && !self.erased.contains(&(*v, *p)))
+        })
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(10),
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// After any sequence of commits, forgets and erasures: the versions
+    /// served are those not expired; every file of each reads back exactly
+    /// or, erased, as erased; and no chunk of an erased file can be read
+    /// back from the store (decrypted) unless a file not erased still
+    /// holds the same bytes.
+    #[test]
+    fn commits_forgets_and_erasures_agree_with_the_model(ops in proptest::collection::vec(op(), 1..9)) {
+        let env = Env::new_local();
+        let src = env.path("src");
+        let mut model = Model::default();
+        let mut files = std::collections::BTreeMap::new();
+        // Chunks of erased files as they lay before, with their content.
+        let mut erased_refs = Vec::new();
+        for op in ops {
+            match op {
+                Op::Commit(writes) => {
+                    let before = files.clone();
+                    for (p, c) in writes {
+                        match c {
+                            Some(c) => { files.insert(p, c); }
+                            None => { files.remove(&p); }
+                        }
+                    }
+                    if files == before && !model.versions.is_empty() {
+                        continue;
+                    }
+                    let _ = std::fs::remove_dir_all(&src);
+                    std::fs::create_dir_all(&src).unwrap();
+                    for (p, c) in &files {
+                        let path = src.join(PATHS[*p]);
+                        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                        std::fs::write(path, content(*c)).unwrap();
+                    }
+                    env.commit(&src, "c");
+                    let v = model.versions.last().map_or(1, |(v, _)| v + 1);
+                    model.versions.push((v, files.clone()));
+                }
+                Op::Forget(i) => {
+                    let served = model.served();
+                    if served.len() < 2 {
+                        continue;
+                    }
+                    let v = served[i % (served.len() - 1)];
+                    env.ok(&["forget", "ds", &format!("v{v}")]);
+                    model.expired.insert(v);
+                }
+                Op::Erase { path, from } => {
+                    let served = model.served();
+                    if served.is_empty() {
+                        continue;
+                    }
+                    let from = from.map(|i| served[i % served.len()]);
+                    let holders: Vec<u64> = model
+                        .versions
+                        .iter()
+                        .filter(|(v, f)| {
+                            from.is_none_or(|from| *v >= from)
+                                && f.contains_key(&path)
+                                && !model.erased.contains(&(*v, path))
+                        })
+                        .map(|(v, _)| *v)
+                        .collect();
+                    let mut args = vec!["erase", "ds", PATHS[path], "--reason", "r"];
+                    let from_arg = from.map(|v| format!("v{v}"));
+                    if let Some(f) = &from_arg {
+                        args.extend(["--from", f]);
+                    }
+                    if holders.is_empty() {
+                        let (code, err) = env.fails(&args);
+                        proptest::prop_assert_eq!(code, 1, "{}", err);
+                        continue;
+                    }
+                    let repo = open_repo(&env);
+                    for (v, f) in &model.versions {
+                        if holders.contains(v) {
+                            let root = repo.chain_records("ds").unwrap()
+                                .into_iter().find(|r| r.version == *v).unwrap().tree;
+                            let rel = detafs::relpath::RelPath::parse(PATHS[path].as_bytes()).unwrap();
+                            if let Some(detafs::snapshot::Node::File { chunks, .. }) = repo.lookup(&root, &rel).unwrap() {
+                                erased_refs.extend(chunks.into_iter().map(|c| (c, f[&path])));
+                            }
+                        }
+                    }
+                    env.ok(&args);
+                    model.erased.extend(holders.iter().map(|v| (*v, path)));
+                }
+            }
+        }
+        let listed: Vec<u64> = {
+            let mut v: Vec<u64> = env.log().iter().map(|e| e["version"].as_u64().unwrap()).collect();
+            v.sort_unstable();
+            v
+        };
+        proptest::prop_assert_eq!(&listed, &model.served());
+        for (v, files) in &model.versions {
+            for (p, c) in files {
+                let out = env.run(&["cat", "ds", &format!("v{v}"), PATHS[*p]]);
+                if model.expired.contains(v) {
+                    proptest::prop_assert!(!out.status.success());
+                } else if model.erased.contains(&(*v, *p)) {
+                    let err = String::from_utf8_lossy(&out.stderr);
+                    proptest::prop_assert!(err.contains("was erased"), "v{} {}: {}", v, PATHS[*p], err);
+                } else {
+                    proptest::prop_assert!(out.stdout == content(*c), "v{} {} reads back", v, PATHS[*p]);
+                }
+            }
+        }
+        let repo = open_repo(&env);
+        for (r, c) in erased_refs {
+            if model.keeps(c) {
+                continue;
+            }
+            let read = detafs::store::pack::read_blob(repo.store(), &r, detafs::store::pack::BlobKind::Chunk);
+            proptest::prop_assert!(read.is_err(), "a chunk of erased content {} still reads", c);
+        }
+        env.ok(&["verify", "ds"]);
+    }
+}

@@ -522,7 +522,11 @@ pub fn ls(repo: &Repo, name: &str, version: &str, path: &str, as_json: bool) -> 
 pub fn cat(repo: &Repo, name: &str, version: &str, path: &str) -> anyhow::Result<()> {
     let record = repo.version(name, version)?;
     let at = || (format!("v{}", record.version), path.to_string());
-    match repo.lookup(&record.tree, &RelPath::parse(path)?)?.map(|n| n.readable(at)).transpose()? {
+    match repo
+        .lookup(&record.tree, &RelPath::parse(path)?)?
+        .map(|n| n.readable(at))
+        .transpose()?
+    {
         Some(Node::File { chunks, .. }) => {
             let mut out = std::io::stdout().lock();
             match read::read_file(repo, &chunks, &mut out) {

@@ -11,9 +11,9 @@
 use super::Repo;
 use crate::error::{Error, Result};
 use crate::id::{PackId, RecordHash};
-use crate::store::pack::BlobRef;
 use crate::limits;
 use crate::store::keys;
+use crate::store::pack::BlobRef;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -253,7 +253,10 @@ impl Lifecycle {
     }
 
     /// `records` with the roots erasures gave them.
-    pub fn rooted(&self, mut records: Vec<crate::snapshot::Record>) -> Vec<crate::snapshot::Record> {
+    pub fn rooted(
+        &self,
+        mut records: Vec<crate::snapshot::Record>,
+    ) -> Vec<crate::snapshot::Record> {
         if !self.roots.is_empty() {
             for r in &mut records {
                 if let Some(root) = self.roots.get(&r.version) {

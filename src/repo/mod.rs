@@ -388,8 +388,7 @@ impl Repo {
             .duration_since(std::time::SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
         let key = keys::gc_note(nanos, rand::random());
-        self.store
-            .put_create(&key, Bytes::from_static(b"gc\n"))?;
+        self.store.put_create(&key, Bytes::from_static(b"gc\n"))?;
         let wait = self.store.deadline() + std::time::Duration::from_secs(5);
         std::thread::sleep(crate::hold::test_duration("DETAFS_TEST_GC_NOTE_WAIT", wait));
         Ok(())

@@ -555,10 +555,7 @@ impl Tree {
                     erased,
                 } => {
                     if *erased && (!chunks.is_empty() || *size != 0) {
-                        return Err(bad(format!(
-                            "{:?}: erased, but with content",
-                            name.lossy()
-                        )));
+                        return Err(bad(format!("{:?}: erased, but with content", name.lossy())));
                     }
                     let chunks = chunks
                         .iter()

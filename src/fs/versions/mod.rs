@@ -232,7 +232,10 @@ impl Versions {
     pub(super) fn version_file(&self, ino: u64) -> Result<StoredFile> {
         let entry = self.version_entry(ino)?;
         let version = entry.version;
-        let node = entry.node.clone().readable(|| (format!("v{version}"), format!("inode {ino}")))?;
+        let node = entry
+            .node
+            .clone()
+            .readable(|| (format!("v{version}"), format!("inode {ino}")))?;
         match &node {
             Node::File { chunks, .. } => {
                 let chunks = chunks.clone();

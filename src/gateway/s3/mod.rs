@@ -325,10 +325,8 @@ fn read_only() -> S3Error {
 /// An API error as S3's: what the caller may not see is not there.
 fn s3(e: ApiError) -> S3Error {
     if e.status() == http::StatusCode::GONE {
-        let mut gone = S3Error::with_message(
-            S3ErrorCode::Custom("Gone".into()),
-            e.message().to_string(),
-        );
+        let mut gone =
+            S3Error::with_message(S3ErrorCode::Custom("Gone".into()), e.message().to_string());
         gone.set_status_code(http::StatusCode::GONE);
         return gone;
     }
