@@ -36,7 +36,7 @@ rm -rf target/wheels
 maturin build --quiet -m python/Cargo.toml --out target/wheels
 pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/detafs-*.whl
 DETAFS_BIN="$PWD/target/debug/detafs" python3 -m pytest -q -p no:cacheprovider python/tests
-DETAFS_TEST_STORE=s3 DETAFS_TEST_PLAINTEXT=1 cargo test --features all-tests --test cli --test crash --test race --test mount --test workflow
+DETAFS_TEST_STORE=s3 DETAFS_TEST_PLAINTEXT=1 cargo test --features all-tests --test cli --test crash --test race --test mount --test workflow --test compliance
 DETAFS_TEST_STORE=azure cargo test --features all-tests --test cli --test crash --test race --test mount --test workflow
 # The mount's end-to-end suites again with every mount (and staging's
 # commands) through a gateway on 127.0.0.1, with and without a policy

@@ -189,6 +189,7 @@ pub fn forget(
         by_name(repo, dataset, named, &records, &lc, now)?
     };
     let expired = plan.expired();
+    crate::hold::hold("forget-decided");
     if !dry_run && !expired.is_empty() {
         let event = Event::Expire {
             versions: expired,

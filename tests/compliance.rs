@@ -6,7 +6,7 @@
 mod common;
 
 use common::gateway::{bearer, curl, json_of, key, serve};
-use common::{Env, within};
+use common::{Env, Hold, within};
 use std::io::Read;
 use std::time::Duration;
 
@@ -551,4 +551,69 @@ proptest::proptest! {
         }
         env.ok(&["verify", "ds"]);
     }
+}
+
+/// An erasure killed before its record changes nothing a reader sees (the
+/// file reads on, and a new erasure does it whole); killed after it, the
+/// path is erased for every reader and the next `gc` zeroes what was left.
+#[test]
+fn an_erasure_killed_at_each_step_is_whole_or_finished_by_gc() {
+    for (point, recorded) in [("erase-trees-written", false), ("erase-recorded", true)] {
+        let env = Env::new_plaintext();
+        let (_, jane) = erasable(&env);
+        let hold = Hold::new(&env, point);
+        let mut erase = env.command_for(&["erase", "ds", "people/jane.csv", "--reason", "r"]);
+        let mut child = erase.env("FAILPOINTS", &hold.spec).spawn().unwrap();
+        hold.reached();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(store_holds(&env, MARK), "{point}: nothing zeroed yet");
+        let cat = env.run(&["cat", "ds", "v2", "people/jane.csv"]);
+        if recorded {
+            assert!(
+                String::from_utf8_lossy(&cat.stderr).contains("was erased"),
+                "{point}"
+            );
+            env.ok(&["gc"]);
+        } else {
+            assert!(cat.stdout == jane, "{point}: the file reads on");
+            env.ok(&["erase", "ds", "people/jane.csv", "--reason", "r"]);
+        }
+        assert!(!store_holds(&env, MARK), "{point}: the bytes are gone");
+        assert_eq!(
+            env.run(&["cat", "ds", "v1", "shared.txt"]).stdout,
+            common::noise(50_000, 4)
+        );
+        env.ok(&["verify", "ds"]);
+    }
+}
+
+/// Two hosts deciding at once: a `forget` whose log changed between its
+/// decision and its record is refused whole (it expired nothing), while
+/// the other's expiry and a commit made meanwhile stand.
+#[test]
+fn a_forget_decided_on_a_stale_log_is_refused_whole() {
+    let env = Env::new();
+    let src = six_versions(&env);
+    let other = env.other_host();
+    let hold = Hold::new(&env, "forget-decided");
+    let mut forget = env.command_for(&["forget", "ds", "v1"]);
+    let mut child = forget
+        .env("FAILPOINTS", &hold.spec)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    hold.reached();
+    other.ok(&["forget", "ds", "v2"]);
+    std::fs::write(src.join("f7"), "7").unwrap();
+    other.commit(&src, "c7");
+    hold.release();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("changed meanwhile"), "{err}");
+    assert_eq!(versions_listed(&env), vec![7, 6, 5, 4, 3, 1]);
+    env.ok(&["forget", "ds", "v1"]);
+    assert_eq!(versions_listed(&env), vec![7, 6, 5, 4, 3]);
+    env.ok(&["audit", "ds"]);
 }
