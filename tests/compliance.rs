@@ -598,7 +598,7 @@ fn a_forget_decided_on_a_stale_log_is_refused_whole() {
     let other = env.other_host();
     let hold = Hold::new(&env, "forget-decided");
     let mut forget = env.command_for(&["forget", "ds", "v1"]);
-    let mut child = forget
+    let child = forget
         .env("FAILPOINTS", &hold.spec)
         .stderr(std::process::Stdio::piped())
         .spawn()
