@@ -14,16 +14,22 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 /// The versions of `dataset` whose data gc keeps: every version not
-/// expired, and those expired after `cutoff` (an expired version's data
-/// stays for the grace, for readers that still have it open and staging
-/// that stands on it).
+/// expired, those expired after `cutoff` (an expired version's data stays
+/// for the grace, for readers that still have it open), and those a
+/// staging area stands on (its lease).
 fn roots(repo: &Repo, dataset: &str, cutoff: SystemTime) -> Result<Vec<crate::snapshot::Record>> {
     let lc = repo.lifecycle(dataset)?;
     let mut records = repo.chain_records(dataset)?;
+    let leased = match lc.expired.is_empty() {
+        true => Default::default(),
+        false => repo.leased(dataset)?,
+    };
     records.retain(|r| {
-        lc.expired
-            .get(&r.version)
-            .is_none_or(|e| e.when().is_none_or(|t| t >= cutoff))
+        leased.contains(&r.version)
+            || lc
+                .expired
+                .get(&r.version)
+                .is_none_or(|e| e.when().is_none_or(|t| t >= cutoff))
     });
     Ok(records)
 }

@@ -617,3 +617,35 @@ fn a_forget_decided_on_a_stale_log_is_refused_whole() {
     assert_eq!(versions_listed(&env), vec![7, 6, 5, 4, 3]);
     env.ok(&["audit", "ds"]);
 }
+
+/// Staging that stands on a version expired meanwhile keeps working: its
+/// lease keeps the version's data through gc until staging moves on.
+#[test]
+fn staging_on_an_expired_version_keeps_its_content_through_gc() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let big = common::noise(2 << 20, 11);
+    std::fs::write(src.join("big.bin"), &big).unwrap();
+    env.commit(&src, "v1");
+    let m = env.mount(&[]);
+    std::fs::write(m.path("staging/mine.txt"), "staged").unwrap();
+    // Another host replaces the file, and expires the version staging
+    // stands on; gc runs past its grace.
+    let other = env.other_host();
+    std::fs::remove_file(src.join("big.bin")).unwrap();
+    std::fs::write(src.join("small.txt"), "s").unwrap();
+    other.commit(&src, "v2");
+    other.ok(&["forget", "ds", "v1"]);
+    common::next_second();
+    other.ok(&["gc", "--grace", "0s"]);
+    assert!(std::fs::read(m.path("staging/big.bin")).unwrap() == big);
+    common::commit_via_control(&m, "mine").unwrap();
+    let out = env.run(&["cat", "ds", "latest", "big.bin"]);
+    assert!(
+        out.stdout == big,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    env.ok(&["verify", "ds"]);
+}

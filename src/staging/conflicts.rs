@@ -23,7 +23,7 @@ impl Staging {
     ) -> Result<()> {
         let tx = self.db.unchecked_transaction()?;
         self.apply(repo, ROOT, base, &winner.tree, 0)?;
-        self.set_base(winner.version)?;
+        self.set_base(repo, winner.version)?;
         for path in paths {
             tx.execute(
                 "INSERT OR REPLACE INTO conflicts(path, theirs, mark) VALUES (sealed(?1), ?2, ?3)",

@@ -145,7 +145,7 @@ impl Staging {
         let base = records.iter().find(|r| r.version == base_version);
         let tx = self.db.unchecked_transaction()?;
         self.apply(repo, ROOT, base.map(|b| &b.tree), &latest.tree, 0)?;
-        self.set_base(latest.version)?;
+        self.set_base(repo, latest.version)?;
         tx.commit()?;
         Ok(true)
     }

@@ -99,7 +99,7 @@ impl Staging {
             )));
         }
         self.check_resolved(repo)?;
-        self.adopt_landed(records)?;
+        self.adopt_landed(repo, records)?;
         let base_version = self.base_version()?;
         let base = records.iter().find(|r| r.version == base_version).cloned();
         let mut children: HashMap<u64, Vec<SNode>> = HashMap::new();
@@ -175,7 +175,7 @@ impl Staging {
         if record.tree.id != ours.id {
             self.apply(repo, ROOT, Some(ours), &record.tree, 0)?;
         }
-        self.set_base(record.version)?;
+        self.set_base(repo, record.version)?;
         self.set_pending(None)?;
         tx.commit()?;
         crate::hold::hold("staging-finished");

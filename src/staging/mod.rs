@@ -159,11 +159,11 @@ impl Staging {
                     base.map(|b| serde_json::to_vec(&b.tree).expect("serializable"))
                 ],
             )?;
-            st.set_base(base.map_or(0, |b| b.version))?;
+            st.set_base(repo, base.map_or(0, |b| b.version))?;
         }
         st.repair()?;
         st.ensure_reserve();
-        st.adopt_landed(&records)?;
+        st.adopt_landed(repo, &records)?;
         st.tidy_trash();
         Ok(st)
     }
@@ -207,7 +207,7 @@ impl Staging {
     }
 
     /// Moves staging to a version its own interrupted commit created.
-    fn adopt_landed(&self, records: &[Record]) -> Result<()> {
+    fn adopt_landed(&self, repo: &Repo, records: &[Record]) -> Result<()> {
         let pending: Option<Vec<u8>> = self
             .db
             .query_row("SELECT value FROM meta WHERE key = 'pending'", [], |r| {
@@ -229,18 +229,47 @@ impl Staging {
                 self.dataset,
                 r.version
             );
-            self.set_base(r.version)?;
+            self.set_base(repo, r.version)?;
             self.set_pending(None)?;
         }
         Ok(())
     }
 
-    fn set_base(&self, version: u64) -> Result<()> {
+    /// Moves staging's base to `version`, and its lease with it: gc keeps
+    /// the old base and the new while staging may stand on either.
+    fn set_base(&self, repo: &Repo, version: u64) -> Result<()> {
+        let was = self.base_version()?;
         self.db.execute(
             "INSERT OR REPLACE INTO meta(key, value) VALUES ('base', ?1)",
             [version],
         )?;
+        let versions: Vec<u64> = [was, version].into_iter().filter(|v| *v > 0).collect();
+        if let Err(e) = repo.lease_base(&self.dataset, &self.lease_id()?, &versions) {
+            tracing::warn!(
+                "staging of {}: its lease on v{version} was not written: {e}",
+                self.dataset
+            );
+        }
         Ok(())
+    }
+
+    /// This staging area's name in the store's leases (made once).
+    fn lease_id(&self) -> Result<String> {
+        let id: Option<String> = self
+            .db
+            .query_row("SELECT value FROM meta WHERE key = 'lease'", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        if let Some(id) = id {
+            return Ok(id);
+        }
+        let id = hex::encode(rand::random::<[u8; 16]>());
+        self.db.execute(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES ('lease', ?1)",
+            [&id],
+        )?;
+        Ok(id)
     }
 
     /// Makes staging's state durable: rows (SQLite runs `synchronous=NORMAL`

@@ -134,6 +134,13 @@ pub fn lifecycle_seq(name: &str, key: &str) -> Option<u64> {
     }
     digits.parse().ok().filter(|&n| n > 0)
 }
+/// Staging areas' leases on the versions they stand on (`lifecycle.rs`).
+pub fn leases(name: &str) -> String {
+    format!("{DATASETS}{name}/leases/")
+}
+pub fn lease(name: &str, staging: &str) -> String {
+    format!("{DATASETS}{name}/leases/{staging}.json")
+}
 pub fn tags(name: &str) -> String {
     format!("{DATASETS}{name}/tags/")
 }
@@ -188,6 +195,7 @@ mod tests {
             (record("d", 3), Kind::Dataset, true),
             (tag("d", "t"), Kind::Dataset, true),
             (lifecycle_entry("d", 1), Kind::Dataset, true),
+            (lease("d", "s"), Kind::Dataset, true),
             (policy_record(1), Kind::PolicyRecord, true),
             (apikey("k"), Kind::ApiKey, true),
             (apikey_revoked("k"), Kind::ApiKey, true),

@@ -593,10 +593,15 @@ impl Store {
         })
     }
 
-    /// Replaces an object whole: the one overwrite detafs makes (an erasure
-    /// zeroing blobs in their pack, `erase.rs`). Readers see the old object
-    /// or the new one, never a mix: stores replace objects atomically.
+    /// Replaces an object whole: an erasure zeroing blobs in their pack
+    /// (`erase.rs`), a staging area's lease. Readers see the old object or
+    /// the new one, never a mix: stores replace objects atomically.
     pub fn replace(&self, key: &str, body: Bytes) -> Result<()> {
+        crate::nowait::check()?;
+        let body = match keys::sealed(key) {
+            true => self.codec()?.seal_object(key, body),
+            false => body,
+        };
         self.wait(self.spawn_put(key.to_string(), body.into()))
     }
 
