@@ -15,6 +15,8 @@
 //! by the next `erase` or `gc` (`finish_sweeps`), which zero any span of
 //! the log that is not zero yet.
 
+use crate::access::caller::Actor;
+use crate::access::{Action, dataset_resource};
 use crate::commit::scan::Scanner;
 use crate::error::{Error, Result};
 use crate::id::PackId;
@@ -41,18 +43,29 @@ pub struct Erasure {
     pub bytes: u64,
 }
 
-/// Erases `path` of `dataset` from every version (from version `from` on)
-/// that holds a file at or under it. Refused, changing nothing, if one of
-/// them is held or younger than the minimum age.
-pub fn erase(
-    repo: &Repo,
-    dataset: &str,
-    path: &RelPath,
-    from: Option<&str>,
-    reason: &str,
-    author: &str,
-    dry_run: bool,
-) -> Result<Erasure> {
+/// What `erase` is asked.
+pub struct Request<'a> {
+    pub dataset: &'a str,
+    pub path: &'a RelPath,
+    /// Only from this version on (a spec: v3, a tag).
+    pub from: Option<&'a str>,
+    pub reason: &'a str,
+    pub dry_run: bool,
+}
+
+/// Erases `req.path` of `req.dataset` from every version (from version
+/// `req.from` on) that holds a file at or under it. Refused, changing
+/// nothing, if `by` may not (`dataset:erase`) or one of those versions is
+/// held or younger than the minimum age.
+pub fn erase(repo: &Repo, req: &Request<'_>, by: &Actor) -> Result<Erasure> {
+    let Request {
+        dataset,
+        path,
+        from,
+        reason,
+        dry_run,
+    } = *req;
+    repo.require(&by.who, Action::Erase, &dataset_resource(dataset))?;
     if path.is_root() {
         return Err(Error::InvalidInput(
             "erase needs a path in the dataset, not its root".into(),
@@ -110,7 +123,7 @@ pub fn erase(
         roots,
         sweep: sweep.iter().map(|(s, _)| *s).collect(),
     };
-    repo.append_lifecycle(dataset, &log, event, author)?;
+    repo.append_lifecycle(dataset, &log, event, &by.name)?;
     crate::hold::hold("erase-recorded");
     let spans: Vec<Span> = sweep.iter().map(|(s, _)| *s).collect();
     let (blobs, bytes) = zero(repo, &spans)?;

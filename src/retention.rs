@@ -7,6 +7,8 @@
 //! the very log it was decided on, so two hosts deciding at once cannot
 //! both stand on a state one of them changed.
 
+use crate::access::caller::Actor;
+use crate::access::{Action, dataset_resource};
 use crate::error::{Error, Result};
 use crate::repo::Repo;
 use crate::repo::lifecycle::{Event, Lifecycle, Rules, Stored};
@@ -32,6 +34,23 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// As `forget --json` prints it and Python returns it.
+    pub fn to_json(&self, dry_run: bool) -> serde_json::Value {
+        let rows: Vec<_> = self
+            .verdicts
+            .iter()
+            .map(|v| {
+                serde_json::json!({
+                    "version": v.version, "time": v.time,
+                    "keep": !v.kept_by.is_empty(), "kept_by": v.kept_by,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "dry_run": dry_run, "rule": self.rule, "versions": rows, "expired": self.expired(),
+        })
+    }
+
     pub fn expired(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self
             .verdicts
@@ -144,6 +163,26 @@ pub fn plan(
     }
 }
 
+/// A dataset's rules, holds and expired versions, as `retention show
+/// --json` prints them and Python returns them.
+pub fn state_json(dataset: &str, lc: &Lifecycle) -> serde_json::Value {
+    let holds: Vec<_> = lc
+        .holds
+        .iter()
+        .map(|(v, h)| {
+            serde_json::json!({"version": v, "reason": h.reason, "author": h.author, "time": h.time})
+        })
+        .collect();
+    let expired: Vec<_> = lc
+        .expired
+        .iter()
+        .map(|(v, e)| {
+            serde_json::json!({"version": v, "rule": e.rule, "author": e.author, "time": e.time})
+        })
+        .collect();
+    serde_json::json!({"dataset": dataset, "rules": lc.rules, "holds": holds, "expired": expired})
+}
+
 /// Why version `r` may not be expired by name (or erased), if it may not.
 fn protected(r: &Record, newest: u64, lc: &Lifecycle, now: SystemTime) -> Option<String> {
     if r.version == newest {
@@ -173,8 +212,9 @@ pub fn forget(
     dataset: &str,
     named: &[String],
     dry_run: bool,
-    author: &str,
+    by: &Actor,
 ) -> Result<Plan> {
+    repo.require(&by.who, Action::Forget, &dataset_resource(dataset))?;
     let log = repo.lifecycle_log(dataset)?;
     let lc = Lifecycle::of(&log);
     let records = repo.sync_whole(dataset)?;
@@ -195,7 +235,7 @@ pub fn forget(
             versions: expired,
             rule: plan.rule.clone(),
         };
-        repo.append_lifecycle(dataset, &log, event, author)?;
+        repo.append_lifecycle(dataset, &log, event, &by.name)?;
     }
     Ok(plan)
 }
@@ -241,8 +281,10 @@ fn by_name(
 
 /// `retention set`: new rules in force. A locked minimum age is never
 /// shortened nor unlocked: such an attempt is refused, and recorded.
-pub fn set_rules(repo: &Repo, dataset: &str, rules: Rules, author: &str) -> Result<()> {
+pub fn set_rules(repo: &Repo, dataset: &str, rules: Rules, by: &Actor) -> Result<()> {
+    repo.require(&by.who, Action::Retention, &dataset_resource(dataset))?;
     repo.check_dataset(dataset)?;
+    let author = &by.name;
     let log = repo.lifecycle_log(dataset)?;
     let now = Lifecycle::of(&log).rules;
     if now.locked && (rules.min_age < now.min_age || !rules.locked) {
@@ -258,7 +300,8 @@ pub fn set_rules(repo: &Repo, dataset: &str, rules: Rules, author: &str) -> Resu
 }
 
 /// `hold NAME VERSION --reason`: the version is kept until released.
-pub fn hold(repo: &Repo, dataset: &str, spec: &str, reason: &str, author: &str) -> Result<u64> {
+pub fn hold(repo: &Repo, dataset: &str, spec: &str, reason: &str, by: &Actor) -> Result<u64> {
+    repo.require(&by.who, Action::Hold, &dataset_resource(dataset))?;
     let (log, version) = served(repo, dataset, spec)?;
     if Lifecycle::of(&log).holds.contains_key(&version) {
         return Err(Error::InvalidInput(format!(
@@ -269,12 +312,13 @@ pub fn hold(repo: &Repo, dataset: &str, spec: &str, reason: &str, author: &str) 
         version,
         reason: reason.to_string(),
     };
-    repo.append_lifecycle(dataset, &log, event, author)?;
+    repo.append_lifecycle(dataset, &log, event, &by.name)?;
     Ok(version)
 }
 
 /// `release NAME VERSION --reason`: the hold ends.
-pub fn release(repo: &Repo, dataset: &str, spec: &str, reason: &str, author: &str) -> Result<u64> {
+pub fn release(repo: &Repo, dataset: &str, spec: &str, reason: &str, by: &Actor) -> Result<u64> {
+    repo.require(&by.who, Action::Hold, &dataset_resource(dataset))?;
     let (log, version) = served(repo, dataset, spec)?;
     if !Lifecycle::of(&log).holds.contains_key(&version) {
         return Err(Error::InvalidInput(format!(
@@ -285,7 +329,7 @@ pub fn release(repo: &Repo, dataset: &str, spec: &str, reason: &str, author: &st
         version,
         reason: reason.to_string(),
     };
-    repo.append_lifecycle(dataset, &log, event, author)?;
+    repo.append_lifecycle(dataset, &log, event, &by.name)?;
     Ok(version)
 }
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::gateway::{bearer, curl, json_of, key, serve};
+use common::gateway::{bearer, curl, json_of, key, s3_curl, s3_key, serve, serve_with};
 use common::{Env, Hold, within};
 use std::io::Read;
 use std::time::Duration;
@@ -648,4 +648,51 @@ fn staging_on_an_expired_version_keeps_its_content_through_gc() {
         String::from_utf8_lossy(&out.stderr)
     );
     env.ok(&["verify", "ds"]);
+}
+
+/// Through the S3 endpoint, an expired version is a missing key and an
+/// erased file answers 410 Gone; the other files read on.
+#[test]
+fn s3_answers_expired_as_missing_and_erased_as_gone() {
+    let env = Env::new();
+    erasable(&env);
+    let s3 = s3_key(&env, "reader-s3", "read");
+    let g = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
+    let endpoint = g.s3.clone().unwrap();
+    env.ok(&["forget", "ds", "v1"]);
+    env.ok(&["erase", "ds", "people/jane.csv", "--reason", "r"]);
+    let (s, _) = s3_curl(&endpoint, &s3, &[], "ds/v1/shared.txt");
+    assert_eq!(s, 404);
+    let (s, body) = s3_curl(&endpoint, &s3, &[], "ds/v2/people/jane.csv");
+    assert_eq!(s, 410, "{}", String::from_utf8_lossy(&body));
+    let (s, body) = s3_curl(&endpoint, &s3, &[], "ds/v2/people/copy.txt");
+    assert!(s == 200 && body == common::noise(50_000, 4));
+}
+
+/// The policy governs the lifecycle: a caller denied `dataset:forget` and
+/// `dataset:erase` is refused (exit 5, nothing changes), while one it
+/// allows `dataset:hold` holds.
+#[test]
+fn the_policy_decides_who_forgets_erases_and_holds() {
+    let env = Env::new();
+    erasable(&env);
+    let policy = env.path("policy.yaml");
+    std::fs::write(
+        &policy,
+        "policies:\n  - {name: admins, effect: allow, principals: [\"user:root\"], actions: [\"dataset:*\"], resources: [\"*\"]}\n  - {name: no_forgetting, effect: deny, principals: [\"user:root\"], actions: [\"dataset:forget\", \"dataset:erase\"], resources: [\"datasets/ds\"]}\n",
+    )
+    .unwrap();
+    env.ok(&["policy", "set", policy.to_str().unwrap()]);
+    let (code, err) = env.fails(&["forget", "ds", "v1"]);
+    assert_eq!(code, 5, "{err}");
+    assert!(err.contains("dataset:forget"), "{err}");
+    let (code, err) = env.fails(&["erase", "ds", "shared.txt", "--reason", "r"]);
+    assert_eq!(code, 5, "{err}");
+    assert_eq!(versions_listed(&env), vec![2, 1]);
+    assert_eq!(
+        env.run(&["cat", "ds", "v1", "shared.txt"]).stdout,
+        common::noise(50_000, 4)
+    );
+    env.ok(&["hold", "ds", "v1", "--reason", "r"]);
+    assert_eq!(lifecycle_kinds(&env), ["hold"]);
 }

@@ -190,6 +190,36 @@ class Dataset:
         """Names ``version`` ``name`` (tags never move); its number."""
         return self.store._s.tag(self.name, str(version), name)
 
+    def retention(self) -> Dict[str, Any]:
+        """The rules, holds and expired versions (``detafs retention show --json``)."""
+        return json.loads(self.store._s.retention(self.name))
+
+    def set_retention(self, **rules: Any) -> None:
+        """Sets the whole rule set: ``keep_last``, ``keep_hourly``, ``keep_daily``,
+        ``keep_weekly``, ``keep_monthly``, ``keep_yearly`` (counts),
+        ``keep_within`` and ``min_age`` (seconds), ``keep_tagged``, ``locked``."""
+        self.store._s.set_retention(self.name, json.dumps(rules))
+
+    def forget(self, *versions: str, dry_run: bool = False) -> Dict[str, Any]:
+        """Expires ``versions`` (or what the rules do not keep); the plan,
+        as ``detafs forget --json`` prints it."""
+        return json.loads(self.store._s.forget(self.name, [str(v) for v in versions], dry_run))
+
+    def hold(self, version: str, reason: str) -> int:
+        """Puts a legal hold on ``version``; its number."""
+        return self.store._s.hold(self.name, str(version), reason)
+
+    def release(self, version: str, reason: str) -> int:
+        """Ends the legal hold on ``version``; its number."""
+        return self.store._s.hold(self.name, str(version), reason, True)
+
+    def erase(
+        self, path: str, reason: str, from_version: Optional[str] = None, dry_run: bool = False
+    ) -> Dict[str, Any]:
+        """Erases ``path``'s bytes from every version holding it (``detafs erase``):
+        versions, files, blobs and bytes zeroed."""
+        return json.loads(self.store._s.erase(self.name, path, reason, from_version, dry_run))
+
     def commit(self, folder: PathLike, message: str, author: Optional[str] = None) -> Dict[str, Any]:
         """Records local ``folder`` as the next version; its log entry."""
         return json.loads(self.store._s.commit(self.name, os.fspath(folder), message, author))

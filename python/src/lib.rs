@@ -5,12 +5,14 @@
 
 mod errors;
 
-use detafs::access::caller::current_user;
+use detafs::access::caller::{Actor, current_user};
+use detafs::access::{Action, dataset_resource};
 use detafs::commit::edit::{Content, Edit, commit_edits, edit_path};
 use detafs::commit::{CommitMeta, commit_dir};
 use detafs::read::chunks::{ChunkCache, copy_pieces};
 use detafs::relpath::RelPath;
 use detafs::repo::{Options, Passphrase, Repo};
+use detafs::retention;
 use detafs::snapshot::diff::diff;
 use detafs::snapshot::tree::TreeSource;
 use detafs::snapshot::{Node, Record, walk};
@@ -65,21 +67,11 @@ fn env_path(var: &str) -> Option<PathBuf> {
 }
 
 impl Store {
-    /// The record `spec` names: a version number (`v3`, `3`) known locally
-    /// is taken without asking the store; anything else (`latest`, a tag,
-    /// `latest~1`) is resolved against the store's newest records.
+    /// The record `spec` names (`v3`, `3`, `latest`, a tag, `latest~1`).
     fn record(&self, dataset: &str, spec: &str) -> Result<Record> {
-        let number = spec.strip_prefix('v').unwrap_or(spec).parse::<u64>().ok();
-        if let Some(n) = number
-            && let Some(r) = self
-                .repo
-                .index()
-                .records(dataset)?
-                .into_iter()
-                .find(|r| r.version == n)
-        {
-            return Ok(r);
-        }
+        // Through the library's one rule (`Repo::version`): a version's
+        // spelling, and what is served of it (an expired one is missing,
+        // an erased one has its new root).
         self.repo.version(dataset, spec)
     }
 
@@ -325,6 +317,100 @@ impl Store {
         py.detach(|| {
             let t = self.repo.create_tag(dataset, spec, tag, &current_user())?;
             Ok(t.version)
+        })
+        .map_err(to_py)
+    }
+
+    /// Expires `versions` of `dataset` (or, none named, what its retention
+    /// rules do not keep); JSON text of the plan (`forget --json`).
+    #[pyo3(signature = (dataset, versions, dry_run=false))]
+    fn forget(
+        &self,
+        py: Python<'_>,
+        dataset: &str,
+        versions: Vec<String>,
+        dry_run: bool,
+    ) -> PyResult<String> {
+        py.detach(|| {
+            let plan =
+                retention::forget(&self.repo, dataset, &versions, dry_run, &Actor::current())?;
+            Ok(plan.to_json(dry_run).to_string())
+        })
+        .map_err(to_py)
+    }
+
+    /// Puts (or, `release`, ends) a legal hold on version `spec`.
+    #[pyo3(signature = (dataset, spec, reason, release=false))]
+    fn hold(
+        &self,
+        py: Python<'_>,
+        dataset: &str,
+        spec: &str,
+        reason: &str,
+        release: bool,
+    ) -> PyResult<u64> {
+        py.detach(|| {
+            let by = Actor::current();
+            match release {
+                true => retention::release(&self.repo, dataset, spec, reason, &by),
+                false => retention::hold(&self.repo, dataset, spec, reason, &by),
+            }
+        })
+        .map_err(to_py)
+    }
+
+    /// JSON text of the rules, holds and expired versions of `dataset`
+    /// (`retention show --json`).
+    fn retention(&self, py: Python<'_>, dataset: &str) -> PyResult<String> {
+        py.detach(|| {
+            let who = Actor::current().who;
+            self.repo
+                .require(&who, Action::Versions, &dataset_resource(dataset))?;
+            self.repo.check_dataset(dataset)?;
+            let lc = self.repo.lifecycle(dataset)?;
+            Ok(retention::state_json(dataset, &lc).to_string())
+        })
+        .map_err(to_py)
+    }
+
+    /// Sets `dataset`'s retention rules from JSON text (the fields of
+    /// `retention show --json`'s `rules`; durations in seconds).
+    fn set_retention(&self, py: Python<'_>, dataset: &str, rules: &str) -> PyResult<()> {
+        py.detach(|| {
+            let rules = serde_json::from_str(rules)
+                .map_err(|e| Error::InvalidInput(format!("retention rules: {e}")))?;
+            retention::set_rules(&self.repo, dataset, rules, &Actor::current())
+        })
+        .map_err(to_py)
+    }
+
+    /// Erases `path` from every version of `dataset` that holds it (from
+    /// `from_version` on); JSON text: versions, files, blobs, bytes.
+    #[pyo3(signature = (dataset, path, reason, from_version=None, dry_run=false))]
+    fn erase(
+        &self,
+        py: Python<'_>,
+        dataset: &str,
+        path: &str,
+        reason: &str,
+        from_version: Option<String>,
+        dry_run: bool,
+    ) -> PyResult<String> {
+        py.detach(|| {
+            let path = RelPath::parse(path.as_bytes())?;
+            let req = detafs::erase::Request {
+                dataset,
+                path: &path,
+                from: from_version.as_deref(),
+                reason,
+                dry_run,
+            };
+            let done = detafs::erase::erase(&self.repo, &req, &Actor::current())?;
+            Ok(serde_json::json!({
+                "versions": done.versions, "files": done.files,
+                "blobs": done.blobs, "bytes": done.bytes,
+            })
+            .to_string())
         })
         .map_err(to_py)
     }

@@ -363,3 +363,35 @@ def test_a_file_read_again_comes_from_memory_and_nothing_unverified_is_served(lo
         small.read("big.bin")
     with pytest.raises(detafs.InvalidInputError, match="at least"):
         detafs.Store(local_cli.store, cache_memory=1 << 20)
+
+
+def test_retention_holds_forget_and_erasure(local_cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("DETAFS_TEST_GC_NOTE_WAIT", "0s")
+    src = tmp_path / "src"
+    (src / "people").mkdir(parents=True)
+    for i in range(1, 5):
+        (src / f"f{i}.txt").write_bytes(b"x" * i)
+        (src / "people" / "jane.csv").write_bytes(b"name\njane doe %d\n" % i)
+        local_cli("commit", "ds", "--from", str(src), "-m", f"c{i}")
+    ds = detafs.Store(local_cli.store).dataset("ds")
+    ds.set_retention(keep_last=2)
+    assert ds.retention()["rules"]["keep_last"] == 2
+    with pytest.raises(detafs.InvalidInputError):
+        ds.set_retention(keep_lats=2)
+    assert ds.hold("v1", "audit 7") == 1
+    plan = ds.forget(dry_run=True)
+    assert plan["expired"] == [2] and [v["version"] for v in ds.log()] == [4, 3, 2, 1]
+    with pytest.raises(detafs.InvalidInputError, match="held"):
+        ds.forget("v1")
+    assert ds.forget()["expired"] == [2]
+    assert [v["version"] for v in ds.log()] == [4, 3, 1]
+    with pytest.raises(FileNotFoundError, match="expired"):
+        ds.open("f1.txt", version="v2")
+    ds.release("v1", "closed")
+    done = ds.erase("people/jane.csv", "GDPR art. 17")
+    assert done["versions"] == [1, 2, 3, 4] and done["blobs"] > 0
+    with pytest.raises(detafs.ErasedError, match="was erased"):
+        ds.open("people/jane.csv", version="v3").read()
+    with pytest.raises(detafs.ErasedError):
+        pd.read_csv("detafs://ds@v4/people/jane.csv", storage_options={"store": local_cli.store})
+    assert ds.open("f3.txt", version="v3").read() == b"xxx"

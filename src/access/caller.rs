@@ -114,6 +114,23 @@ pub fn unix_who(uid: u32, gid: u32, groups: &[u32]) -> Who {
     Who { principals }
 }
 
+/// Who acts: the principals a decision is made for, and the name a
+/// record keeps as its author.
+pub struct Actor {
+    pub who: Who,
+    pub name: String,
+}
+
+impl Actor {
+    /// Whoever runs this process.
+    pub fn current() -> Actor {
+        Actor {
+            who: current_who(),
+            name: current_user(),
+        }
+    }
+}
+
 /// The principals of whoever runs this process.
 pub fn current_who() -> Who {
     let groups: Vec<u32> = nix::unistd::getgroups()

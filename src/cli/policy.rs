@@ -1,7 +1,6 @@
 //! `detafs policy`: show, set, log and check the store's access policy.
 
 use anyhow::{Context, bail};
-use detafs::Error;
 use detafs::access::{Action, caller};
 use detafs::repo::Repo;
 use detafs::repo::policies::Stored;
@@ -93,17 +92,5 @@ pub fn check(repo: &Repo, user: &str, action: &str, resource: &str) -> anyhow::R
 /// command (with the store's credentials in hand it could be done anyway:
 /// docs/security.md; this keeps honest tools to the policy).
 pub fn require(repo: &Repo, action: Action, resource: &str) -> anyhow::Result<()> {
-    let Some((version, policy)) = repo.current_policy()? else {
-        return Ok(());
-    };
-    let d = policy.decide(&caller::current_who(), action, &[resource.to_string()]);
-    if d.allowed {
-        return Ok(());
-    }
-    Err(Error::Forbidden(format!(
-        "{} on {resource}: {} (policy v{version})",
-        action.name(),
-        d.explain()
-    ))
-    .into())
+    Ok(repo.require(&caller::current_who(), action, resource)?)
 }

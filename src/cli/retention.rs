@@ -3,7 +3,8 @@
 
 use super::{mount, policy};
 use clap::Subcommand;
-use detafs::access::{Action, caller, dataset_resource};
+use detafs::access::caller::Actor;
+use detafs::access::{Action, dataset_resource};
 use detafs::escape::line;
 use detafs::repo::Repo;
 use detafs::repo::lifecycle::{Event, Rules, Stored};
@@ -100,9 +101,8 @@ impl RuleArgs {
 pub fn retention_cmd(repo: &Repo, cmd: RetentionCmd) -> anyhow::Result<()> {
     match cmd {
         RetentionCmd::Set { name, rules } => {
-            policy::require(repo, Action::Retention, &dataset_resource(&name))?;
             let rules = rules.rules();
-            retention::set_rules(repo, &name, rules.clone(), &caller::current_user())?;
+            retention::set_rules(repo, &name, rules.clone(), &Actor::current())?;
             println!("{name}: {}", rules.describe());
             Ok(())
         }
@@ -116,17 +116,7 @@ fn show(repo: &Repo, name: &str, json: bool) -> anyhow::Result<()> {
     repo.check_dataset(name)?;
     let lc = repo.lifecycle(name)?;
     if json {
-        let holds: Vec<_> = lc
-            .holds
-            .iter()
-            .map(|(v, h)| serde_json::json!({"version": v, "reason": h.reason, "author": h.author, "time": h.time}))
-            .collect();
-        let expired: Vec<_> = lc
-            .expired
-            .iter()
-            .map(|(v, e)| serde_json::json!({"version": v, "rule": e.rule, "author": e.author, "time": e.time}))
-            .collect();
-        let out = serde_json::json!({"dataset": name, "rules": lc.rules, "holds": holds, "expired": expired});
+        let out = retention::state_json(name, &lc);
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
@@ -238,9 +228,7 @@ pub struct ForgetArgs {
 /// `forget NAME [VERSION…] [--dry-run]`.
 pub fn forget(repo: &Repo, staging: &Path, args: &ForgetArgs) -> anyhow::Result<()> {
     let name = &args.name;
-    policy::require(repo, Action::Forget, &dataset_resource(name))?;
-    let author = caller::current_user();
-    let plan = retention::forget(repo, name, &args.versions, args.dry_run, &author)?;
+    let plan = retention::forget(repo, name, &args.versions, args.dry_run, &Actor::current())?;
     if !args.dry_run && !plan.expired().is_empty() {
         mount::tell_mount(repo, staging, name);
     }
@@ -250,13 +238,7 @@ pub fn forget(repo: &Repo, staging: &Path, args: &ForgetArgs) -> anyhow::Result<
 fn print_plan(plan: &Plan, args: &ForgetArgs) -> anyhow::Result<()> {
     let dry_run = args.dry_run;
     if args.json {
-        let rows: Vec<_> = plan
-            .verdicts
-            .iter()
-            .map(|v| serde_json::json!({"version": v.version, "time": v.time, "keep": !v.kept_by.is_empty(), "kept_by": v.kept_by}))
-            .collect();
-        let out = serde_json::json!({"dry_run": dry_run, "rule": plan.rule, "versions": rows, "expired": plan.expired()});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("{}", serde_json::to_string_pretty(&plan.to_json(dry_run))?);
         return Ok(());
     }
     for v in &plan.verdicts {
@@ -318,8 +300,7 @@ pub fn hold(repo: &Repo, args: &HoldArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     };
-    policy::require(repo, Action::Hold, &dataset_resource(name))?;
-    let v = retention::hold(repo, name, version, reason, &caller::current_user())?;
+    let v = retention::hold(repo, name, version, reason, &Actor::current())?;
     println!("held v{v}");
     Ok(())
 }
@@ -327,9 +308,7 @@ pub fn hold(repo: &Repo, args: &HoldArgs) -> anyhow::Result<()> {
 /// `release NAME VERSION --reason R`.
 pub fn release(repo: &Repo, args: &ReleaseArgs) -> anyhow::Result<()> {
     let name = &args.name;
-    policy::require(repo, Action::Hold, &dataset_resource(name))?;
-    let author = caller::current_user();
-    let v = retention::release(repo, name, &args.version, &args.reason, &author)?;
+    let v = retention::release(repo, name, &args.version, &args.reason, &Actor::current())?;
     println!("released v{v}");
     Ok(())
 }
@@ -354,18 +333,15 @@ pub struct EraseArgs {
 /// `erase NAME PATH [--from VERSION] --reason R`.
 pub fn erase(repo: &Repo, staging: &Path, args: &EraseArgs) -> anyhow::Result<()> {
     let name = &args.name;
-    policy::require(repo, Action::Erase, &dataset_resource(name))?;
     let path = detafs::relpath::RelPath::parse(args.path.as_bytes())?;
-    let author = caller::current_user();
-    let done = detafs::erase::erase(
-        repo,
-        name,
-        &path,
-        args.from.as_deref(),
-        &args.reason,
-        &author,
-        args.dry_run,
-    )?;
+    let req = detafs::erase::Request {
+        dataset: name,
+        path: &path,
+        from: args.from.as_deref(),
+        reason: &args.reason,
+        dry_run: args.dry_run,
+    };
+    let done = detafs::erase::erase(repo, &req, &Actor::current())?;
     let shown = line(args.path.as_bytes());
     let versions = versions_text(&done.versions);
     if args.dry_run {

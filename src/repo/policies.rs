@@ -147,6 +147,24 @@ impl Repo {
         Ok(out)
     }
 
+    /// Whether `who` may do `action` on `resource` under the policy in
+    /// force (anything, if none was ever set): the one check every caller
+    /// of a dataset's lifecycle (CLI, Python) goes through.
+    pub fn require(&self, who: &Who, action: Action, resource: &str) -> Result<()> {
+        let Some((version, policy)) = self.current_policy()? else {
+            return Ok(());
+        };
+        let d = policy.decide(who, action, &[resource.to_string()]);
+        if d.allowed {
+            return Ok(());
+        }
+        Err(Error::Forbidden(format!(
+            "{} on {resource}: {} (policy v{version})",
+            action.name(),
+            d.explain()
+        )))
+    }
+
     /// The policy in force: the newest record's, parsed; None if no policy
     /// was ever set (then nothing is checked).
     pub fn current_policy(&self) -> Result<Option<(u64, Policy)>> {
