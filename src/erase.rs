@@ -43,6 +43,16 @@ pub struct Erasure {
     pub bytes: u64,
 }
 
+impl Erasure {
+    /// As the gateway answers it, Python returns it and the CLI reads it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "versions": self.versions, "files": self.files,
+            "blobs": self.blobs, "bytes": self.bytes,
+        })
+    }
+}
+
 /// What `erase` is asked.
 pub struct Request<'a> {
     pub dataset: &'a str,

@@ -34,6 +34,7 @@ pub mod read;
 pub mod relpath;
 pub mod remote;
 pub mod repo;
+pub mod report;
 pub mod retention;
 pub mod schema;
 pub mod snapshot;

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::gateway::{bearer, curl, json_of, key, s3_curl, s3_key, serve, serve_with};
+use common::gateway::{bearer, curl, json_of, key, s3_curl, s3_key, serve, serve_with, through};
 use common::{Env, Hold, within};
 use std::io::Read;
 use std::time::Duration;
@@ -695,4 +695,79 @@ fn the_policy_decides_who_forgets_erases_and_holds() {
     );
     env.ok(&["hold", "ds", "v1", "--reason", "r"]);
     assert_eq!(lifecycle_kinds(&env), ["hold"]);
+    // The report says who may read each version under this policy.
+    let report = json_of(env.ok(&["report", "ds", "--json"]).as_bytes());
+    assert_eq!(
+        report["versions"][0]["readers"],
+        serde_json::json!(["user:root"])
+    );
+    assert_eq!(report["versions"][0]["held"]["reason"], "r");
+}
+
+/// A host without the store's key runs the lifecycle through a gateway:
+/// the same commands and output, the key's scopes and the policy deciding
+/// (a read-only key is refused, exit 5, and nothing changes).
+#[test]
+fn the_lifecycle_through_a_gateway() {
+    let env = Env::new();
+    six_versions(&env);
+    let g = serve(&env);
+    let (admin, reader) = (env.path("admin.key"), env.path("reader.key"));
+    std::fs::write(&admin, key(&env, "officer", "admin")).unwrap();
+    std::fs::write(&reader, key(&env, "analyst", "read")).unwrap();
+    let run = |k: &std::path::Path, args: &[&str]| {
+        let out = through(&env, &g.url, k, args);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            err,
+        )
+    };
+    let (code, _, err) = run(&reader, &["forget", "ds", "v1"]);
+    assert_eq!(code, Some(5), "{err}");
+    let (code, _, err) = run(&reader, &["report", "ds"]);
+    assert_eq!(code, Some(5), "{err}");
+    assert_eq!(versions_listed(&env).len(), 6, "nothing changed");
+
+    let ok = |args: &[&str]| {
+        let (code, out, err) = run(&admin, args);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        out
+    };
+    ok(&[
+        "retention",
+        "set",
+        "ds",
+        "--keep-last",
+        "2",
+        "--keep-tagged",
+    ]);
+    assert!(ok(&["retention", "show", "ds"]).contains("--keep-last 2"));
+    ok(&["hold", "ds", "v3", "--reason", "case 9"]);
+    assert!(ok(&["hold", "ds"]).contains("case 9"));
+    let dry = ok(&["forget", "ds", "--dry-run"]);
+    assert!(
+        dry.contains("held (case 9)") && dry.contains("expire v1"),
+        "{dry}"
+    );
+    let plan: serde_json::Value = serde_json::from_str(&ok(&["forget", "ds", "--json"])).unwrap();
+    assert_eq!(plan["expired"], serde_json::json!([1, 4]));
+    assert_eq!(versions_listed(&env), vec![6, 5, 3, 2]);
+    ok(&["release", "ds", "v3", "--reason", "closed"]);
+    assert!(ok(&["erase", "ds", "f5", "--reason", "GDPR"]).contains("from v5..v6"));
+    let (code, _, err) = run(&admin, &["cat", "ds", "v6", "f5"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("erased"), "{err}");
+    let report: serde_json::Value = serde_json::from_str(&ok(&["report", "ds", "--json"])).unwrap();
+    assert_eq!(report["chain_ok"], true, "{report}");
+    assert_eq!(report["erasures"][0]["reason"], "GDPR");
+    assert_eq!(report["versions"][0]["state"], "expired");
+    let text = ok(&["retention", "log", "ds"]);
+    assert!(
+        text.contains("erased f5") && text.contains("key:officer"),
+        "{text}"
+    );
+    // The store's own CLI sees the same.
+    assert!(env.ok(&["report", "ds"]).contains("erased f5"));
 }

@@ -27,6 +27,8 @@ const LAYERS: &[&[&str]] = &[
         "verify",
         "gc",
         "retention",
+        "erase",
+        "report",
     ],
     &["fs"],
     &["fuse", "gateway", "cli"],

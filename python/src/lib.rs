@@ -406,11 +406,7 @@ impl Store {
                 dry_run,
             };
             let done = detafs::erase::erase(&self.repo, &req, &Actor::current())?;
-            Ok(serde_json::json!({
-                "versions": done.versions, "files": done.files,
-                "blobs": done.blobs, "bytes": done.bytes,
-            })
-            .to_string())
+            Ok(done.to_json().to_string())
         })
         .map_err(to_py)
     }

@@ -370,6 +370,22 @@ impl Policy {
         }
     }
 
+    /// Every principal its statements name without a wildcard, and `*`
+    /// (everyone): the principals a report asks about.
+    pub fn principals(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .statements
+            .iter()
+            .flat_map(|s| s.principals.iter().flatten())
+            .map(|g| g.text.clone())
+            .filter(|t| !t.contains('*'))
+            .collect();
+        out.sort();
+        out.dedup();
+        out.push("*".into());
+        out
+    }
+
     /// Whether `who` may do `action` on the resource named by any of
     /// `aliases`: a matching deny wins, then a matching allow; else denied.
     pub fn decide(&self, who: &Who, action: Action, aliases: &[String]) -> Decision {

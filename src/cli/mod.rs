@@ -11,6 +11,7 @@ mod mount;
 mod policy;
 mod remote;
 mod retention;
+use retention::On;
 mod serve;
 mod show;
 mod trash;
@@ -334,6 +335,13 @@ enum Command {
         after_help = "Examples:\n  detafs erase weather people/jane.csv --reason \"GDPR art. 17, request 2026-88\"\n  detafs erase weather people/ --from v12 --reason \"...\" --dry-run\nExit codes: 0, 1 error (nothing erased: a held or too young version, no such path), 5 denied (needs dataset:erase)."
     )]
     Erase(retention::EraseArgs),
+    /// The compliance report: what is kept under which rules and holds,
+    /// what was expired and erased, by whom and when, where the data
+    /// lives, and who may read each version under the policy in force.
+    #[command(
+        after_help = "Examples:\n  detafs report weather\n  detafs report weather --json\nExit codes: 0, 1 error, 5 denied (needs dataset:admin)."
+    )]
+    Report(retention::ReportArgs),
     /// Release a legal hold.
     #[command(
         after_help = "Example: detafs release weather v12 --reason \"case closed\"\nExit codes: 0, 1 error, 5 denied (needs dataset:hold)."
@@ -893,11 +901,12 @@ fn on_store(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Verify { name, json } => return verify_cmd(&open()?, name.as_deref(), json),
-        Command::Retention(cmd) => retention::retention_cmd(&open()?, cmd)?,
-        Command::Forget(args) => retention::forget(&open()?, &staging, &args)?,
-        Command::Hold(args) => retention::hold(&open()?, &args)?,
-        Command::Release(args) => retention::release(&open()?, &args)?,
-        Command::Erase(args) => retention::erase(&open()?, &staging, &args)?,
+        Command::Retention(cmd) => retention::retention_cmd(&On::Store(&open()?, &staging), cmd)?,
+        Command::Forget(args) => retention::forget(&On::Store(&open()?, &staging), &args)?,
+        Command::Hold(args) => retention::hold(&On::Store(&open()?, &staging), &args)?,
+        Command::Release(args) => retention::release(&On::Store(&open()?, &staging), &args)?,
+        Command::Erase(args) => retention::erase(&On::Store(&open()?, &staging), &args)?,
+        Command::Report(args) => retention::report(&On::Store(&open()?, &staging), &args)?,
         Command::Gc { grace, dry_run } => gc_cmd(&open()?, grace.into(), dry_run)?,
         Command::Mount(args) => {
             detafs::sys::tune_allocator();

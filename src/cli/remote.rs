@@ -2,6 +2,7 @@
 //! same forms, output and exit codes as on a store, for what the gateway
 //! shows the caller.
 
+use super::retention::{self, On};
 use super::{Command, DatasetCmd, show};
 use anyhow::{Context, bail};
 use detafs::remote::{Gateway, Options};
@@ -159,8 +160,14 @@ pub fn execute(
                 &args,
             )?;
         }
+        Command::Retention(cmd) => retention::retention_cmd(&On::Gateway(&gateway()?), cmd)?,
+        Command::Forget(args) => retention::forget(&On::Gateway(&gateway()?), &args)?,
+        Command::Hold(args) => retention::hold(&On::Gateway(&gateway()?), &args)?,
+        Command::Release(args) => retention::release(&On::Gateway(&gateway()?), &args)?,
+        Command::Erase(args) => retention::erase(&On::Gateway(&gateway()?), &args)?,
+        Command::Report(args) => retention::report(&On::Gateway(&gateway()?), &args)?,
         _ => bail!(
-            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag`, `ls`, `cat`, `export`, `diff`, `verify` (of what the key may read), `commit`, `status`, `restore`, `checkout`, `trash` and `mount`; the others need the store itself"
+            "through a gateway ({store}), detafs runs `dataset list`, `log`, `tag`, `ls`, `cat`, `export`, `diff`, `verify` (of what the key may read), `commit`, `status`, `restore`, `checkout`, `trash`, `mount`, `retention`, `forget`, `hold`, `release`, `erase` and `report`; the others need the store itself"
         ),
     }
     Ok(ExitCode::SUCCESS)

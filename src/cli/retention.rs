@@ -1,14 +1,19 @@
-//! `detafs retention`, `forget`, `hold`, `release`: a dataset's lifecycle
-//! (`detafs::retention` decides, this prints).
+//! `detafs retention`, `forget`, `hold`, `release`, `erase`, `report`: a
+//! dataset's lifecycle, on a store (`detafs::retention`, `erase`, `report`
+//! decide) or through a gateway (which asks the same of them): both give
+//! the same JSON, which one set of printers shows.
 
 use super::{mount, policy};
+use anyhow::Context;
 use clap::Subcommand;
 use detafs::access::caller::Actor;
 use detafs::access::{Action, dataset_resource};
 use detafs::escape::line;
+use detafs::remote::Gateway;
 use detafs::repo::Repo;
-use detafs::repo::lifecycle::{Event, Rules, Stored};
-use detafs::retention::{self, Plan};
+use detafs::repo::lifecycle::{Event, Rules};
+use detafs::retention;
+use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
 
@@ -25,7 +30,7 @@ pub enum RetentionCmd {
         #[command(flatten)]
         rules: RuleArgs,
     },
-    /// Print the rules in force and the holds.
+    /// Print the rules in force, the holds and the expired versions.
     #[command(
         after_help = "Example: detafs retention show weather --json\nExit codes: 0, 1 error."
     )]
@@ -36,7 +41,8 @@ pub enum RetentionCmd {
         json: bool,
     },
     /// The dataset's lifecycle log, newest first: rules set, versions
-    /// expired, holds and releases, refusals (hash-chained in the store).
+    /// expired, holds and releases, erasures, refusals (hash-chained in
+    /// the store).
     #[command(after_help = "Example: detafs retention log weather\nExit codes: 0, 1 error.")]
     Log {
         name: String,
@@ -98,39 +104,213 @@ impl RuleArgs {
     }
 }
 
-pub fn retention_cmd(repo: &Repo, cmd: RetentionCmd) -> anyhow::Result<()> {
-    match cmd {
-        RetentionCmd::Set { name, rules } => {
-            let rules = rules.rules();
-            retention::set_rules(repo, &name, rules.clone(), &Actor::current())?;
-            println!("{name}: {}", rules.describe());
-            Ok(())
+#[derive(clap::Args)]
+pub struct ForgetArgs {
+    /// Dataset name.
+    name: String,
+    /// Versions to expire (v3, 3, a tag); none: apply the rules.
+    versions: Vec<String>,
+    /// Print what would be kept (and why) and expired; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// One JSON object: each version, kept or not and by which rules.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct HoldArgs {
+    /// Dataset name.
+    name: String,
+    /// The version to hold (none: list the holds).
+    #[arg(requires = "reason")]
+    version: Option<String>,
+    /// Why, kept on record.
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct ReleaseArgs {
+    /// Dataset name.
+    name: String,
+    version: String,
+    /// Why, kept on record.
+    #[arg(long)]
+    reason: String,
+}
+
+#[derive(clap::Args)]
+pub struct EraseArgs {
+    /// Dataset name.
+    name: String,
+    /// The file or folder whose bytes go (every file under a folder).
+    path: String,
+    /// Only from this version on (v3, a tag); default: every version.
+    #[arg(long)]
+    from: Option<String>,
+    /// Why, kept on record (the audit shows it).
+    #[arg(long)]
+    reason: String,
+    /// Print the versions it would touch; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    /// Dataset name.
+    name: String,
+    /// The whole report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Where the lifecycle is asked: the store (with this host's staging, told
+/// of what changed), or a gateway.
+pub enum On<'a> {
+    Store(&'a Repo, &'a Path),
+    Gateway(&'a Gateway),
+}
+
+impl On<'_> {
+    fn state(&self, name: &str) -> anyhow::Result<Value> {
+        match self {
+            On::Store(repo, _) => {
+                policy::require(repo, Action::Versions, &dataset_resource(name))?;
+                repo.check_dataset(name)?;
+                Ok(retention::state_json(name, &repo.lifecycle(name)?))
+            }
+            On::Gateway(g) => Ok(g.get_of(name, "retention")?),
         }
-        RetentionCmd::Show { name, json } => show(repo, &name, json),
-        RetentionCmd::Log { name, json } => log(repo, &name, json),
+    }
+
+    fn set_rules(&self, name: &str, rules: Rules) -> anyhow::Result<()> {
+        match self {
+            On::Store(repo, _) => retention::set_rules(repo, name, rules, &Actor::current())?,
+            On::Gateway(g) => {
+                g.send_to(name, "retention", &serde_json::to_value(rules)?, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn forget(&self, a: &ForgetArgs) -> anyhow::Result<Value> {
+        match self {
+            On::Store(repo, staging) => {
+                let plan =
+                    retention::forget(repo, &a.name, &a.versions, a.dry_run, &Actor::current())?;
+                if !a.dry_run && !plan.expired().is_empty() {
+                    mount::tell_mount(repo, staging, &a.name);
+                }
+                Ok(plan.to_json(a.dry_run))
+            }
+            On::Gateway(g) => {
+                let body = json!({"versions": a.versions, "dry_run": a.dry_run});
+                Ok(g.send_to(&a.name, "forget", &body, false)?)
+            }
+        }
+    }
+
+    fn hold(&self, name: &str, version: &str, reason: &str, release: bool) -> anyhow::Result<u64> {
+        match self {
+            On::Store(repo, _) => {
+                let by = Actor::current();
+                Ok(match release {
+                    true => retention::release(repo, name, version, reason, &by)?,
+                    false => retention::hold(repo, name, version, reason, &by)?,
+                })
+            }
+            On::Gateway(g) => {
+                let what = if release { "releases" } else { "holds" };
+                let body = json!({"version": version, "reason": reason});
+                let answer = g.send_to(name, what, &body, false)?;
+                answer["version"]
+                    .as_u64()
+                    .context("the gateway's answer names no version")
+            }
+        }
+    }
+
+    fn erase(&self, a: &EraseArgs) -> anyhow::Result<Value> {
+        match self {
+            On::Store(repo, staging) => {
+                let path = detafs::relpath::RelPath::parse(a.path.as_bytes())?;
+                let req = detafs::erase::Request {
+                    dataset: &a.name,
+                    path: &path,
+                    from: a.from.as_deref(),
+                    reason: &a.reason,
+                    dry_run: a.dry_run,
+                };
+                let done = detafs::erase::erase(repo, &req, &Actor::current())?;
+                if !a.dry_run {
+                    mount::tell_mount(repo, staging, &a.name);
+                }
+                Ok(done.to_json())
+            }
+            On::Gateway(g) => {
+                let body = json!({"path": a.path, "reason": a.reason, "from": a.from, "dry_run": a.dry_run});
+                Ok(g.send_to(&a.name, "erase", &body, false)?)
+            }
+        }
+    }
+
+    fn report(&self, name: &str) -> anyhow::Result<Value> {
+        match self {
+            On::Store(repo, _) => {
+                policy::require(repo, Action::Admin, &dataset_resource(name))?;
+                Ok(detafs::report::report(repo, name)?)
+            }
+            On::Gateway(g) => Ok(g.get_of(name, "report")?),
+        }
     }
 }
 
-fn show(repo: &Repo, name: &str, json: bool) -> anyhow::Result<()> {
-    policy::require(repo, Action::Versions, &dataset_resource(name))?;
-    repo.check_dataset(name)?;
-    let lc = repo.lifecycle(name)?;
+pub fn retention_cmd(on: &On<'_>, cmd: RetentionCmd) -> anyhow::Result<()> {
+    match cmd {
+        RetentionCmd::Set { name, rules } => {
+            let rules = rules.rules();
+            on.set_rules(&name, rules.clone())?;
+            println!("{name}: {}", rules.describe());
+            Ok(())
+        }
+        RetentionCmd::Show { name, json } => show(&on.state(&name)?, json),
+        RetentionCmd::Log { name, json } => match on {
+            On::Store(repo, _) => log(repo, &name, json),
+            // Through a gateway, the log is the report's.
+            On::Gateway(_) => {
+                let entries = on.report(&name)?["lifecycle"].clone();
+                print_log(&entries, json)
+            }
+        },
+    }
+}
+
+fn show(state: &Value, json: bool) -> anyhow::Result<()> {
     if json {
-        let out = retention::state_json(name, &lc);
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("{}", serde_json::to_string_pretty(state)?);
         return Ok(());
     }
-    println!("rules: {}", lc.rules.describe());
-    for (v, h) in &lc.holds {
+    let rules: Rules = serde_json::from_value(state["rules"].clone()).unwrap_or_default();
+    println!("rules: {}", rules.describe());
+    for h in state["holds"].as_array().into_iter().flatten() {
         println!(
-            "held: v{v} since {} by {}: {}",
-            h.time,
-            line(h.author.as_bytes()),
-            line(h.reason.as_bytes())
+            "held: v{} since {} by {}: {}",
+            h["version"],
+            text(&h["time"]),
+            text(&h["author"]),
+            text(&h["reason"])
         );
     }
-    println!("expired: {} versions", lc.expired.len());
+    let expired = state["expired"].as_array().map_or(0, Vec::len);
+    println!("expired: {expired} versions");
     Ok(())
+}
+
+/// A string field, escaped to one line.
+fn text(v: &Value) -> String {
+    line(v.as_str().unwrap_or("").as_bytes()).into_owned()
 }
 
 /// One entry as `retention log` and `audit` print it.
@@ -170,12 +350,9 @@ pub fn versions_text(versions: &[u64]) -> String {
         }
     }
     runs.iter()
-        .map(|(a, b)| {
-            if a == b {
-                format!("v{a}")
-            } else {
-                format!("v{a}..v{b}")
-            }
+        .map(|(a, b)| match a == b {
+            true => format!("v{a}"),
+            false => format!("v{a}..v{b}"),
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -184,174 +361,185 @@ pub fn versions_text(versions: &[u64]) -> String {
 fn log(repo: &Repo, name: &str, json: bool) -> anyhow::Result<()> {
     policy::require(repo, Action::Versions, &dataset_resource(name))?;
     repo.check_dataset(name)?;
-    let entries: Vec<Stored> = repo.lifecycle_log(name)?;
+    let entries: Vec<Value> = repo
+        .lifecycle_log(name)?
+        .iter()
+        .map(|s| {
+            let mut v = serde_json::to_value(&s.entry).expect("serializable");
+            v["hash"] = json!(s.hash.to_hex());
+            v
+        })
+        .collect();
+    print_log(&Value::Array(entries), json)
+}
+
+/// The log's entries (oldest first), newest first.
+fn print_log(entries: &Value, json: bool) -> anyhow::Result<()> {
+    let mut rows: Vec<Value> = entries.as_array().cloned().unwrap_or_default();
+    rows.reverse();
     if json {
-        let rows: Vec<_> = entries
-            .iter()
-            .rev()
-            .map(|s| {
-                let mut v = serde_json::to_value(&s.entry).expect("serializable");
-                v["hash"] = serde_json::json!(s.hash.to_hex());
-                v
-            })
-            .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    for s in entries.iter().rev() {
-        let e = &s.entry;
+    for e in &rows {
+        let what = serde_json::from_value::<Event>(e["event"].clone()).map_or_else(
+            |_| "(an entry this version does not know)".into(),
+            |ev| describe(&ev),
+        );
         println!(
-            "{:>4}  {}  {:<12} {}",
-            e.seq,
-            e.time,
-            line(e.author.as_bytes()),
-            describe(&e.event)
+            "{:>4}  {}  {:<12} {what}",
+            e["seq"],
+            text(&e["time"]),
+            text(&e["author"])
         );
     }
     Ok(())
 }
 
-#[derive(clap::Args)]
-pub struct ForgetArgs {
-    /// Dataset name.
-    name: String,
-    /// Versions to expire (v3, 3, a tag); none: apply the rules.
-    versions: Vec<String>,
-    /// Print what would be kept (and why) and expired; change nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// One JSON object: each version, kept or not and by which rules.
-    #[arg(long)]
-    json: bool,
-}
-
 /// `forget NAME [VERSION…] [--dry-run]`.
-pub fn forget(repo: &Repo, staging: &Path, args: &ForgetArgs) -> anyhow::Result<()> {
-    let name = &args.name;
-    let plan = retention::forget(repo, name, &args.versions, args.dry_run, &Actor::current())?;
-    if !args.dry_run && !plan.expired().is_empty() {
-        mount::tell_mount(repo, staging, name);
-    }
-    print_plan(&plan, args)
-}
-
-fn print_plan(plan: &Plan, args: &ForgetArgs) -> anyhow::Result<()> {
-    let dry_run = args.dry_run;
+pub fn forget(on: &On<'_>, args: &ForgetArgs) -> anyhow::Result<()> {
+    let plan = on.forget(args)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&plan.to_json(dry_run))?);
+        println!("{}", serde_json::to_string_pretty(&plan)?);
         return Ok(());
     }
-    for v in &plan.verdicts {
-        match v.kept_by.is_empty() {
-            true => println!("expire v{}  {}", v.version, v.time),
+    for v in plan["versions"].as_array().into_iter().flatten() {
+        let kept_by: Vec<String> = v["kept_by"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        match kept_by.is_empty() {
+            true => println!("expire v{}  {}", v["version"], text(&v["time"])),
             false => println!(
                 "keep   v{}  {}  {}",
-                v.version,
-                v.time,
-                line(v.kept_by.join("; ").as_bytes())
+                v["version"],
+                text(&v["time"]),
+                kept_by.join("; ")
             ),
         }
     }
-    let expired = plan.expired();
-    let did = if dry_run { "would expire" } else { "expired" };
-    eprintln!(
-        "{did} {} versions{}",
-        expired.len(),
-        if expired.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", versions_text(&expired))
-        }
-    );
+    let expired: Vec<u64> = serde_json::from_value(plan["expired"].clone()).unwrap_or_default();
+    let did = if args.dry_run {
+        "would expire"
+    } else {
+        "expired"
+    };
+    let which = match expired.is_empty() {
+        true => String::new(),
+        false => format!(": {}", versions_text(&expired)),
+    };
+    eprintln!("{did} {} versions{which}", expired.len());
     Ok(())
 }
 
-#[derive(clap::Args)]
-pub struct HoldArgs {
-    /// Dataset name.
-    name: String,
-    /// The version to hold (none: list the holds).
-    #[arg(requires = "reason")]
-    version: Option<String>,
-    /// Why, kept on record.
-    #[arg(long)]
-    reason: Option<String>,
-}
-
-#[derive(clap::Args)]
-pub struct ReleaseArgs {
-    /// Dataset name.
-    name: String,
-    version: String,
-    /// Why, kept on record.
-    #[arg(long)]
-    reason: String,
-}
-
 /// `hold NAME VERSION --reason R`, or `hold NAME` to list the holds.
-pub fn hold(repo: &Repo, args: &HoldArgs) -> anyhow::Result<()> {
-    let name = &args.name;
+pub fn hold(on: &On<'_>, args: &HoldArgs) -> anyhow::Result<()> {
     let (Some(version), Some(reason)) = (&args.version, &args.reason) else {
-        policy::require(repo, Action::Versions, &dataset_resource(name))?;
-        repo.check_dataset(name)?;
-        for (v, h) in repo.lifecycle(name)?.holds {
-            let (author, reason) = (line(h.author.as_bytes()), line(h.reason.as_bytes()));
-            println!("v{v}  {}  {author}  {reason}", h.time);
+        let state = on.state(&args.name)?;
+        for h in state["holds"].as_array().into_iter().flatten() {
+            let (time, author, reason) = (text(&h["time"]), text(&h["author"]), text(&h["reason"]));
+            println!("v{}  {time}  {author}  {reason}", h["version"]);
         }
         return Ok(());
     };
-    let v = retention::hold(repo, name, version, reason, &Actor::current())?;
+    let v = on.hold(&args.name, version, reason, false)?;
     println!("held v{v}");
     Ok(())
 }
 
 /// `release NAME VERSION --reason R`.
-pub fn release(repo: &Repo, args: &ReleaseArgs) -> anyhow::Result<()> {
-    let name = &args.name;
-    let v = retention::release(repo, name, &args.version, &args.reason, &Actor::current())?;
+pub fn release(on: &On<'_>, args: &ReleaseArgs) -> anyhow::Result<()> {
+    let v = on.hold(&args.name, &args.version, &args.reason, true)?;
     println!("released v{v}");
     Ok(())
 }
 
-#[derive(clap::Args)]
-pub struct EraseArgs {
-    /// Dataset name.
-    name: String,
-    /// The file or folder whose bytes go (every file under a folder).
-    path: String,
-    /// Only from this version on (v3, a tag); default: every version.
-    #[arg(long)]
-    from: Option<String>,
-    /// Why, kept on record (the audit shows it).
-    #[arg(long)]
-    reason: String,
-    /// Print the versions it would touch; change nothing.
-    #[arg(long)]
-    dry_run: bool,
-}
-
 /// `erase NAME PATH [--from VERSION] --reason R`.
-pub fn erase(repo: &Repo, staging: &Path, args: &EraseArgs) -> anyhow::Result<()> {
-    let name = &args.name;
-    let path = detafs::relpath::RelPath::parse(args.path.as_bytes())?;
-    let req = detafs::erase::Request {
-        dataset: name,
-        path: &path,
-        from: args.from.as_deref(),
-        reason: &args.reason,
-        dry_run: args.dry_run,
-    };
-    let done = detafs::erase::erase(repo, &req, &Actor::current())?;
-    let shown = line(args.path.as_bytes());
-    let versions = versions_text(&done.versions);
+pub fn erase(on: &On<'_>, args: &EraseArgs) -> anyhow::Result<()> {
+    let done = on.erase(args)?;
+    let versions: Vec<u64> = serde_json::from_value(done["versions"].clone()).unwrap_or_default();
+    let (shown, versions) = (line(args.path.as_bytes()), versions_text(&versions));
     if args.dry_run {
-        println!("would erase {shown} ({} files) from {versions}", done.files);
+        println!(
+            "would erase {shown} ({} files) from {versions}",
+            done["files"]
+        );
         return Ok(());
     }
-    mount::tell_mount(repo, staging, name);
     println!(
         "erased {shown} ({} files) from {versions}: {} blobs, {} bytes zeroed in the store",
-        done.files, done.blobs, done.bytes
+        done["files"], done["blobs"], done["bytes"]
     );
+    Ok(())
+}
+
+/// `report NAME [--json]`: for an auditor.
+pub fn report(on: &On<'_>, args: &ReportArgs) -> anyhow::Result<()> {
+    let r = on.report(&args.name)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let chain = match r["chain_ok"].as_bool() {
+        Some(true) => "intact".to_string(),
+        _ => format!("BROKEN: {}", r["problems"]),
+    };
+    println!(
+        "dataset {}: report of {}",
+        text(&r["dataset"]),
+        text(&r["generated"])
+    );
+    println!("history chain: {chain}");
+    println!("rules: {}", text(&r["rules_text"]));
+    for l in r["locations"].as_array().into_iter().flatten() {
+        println!(
+            "data: {} at {} ({})",
+            text(&l["tier"]),
+            text(&l["url"]),
+            text(&l["versions"])
+        );
+    }
+    for v in r["versions"].as_array().into_iter().flatten() {
+        let mut notes = Vec::new();
+        if let Some(h) = v["held"].as_object() {
+            notes.push(format!("held: {}", text(&h["reason"])));
+        }
+        if let Some(e) = v["expired"].as_object() {
+            notes.push(format!(
+                "expired {} by {}: {}",
+                text(&e["time"]),
+                text(&e["author"]),
+                text(&e["rule"])
+            ));
+        }
+        for p in v["erased_paths"].as_array().into_iter().flatten() {
+            notes.push(format!("erased {}", text(p)));
+        }
+        let readers = match v["readers"].as_array() {
+            Some(rs) => rs.iter().map(text).collect::<Vec<_>>().join(" "),
+            None => "(no policy: whoever the store lets in)".into(),
+        };
+        println!(
+            "v{:<5} {:<8} {}  {}  readers: {readers}{}",
+            v["version"],
+            text(&v["state"]),
+            text(&v["time"]),
+            text(&v["author"]),
+            notes.iter().map(|n| format!("; {n}")).collect::<String>()
+        );
+    }
+    for e in r["erasures"].as_array().into_iter().flatten() {
+        println!(
+            "erasure {} by {}: {} from {} ({} blobs zeroed): {}",
+            text(&e["time"]),
+            text(&e["author"]),
+            text(&e["path"]),
+            e["versions"],
+            e["blobs_zeroed"],
+            text(&e["reason"])
+        );
+    }
     Ok(())
 }

@@ -225,6 +225,11 @@ impl Caller {
         &self.name
     }
 
+    /// Its principals, for the policy.
+    pub(super) fn who(&self) -> &Who {
+        &self.who
+    }
+
     /// Whose staged changes and uploads are the caller's.
     pub(super) fn owner(&self) -> &str {
         &self.owner
@@ -920,6 +925,12 @@ async fn openapi() -> Response {
             "/datasets/{id}/versions/{v}/files/{path}": {"get": op("a file (Range, ETag) or a folder's listing")},
             "/datasets/{id}/versions/{v}/tree/{path}": {"get": op("a folder as a tree, for mounts through the gateway")},
             "/datasets/{id}/tags": {"post": op("names a version: {tag, version}")},
+            "/datasets/{id}/retention": {"get": op("rules, holds, expired versions"), "put": op("sets the retention rules")},
+            "/datasets/{id}/forget": {"post": op("expires versions: {versions, dry_run}; the plan")},
+            "/datasets/{id}/holds": {"post": op("a legal hold: {version, reason}")},
+            "/datasets/{id}/releases": {"post": op("ends a legal hold: {version, reason}")},
+            "/datasets/{id}/erase": {"post": op("erases a path from history: {path, reason, from, dry_run}")},
+            "/datasets/{id}/report": {"get": op("the compliance report")},
         },
     });
     Json(doc).into_response()

@@ -7,6 +7,7 @@
 
 pub mod api;
 mod commits;
+mod lifecycle;
 mod logline;
 mod s3;
 mod stall;
@@ -78,6 +79,7 @@ pub fn serve(
         state.clone(),
         trees::routes()
             .merge(tags::routes())
+            .merge(lifecycle::routes())
             .merge(commits::routes()),
     );
     // The audit reads every record and object: a thread of its own, never

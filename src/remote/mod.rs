@@ -319,6 +319,29 @@ impl Gateway {
         Ok(asked.filter(|a| named == Some(*a)))
     }
 
+    /// `GET /datasets/{dataset}/{what}` (a lifecycle resource:
+    /// `retention`, `report`), its JSON answer.
+    pub fn get_of(&self, dataset: &str, what: &str) -> Result<Value> {
+        self.get_json(&format!("/datasets/{}/{what}", segment(dataset)?))
+    }
+
+    /// `POST` (or, `replace`, `PUT`) `body` to `/datasets/{dataset}/{what}`
+    /// (`forget`, `holds`, `releases`, `erase`, `retention`), its JSON answer.
+    pub fn send_to(&self, dataset: &str, what: &str, body: &Value, replace: bool) -> Result<Value> {
+        let at = format!("/datasets/{}/{what}", segment(dataset)?);
+        let method = match replace {
+            true => reqwest::Method::PUT,
+            false => reqwest::Method::POST,
+        };
+        let body = body.to_string();
+        self.ask(method, &at, |r| {
+            r.header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
+        })?
+        .accepted()?
+        .json(&at)
+    }
+
     /// The datasets the caller may list.
     pub fn datasets(&self) -> Result<Vec<String>> {
         let rows = self.get_json("/datasets")?;
