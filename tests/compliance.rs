@@ -771,3 +771,29 @@ fn the_lifecycle_through_a_gateway() {
     // The store's own CLI sees the same.
     assert!(env.ok(&["report", "ds"]).contains("erased f5"));
 }
+
+/// A lifecycle log changed in the store breaks its chain: `audit` marks
+/// the entry, and readers fail closed (which versions expired cannot be
+/// told), never serving an expired version as if it were kept.
+#[test]
+fn a_forged_lifecycle_entry_breaks_the_chain_and_readers_fail_closed() {
+    let env = Env::new_plaintext();
+    six_versions(&env);
+    env.ok(&["forget", "ds", "v1"]);
+    env.ok(&["hold", "ds", "v2", "--reason", "r"]);
+    let first = "datasets/ds/lifecycle/00000000000000000001.json";
+    let forged = String::from_utf8(env.objects.read(first))
+        .unwrap()
+        .replace("[1]", "[2]");
+    std::fs::write(std::path::Path::new(&env.store).join(first), forged).unwrap();
+    let audit = env.run(&["audit", "ds", "--json"]);
+    let report = json_of(&audit.stdout);
+    assert_eq!(report["ok"], false, "{report}");
+    assert_eq!(report["lifecycle"][1]["chained"], false, "{report}");
+    let other = env.other_host();
+    let (code, err) = other.fails(&["log", "ds"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("lifecycle log of ds is broken"), "{err}");
+    let (_, err) = other.fails(&["cat", "ds", "v1", "f1"]);
+    assert!(err.contains("broken"), "{err}");
+}

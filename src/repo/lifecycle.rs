@@ -362,6 +362,15 @@ impl Repo {
         Ok(Lifecycle::of(&self.lifecycle_log(dataset)?))
     }
 
+    /// `lifecycle` as this process last read it (read now if never): for
+    /// what follows a `sync`, which read it just before.
+    pub(super) fn lifecycle_known(&self, dataset: &str) -> Result<Lifecycle> {
+        if let Some(log) = self.lifecycle.0.lock().get(dataset) {
+            return Ok(Lifecycle::of(log));
+        }
+        self.lifecycle(dataset)
+    }
+
     /// The error for version `asked` of `dataset` if it was expired: what
     /// `version` answers instead of "no such version".
     pub(super) fn expired_error(&self, dataset: &str, asked: Option<u64>) -> Option<Error> {

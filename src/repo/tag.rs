@@ -117,7 +117,7 @@ impl Repo {
         }
         drop(known);
         // A tag of an expired version names nothing served.
-        let lc = self.lifecycle(dataset)?;
+        let lc = self.lifecycle_known(dataset)?;
         tags.retain(|t| !lc.is_expired(t.version));
         Ok(tags)
     }
