@@ -62,6 +62,9 @@ pub const MAX_TREE_LEN: u64 = MAX_TREE_BYTES + BLOB_OVERHEAD;
 pub const MAX_TREE_RATIO: u64 = 64;
 /// Largest record, marker or dataset object.
 pub const MAX_SMALL_OBJECT: u64 = 1 << 20;
+/// Largest pack read whole (an erasure rewriting one): packs are cut at
+/// 16 MiB, plus at most one blob past it, a tree's at most.
+pub const MAX_PACK: u64 = (16 << 20) + MAX_TREE_LEN;
 /// Directory levels in a version or in staging.
 pub const MAX_DEPTH: usize = 1024;
 /// Paths a walk of a version (export, diff, status) may visit, counting each

@@ -250,6 +250,8 @@ fn erasable(env: &Env) -> (std::path::PathBuf, Vec<u8>) {
     let shared = common::noise(50_000, 4);
     std::fs::write(src.join("people/copy.txt"), &shared).unwrap();
     std::fs::write(src.join("shared.txt"), &shared).unwrap();
+    // Packs larger than small objects: an erasure rewrites them whole.
+    std::fs::write(src.join("big.bin"), common::noise(3 << 20, 5)).unwrap();
     env.commit(&src, "v1");
     std::fs::write(src.join("other.txt"), "o").unwrap();
     env.commit(&src, "v2");
@@ -309,6 +311,8 @@ fn an_erased_file_leaves_no_byte_in_the_store() {
             env.run(&["cat", "ds", v, "shared.txt"]).stdout,
             common::noise(50_000, 4)
         );
+        let big = env.run(&["cat", "ds", v, "big.bin"]).stdout;
+        assert!(big == common::noise(3 << 20, 5), "{v}: big.bin reads back");
     }
     let jane = format!("{}/datasets/ds/versions/v1/files/people/jane.csv", g.url);
     let (s, body) = curl(&[&jane, "-H", &bearer(&k)]);

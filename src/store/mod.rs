@@ -493,8 +493,20 @@ impl Store {
     /// A whole small object (marker, dataset, record): anything larger than
     /// `limits::MAX_SMALL_OBJECT` is refused before its body is read.
     async fn fetch(&self, key: &str) -> Result<Option<Bytes>> {
+        self.fetch_at_most(key, crate::limits::MAX_SMALL_OBJECT)
+            .await
+    }
+
+    /// A whole pack as stored (for an erasure to zero blobs in it):
+    /// anything larger than a pack can be is refused before it is read.
+    pub fn get_pack(&self, key: &str) -> Result<Option<Bytes>> {
+        crate::nowait::check()?;
+        let max = crate::limits::MAX_PACK;
+        self.rt.block_on(self.fetch_at_most(key, max))
+    }
+
+    async fn fetch_at_most(&self, key: &str, max: u64) -> Result<Option<Bytes>> {
         let path = Path::from(key);
-        let max = crate::limits::MAX_SMALL_OBJECT;
         let res = self
             .call(key, || async {
                 let got = self.inner.get(&path).await?;
