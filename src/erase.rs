@@ -377,7 +377,7 @@ fn zero(repo: &Repo, spans: &[Span]) -> Result<(usize, u64)> {
     for (pack, spans) in by_pack {
         let key = keys::pack(&pack);
         // A pack gc removed meanwhile holds nothing to zero.
-        let Some(body) = repo.store().get_pack(&key)? else {
+        let Some((body, at)) = repo.store().find_pack(&key)? else {
             continue;
         };
         let mut body = body.to_vec();
@@ -402,7 +402,7 @@ fn zero(repo: &Repo, spans: &[Span]) -> Result<(usize, u64)> {
             }
         }
         if changed {
-            repo.store().replace(&key, body.into())?;
+            repo.store().replace_pack(at, &key, body.into())?;
         }
     }
     Ok((blobs, bytes))

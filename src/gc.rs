@@ -57,23 +57,32 @@ fn reachable_packs(
     datasets: &[String],
     cutoff: SystemTime,
 ) -> Result<HashSet<PackId>> {
+    let mut roots_of = Vec::new();
+    for ds in datasets {
+        roots_of.extend(roots(repo, ds, cutoff)?.into_iter().map(|r| r.tree));
+    }
+    packs_under(repo, roots_of)
+}
+
+/// The packs holding the trees and chunks under `roots` (each shared tree
+/// read once). Fails if a tree cannot be read.
+pub(crate) fn packs_under(
+    repo: &Repo,
+    roots: impl IntoIterator<Item = crate::store::pack::BlobRef>,
+) -> Result<HashSet<PackId>> {
     let mut packs = HashSet::new();
     let mut seen = HashSet::new();
-    for ds in datasets {
-        for record in roots(repo, ds, cutoff)? {
-            let mut todo = vec![record.tree];
-            while let Some(r) = todo.pop() {
-                if !seen.insert(r.id) {
-                    continue;
-                }
-                packs.insert(r.pack);
-                for e in &repo.tree(&r)?.entries {
-                    match &e.node {
-                        Node::Dir { tree, .. } => todo.push(*tree),
-                        Node::File { chunks, .. } => packs.extend(chunks.iter().map(|c| c.pack)),
-                        Node::Symlink { .. } | Node::Special { .. } => {}
-                    }
-                }
+    let mut todo: Vec<_> = roots.into_iter().collect();
+    while let Some(r) = todo.pop() {
+        if !seen.insert(r.id) {
+            continue;
+        }
+        packs.insert(r.pack);
+        for e in &repo.tree(&r)?.entries {
+            match &e.node {
+                Node::Dir { tree, .. } => todo.push(*tree),
+                Node::File { chunks, .. } => packs.extend(chunks.iter().map(|c| c.pack)),
+                Node::Symlink { .. } | Node::Special { .. } => {}
             }
         }
     }
@@ -85,6 +94,8 @@ fn reachable_packs(
 /// commit's, or a crash's: deletable once the grace has passed).
 pub struct GcReport {
     pub doomed: Vec<Listed>,
+    /// Unreachable packs of the colder tier, as old (`store::tier`).
+    pub doomed_cold: Vec<Listed>,
     pub young: Vec<Listed>,
     /// When the youngest of `young` is older than the grace.
     pub young_until: Option<SystemTime>,
@@ -133,22 +144,30 @@ pub fn gc(
     if noted {
         repo.leave_gc_note()?;
     }
-    let unreachable = || -> Result<(Vec<Listed>, Vec<Listed>)> {
+    // Unreachable packs here (old enough, and young), and in the colder
+    // tier (old enough: a pack moved there counts its age from the move).
+    let unreachable = || -> Result<(Vec<Listed>, Vec<Listed>, Vec<Listed>)> {
         let reachable = reachable_packs(repo, &kept, cutoff)?;
-        Ok(repo
+        let garbage = |l: &Listed| keys::pack_id(&l.key).is_some_and(|id| !reachable.contains(&id));
+        let (doomed, young) = repo
             .store()
             .list(keys::PACKS, None)?
             .into_iter()
-            .filter(|l| keys::pack_id(&l.key).is_some_and(|id| !reachable.contains(&id)))
-            .partition(|l| l.modified < cutoff))
+            .filter(garbage)
+            .partition(|l| l.modified < cutoff);
+        let cold = repo.store().list_cold(keys::PACKS)?;
+        let cold = cold
+            .into_iter()
+            .filter(|l| garbage(l) && l.modified < cutoff);
+        Ok((doomed, young, cold.collect()))
     };
-    let (mut doomed, mut young) = unreachable()?;
+    let (mut doomed, mut young, mut doomed_cold) = unreachable()?;
     if !dry_run && !noted && !doomed.is_empty() && forgotten(repo, &kept, cutoff)? {
         repo.leave_gc_note()?;
         noted = true;
         // A commit in flight may have reused what only expired versions
         // reached: its record has landed by now, and is read again.
-        (doomed, young) = unreachable()?;
+        (doomed, young, doomed_cold) = unreachable()?;
     }
     let young_until = young.iter().map(|l| l.modified + grace).max();
     // Packs this young can only go with a grace below the real minimum
@@ -157,7 +176,13 @@ pub fn gc(
     let resumable = SystemTime::now()
         .checked_sub(MAX_COMMIT_AGE)
         .unwrap_or(SystemTime::UNIX_EPOCH);
-    if !dry_run && !noted && doomed.iter().any(|l| l.modified > resumable) {
+    if !dry_run
+        && !noted
+        && doomed
+            .iter()
+            .chain(&doomed_cold)
+            .any(|l| l.modified > resumable)
+    {
         repo.leave_gc_note()?;
     }
     // Their history goes after the packs it reached: an interrupted gc
@@ -169,14 +194,19 @@ pub fn gc(
         }
     }
     if !dry_run {
-        progress.set_total(doomed.iter().map(|l| l.size).sum());
+        progress.set_total(doomed.iter().chain(&doomed_cold).map(|l| l.size).sum());
         for l in &doomed {
             repo.store().delete(&l.key)?;
+            progress.advance(l.size);
+        }
+        for l in &doomed_cold {
+            repo.store().delete_cold(&l.key)?;
             progress.advance(l.size);
         }
     }
     Ok(GcReport {
         doomed,
+        doomed_cold,
         young,
         young_until,
     })

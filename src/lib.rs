@@ -41,6 +41,7 @@ pub mod snapshot;
 pub mod staging;
 pub mod store;
 pub mod sys;
+pub mod tiering;
 pub mod verify;
 
 pub use error::{Error, Result};

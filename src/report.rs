@@ -100,7 +100,17 @@ pub fn report(repo: &Repo, dataset: &str) -> Result<Value> {
         "versions": versions,
         "erasures": erasures,
         "lifecycle": entries,
-        "locations": [{"tier": "store", "url": repo.location(), "versions": "all"}],
+        "locations": locations(repo)?,
         "policy_version": policy.as_ref().map(|(v, _)| v),
     }))
+}
+
+/// Where the data lives: the store, and its colder tier if it names one
+/// (`detafs verify` counts what each holds).
+fn locations(repo: &Repo) -> Result<Vec<Value>> {
+    let mut out = vec![json!({"tier": "store", "url": repo.location()})];
+    if let Some(cold) = repo.store().cold_url()? {
+        out.push(json!({"tier": "cold", "url": cold}));
+    }
+    Ok(out)
 }

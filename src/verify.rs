@@ -28,6 +28,10 @@ pub struct Report {
     /// on purpose, not damage.
     pub erased: Vec<String>,
     pub erased_count: usize,
+    /// Packs and their bytes at the store's own location and in its
+    /// colder tier (`store::tier`): where the data lives.
+    pub hot: (usize, u64),
+    pub cold: (usize, u64),
     pub blobs: usize,
 }
 
@@ -310,11 +314,14 @@ pub fn verify(repo: &Repo, dataset: Option<&str>, progress: &dyn Progress) -> Re
         .sum();
     progress.set_total(total);
     w.check_chunks(progress)?;
+    let hot = repo.store().list(keys::PACKS, None)?;
+    let cold = repo.store().list_cold(keys::PACKS)?;
+    let sum = |l: &[crate::store::Listed]| (l.len(), l.iter().map(|l| l.size).sum());
+    (w.report.hot, w.report.cold) = (sum(&hot), sum(&cold));
     if dataset.is_none() {
-        w.report.garbage = repo
-            .store()
-            .list(keys::PACKS, None)?
+        w.report.garbage = hot
             .into_iter()
+            .chain(cold)
             .filter(|l| keys::pack_id(&l.key).is_none_or(|id| !w.reachable.contains(&id)))
             .collect();
     }

@@ -801,3 +801,116 @@ fn a_forged_lifecycle_entry_breaks_the_chain_and_readers_fail_closed() {
     let (_, err) = other.fails(&["cat", "ds", "v1", "f1"]);
     assert!(err.contains("broken"), "{err}");
 }
+
+/// A colder location for the store's tier: a second folder, or a second
+/// bucket where the store is on S3; and a raw view of it.
+fn cold_tier(env: &Env) -> (String, common::objects::Objects) {
+    match &env.bucket {
+        Some(_) => {
+            let bucket = common::objects::new_bucket(&env.endpoint);
+            let objects = common::objects::Objects::s3(&env.endpoint, &bucket, "cold");
+            (format!("s3://{bucket}/cold"), objects)
+        }
+        None => {
+            let dir = env.path("cold");
+            std::fs::create_dir_all(&dir).unwrap();
+            let objects = common::objects::Objects::local(&dir);
+            (dir.display().to_string(), objects)
+        }
+    }
+}
+
+/// `tier` moves the packs only old versions reach to the colder tier: the
+/// store keeps what newer versions reach, every reader (CLI, the mount,
+/// another host that was told nothing) reads the old versions' files as
+/// before, `verify` says how much lives where, and gc deletes cold packs
+/// no version reaches. A move killed between its copy and its delete
+/// leaves the pack whole in both places, and the next `tier` finishes it.
+#[test]
+fn old_versions_move_to_the_colder_tier_and_read_on() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let old = common::noise(3 << 20, 21);
+    std::fs::write(src.join("old.bin"), &old).unwrap();
+    env.commit(&src, "v1");
+    std::fs::remove_file(src.join("old.bin")).unwrap();
+    std::fs::write(src.join("new.bin"), common::noise(1 << 20, 22)).unwrap();
+    env.commit(&src, "v2");
+    let (cold_url, cold) = cold_tier(&env);
+    let packs = || env.objects.list("packs/").len();
+    let before = packs();
+
+    // Killed after its first copy: that pack is in both places.
+    let hold = Hold::new(&env, "tier-copied");
+    let mut tier = env.command_for(&[
+        "tier",
+        "ds",
+        "--older-than",
+        "0s",
+        "--cold-store",
+        &cold_url,
+    ]);
+    let mut child = tier.env("FAILPOINTS", &hold.spec).spawn().unwrap();
+    hold.reached();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(cold.list("packs/").len(), 1);
+    assert_eq!(
+        packs(),
+        before,
+        "nothing deleted before its copy is checked"
+    );
+    assert!(env.run(&["cat", "ds", "v1", "old.bin"]).stdout == old);
+
+    let out = env.ok(&["tier", "ds", "--older-than", "0s", "--json"]);
+    let moved: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(moved["versions"], serde_json::json!([1]), "{moved}");
+    let in_cold = cold.list("packs/").len();
+    assert!(
+        in_cold >= 1 && packs() + in_cold == before,
+        "{in_cold} cold of {before}"
+    );
+    assert!(env.run(&["cat", "ds", "v1", "old.bin"]).stdout == old);
+    let other = env.other_host();
+    assert!(
+        other.run(&["cat", "ds", "v1", "old.bin"]).stdout == old,
+        "told nothing, it finds the tier"
+    );
+    let m = env.mount(&[]);
+    assert!(std::fs::read(m.path("versions/v1/old.bin")).unwrap() == old);
+    let verify = env.run(&["verify", "--json"]);
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    let report = json_of(&verify.stdout);
+    assert_eq!(
+        report["tiers"]["cold"]["packs"].as_u64().unwrap() as usize,
+        in_cold,
+        "{report}"
+    );
+    assert_eq!(report["garbage"], serde_json::json!([]), "{report}");
+    let (code, err) = env.fails(&[
+        "tier",
+        "ds",
+        "--older-than",
+        "0s",
+        "--cold-store",
+        "/elsewhere",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("colder tier is"), "{err}");
+
+    // Expired and collected: its cold packs go too.
+    env.ok(&["forget", "ds", "v1"]);
+    common::next_second();
+    env.ok(&["gc", "--grace", "0s"]);
+    assert!(
+        cold.list("packs/").len() < in_cold,
+        "gc reaches the colder tier"
+    );
+    assert!(env.run(&["cat", "ds", "v2", "new.bin"]).stdout == common::noise(1 << 20, 22));
+    env.ok(&["verify"]);
+}

@@ -29,6 +29,7 @@ const LAYERS: &[&[&str]] = &[
         "retention",
         "erase",
         "report",
+        "tiering",
     ],
     &["fs"],
     &["fuse", "gateway", "cli"],

@@ -342,6 +342,13 @@ enum Command {
         after_help = "Examples:\n  detafs report weather\n  detafs report weather --json\nExit codes: 0, 1 error, 5 denied (needs dataset:admin)."
     )]
     Report(retention::ReportArgs),
+    /// Move a dataset's old versions to the store's colder tier: the data
+    /// only they reach, pack by pack (copied, checked, then deleted here).
+    /// Reads find it there by themselves.
+    #[command(
+        after_help = "Examples:\n  detafs tier weather --older-than 180d --keep-last 10 --cold-store s3://archive/weather\n  detafs tier weather --older-than 90d --dry-run\nExit codes: 0, 1 error, 5 denied (needs dataset:retention)."
+    )]
+    Tier(retention::TierArgs),
     /// Release a legal hold.
     #[command(
         after_help = "Example: detafs release weather v12 --reason \"case closed\"\nExit codes: 0, 1 error, 5 denied (needs dataset:hold)."
@@ -907,6 +914,7 @@ fn on_store(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Release(args) => retention::release(&On::Store(&open()?, &staging), &args)?,
         Command::Erase(args) => retention::erase(&On::Store(&open()?, &staging), &args)?,
         Command::Report(args) => retention::report(&On::Store(&open()?, &staging), &args)?,
+        Command::Tier(args) => retention::tier(&open()?, &args)?,
         Command::Gc { grace, dry_run } => gc_cmd(&open()?, grace.into(), dry_run)?,
         Command::Mount(args) => {
             detafs::sys::tune_allocator();
@@ -1173,6 +1181,10 @@ fn verify_cmd(repo: &Repo, name: Option<&str>, json: bool) -> anyhow::Result<Exi
         let out = serde_json::json!({
             "versions": report.versions,
             "expired": report.expired,
+            "tiers": {
+                "store": {"packs": report.hot.0, "bytes": report.hot.1},
+                "cold": {"packs": report.cold.0, "bytes": report.cold.1},
+            },
             "erased": report.erased_count,
             "erased_samples": report.erased,
             "objects": report.blobs,
@@ -1187,6 +1199,12 @@ fn verify_cmd(repo: &Repo, name: Option<&str>, json: bool) -> anyhow::Result<Exi
     // Paths and keys in problems are escaped by verify.
     for p in &report.problems {
         println!("{p}");
+    }
+    if report.cold.0 > 0 {
+        println!(
+            "tiers: {} packs ({} bytes) at the store, {} packs ({} bytes) in its colder tier",
+            report.hot.0, report.hot.1, report.cold.0, report.cold.1
+        );
     }
     if report.erased_count > 0 {
         println!(
@@ -1220,6 +1238,9 @@ fn gc_cmd(repo: &Repo, grace: std::time::Duration, dry_run: bool) -> anyhow::Res
     let did = if dry_run { "would delete" } else { "deleted" };
     for l in doomed {
         println!("{did} {}", line(l.key.as_bytes()));
+    }
+    for l in &report.doomed_cold {
+        println!("{did} {} (colder tier)", line(l.key.as_bytes()));
     }
     eprintln!("{did} {} unreachable objects ({bytes} bytes)", doomed.len());
     if let Some(until) = report.young_until {

@@ -494,12 +494,7 @@ pub fn report(on: &On<'_>, args: &ReportArgs) -> anyhow::Result<()> {
     println!("history chain: {chain}");
     println!("rules: {}", text(&r["rules_text"]));
     for l in r["locations"].as_array().into_iter().flatten() {
-        println!(
-            "data: {} at {} ({})",
-            text(&l["tier"]),
-            text(&l["url"]),
-            text(&l["versions"])
-        );
+        println!("data: {} at {}", text(&l["tier"]), text(&l["url"]));
     }
     for v in r["versions"].as_array().into_iter().flatten() {
         let mut notes = Vec::new();
@@ -541,5 +536,60 @@ pub fn report(on: &On<'_>, args: &ReportArgs) -> anyhow::Result<()> {
             text(&e["reason"])
         );
     }
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct TierArgs {
+    /// Dataset name.
+    name: String,
+    /// Versions at least this old go to the colder tier, e.g. 90d...
+    #[arg(long)]
+    older_than: humantime::Duration,
+    /// ...unless among the newest N (the newest always stays).
+    #[arg(long, default_value_t = 1)]
+    keep_last: usize,
+    /// The store's colder tier (a path, file://, s3://, gs://, az://),
+    /// recorded in the store the first time; then every host finds it.
+    #[arg(long)]
+    cold_store: Option<String>,
+    /// Print what would move; move nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// One JSON object: versions, packs, bytes.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `tier NAME --older-than D [--keep-last N] [--cold-store URL]`.
+pub fn tier(repo: &Repo, args: &TierArgs) -> anyhow::Result<()> {
+    if let Some(url) = &args.cold_store {
+        policy::require(repo, Action::Retention, &dataset_resource(&args.name))?;
+        repo.store().set_cold(url)?;
+    }
+    let req = detafs::tiering::Request {
+        dataset: &args.name,
+        older_than: args.older_than.into(),
+        keep_last: args.keep_last,
+        dry_run: args.dry_run,
+    };
+    let pb = super::bar(0, "tier");
+    let moved = detafs::tiering::tier(repo, &req, &Actor::current(), &pb);
+    drop(pb);
+    let moved = moved?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&moved.to_json())?);
+        return Ok(());
+    }
+    let did = if args.dry_run { "would move" } else { "moved" };
+    println!(
+        "{did} {} packs ({} bytes) of {} to the colder tier",
+        moved.packs,
+        moved.bytes,
+        match moved.versions.is_empty() {
+            true => "no version".to_string(),
+            false => versions_text(&moved.versions),
+        }
+    );
     Ok(())
 }

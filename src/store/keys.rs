@@ -25,6 +25,8 @@ pub enum Kind {
     Staged,
     /// Notes of gc runs (names only, no content).
     GcNote,
+    /// Where the store's colder tier is (`tier.rs`).
+    Tiers,
     /// Packs of blobs (sealed blob by blob, not as one object).
     Pack,
 }
@@ -34,6 +36,9 @@ impl Kind {
     pub fn of(key: &str) -> Option<Kind> {
         if key == super::MARKER {
             return Some(Kind::Marker);
+        }
+        if key == TIERS {
+            return Some(Kind::Tiers);
         }
         [
             (KEY_SLOTS, Kind::KeySlot),
@@ -55,7 +60,12 @@ impl Kind {
     pub fn sealed(self) -> bool {
         match self {
             Kind::Dataset | Kind::PolicyRecord | Kind::ApiKey | Kind::Upload | Kind::Staged => true,
-            Kind::Marker | Kind::KeySlot | Kind::Probe | Kind::GcNote | Kind::Pack => false,
+            Kind::Marker
+            | Kind::KeySlot
+            | Kind::Probe
+            | Kind::GcNote
+            | Kind::Pack
+            | Kind::Tiers => false,
         }
     }
 }
@@ -66,6 +76,8 @@ pub fn sealed(key: &str) -> bool {
 }
 
 pub const KEY_SLOTS: &str = "keys/";
+/// The store's tiers: where its colder one is (a location, no secret).
+pub const TIERS: &str = "tiers.json";
 pub fn key_slot(id: &str) -> String {
     format!("{KEY_SLOTS}{id}.json")
 }
@@ -202,6 +214,7 @@ mod tests {
             (upload("u"), Kind::Upload, true),
             (staged("ds", "o", "n"), Kind::Staged, true),
             (gc_note(1, 2), Kind::GcNote, false),
+            (TIERS.to_string(), Kind::Tiers, false),
             (pack(&id), Kind::Pack, false),
         ];
         for (key, kind, sealed_) in cases {

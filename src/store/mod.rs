@@ -17,6 +17,7 @@ pub mod seal;
 pub mod sealed_file;
 pub mod slots;
 pub mod sse;
+pub mod tier;
 
 use crate::error::{Error, Result};
 use bytes::Bytes;
@@ -146,6 +147,8 @@ pub struct Store {
     codec: std::sync::OnceLock<codec::Codec>,
     /// Whether the marker is still there (`ensure_present`).
     presence: Arc<Presence>,
+    /// Its colder tier, once named and needed (`tier.rs`).
+    cold: tier::Cold,
 }
 
 /// What a write knows of the store's marker: when it was last seen, and
@@ -171,27 +174,7 @@ impl Store {
         deadline: Duration,
         sse: Option<&sse::Sse>,
     ) -> Result<Store> {
-        let (inner, policy, location): (Arc<dyn ObjectStore>, _, _) = match url.split_once("://") {
-            None | Some(("file", _)) if sse.is_some() => {
-                return Err(Error::InvalidInput(format!(
-                    "{url}: server-side encryption (SSE) is asked of S3 stores only; a local folder is encrypted by detafs itself (format 2)"
-                )));
-            }
-            None | Some(("file", _)) => {
-                let path = url.strip_prefix("file://").unwrap_or(url);
-                let (fs, canonical) = local(path, create)?;
-                (Arc::new(fs), Policy::local(), format!("file://{canonical}"))
-            }
-            Some((scheme, rest)) => {
-                let policy = Policy::remote(deadline);
-                let location = url.trim_end_matches('/').to_string();
-                (
-                    open_remote(url, scheme, rest, &policy, sse)?,
-                    policy,
-                    location,
-                )
-            }
-        };
+        let (inner, policy, location) = open_location(url, create, deadline, sse)?;
         let mut store = Store::with_policy(inner, url, &location, policy)?;
         store.local_root = location.strip_prefix("file://").map(Into::into);
         Ok(store)
@@ -233,6 +216,7 @@ impl Store {
             health: Arc::new(Health::default()),
             codec: std::sync::OnceLock::new(),
             presence: Arc::default(),
+            cold: tier::Cold::default(),
         })
     }
 
@@ -493,23 +477,22 @@ impl Store {
     /// A whole small object (marker, dataset, record): anything larger than
     /// `limits::MAX_SMALL_OBJECT` is refused before its body is read.
     async fn fetch(&self, key: &str) -> Result<Option<Bytes>> {
-        self.fetch_at_most(key, crate::limits::MAX_SMALL_OBJECT)
+        self.fetch_at_most(&self.inner, key, crate::limits::MAX_SMALL_OBJECT)
             .await
     }
 
-    /// A whole pack as stored (for an erasure to zero blobs in it):
-    /// anything larger than a pack can be is refused before it is read.
-    pub fn get_pack(&self, key: &str) -> Result<Option<Bytes>> {
-        crate::nowait::check()?;
-        let max = crate::limits::MAX_PACK;
-        self.rt.block_on(self.fetch_at_most(key, max))
-    }
-
-    async fn fetch_at_most(&self, key: &str, max: u64) -> Result<Option<Bytes>> {
+    /// A whole object of `inner` (the store's, or its colder tier's), if
+    /// it is at most `max` bytes (refused before its body is read).
+    async fn fetch_at_most(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        key: &str,
+        max: u64,
+    ) -> Result<Option<Bytes>> {
         let path = Path::from(key);
         let res = self
             .call(key, || async {
-                let got = self.inner.get(&path).await?;
+                let got = inner.get(&path).await?;
                 if got.meta.size > max {
                     return Ok(Err(got.meta.size));
                 }
@@ -526,7 +509,15 @@ impl Store {
     }
 
     /// A byte range of an object. A missing object is `Ok(None)`.
+    /// A pack not here is looked for in the colder tier (`tier.rs`).
     pub fn get_range(&self, key: &str, range: Range<u64>) -> Result<Option<Bytes>> {
+        match self.get_range_here(key, range.clone())? {
+            None if keys::pack_id(key).is_some() => self.cold_range(key, range),
+            got => Ok(got),
+        }
+    }
+
+    fn get_range_here(&self, key: &str, range: Range<u64>) -> Result<Option<Bytes>> {
         crate::nowait::check()?;
         if let Some(root) = &self.local_root {
             return local_range(&root.join(key), range);
@@ -695,6 +686,16 @@ impl Store {
 
     /// Lists keys under `prefix` that sort after `offset`, sorted.
     pub fn list(&self, prefix: &str, offset: Option<&str>) -> Result<Vec<Listed>> {
+        self.list_on(&self.inner, prefix, offset)
+    }
+
+    /// `list` of `inner` (the store's, or its colder tier's).
+    fn list_on(
+        &self,
+        inner: &Arc<dyn ObjectStore>,
+        prefix: &str,
+        offset: Option<&str>,
+    ) -> Result<Vec<Listed>> {
         crate::nowait::check()?;
         let prefix_path = Path::from(prefix);
         let offset_path = offset.map(Path::from);
@@ -702,8 +703,8 @@ impl Store {
             .rt
             .block_on(self.call(prefix, || async {
                 let stream = match &offset_path {
-                    Some(o) => self.inner.list_with_offset(Some(&prefix_path), o),
-                    None => self.inner.list(Some(&prefix_path)),
+                    Some(o) => inner.list_with_offset(Some(&prefix_path), o),
+                    None => inner.list(Some(&prefix_path)),
                 };
                 stream.try_collect::<Vec<_>>().await
             }))
@@ -917,6 +918,38 @@ fn local_range(path: &std::path::Path, range: Range<u64>) -> Result<Option<Bytes
         ));
     }
     Ok(Some(Bytes::from(buf)))
+}
+
+/// The object store at `url` (a path, `file://`, `s3://`, `gs://`,
+/// `az://`), how its failures are retried, and where it really is: for a
+/// store, and for its colder tier (`tier.rs`).
+fn open_location(
+    url: &str,
+    create: bool,
+    deadline: Duration,
+    sse: Option<&sse::Sse>,
+) -> Result<(Arc<dyn ObjectStore>, Policy, String)> {
+    Ok(match url.split_once("://") {
+        None | Some(("file", _)) if sse.is_some() => {
+            return Err(Error::InvalidInput(format!(
+                "{url}: server-side encryption (SSE) is asked of S3 stores only; a local folder is encrypted by detafs itself (format 2)"
+            )));
+        }
+        None | Some(("file", _)) => {
+            let path = url.strip_prefix("file://").unwrap_or(url);
+            let (fs, canonical) = local(path, create)?;
+            (Arc::new(fs), Policy::local(), format!("file://{canonical}"))
+        }
+        Some((scheme, rest)) => {
+            let policy = Policy::remote(deadline);
+            let location = url.trim_end_matches('/').to_string();
+            (
+                open_remote(url, scheme, rest, &policy, sse)?,
+                policy,
+                location,
+            )
+        }
+    })
 }
 
 /// A local folder store and the folder's canonical path. Its folder is

@@ -1,0 +1,223 @@
+//! A store's colder tier: a second location (a folder or bucket that costs
+//! less to keep, `detafs tier --cold-store URL`) holding packs that only
+//! old versions reach. The store names it in `tiers.json`, so every host
+//! finds it; its credentials come from the environment as the store's do.
+//! A pack read that finds nothing at the store's own location looks there
+//! (`Store::get_range`), so readers never need to know where a pack lives.
+//! A pack moves by copy, check, then delete: at every moment it is whole in
+//! one place at least.
+
+use super::{Store, keys, open_location};
+use crate::error::{Error, Result};
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use parking_lot::Mutex;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Where a store keeps an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Where {
+    /// The store's own location.
+    Hot,
+    /// Its colder tier.
+    Cold,
+}
+
+/// The colder tier, once the store named one and a reader needed it.
+pub(super) struct Backend {
+    inner: Arc<dyn ObjectStore>,
+    url: String,
+}
+
+#[derive(Default)]
+pub(super) struct Cold(Mutex<Option<Arc<Backend>>>);
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Tiers {
+    cold: String,
+}
+
+impl Store {
+    /// The colder tier the store names, opened on first need. A store that
+    /// named none is asked again at each need (a tier made meanwhile by
+    /// another process is found): only a pack missing here asks.
+    fn cold(&self) -> Result<Option<Arc<Backend>>> {
+        if let Some(b) = self.cold.0.lock().clone() {
+            return Ok(Some(b));
+        }
+        let Some(bytes) = self.get(keys::TIERS)? else {
+            return Ok(None);
+        };
+        let tiers: Tiers = serde_json::from_slice(&bytes)
+            .map_err(|e| Error::malformed(keys::TIERS, e.to_string()))?;
+        let (inner, _, _) = open_location(&tiers.cold, false, self.deadline(), None)?;
+        let backend = Arc::new(Backend {
+            inner,
+            url: tiers.cold,
+        });
+        *self.cold.0.lock() = Some(backend.clone());
+        Ok(Some(backend))
+    }
+
+    /// The colder tier's location, if the store names one.
+    pub fn cold_url(&self) -> Result<Option<String>> {
+        Ok(self.cold()?.map(|b| b.url.clone()))
+    }
+
+    /// Names `url` the store's colder tier; refused if it names another.
+    pub fn set_cold(&self, url: &str) -> Result<()> {
+        if url.trim_end_matches('/') == self.url().trim_end_matches('/') {
+            return Err(Error::InvalidInput(
+                "the colder tier must be another location than the store".into(),
+            ));
+        }
+        // Opened first: a location that does not open is not recorded.
+        let (_, _, location) = open_location(url, true, self.deadline(), None)?;
+        if location == self.location() {
+            return Err(Error::InvalidInput(
+                "the colder tier must be another location than the store".into(),
+            ));
+        }
+        let body = serde_json::to_vec(&Tiers {
+            cold: url.to_string(),
+        })
+        .expect("serializable");
+        if !self.put_create(keys::TIERS, body.into())? {
+            match self.cold_url()? {
+                Some(named) if named == url => {}
+                named => {
+                    return Err(Error::InvalidInput(format!(
+                        "this store's colder tier is {} already; it is not moved",
+                        named.unwrap_or_default()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes `range` of pack `key` in the colder tier (None: not there,
+    /// or no tier).
+    pub(super) fn cold_range(&self, key: &str, range: Range<u64>) -> Result<Option<Bytes>> {
+        let Some(cold) = self.cold()? else {
+            return Ok(None);
+        };
+        let path = Path::from(key);
+        let want = range.end - range.start;
+        let res = self.rt.block_on(self.call(key, || async {
+            cold.inner.get_range(&path, range.clone()).await
+        }));
+        match res {
+            Ok(b) if b.len() as u64 == want => Ok(Some(b)),
+            Ok(b) => Err(Error::malformed(
+                key,
+                format!(
+                    "short read from the colder tier: {} of {want} bytes",
+                    b.len()
+                ),
+            )),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(super::failed(key, e)),
+        }
+    }
+
+    /// Moves pack `key` to the colder tier: copied, its size checked
+    /// there, then deleted here. Returns its bytes (0: it was not here).
+    pub fn move_to_cold(&self, key: &str) -> Result<u64> {
+        let cold = self
+            .cold()?
+            .ok_or_else(|| Error::InvalidInput("this store names no colder tier".into()))?;
+        let Some(body) = self.get_pack_in(Where::Hot, key)? else {
+            return Ok(0);
+        };
+        let size = body.len() as u64;
+        let path = Path::from(key);
+        self.rt
+            .block_on(self.call(key, || {
+                let payload = object_store::PutPayload::from(body.clone());
+                async { cold.inner.put(&path, payload).await.map(|_| ()) }
+            }))
+            .map_err(|e| super::failed(key, e))?;
+        let there = self
+            .rt
+            .block_on(self.call(key, || cold.inner.head(&path)))
+            .map_err(|e| super::failed(key, e))?;
+        if there.size != size {
+            return Err(Error::malformed(
+                key,
+                format!("the colder tier holds {} of its {size} bytes", there.size),
+            ));
+        }
+        crate::hold::hold("tier-copied");
+        self.delete(key)?;
+        Ok(size)
+    }
+
+    /// The objects under `prefix` in the colder tier (none without one).
+    pub fn list_cold(&self, prefix: &str) -> Result<Vec<super::Listed>> {
+        let Some(cold) = self.cold()? else {
+            return Ok(Vec::new());
+        };
+        self.list_on(&cold.inner, prefix, None)
+    }
+
+    /// Deletes `key` from the colder tier (gc).
+    pub fn delete_cold(&self, key: &str) -> Result<()> {
+        let Some(cold) = self.cold()? else {
+            return Ok(());
+        };
+        let path = Path::from(key);
+        match self
+            .rt
+            .block_on(self.call(key, || cold.inner.delete(&path)))
+        {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(super::failed(key, e)),
+        }
+    }
+
+    /// A whole pack where it lies, and where that is (an erasure rewrites
+    /// it there).
+    pub fn find_pack(&self, key: &str) -> Result<Option<(Bytes, Where)>> {
+        if let Some(b) = self.get_pack_in(Where::Hot, key)? {
+            return Ok(Some((b, Where::Hot)));
+        }
+        Ok(self
+            .get_pack_in(Where::Cold, key)?
+            .map(|b| (b, Where::Cold)))
+    }
+
+    fn get_pack_in(&self, at: Where, key: &str) -> Result<Option<Bytes>> {
+        crate::nowait::check()?;
+        let max = crate::limits::MAX_PACK;
+        match at {
+            Where::Hot => self.rt.block_on(self.fetch_at_most(&self.inner, key, max)),
+            Where::Cold => match self.cold()? {
+                Some(cold) => self.rt.block_on(self.fetch_at_most(&cold.inner, key, max)),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// Replaces pack `key` whole where it lies (`find_pack`).
+    pub fn replace_pack(&self, at: Where, key: &str, body: Bytes) -> Result<()> {
+        match at {
+            Where::Hot => self.replace(key, body),
+            Where::Cold => {
+                let cold = self
+                    .cold()?
+                    .ok_or_else(|| Error::InvalidInput("this store names no colder tier".into()))?;
+                let path = Path::from(key);
+                self.rt
+                    .block_on(self.call(key, || {
+                        let payload = object_store::PutPayload::from(body.clone());
+                        async { cold.inner.put(&path, payload).await.map(|_| ()) }
+                    }))
+                    .map_err(|e| super::failed(key, e))
+            }
+        }
+    }
+}
