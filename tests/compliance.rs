@@ -887,7 +887,7 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
     );
     let report = json_of(&verify.stdout);
     assert_eq!(
-        report["tiers"]["cold"]["packs"].as_u64().unwrap() as usize,
+        usize::try_from(report["tiers"]["cold"]["packs"].as_u64().unwrap()).unwrap(),
         in_cold,
         "{report}"
     );
