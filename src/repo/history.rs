@@ -69,7 +69,8 @@ impl Repo {
         if let Some(said) = self.said_records(name) {
             return said;
         }
-        Ok(self.lifecycle(name)?.rooted(self.index.records(name)?))
+        // Without asking the store: the log as the last sync left it.
+        Ok(self.lifecycle_known(name)?.rooted(self.index.records(name)?))
     }
 
     /// `sync` for what builds on the newest version (a commit, a copy of
