@@ -150,7 +150,7 @@ pub fn erase(repo: &Repo, req: &Request<'_>, by: &Actor) -> Result<Erasure> {
 /// with the count of such files; refused if a served one may not be
 /// erased.
 fn affected(repo: &Repo, dataset: &str, path: &RelPath, from: u64) -> Result<Vec<(Record, u64)>> {
-    let lc = repo.lifecycle(dataset)?;
+    let lc = crate::retention::in_force(repo, repo.lifecycle(dataset)?);
     let now = SystemTime::now();
     let mut out = Vec::new();
     for r in repo.chain_records(dataset)? {

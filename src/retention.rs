@@ -183,6 +183,15 @@ pub fn state_json(dataset: &str, lc: &Lifecycle) -> serde_json::Value {
     serde_json::json!({"dataset": dataset, "rules": lc.rules, "holds": holds, "expired": expired})
 }
 
+/// `lc` with the store's S3 Object Lock as a floor under its minimum age
+/// (objects locked that long cannot go sooner).
+pub fn in_force(repo: &Repo, mut lc: Lifecycle) -> Lifecycle {
+    if let Some(lock) = repo.store().object_lock() {
+        lc.rules.min_age = lc.rules.min_age.max(lock.as_secs());
+    }
+    lc
+}
+
 /// Why version `r` may not be expired by name (or erased), if it may not.
 fn protected(r: &Record, newest: u64, lc: &Lifecycle, now: SystemTime) -> Option<String> {
     if r.version == newest {
@@ -216,7 +225,7 @@ pub fn forget(
 ) -> Result<Plan> {
     repo.require(&by.who, Action::Forget, &dataset_resource(dataset))?;
     let log = repo.lifecycle_log(dataset)?;
-    let lc = Lifecycle::of(&log);
+    let lc = in_force(repo, Lifecycle::of(&log));
     let records = repo.sync_whole(dataset)?;
     let now = SystemTime::now();
     let plan = if named.is_empty() {

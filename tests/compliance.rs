@@ -370,6 +370,7 @@ fn open_repo(env: &Env) -> detafs::repo::Repo {
         key_file: Some(env.key_file.clone()),
         passphrase: None,
         sse: None,
+        object_lock: None,
     })
     .unwrap()
 }

@@ -187,6 +187,7 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
         key_file: Some(env.key_file.clone()),
         passphrase: None,
         sse: None,
+        object_lock: None,
     };
     let repo = Repo::with_store(store, &opts).unwrap();
     let staging_dir = env.path("faulty-staging");
@@ -708,4 +709,113 @@ fn two_gateways_on_one_bucket_serve_one_history_over_s3() {
         (200, b"a\n1\n".to_vec())
     );
     assert_eq!(env.log().last().unwrap()["message"], "staged through a");
+}
+
+/// HEAD of `key` in `bucket` on the test server: its headers, lowercased.
+fn head_of(bucket: &str, key: &str) -> String {
+    let out = Command::new("curl")
+        .args([
+            "-sSI",
+            &format!("{}/{bucket}/store/{key}", objects::S3_ENDPOINT),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_lowercase()
+}
+
+/// `--object-lock D`: every object never rewritten (packs, records, the
+/// lifecycle log) is uploaded under S3 Object Lock in compliance mode until
+/// D from then, others (the marker, leases) are not; a bucket without
+/// Object Lock is refused before the first locked write, and no version
+/// younger than D is expired. (LocalStack keeps the lock's headers but
+/// does not refuse them on a bucket without Object Lock: the bucket's
+/// configuration is read by detafs itself.)
+#[test]
+fn object_lock_locks_what_is_never_rewritten_and_checks_the_bucket() {
+    let locked = objects::new_bucket_with(
+        objects::S3_ENDPOINT,
+        &["x-amz-bucket-object-lock-enabled: true"],
+    );
+    let env = Env::empty_s3_in(objects::S3_ENDPOINT, locked.clone());
+    let lock = |args: &[&str]| {
+        let mut c = env.command_for(args);
+        c.env("DETAFS_OBJECT_LOCK", "1d");
+        c.output().unwrap()
+    };
+    for args in [&["init"][..], &["dataset", "create", "ds"]] {
+        let out = lock(args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..2 {
+        std::fs::write(src.join("a.csv"), format!("a,{i}\n")).unwrap();
+        let out = lock(&["commit", "ds", "--from", src.to_str().unwrap(), "-m", "c"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let until = |h: &str| {
+        let line = h
+            .lines()
+            .find_map(|l| l.strip_prefix("x-amz-object-lock-retain-until-date: "))?;
+        humantime::parse_rfc3339(&line.trim().to_uppercase()).ok()
+    };
+    let day = std::time::SystemTime::now() + Duration::from_secs(86_400);
+    let mut locked_keys = 0;
+    for (key, _) in env.objects.list("") {
+        let h = head_of(&locked, &key);
+        let lockable = key.starts_with("packs/")
+            || key.contains("/records/")
+            || key.contains("/lifecycle/")
+            || key.ends_with("/dataset.json");
+        if lockable {
+            assert!(
+                h.contains("x-amz-object-lock-mode: compliance"),
+                "{key}: {h}"
+            );
+            let t = until(&h).unwrap_or_else(|| panic!("{key}: {h}"));
+            let off = t
+                .duration_since(day)
+                .or_else(|e| Ok::<_, ()>(e.duration()))
+                .unwrap();
+            assert!(off < Duration::from_secs(600), "{key} locked until {t:?}");
+            locked_keys += 1;
+        } else {
+            assert!(
+                !h.contains("x-amz-object-lock-mode"),
+                "{key} is rewritten or deleted: not locked"
+            );
+        }
+    }
+    assert!(locked_keys >= 4, "{locked_keys}");
+    let out = lock(&["forget", "ds", "v1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("younger than the minimum age of 1day"));
+
+    // A bucket without Object Lock: refused at the first locked write.
+    let plain = Env::empty_s3_at(objects::S3_ENDPOINT);
+    let mut init = plain.command_for(&["init"]);
+    assert!(
+        init.env("DETAFS_OBJECT_LOCK", "1d")
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let mut create = plain.command_for(&["dataset", "create", "ds"]);
+    let out = create.env("DETAFS_OBJECT_LOCK", "1d").output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has no Object Lock enabled"), "{err}");
+    assert!(
+        plain.objects.list("datasets/").is_empty(),
+        "nothing written"
+    );
 }

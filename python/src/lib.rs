@@ -150,6 +150,14 @@ impl Store {
             Ok(s) => Some(detafs::store::sse::Sse::parse(&s).map_err(to_py)?),
             Err(_) => None,
         };
+        let object_lock = match std::env::var("DETAFS_OBJECT_LOCK") {
+            Ok(s) => Some(humantime::parse_duration(&s).map_err(|e| {
+                to_py(Error::InvalidInput(format!(
+                    "DETAFS_OBJECT_LOCK {s:?}: {e}"
+                )))
+            })?),
+            Err(_) => None,
+        };
         let opts = Options {
             store: url.or_else(|| std::env::var("DETAFS_STORE").ok()),
             cache_dir: cache_dir.or_else(|| env_path("DETAFS_CACHE")),
@@ -162,6 +170,7 @@ impl Store {
             key_file: key_file.or_else(|| env_path("DETAFS_KEY_FILE")),
             passphrase: Some(passphrase),
             sse,
+            object_lock,
         };
         let repo = Arc::new(py.detach(|| Repo::open(&opts)).map_err(to_py)?);
         let chunks = ChunkCache::new(repo.clone(), repo.cache_memory());

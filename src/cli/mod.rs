@@ -93,6 +93,12 @@ struct Cli {
     /// is refused at the first write).
     #[arg(long, global = true, env = "DETAFS_SSE", help_heading = GLOBAL, value_parser = parse_sse)]
     sse: Option<detafs::store::sse::Sse>,
+    /// S3 Object Lock in compliance mode: every object detafs never
+    /// rewrites is locked this long from its upload (e.g. 365d), and no
+    /// version younger than that is expired or erased. The bucket must
+    /// have Object Lock enabled (checked before the first write).
+    #[arg(long, global = true, env = "DETAFS_OBJECT_LOCK", help_heading = GLOBAL)]
+    object_lock: Option<humantime::Duration>,
     /// With --store https://GATEWAY: a file whose first line is the API
     /// key to present (`detafs apikey create` printed it).
     #[arg(long, global = true, env = "DETAFS_API_KEY_FILE", help_heading = GLOBAL)]
@@ -766,6 +772,7 @@ fn options(cli: &Cli) -> Options {
         key_file: cli.key_file.clone(),
         passphrase: Some(keys::passphrase_source(cli.password_file.clone())),
         sse: cli.sse.clone(),
+        object_lock: cli.object_lock.map(Into::into),
     }
 }
 

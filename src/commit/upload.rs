@@ -543,6 +543,7 @@ mod tests {
             key_file: None,
             passphrase: None,
             sse: None,
+            object_lock: None,
         };
         let repo = Repo::open_own(&dir.join("store"), Some(&dir.join("key")), &opts).unwrap();
         repo.create_dataset("ds").unwrap();

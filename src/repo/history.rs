@@ -70,7 +70,9 @@ impl Repo {
             return said;
         }
         // Without asking the store: the log as the last sync left it.
-        Ok(self.lifecycle_known(name)?.rooted(self.index.records(name)?))
+        Ok(self
+            .lifecycle_known(name)?
+            .rooted(self.index.records(name)?))
     }
 
     /// `sync` for what builds on the newest version (a commit, a copy of

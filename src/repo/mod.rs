@@ -48,6 +48,18 @@ pub struct Options {
     pub passphrase: Option<Passphrase>,
     /// S3 server-side encryption to ask of every upload and check.
     pub sse: Option<crate::store::sse::Sse>,
+    /// S3 Object Lock for every object never rewritten (`store::lock`).
+    pub object_lock: Option<std::time::Duration>,
+}
+
+impl Options {
+    /// What every upload is asked for.
+    pub fn asks(&self) -> crate::store::Asks {
+        crate::store::Asks {
+            sse: self.sse.clone(),
+            lock: self.object_lock,
+        }
+    }
 }
 
 /// Gives a passphrase, if there is one (the CLI: a variable, a file, or
@@ -274,7 +286,7 @@ impl Repo {
     /// first use, so a new user needs no configuration.
     pub fn open(opts: &Options) -> Result<Repo> {
         let store = match &opts.store {
-            Some(url) => Store::open(url, false, opts.store_timeout, opts.sse.as_ref())?,
+            Some(url) => Store::open(url, false, opts.store_timeout, &opts.asks())?,
             None => {
                 let default = default_store();
                 // Made on first use only: not again once deleted.
@@ -297,7 +309,7 @@ impl Repo {
         opts: &Options,
     ) -> Result<Repo> {
         let at = dir.to_string_lossy().into_owned();
-        let store = Store::open(&at, true, opts.store_timeout, None)?;
+        let store = Store::open(&at, true, opts.store_timeout, &Default::default())?;
         // A local folder: its create is atomic, nothing to probe.
         let created = store.init(
             false,

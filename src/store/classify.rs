@@ -73,6 +73,8 @@ pub fn transient(e: &object_store::Error) -> bool {
 pub struct Connector {
     /// The `x-amz-server-side-encryption` every upload must come back with.
     pub sse: Option<&'static str>,
+    /// The Object Lock every lockable upload gets (`lock.rs`).
+    pub lock: Option<std::sync::Arc<super::lock::Lock>>,
 }
 
 impl HttpConnector for Connector {
@@ -80,6 +82,7 @@ impl HttpConnector for Connector {
         Ok(HttpClient::new(Classified {
             inner: ReqwestConnector::default().connect(options)?,
             sse: self.sse,
+            lock: self.lock.clone(),
         }))
     }
 }
@@ -88,6 +91,7 @@ impl HttpConnector for Connector {
 struct Classified {
     inner: HttpClient,
     sse: Option<&'static str>,
+    lock: Option<std::sync::Arc<super::lock::Lock>>,
 }
 
 /// Bytes of an error answer's body kept for its message.
@@ -95,8 +99,13 @@ const BODY_SHOWN: usize = 1024;
 
 #[async_trait::async_trait]
 impl HttpService for Classified {
-    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+    async fn call(&self, mut req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let put = req.method() == http::Method::PUT;
+        if let (true, Some(lock)) = (put, &self.lock)
+            && let Some(super::lock::Locked(key)) = req.extensions().get().cloned()
+        {
+            lock.apply(&self.inner, &mut req, &key).await?;
+        }
         let resp = self.inner.execute(req).await?;
         let status = resp.status();
         if status == http::StatusCode::NOT_IMPLEMENTED {

@@ -8,6 +8,7 @@ mod classify;
 pub mod codec;
 pub mod grace;
 pub mod keys;
+pub mod lock;
 pub mod pack;
 pub mod recycle;
 #[cfg(feature = "cloud")]
@@ -149,6 +150,16 @@ pub struct Store {
     presence: Arc<Presence>,
     /// Its colder tier, once named and needed (`tier.rs`).
     cold: tier::Cold,
+    /// S3 Object Lock's span for what it writes (`lock.rs`).
+    lock: Option<Duration>,
+}
+
+/// What every upload to a store is asked for: S3 server-side encryption,
+/// S3 Object Lock (compliance mode, this long).
+#[derive(Clone, Debug, Default)]
+pub struct Asks {
+    pub sse: Option<sse::Sse>,
+    pub lock: Option<Duration>,
 }
 
 /// What a write knows of the store's marker: when it was last seen, and
@@ -168,16 +179,32 @@ impl Store {
     /// `az://`, without checking its contents. A local folder is created only
     /// when `create` is set (by `init`). Remote operations are retried through
     /// transient failures for up to `deadline` each.
-    pub fn open(
-        url: &str,
-        create: bool,
-        deadline: Duration,
-        sse: Option<&sse::Sse>,
-    ) -> Result<Store> {
-        let (inner, policy, location) = open_location(url, create, deadline, sse)?;
+    pub fn open(url: &str, create: bool, deadline: Duration, asks: &Asks) -> Result<Store> {
+        let (inner, policy, location) = open_location(url, create, deadline, asks)?;
         let mut store = Store::with_policy(inner, url, &location, policy)?;
         store.local_root = location.strip_prefix("file://").map(Into::into);
+        store.lock = asks.lock;
         Ok(store)
+    }
+
+    /// How long every version must be kept at least, if its objects are
+    /// under S3 Object Lock (`--object-lock`): nothing younger is expired
+    /// or erased.
+    pub fn object_lock(&self) -> Option<Duration> {
+        self.lock
+    }
+
+    /// `PutOptions` for `key`: locked where the store locks and the key
+    /// is never rewritten (`lock.rs`).
+    fn put_options(&self, key: &str, mode: PutMode) -> PutOptions {
+        let mut opts = PutOptions {
+            mode,
+            ..Default::default()
+        };
+        if self.lock.is_some() && lock::lockable(key) {
+            opts.extensions.insert(lock::Locked(key.to_string()));
+        }
+        opts
     }
 
     /// Wraps any object store (the seam for wrappers such as fault
@@ -217,6 +244,7 @@ impl Store {
             codec: std::sync::OnceLock::new(),
             presence: Arc::default(),
             cold: tier::Cold::default(),
+            lock: None,
         })
     }
 
@@ -561,10 +589,7 @@ impl Store {
         crate::nowait::check()?;
         let path = Path::from(key);
         let res = self.rt.block_on(self.call(key, || async {
-            let opts = PutOptions {
-                mode: PutMode::Create,
-                ..Default::default()
-            };
+            let opts = self.put_options(key, PutMode::Create);
             let payload = PutPayload::from(body.clone());
             self.inner.put_opts(&path, payload, opts).await.map(|_| ())
         }));
@@ -584,11 +609,12 @@ impl Store {
             return self.rt.spawn(async move { Err(e) });
         }
         let (inner, policy, health) = (self.inner.clone(), self.policy, self.health.clone());
+        let opts = self.put_options(&key, PutMode::Overwrite);
         self.rt.spawn(async move {
             let path = Path::from(key.as_str());
             let put = || {
-                let payload = body.clone();
-                async { inner.put(&path, payload).await.map(|_| ()) }
+                let (payload, opts) = (body.clone(), opts.clone());
+                async { inner.put_opts(&path, payload, opts).await.map(|_| ()) }
             };
             retrying(policy, &health, &key, put)
                 .await
@@ -927,8 +953,14 @@ fn open_location(
     url: &str,
     create: bool,
     deadline: Duration,
-    sse: Option<&sse::Sse>,
+    asks: &Asks,
 ) -> Result<(Arc<dyn ObjectStore>, Policy, String)> {
+    let sse = asks.sse.as_ref();
+    if asks.lock.is_some() && !url.contains("://") {
+        return Err(Error::InvalidInput(format!(
+            "{url}: --object-lock is S3 Object Lock: it is asked of S3 stores only"
+        )));
+    }
     Ok(match url.split_once("://") {
         None | Some(("file", _)) if sse.is_some() => {
             return Err(Error::InvalidInput(format!(
@@ -944,7 +976,7 @@ fn open_location(
             let policy = Policy::remote(deadline);
             let location = url.trim_end_matches('/').to_string();
             (
-                open_remote(url, scheme, rest, &policy, sse)?,
+                open_remote(url, scheme, rest, &policy, sse, asks.lock)?,
                 policy,
                 location,
             )

@@ -20,7 +20,13 @@ pub(super) fn open(
     rest: &str,
     policy: &Policy,
     sse: Option<&Sse>,
+    lock: Option<Duration>,
 ) -> Result<Arc<dyn ObjectStore>> {
+    if lock.is_some() && !matches!(scheme, "s3" | "s3a") {
+        return Err(Error::InvalidInput(format!(
+            "{url}: --object-lock is S3 Object Lock: it is asked of S3 stores only"
+        )));
+    }
     if sse.is_some() && !matches!(scheme, "s3" | "s3a") {
         return Err(Error::InvalidInput(format!(
             "{url}: server-side encryption (SSE) is asked of S3 stores only (GCS and Azure encrypt every object themselves)"
@@ -40,8 +46,15 @@ pub(super) fn open(
     // with its own key type.
     // Every answer is classified (`classify`); S3 uploads are also checked
     // for the encryption asked.
+    let lock = lock.map(|span| {
+        let region = std::env::var("AWS_REGION")
+            .or_else(|_| std::env::var("AWS_DEFAULT_REGION"))
+            .unwrap_or_else(|_| "us-east-1".into());
+        Arc::new(super::lock::Lock::new(span, region, prefix.to_string()))
+    });
     let connector = Connector {
         sse: sse.map(Sse::header),
+        lock: lock.clone(),
     };
     macro_rules! build {
         ($builder:expr, $key:path) => {
@@ -72,7 +85,26 @@ pub(super) fn open(
                     b = b.with_config(key("aws_sse_kms_key_id"), id);
                 }
             }
-            build!(b, AmazonS3ConfigKey::Client)
+            let Some(lock) = lock else {
+                return Ok(prefixed(build!(b, AmazonS3ConfigKey::Client), prefix));
+            };
+            // S3 asks a locked upload for its checksum.
+            let s3 = b
+                .with_checksum_algorithm(object_store::aws::Checksum::SHA256)
+                .with_http_connector(connector)
+                .with_config(
+                    AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+                    &timeout,
+                )
+                .with_config(
+                    AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                    &connect,
+                )
+                .with_retry(http_retry(policy))
+                .build()
+                .map_err(|e| super::failed(url, e))?;
+            let _ = lock.credentials.set(s3.credentials().clone());
+            Arc::new(s3)
         }
         "gs" => build!(
             GoogleCloudStorageBuilder::from_env().with_url(bucket_url),
@@ -88,11 +120,14 @@ pub(super) fn open(
             )));
         }
     };
-    Ok(if prefix.is_empty() {
-        store
-    } else {
-        Arc::new(PrefixStore::new(store, prefix))
-    })
+    Ok(prefixed(store, prefix))
+}
+
+fn prefixed(store: Arc<dyn ObjectStore>, prefix: &str) -> Arc<dyn ObjectStore> {
+    match prefix.is_empty() {
+        true => store,
+        false => Arc::new(PrefixStore::new(store, prefix)),
+    }
 }
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -53,7 +53,8 @@ impl Store {
         };
         let tiers: Tiers = serde_json::from_slice(&bytes)
             .map_err(|e| Error::malformed(keys::TIERS, e.to_string()))?;
-        let (inner, _, _) = open_location(&tiers.cold, false, self.deadline(), None)?;
+        let (inner, _, _) =
+            open_location(&tiers.cold, false, self.deadline(), &super::Asks::default())?;
         let backend = Arc::new(Backend {
             inner,
             url: tiers.cold,
@@ -75,7 +76,7 @@ impl Store {
             ));
         }
         // Opened first: a location that does not open is not recorded.
-        let (_, _, location) = open_location(url, true, self.deadline(), None)?;
+        let (_, _, location) = open_location(url, true, self.deadline(), &super::Asks::default())?;
         if location == self.location() {
             return Err(Error::InvalidInput(
                 "the colder tier must be another location than the store".into(),

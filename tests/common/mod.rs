@@ -132,8 +132,12 @@ impl Env {
 
     /// A fresh bucket on the S3 server at `endpoint`.
     pub fn empty_s3_at(endpoint: &str) -> Env {
+        Env::empty_s3_in(endpoint, objects::new_bucket(endpoint))
+    }
+
+    /// A store in `bucket` on the S3 server at `endpoint`.
+    pub fn empty_s3_in(endpoint: &str, bucket: String) -> Env {
         let dir = tempfile::tempdir().unwrap();
-        let bucket = objects::new_bucket(endpoint);
         Env {
             store: format!("s3://{bucket}/store"),
             objects: Objects::s3(endpoint, &bucket, "store"),

@@ -124,6 +124,7 @@ impl<'e> Core<'e> {
             key_file: Some(self.env.key_file.clone()),
             passphrase: None,
             sse: None,
+            object_lock: None,
         };
         let repo = Repo::open(&opts).unwrap();
         let staging = Staging::open(&repo, &self.env.path("staging"), "ds").unwrap();

@@ -46,9 +46,17 @@ pub fn azure_store(prefix: &str) -> Arc<dyn ObjectStore> {
 /// Creates a bucket on the test server at `endpoint`; panics (never
 /// skips) when the server is not running.
 pub fn new_bucket(endpoint: &str) -> String {
+    new_bucket_with(endpoint, &[])
+}
+
+/// `new_bucket` with these headers on its creation (Object Lock enabled:
+/// `x-amz-bucket-object-lock-enabled: true`).
+pub fn new_bucket_with(endpoint: &str, headers: &[&str]) -> String {
     let bucket = format!("t{}", hex::encode(rand::random::<[u8; 8]>()));
+    let headers = headers.iter().flat_map(|h| ["-H", h]);
     let out = Command::new("curl")
         .args(["-fsS", "-X", "PUT", &format!("{endpoint}/{bucket}")])
+        .args(headers)
         .output()
         .expect("curl");
     assert!(
