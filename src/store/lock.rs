@@ -144,6 +144,11 @@ impl Lock {
     }
 }
 
+/// A locked upload that will not be made as asked (final: never retried).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct NotLocked(String);
+
 fn refused(why: String) -> HttpError {
-    HttpError::new(HttpErrorKind::Unknown, super::classify::Refused(why))
+    HttpError::new(HttpErrorKind::Unknown, NotLocked(why))
 }
