@@ -118,6 +118,27 @@ impl HttpService for Classified {
                 )),
             ));
         }
+        if status == http::StatusCode::FORBIDDEN {
+            // An object in an archive class (Glacier Flexible Retrieval,
+            // Deep Archive) answers so until it is restored.
+            let body = body_start(resp).await;
+            if body.contains("InvalidObjectState") {
+                return Err(HttpError::new(
+                    HttpErrorKind::Unknown,
+                    Refused(format!(
+                        "the object is in an archive storage class: restore it first (S3 RestoreObject, or a class read at once such as Glacier Instant Retrieval for a colder tier){}",
+                        say(&body)
+                    )),
+                ));
+            }
+            return Err(HttpError::new(
+                HttpErrorKind::Unknown,
+                Refused(format!(
+                    "the service refused the request (403){}",
+                    say(&body)
+                )),
+            ));
+        }
         if status.is_server_error()
             || status == http::StatusCode::TOO_MANY_REQUESTS
             || status == http::StatusCode::REQUEST_TIMEOUT
