@@ -688,6 +688,9 @@ fn health(fs: &MountFs, judge: Option<&super::Judge>) -> Vec<u8> {
         // Whether staged files' reads and writes go straight to their
         // copies (FUSE passthrough) or through the daemon.
         "staged_io": fs.staged_io(),
+        // Where packs this mount read came from besides the store, if any
+        // (`detafs verify` counts what lives where).
+        "cold_tier": fs.repo().store().cold_known(),
         // Requests the kernel sent so far, by kind (all connections).
         "requests": fs.requests().to_json(),
         "policy": fs.policy_in_force(),

@@ -963,6 +963,8 @@ async fn health(State(api): State<Arc<Api>>) -> Response {
         "index": { "ok": index_ok, "latency_ms": index_ms },
         // What the gateway keeps in memory, within one budget (`--cache-memory`).
         "memory": api.repo.budget().report(),
+        // The store's colder tier, once a read needed it.
+        "cold_tier": api.repo.store().cold_known(),
         "audit": api.audit.lock().as_ref().map(|a| json!({
             "time": humantime::format_rfc3339_seconds(a.at).to_string(),
             "seconds": a.seconds,

@@ -68,6 +68,12 @@ impl Store {
         Ok(self.cold()?.map(|b| b.url.clone()))
     }
 
+    /// The colder tier's location if this process has needed it, without
+    /// asking the store (for health, which never waits).
+    pub fn cold_known(&self) -> Option<String> {
+        self.cold.0.lock().as_ref().map(|b| b.url.clone())
+    }
+
     /// Names `url` the store's colder tier; refused if it names another.
     pub fn set_cold(&self, url: &str) -> Result<()> {
         if url.trim_end_matches('/') == self.url().trim_end_matches('/') {
