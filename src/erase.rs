@@ -23,13 +23,13 @@ use crate::id::PackId;
 use crate::progress::Quiet;
 use crate::relpath::RelPath;
 use crate::repo::Repo;
-use crate::repo::lifecycle::{Event, Lifecycle, Span};
+use crate::repo::lifecycle::{Event, Span};
 use crate::snapshot::tree::{TreeSink, TreeSource};
 use crate::snapshot::{Node, Record, Tree};
 use crate::store::keys;
 use crate::store::pack::BlobRef;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// What an erasure did, or would do.
 #[derive(Debug, Default)]
@@ -169,7 +169,7 @@ fn affected(repo: &Repo, dataset: &str, path: &RelPath, from: u64) -> Result<Vec
             continue;
         }
         if !lc.is_expired(r.version)
-            && let Some(why) = protected(&r, &lc, now)
+            && let Some(why) = crate::retention::protected(&r, None, &lc, now)
         {
             return Err(Error::InvalidInput(format!(
                 "v{} of {dataset} holds {path} but cannot be erased: {why}; nothing was erased",
@@ -179,23 +179,6 @@ fn affected(repo: &Repo, dataset: &str, path: &RelPath, from: u64) -> Result<Vec
         out.push((r, files));
     }
     Ok(out)
-}
-
-/// Why version `r` may not lose data, if it may not.
-fn protected(r: &Record, lc: &Lifecycle, now: SystemTime) -> Option<String> {
-    if let Some(h) = lc.holds.get(&r.version) {
-        return Some(format!("it is held: {}", h.reason));
-    }
-    let age = humantime::parse_rfc3339(&r.time)
-        .ok()
-        .and_then(|t| now.duration_since(t).ok())
-        .unwrap_or_default();
-    (age < Duration::from_secs(lc.rules.min_age)).then(|| {
-        format!(
-            "it is younger than the minimum age of {}",
-            humantime::format_duration(Duration::from_secs(lc.rules.min_age))
-        )
-    })
 }
 
 /// Files at or under `node` that still have their bytes.

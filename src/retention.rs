@@ -192,9 +192,15 @@ pub fn in_force(repo: &Repo, mut lc: Lifecycle) -> Lifecycle {
     lc
 }
 
-/// Why version `r` may not be expired by name (or erased), if it may not.
-fn protected(r: &Record, newest: u64, lc: &Lifecycle, now: SystemTime) -> Option<String> {
-    if r.version == newest {
+/// Why version `r` may not be expired by name (the newest: `newest`) or
+/// lose data to an erasure (`newest` None), if it may not.
+pub(crate) fn protected(
+    r: &Record,
+    newest: Option<u64>,
+    lc: &Lifecycle,
+    now: SystemTime,
+) -> Option<String> {
+    if newest == Some(r.version) {
         return Some("it is the newest version (always kept)".into());
     }
     if let Some(h) = lc.holds.get(&r.version) {
@@ -261,7 +267,7 @@ fn by_name(
     let mut doomed = Vec::new();
     for spec in named {
         let r = repo.version(dataset, spec)?;
-        if let Some(why) = protected(&r, newest, lc, now) {
+        if let Some(why) = protected(&r, Some(newest), lc, now) {
             return Err(Error::InvalidInput(format!(
                 "v{} of {dataset} cannot be expired: {why}; nothing was expired",
                 r.version

@@ -206,20 +206,27 @@ fn holds_the_newest_and_a_locked_minimum_age_keep_versions() {
     assert_eq!(versions_listed(&env).len(), 6);
 }
 
+/// v1 holds `first` (3 MiB of its own, returned), v2 holds `then` instead
+/// (1 MiB of `noise(.., 8)`).
+fn replaced(env: &Env, first: &str, then: &str, seed: u64) -> Vec<u8> {
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let bytes = common::noise(3 << 20, seed);
+    std::fs::write(src.join(first), &bytes).unwrap();
+    env.commit(&src, "v1");
+    std::fs::remove_file(src.join(first)).unwrap();
+    std::fs::write(src.join(then), common::noise(1 << 20, 8)).unwrap();
+    env.commit(&src, "v2");
+    bytes
+}
+
 /// What only an expired version reached stays through gc's grace after
 /// the expiry, and goes with the next gc after it; every kept version
 /// reads back exactly and `verify` passes.
 #[test]
 fn gc_deletes_what_only_expired_versions_reached_after_the_grace() {
     let env = Env::new();
-    let src = env.path("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let gone = common::noise(3 << 20, 7);
-    std::fs::write(src.join("gone.bin"), &gone).unwrap();
-    env.commit(&src, "v1");
-    std::fs::remove_file(src.join("gone.bin")).unwrap();
-    std::fs::write(src.join("kept.bin"), common::noise(1 << 20, 8)).unwrap();
-    env.commit(&src, "v2");
+    replaced(&env, "gone.bin", "kept.bin", 7);
     let packs = || env.objects.list("packs/").len();
     let before = packs();
 
@@ -830,14 +837,7 @@ fn cold_tier(env: &Env) -> (String, common::objects::Objects) {
 #[test]
 fn old_versions_move_to_the_colder_tier_and_read_on() {
     let env = Env::new();
-    let src = env.path("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let old = common::noise(3 << 20, 21);
-    std::fs::write(src.join("old.bin"), &old).unwrap();
-    env.commit(&src, "v1");
-    std::fs::remove_file(src.join("old.bin")).unwrap();
-    std::fs::write(src.join("new.bin"), common::noise(1 << 20, 22)).unwrap();
-    env.commit(&src, "v2");
+    let old = replaced(&env, "old.bin", "new.bin", 21);
     let (cold_url, cold) = cold_tier(&env);
     let packs = || env.objects.list("packs/").len();
     let before = packs();
@@ -912,6 +912,6 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
         cold.list("packs/").len() < in_cold,
         "gc reaches the colder tier"
     );
-    assert!(env.run(&["cat", "ds", "v2", "new.bin"]).stdout == common::noise(1 << 20, 22));
+    assert!(env.run(&["cat", "ds", "v2", "new.bin"]).stdout == common::noise(1 << 20, 8));
     env.ok(&["verify"]);
 }

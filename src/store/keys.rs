@@ -121,14 +121,15 @@ pub fn record(name: &str, version: u64) -> String {
 }
 /// The version a record key names, if `key` is exactly such a key.
 pub fn record_number(name: &str, key: &str) -> Option<u64> {
-    let digits = key.strip_prefix(&records(name))?.strip_suffix(".json")?;
+    numbered(&records(name), key).filter(|&n| n <= crate::limits::MAX_VERSION)
+}
+/// N of `PREFIX` + N as 20 digits + `.json`, if `key` is exactly that (N > 0).
+fn numbered(prefix: &str, key: &str) -> Option<u64> {
+    let digits = key.strip_prefix(prefix)?.strip_suffix(".json")?;
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits
-        .parse()
-        .ok()
-        .filter(|&n| n > 0 && n <= crate::limits::MAX_VERSION)
+    digits.parse().ok().filter(|&n| n > 0)
 }
 /// A dataset's lifecycle log: retention rules, expiries, holds
 /// (`repo/lifecycle.rs`).
@@ -140,11 +141,7 @@ pub fn lifecycle_entry(name: &str, seq: u64) -> String {
 }
 /// The entry number a lifecycle key names, if `key` is exactly such a key.
 pub fn lifecycle_seq(name: &str, key: &str) -> Option<u64> {
-    let digits = key.strip_prefix(&lifecycle(name))?.strip_suffix(".json")?;
-    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok().filter(|&n| n > 0)
+    numbered(&lifecycle(name), key)
 }
 /// Staging areas' leases on the versions they stand on (`lifecycle.rs`).
 pub fn leases(name: &str) -> String {
