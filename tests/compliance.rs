@@ -915,3 +915,42 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
     assert!(env.run(&["cat", "ds", "v2", "new.bin"]).stdout == common::noise(1 << 20, 8));
     env.ok(&["verify"]);
 }
+
+/// A colder tier that fails (its service unreachable): `tier` fails
+/// cleanly, deleting nothing it did not copy, and every version reads on.
+#[test]
+fn a_failing_colder_tier_moves_nothing_and_loses_nothing() {
+    if common::local_only("the colder tier's service is made unreachable") {
+        return;
+    }
+    let env = Env::new_local();
+    let old = replaced(&env, "old.bin", "new.bin", 31);
+    let before = env.objects.list("packs/").len();
+    let mut tier = env.command_for(&[
+        "--store-timeout",
+        "2s",
+        "tier",
+        "ds",
+        "--older-than",
+        "0s",
+        "--cold-store",
+        "s3://nowhere/cold",
+    ]);
+    let out = tier
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("s3://nowhere/cold"), "{err}");
+    assert_eq!(env.objects.list("packs/").len(), before, "nothing deleted");
+    assert!(
+        !env.objects.exists("tiers.json"),
+        "a tier that does not answer is not named"
+    );
+    assert!(env.run(&["cat", "ds", "v1", "old.bin"]).stdout == old);
+    env.ok(&["verify", "ds"]);
+}

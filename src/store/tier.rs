@@ -81,13 +81,25 @@ impl Store {
                 "the colder tier must be another location than the store".into(),
             ));
         }
-        // Opened first: a location that does not open is not recorded.
-        let (_, _, location) = open_location(url, true, self.deadline(), &super::Asks::default())?;
+        // Opened and listed first: a location that does not answer is not
+        // recorded (every read would look there).
+        let (inner, _, location) =
+            open_location(url, true, self.deadline(), &super::Asks::default())?;
         if location == self.location() {
             return Err(Error::InvalidInput(
                 "the colder tier must be another location than the store".into(),
             ));
         }
+        let packs = Path::from(keys::PACKS);
+        self.rt
+            .block_on(self.call(url, || async {
+                use futures::StreamExt;
+                match inner.list(Some(&packs)).next().await {
+                    Some(Err(e)) => Err(e),
+                    _ => Ok(()),
+                }
+            }))
+            .map_err(|e| super::failed(url, e))?;
         let body = serde_json::to_vec(&Tiers {
             cold: url.to_string(),
         })
