@@ -14,6 +14,9 @@ use crate::store::keys;
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
+/// Packs moved at once.
+const MOVERS: usize = 2;
+
 /// What `tier` is asked.
 pub struct Request<'a> {
     pub dataset: &'a str,
@@ -92,8 +95,25 @@ pub fn tier(repo: &Repo, req: &Request<'_>, by: &Actor, progress: &dyn Progress)
         return Ok(moved);
     }
     progress.set_total(moved.bytes);
-    for (key, _) in &moving {
-        progress.advance(repo.store().move_to_cold(key)?);
-    }
+    // Two at a time: one pack's copy overlaps another's sync.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let movers: Vec<_> = (0..MOVERS)
+            .map(|_| {
+                s.spawn(|| -> Result<()> {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((key, _)) = moving.get(i) else {
+                            return Ok(());
+                        };
+                        progress.advance(repo.store().move_to_cold(key)?);
+                    }
+                })
+            })
+            .collect();
+        movers
+            .into_iter()
+            .try_for_each(|m| m.join().expect("a mover does not panic"))
+    })?;
     Ok(moved)
 }

