@@ -40,6 +40,19 @@ pub fn hold(name: &str) {
     let _ = name;
 }
 
+/// Whether a test build is asked to fail the store operation at `name`
+/// (`FAILPOINTS="NAME=return(fail)"`): a store that fails at that step,
+/// for the crash tests. Never in a release.
+pub fn failing(name: &str) -> bool {
+    #[cfg(feature = "failpoints")]
+    return fail::eval(name, |arg| arg.as_deref() == Some("fail")).unwrap_or(false);
+    #[cfg(not(feature = "failpoints"))]
+    {
+        let _ = name;
+        false
+    }
+}
+
 /// Runs `job` now, or in a test build asking to hold `name`, on a thread
 /// of its own once `hold(name)` lets it go (the caller must not wait:
 /// the kernel's request thread).

@@ -954,3 +954,35 @@ fn a_failing_colder_tier_moves_nothing_and_loses_nothing() {
     assert!(env.run(&["cat", "ds", "v1", "old.bin"]).stdout == old);
     env.ok(&["verify", "ds"]);
 }
+
+/// A store that fails at a lifecycle step: a forget whose record is not
+/// made expires nothing; an erasure whose zeroing fails after its record
+/// is erased for every reader, and the next `gc` zeroes what was left.
+#[test]
+fn a_failing_store_in_the_middle_of_forget_and_erase_loses_nothing() {
+    let env = Env::new_plaintext();
+    let (_, jane) = erasable(&env);
+    let failing = |point: &str, args: &[&str]| {
+        let mut c = env.command_for(args);
+        let out = c.env("FAILPOINTS", format!("{point}=return(fail)")).output().unwrap();
+        assert!(!out.status.success(), "{args:?} failed");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = failing("store-create", &["forget", "ds", "v1"]);
+    assert!(err.contains("injected"), "{err}");
+    assert_eq!(versions_listed(&env), vec![2, 1], "nothing expired");
+    assert!(env.run(&["cat", "ds", "v1", "people/jane.csv"]).stdout == jane);
+
+    let err = failing("store-replace", &["erase", "ds", "people/jane.csv", "--reason", "r"]);
+    assert!(err.contains("injected"), "{err}");
+    let cat = env.run(&["cat", "ds", "v1", "people/jane.csv"]);
+    assert!(String::from_utf8_lossy(&cat.stderr).contains("was erased"));
+    assert!(store_holds(&env, MARK), "not zeroed yet");
+    env.ok(&["gc"]);
+    assert!(!store_holds(&env, MARK), "gc finished the erasure");
+    assert_eq!(
+        env.run(&["cat", "ds", "v2", "shared.txt"]).stdout,
+        common::noise(50_000, 4)
+    );
+    env.ok(&["verify", "ds"]);
+}

@@ -574,6 +574,7 @@ impl Store {
     /// was lost did create it.
     pub fn put_create(&self, key: &str, body: Bytes) -> Result<bool> {
         crate::nowait::check()?;
+        injected("store-create", key)?;
         self.ensure_present()?;
         self.create_object(key, body)
     }
@@ -627,6 +628,7 @@ impl Store {
     /// the new one, never a mix: stores replace objects atomically.
     pub fn replace(&self, key: &str, body: Bytes) -> Result<()> {
         crate::nowait::check()?;
+        injected("store-replace", key)?;
         let body = match keys::sealed(key) {
             true => self.codec()?.seal_object(key, body),
             false => body,
@@ -944,6 +946,17 @@ pub(super) fn local_range(path: &std::path::Path, range: Range<u64>) -> Result<O
         ));
     }
     Ok(Some(Bytes::from(buf)))
+}
+
+/// A store failing at `point` in a crash test (`hold::failing`).
+fn injected(point: &str, key: &str) -> Result<()> {
+    match crate::hold::failing(point) {
+        true => Err(Error::io(
+            key,
+            std::io::Error::other(format!("the store failed ({point}, injected)")),
+        )),
+        false => Ok(()),
+    }
 }
 
 /// The object store at `url` (a path, `file://`, `s3://`, `gs://`,
