@@ -964,7 +964,10 @@ fn a_failing_store_in_the_middle_of_forget_and_erase_loses_nothing() {
     let (_, jane) = erasable(&env);
     let failing = |point: &str, args: &[&str]| {
         let mut c = env.command_for(args);
-        let out = c.env("FAILPOINTS", format!("{point}=return(fail)")).output().unwrap();
+        let out = c
+            .env("FAILPOINTS", format!("{point}=return(fail)"))
+            .output()
+            .unwrap();
         assert!(!out.status.success(), "{args:?} failed");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
@@ -973,7 +976,10 @@ fn a_failing_store_in_the_middle_of_forget_and_erase_loses_nothing() {
     assert_eq!(versions_listed(&env), vec![2, 1], "nothing expired");
     assert!(env.run(&["cat", "ds", "v1", "people/jane.csv"]).stdout == jane);
 
-    let err = failing("store-replace", &["erase", "ds", "people/jane.csv", "--reason", "r"]);
+    let err = failing(
+        "store-replace",
+        &["erase", "ds", "people/jane.csv", "--reason", "r"],
+    );
     assert!(err.contains("injected"), "{err}");
     let cat = env.run(&["cat", "ds", "v1", "people/jane.csv"]);
     assert!(String::from_utf8_lossy(&cat.stderr).contains("was erased"));
@@ -985,4 +991,54 @@ fn a_failing_store_in_the_middle_of_forget_and_erase_loses_nothing() {
         common::noise(50_000, 4)
     );
     env.ok(&["verify", "ds"]);
+}
+
+/// On S3 the colder tier may be a storage class: `tier --cold-class`
+/// rewrites the packs only old versions reach in that class, in place, and
+/// they read on.
+#[test]
+fn on_s3_the_colder_tier_may_be_a_storage_class() {
+    let env = Env::new_s3();
+    let old = replaced(&env, "old.bin", "new.bin", 41);
+    let (code, err) = env.fails(&[
+        "tier",
+        "ds",
+        "--older-than",
+        "0s",
+        "--cold-class",
+        "glacier",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let out = env.ok(&[
+        "tier",
+        "ds",
+        "--older-than",
+        "0s",
+        "--cold-class",
+        "GLACIER_IR",
+        "--json",
+    ]);
+    let moved: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(moved["packs"].as_u64().unwrap() >= 1, "{moved}");
+    let bucket = env.bucket.clone().unwrap();
+    let classes: Vec<String> = env
+        .objects
+        .list("packs/")
+        .iter()
+        .map(|(key, _)| {
+            let out = std::process::Command::new("curl")
+                .args(["-sSI", &format!("{}/{bucket}/store/{key}", env.endpoint)])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).to_lowercase()
+        })
+        .filter(|h| h.contains("x-amz-storage-class: glacier_ir"))
+        .collect();
+    assert_eq!(classes.len() as u64, moved["packs"].as_u64().unwrap());
+    assert!(env.run(&["cat", "ds", "v1", "old.bin"]).stdout == old);
+    assert!(
+        env.ok(&["report", "ds"])
+            .contains("storage class GLACIER_IR")
+    );
+    env.ok(&["verify"]);
 }

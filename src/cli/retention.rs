@@ -553,6 +553,10 @@ pub struct TierArgs {
     /// recorded in the store the first time; then every host finds it.
     #[arg(long)]
     cold_store: Option<String>,
+    /// On S3, a storage class instead (STANDARD_IA, GLACIER_IR, ...): the
+    /// packs are rewritten in it, in place; recorded as --cold-store is.
+    #[arg(long, conflicts_with = "cold_store")]
+    cold_class: Option<String>,
     /// Print what would move; move nothing.
     #[arg(long)]
     dry_run: bool,
@@ -563,9 +567,14 @@ pub struct TierArgs {
 
 /// `tier NAME --older-than D [--keep-last N] [--cold-store URL]`.
 pub fn tier(repo: &Repo, args: &TierArgs) -> anyhow::Result<()> {
-    if let Some(url) = &args.cold_store {
+    if args.cold_store.is_some() || args.cold_class.is_some() {
         policy::require(repo, Action::Retention, &dataset_resource(&args.name))?;
+    }
+    if let Some(url) = &args.cold_store {
         repo.store().set_cold(url)?;
+    }
+    if let Some(class) = &args.cold_class {
+        repo.store().set_cold_class(class)?;
     }
     let req = detafs::tiering::Request {
         dataset: &args.name,

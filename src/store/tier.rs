@@ -34,48 +34,125 @@ pub(super) struct Backend {
     local_root: Option<std::path::PathBuf>,
 }
 
+/// What the store names its colder tier: another location, or (S3) a
+/// storage class its packs are rewritten in, in place.
+enum Tier {
+    Elsewhere(Arc<Backend>),
+    Class(String),
+}
+
 #[derive(Default)]
-pub(super) struct Cold(Mutex<Option<Arc<Backend>>>);
+pub(super) struct Cold(Mutex<Option<Arc<Tier>>>);
 
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Tiers {
-    cold: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cold: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    class: Option<String>,
+}
+
+impl Tier {
+    fn describe(&self) -> String {
+        match self {
+            Tier::Elsewhere(b) => b.url.clone(),
+            Tier::Class(class) => format!("storage class {class}"),
+        }
+    }
 }
 
 impl Store {
     /// The colder tier the store names, opened on first need. A store that
     /// named none is asked again at each need (a tier made meanwhile by
     /// another process is found): only a pack missing here asks.
-    fn cold(&self) -> Result<Option<Arc<Backend>>> {
-        if let Some(b) = self.cold.0.lock().clone() {
-            return Ok(Some(b));
+    fn tier(&self) -> Result<Option<Arc<Tier>>> {
+        if let Some(t) = self.cold.0.lock().clone() {
+            return Ok(Some(t));
         }
         let Some(bytes) = self.get(keys::TIERS)? else {
             return Ok(None);
         };
-        let tiers: Tiers = serde_json::from_slice(&bytes)
-            .map_err(|e| Error::malformed(keys::TIERS, e.to_string()))?;
-        let (inner, _, location) =
-            open_location(&tiers.cold, false, self.deadline(), &super::Asks::default())?;
-        let backend = Arc::new(Backend {
-            inner,
-            url: tiers.cold,
-            local_root: location.strip_prefix("file://").map(Into::into),
-        });
-        *self.cold.0.lock() = Some(backend.clone());
-        Ok(Some(backend))
+        let malformed = |e: String| Error::malformed(keys::TIERS, e);
+        let tiers: Tiers = serde_json::from_slice(&bytes).map_err(|e| malformed(e.to_string()))?;
+        let tier = match (tiers.cold, tiers.class) {
+            (Some(url), None) => {
+                let (inner, _, location) =
+                    open_location(&url, false, self.deadline(), &super::Asks::default())?;
+                Tier::Elsewhere(Arc::new(Backend {
+                    inner,
+                    url,
+                    local_root: location.strip_prefix("file://").map(Into::into),
+                }))
+            }
+            (None, Some(class)) => Tier::Class(class),
+            _ => return Err(malformed("names a location or a storage class".into())),
+        };
+        let tier = Arc::new(tier);
+        *self.cold.0.lock() = Some(tier.clone());
+        Ok(Some(tier))
     }
 
-    /// The colder tier's location, if the store names one.
+    /// The colder tier when it is another location.
+    fn cold(&self) -> Result<Option<Arc<Backend>>> {
+        Ok(self.tier()?.and_then(|t| match &*t {
+            Tier::Elsewhere(b) => Some(b.clone()),
+            Tier::Class(_) => None,
+        }))
+    }
+
+    /// The colder tier, as said to people: its location, or its class.
     pub fn cold_url(&self) -> Result<Option<String>> {
-        Ok(self.cold()?.map(|b| b.url.clone()))
+        Ok(self.tier()?.map(|t| t.describe()))
     }
 
-    /// The colder tier's location if this process has needed it, without
-    /// asking the store (for health, which never waits).
+    /// `cold_url` if this process has needed the tier, without asking the
+    /// store (for health, which never waits).
     pub fn cold_known(&self) -> Option<String> {
-        self.cold.0.lock().as_ref().map(|b| b.url.clone())
+        self.cold.0.lock().as_ref().map(|t| t.describe())
+    }
+
+    /// Names storage class `class` (S3: `STANDARD_IA`, `GLACIER_IR`, ...)
+    /// the store's colder tier: its packs are rewritten in that class, in
+    /// place. Refused if the store names another tier.
+    pub fn set_cold_class(&self, class: &str) -> Result<()> {
+        if !self.url().starts_with("s3://") && !self.url().starts_with("s3a://") {
+            return Err(Error::InvalidInput(
+                "a storage class is a colder tier of S3 stores; give --cold-store for others"
+                    .into(),
+            ));
+        }
+        if class.is_empty() || !class.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
+            return Err(Error::InvalidInput(format!(
+                "{class:?} is no S3 storage class (STANDARD_IA, GLACIER_IR, ...)"
+            )));
+        }
+        self.name_tier(Tiers {
+            cold: None,
+            class: Some(class.to_string()),
+        })
+    }
+
+    /// Records `tiers`, unless the store names another.
+    fn name_tier(&self, tiers: Tiers) -> Result<()> {
+        let body = serde_json::to_vec(&tiers).expect("serializable");
+        if !self.put_create(keys::TIERS, body.into())? {
+            let asked = match (&tiers.cold, &tiers.class) {
+                (Some(url), _) => url.clone(),
+                (_, Some(class)) => format!("storage class {class}"),
+                _ => String::new(),
+            };
+            match self.cold_url()? {
+                Some(named) if named == asked => {}
+                named => {
+                    return Err(Error::InvalidInput(format!(
+                        "this store's colder tier is {} already; it is not moved",
+                        named.unwrap_or_default()
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Names `url` the store's colder tier; refused if it names another.
@@ -104,22 +181,10 @@ impl Store {
                 }
             }))
             .map_err(|e| super::failed(url, e))?;
-        let body = serde_json::to_vec(&Tiers {
-            cold: url.to_string(),
+        self.name_tier(Tiers {
+            cold: Some(url.to_string()),
+            class: None,
         })
-        .expect("serializable");
-        if !self.put_create(keys::TIERS, body.into())? {
-            match self.cold_url()? {
-                Some(named) if named == url => {}
-                named => {
-                    return Err(Error::InvalidInput(format!(
-                        "this store's colder tier is {} already; it is not moved",
-                        named.unwrap_or_default()
-                    )));
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Bytes `range` of pack `key` in the colder tier (None: not there,
@@ -153,9 +218,13 @@ impl Store {
     /// Moves pack `key` to the colder tier: copied, its size checked
     /// there, then deleted here. Returns its bytes (0: it was not here).
     pub fn move_to_cold(&self, key: &str) -> Result<u64> {
-        let cold = self
-            .cold()?
+        let tier = self
+            .tier()?
             .ok_or_else(|| Error::InvalidInput("this store names no colder tier".into()))?;
+        let cold = match &*tier {
+            Tier::Elsewhere(b) => b.clone(),
+            Tier::Class(class) => return self.rewrite_in_class(key, class),
+        };
         if let (Some(here), Some(there)) = (&self.local_root, &cold.local_root) {
             return self.move_between_folders(key, &here.join(key), &there.join(key));
         }
@@ -182,6 +251,28 @@ impl Store {
         }
         crate::hold::hold("tier-copied");
         self.delete(key)?;
+        Ok(size)
+    }
+
+    /// `move_to_cold` to a storage class: the pack rewritten in place in
+    /// that class (a whole object replaced at once).
+    fn rewrite_in_class(&self, key: &str, class: &str) -> Result<u64> {
+        let Some(body) = self.get_pack_in(Where::Hot, key)? else {
+            return Ok(0);
+        };
+        let size = body.len() as u64;
+        let path = Path::from(key);
+        let mut opts = self.put_options(key, object_store::PutMode::Overwrite);
+        opts.attributes.insert(
+            object_store::Attribute::StorageClass,
+            object_store::AttributeValue::from(class.to_string()),
+        );
+        self.rt
+            .block_on(self.call(key, || {
+                let (payload, opts) = (object_store::PutPayload::from(body.clone()), opts.clone());
+                async { self.inner.put_opts(&path, payload, opts).await.map(|_| ()) }
+            }))
+            .map_err(|e| super::failed(key, e))?;
         Ok(size)
     }
 
