@@ -893,6 +893,13 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
         "{report}"
     );
     assert_eq!(report["garbage"], serde_json::json!([]), "{report}");
+    // The gateway's health says how much lives where, as its audit counts.
+    let g = serve_with(&env, &["--audit-interval", "1s"]);
+    let health = || json_of(&curl(&[&format!("{}/health", g.url)]).1);
+    within(Duration::from_secs(30), "an audit", || {
+        health()["audit"]["tiers"]["cold"]["packs"].as_u64() == Some(in_cold as u64)
+    });
+    drop(g);
     let (code, err) = env.fails(&[
         "tier",
         "ds",

@@ -81,6 +81,8 @@ pub struct Audited {
     pub versions: usize,
     pub problems: Vec<String>,
     pub error: Option<String>,
+    /// Packs and bytes at the store and in its colder tier (`verify`).
+    pub tiers: Option<((usize, u64), (usize, u64))>,
 }
 
 pub(super) struct Known {
@@ -417,6 +419,7 @@ impl Api {
                 versions: r.versions,
                 problems: r.problems.iter().map(|p| p.to_string()).collect(),
                 error: None,
+                tiers: Some((r.hot, r.cold)),
             },
             Err(e) => Audited {
                 at: std::time::SystemTime::now(),
@@ -424,6 +427,7 @@ impl Api {
                 versions: 0,
                 problems: Vec::new(),
                 error: Some(e.to_string()),
+                tiers: None,
             },
         };
         *self.audit.lock() = Some(done);
@@ -972,6 +976,11 @@ async fn health(State(api): State<Arc<Api>>) -> Response {
             "ok": a.error.is_none() && a.problems.is_empty(),
             "problems": a.problems,
             "error": a.error,
+            // How much lives where, as the audit counted it.
+            "tiers": a.tiers.map(|(hot, cold)| json!({
+                "store": {"packs": hot.0, "bytes": hot.1},
+                "cold": {"packs": cold.0, "bytes": cold.1},
+            })),
         })),
     });
     let status = if ok {
