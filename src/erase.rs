@@ -31,6 +31,21 @@ use crate::store::pack::BlobRef;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::SystemTime;
 
+/// Versions per lifecycle entry of an erasure (their new roots and spans
+/// keep an entry well under the store's bound on small objects); tests
+/// make it small (`DETAFS_TEST_ERASE_BATCH`) to erase in several entries.
+fn batch_size() -> usize {
+    #[cfg(feature = "failpoints")]
+    if let Some(n) = std::env::var("DETAFS_TEST_ERASE_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+    {
+        return n;
+    }
+    500
+}
+
 /// What an erasure did, or would do.
 #[derive(Debug, Default)]
 pub struct Erasure {
@@ -115,30 +130,47 @@ pub fn erase(repo: &Repo, req: &Request<'_>, by: &Actor) -> Result<Erasure> {
     // Read again after the note: a version committed meanwhile that holds
     // the path keeps it (it came after the erasure was asked for), and
     // what it reuses is live.
-    let log = repo.lifecycle_log(dataset)?;
+    let mut log = repo.lifecycle_log(dataset)?;
     let plan = affected(repo, dataset, path, from)?;
-    let mut sink = Scanner::new(repo, &Quiet)?;
-    let mut roots = Vec::with_capacity(plan.len());
-    for (record, _) in &plan {
-        roots.push((record.version, marked(repo, &mut sink, &record.tree, path)?));
-    }
-    sink.finish()?;
-    let old: Vec<BlobRef> = plan.iter().map(|(r, _)| r.tree).collect();
-    let sweep = doomed(repo, dataset, &old, &roots)?;
-    crate::hold::hold("erase-trees-written");
-    let event = Event::Erase {
-        path: path.to_string(),
-        versions: plan.iter().map(|(r, _)| r.version).collect(),
-        reason: reason.to_string(),
-        roots,
-        sweep: sweep.iter().map(|(s, _)| *s).collect(),
-    };
-    repo.append_lifecycle(dataset, &log, event, &by.name)?;
-    crate::hold::hold("erase-recorded");
-    let spans: Vec<Span> = sweep.iter().map(|(s, _)| *s).collect();
-    let (blobs, bytes) = zero(repo, &spans)?;
-    for (_, id) in &sweep {
-        repo.disk().discard(id);
+    // A batch of versions per entry, each entry its own commit point: an
+    // entry stays small however many versions hold the path, and what a
+    // later batch's versions still reach is live for the earlier ones.
+    let (mut blobs, mut bytes) = (0, 0);
+    for batch in plan.chunks(batch_size()) {
+        let mut sink = Scanner::new(repo, &Quiet)?;
+        let mut roots = Vec::with_capacity(batch.len());
+        for (record, _) in batch {
+            roots.push((record.version, marked(repo, &mut sink, &record.tree, path)?));
+        }
+        sink.finish()?;
+        let old: Vec<BlobRef> = batch.iter().map(|(r, _)| r.tree).collect();
+        let sweep = doomed(repo, dataset, &old, &roots)?;
+        crate::hold::hold("erase-trees-written");
+        let event = Event::Erase {
+            path: path.to_string(),
+            versions: batch.iter().map(|(r, _)| r.version).collect(),
+            reason: reason.to_string(),
+            roots,
+            sweep: sweep.iter().map(|(s, _)| *s).collect(),
+        };
+        // Onto the log it decided on (with its own entries since): an
+        // entry from elsewhere meanwhile stops it (what it did stands).
+        repo.append_lifecycle(dataset, &log, event, &by.name)?;
+        let now = repo.lifecycle_log(dataset)?;
+        if now.len() != log.len() + 1 {
+            return Err(Error::InvalidInput(format!(
+                "the retention, holds or expiries of {dataset} changed meanwhile: the erasure stopped after v{}; run it again",
+                batch.last().map_or(0, |(r, _)| r.version)
+            )));
+        }
+        log = now;
+        crate::hold::hold("erase-recorded");
+        let spans: Vec<Span> = sweep.iter().map(|(s, _)| *s).collect();
+        let (b, n) = zero(repo, &spans)?;
+        (blobs, bytes) = (blobs + b, bytes + n);
+        for (_, id) in &sweep {
+            repo.disk().discard(id);
+        }
     }
     done.blobs = blobs;
     done.bytes = bytes;
