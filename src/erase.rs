@@ -133,19 +133,38 @@ pub fn erase(repo: &Repo, req: &Request<'_>, by: &Actor) -> Result<Erasure> {
     let mut log = repo.lifecycle_log(dataset)?;
     let plan = affected(repo, dataset, path, from)?;
     // A batch of versions per entry, each entry its own commit point: an
-    // entry stays small however many versions hold the path, and what a
-    // later batch's versions still reach is live for the earlier ones.
-    let (mut blobs, mut bytes) = (0, 0);
-    for batch in plan.chunks(batch_size()) {
-        let mut sink = Scanner::new(repo, &Quiet)?;
-        let mut roots = Vec::with_capacity(batch.len());
-        for (record, _) in batch {
-            roots.push((record.version, marked(repo, &mut sink, &record.tree, path)?));
+    // entry stays small however many versions hold the path. Every new
+    // tree first; what is live is read once (every other version, every
+    // new root); a blob goes with the last batch whose old roots reach it.
+    let batches: Vec<&[(Record, u64)]> = plan.chunks(batch_size()).collect();
+    let mut sink = Scanner::new(repo, &Quiet)?;
+    let mut roots = Vec::with_capacity(batches.len());
+    for batch in &batches {
+        let mut new = Vec::with_capacity(batch.len());
+        for (record, _) in *batch {
+            new.push((record.version, marked(repo, &mut sink, &record.tree, path)?));
         }
-        sink.finish()?;
+        roots.push(new);
+    }
+    sink.finish()?;
+    let live = live_blobs(repo, dataset, roots.iter().flatten())?;
+    let mut reach = Vec::with_capacity(batches.len());
+    for batch in &batches {
         let old: Vec<BlobRef> = batch.iter().map(|(r, _)| r.tree).collect();
-        let sweep = doomed(repo, dataset, &old, &roots)?;
-        crate::hold::hold("erase-trees-written");
+        let mut under = HashMap::new();
+        blobs_under(repo, &old, &HashSet::new(), &mut under)?;
+        reach.push(under);
+    }
+    crate::hold::hold("erase-trees-written");
+    let (mut blobs, mut bytes) = (0, 0);
+    for (k, (batch, roots)) in batches.iter().zip(roots).enumerate() {
+        let later: HashSet<&Span> = reach[k + 1..].iter().flat_map(|m| m.keys()).collect();
+        let mut sweep: Vec<(Span, crate::id::BlobId)> = reach[k]
+            .iter()
+            .filter(|(s, _)| !live.contains_key(*s) && !later.contains(s))
+            .map(|(s, id)| (*s, *id))
+            .collect();
+        sweep.sort_by_key(|(s, _)| (s.pack, s.offset));
         let event = Event::Erase {
             path: path.to_string(),
             versions: batch.iter().map(|(r, _)| r.version).collect(),
@@ -344,19 +363,18 @@ fn span(r: &BlobRef) -> Span {
     }
 }
 
-/// The blobs under the `old` roots that nothing kept reaches: not the
-/// new roots, not any other version of any dataset (expired ones whose
-/// data is still there included: gc decides when they go).
-fn doomed(
+/// The blobs every version keeps reaching: every version of every dataset
+/// (deleted ones too: they can be undeleted until gc removes them; expired
+/// ones whose data is still there: gc decides when it goes) with the
+/// erased versions at their `new` roots.
+fn live_blobs<'a>(
     repo: &Repo,
     dataset: &str,
-    old: &[BlobRef],
-    new: &[(u64, BlobRef)],
-) -> Result<Vec<(Span, crate::id::BlobId)>> {
-    let new_roots: BTreeMap<u64, BlobRef> = new.iter().copied().collect();
+    new: impl Iterator<Item = &'a (u64, BlobRef)>,
+) -> Result<HashMap<Span, crate::id::BlobId>> {
+    let new_roots: BTreeMap<u64, BlobRef> = new.copied().collect();
     let mut live_roots: Vec<BlobRef> = new_roots.values().copied().collect();
     let mut expired = HashSet::new();
-    // Deleted datasets too: they can be undeleted until gc removes them.
     for (ds, _) in repo.all_datasets()? {
         let lc = repo.lifecycle(&ds)?;
         for r in repo.chain_records(&ds)? {
@@ -371,14 +389,7 @@ fn doomed(
     }
     let mut live = HashMap::new();
     blobs_under(repo, &live_roots, &expired, &mut live)?;
-    let mut gone = HashMap::new();
-    blobs_under(repo, old, &HashSet::new(), &mut gone)?;
-    let mut doomed: Vec<(Span, crate::id::BlobId)> = gone
-        .into_iter()
-        .filter(|(s, _)| !live.contains_key(s))
-        .collect();
-    doomed.sort_by_key(|(s, _)| (s.pack, s.offset));
-    Ok(doomed)
+    Ok(live)
 }
 
 /// Zeroes `spans` in their packs, each pack rewritten once; spans already
