@@ -679,7 +679,10 @@ fn staging_on_an_expired_version_keeps_its_content_through_gc() {
 /// erased file answers 410 Gone; the other files read on.
 #[test]
 fn s3_answers_expired_as_missing_and_erased_as_gone() {
-    let env = Env::new();
+    // Sealed, whatever `DETAFS_TEST_PLAINTEXT` says: S3 keys need it.
+    let env = Env::empty();
+    env.ok(&["init"]);
+    env.ok(&["dataset", "create", "ds"]);
     erasable(&env);
     let s3 = s3_key(&env, "reader-s3", "read");
     let g = serve_with(&env, &["--s3-listen", "127.0.0.1:0"]);
@@ -810,7 +813,7 @@ fn a_forged_lifecycle_entry_breaks_the_chain_and_readers_fail_closed() {
     let forged = String::from_utf8(env.objects.read(first))
         .unwrap()
         .replace("[1]", "[2]");
-    std::fs::write(std::path::Path::new(&env.store).join(first), forged).unwrap();
+    env.objects.write(first, forged.into_bytes());
     let audit = env.run(&["audit", "ds", "--json"]);
     let report = json_of(&audit.stdout);
     assert_eq!(report["ok"], false, "{report}");
