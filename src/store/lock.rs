@@ -7,9 +7,13 @@
 //! and each locked upload is signed with the lock's headers in it
 //! (object_store's own SigV4 signer: the headers join the signature).
 
+#[cfg(feature = "cloud")]
 use object_store::aws::{AwsAuthorizer, AwsCredentialProvider};
+#[cfg(feature = "cloud")]
 use object_store::client::{HttpClient, HttpError, HttpErrorKind, HttpRequest};
+#[cfg(feature = "cloud")]
 use std::sync::OnceLock;
+#[cfg(feature = "cloud")]
 use std::time::{Duration, SystemTime};
 
 /// Marks an upload to be locked: the key as the store names it.
@@ -34,6 +38,7 @@ pub fn lockable(key: &str) -> bool {
 
 /// What a store's client needs to lock uploads: the span, the signer's
 /// credentials (known once the client is built), and the bucket's answer.
+#[cfg(feature = "cloud")]
 #[derive(Debug)]
 pub struct Lock {
     pub span: Duration,
@@ -45,6 +50,7 @@ pub struct Lock {
     checked: tokio::sync::OnceCell<Result<(), String>>,
 }
 
+#[cfg(feature = "cloud")]
 impl Lock {
     pub fn new(span: Duration, region: String, prefix: String) -> Lock {
         Lock {
@@ -145,10 +151,12 @@ impl Lock {
 }
 
 /// A locked upload that will not be made as asked (final: never retried).
+#[cfg(feature = "cloud")]
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct NotLocked(String);
 
+#[cfg(feature = "cloud")]
 fn refused(why: String) -> HttpError {
     HttpError::new(HttpErrorKind::Unknown, NotLocked(why))
 }

@@ -906,6 +906,7 @@ fn open_remote(
     _: &str,
     _: &Policy,
     _: Option<&sse::Sse>,
+    _: Option<Duration>,
 ) -> Result<Arc<dyn ObjectStore>> {
     Err(Error::InvalidInput(format!(
         "{url}: this detafs was built without remote stores (feature `cloud`)"
