@@ -145,7 +145,8 @@ pub fn gc(
         repo.leave_gc_note()?;
     }
     // Unreachable packs here (old enough, and young), and in the colder
-    // tier (old enough: a pack moved there counts its age from the move).
+    // tier (old enough: a pack moved there counts its age from the move;
+    // with them what a killed move left half copied).
     let unreachable = || -> Result<(Vec<Listed>, Vec<Listed>, Vec<Listed>)> {
         let reachable = reachable_packs(repo, &kept, cutoff)?;
         let garbage = |l: &Listed| keys::pack_id(&l.key).is_some_and(|id| !reachable.contains(&id));
@@ -158,7 +159,7 @@ pub fn gc(
         let cold = repo.store().list_cold(keys::PACKS)?;
         let cold = cold
             .into_iter()
-            .filter(|l| garbage(l) && l.modified < cutoff);
+            .filter(|l| (garbage(l) || keys::is_moving(&l.key)) && l.modified < cutoff);
         Ok((doomed, young, cold.collect()))
     };
     let (mut doomed, mut young, mut doomed_cold) = unreachable()?;

@@ -316,7 +316,10 @@ pub fn verify(repo: &Repo, dataset: Option<&str>, progress: &dyn Progress) -> Re
     w.check_chunks(progress)?;
     let hot = repo.store().list(keys::PACKS, None)?;
     let cold = repo.store().list_cold(keys::PACKS)?;
-    let sum = |l: &[crate::store::Listed]| (l.len(), l.iter().map(|l| l.size).sum());
+    let sum = |l: &[crate::store::Listed]| {
+        let packs = l.iter().filter(|l| keys::pack_id(&l.key).is_some());
+        (packs.clone().count(), packs.map(|l| l.size).sum())
+    };
     (w.report.hot, w.report.cold) = (sum(&hot), sum(&cold));
     if dataset.is_none() {
         w.report.garbage = hot

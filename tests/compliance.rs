@@ -856,6 +856,13 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
     let old = replaced(&env, "old.bin", "new.bin", 21);
     let (cold_url, cold) = cold_tier(&env);
     let packs = || env.objects.list("packs/").len();
+    let cold_packs = || {
+        let listed = cold.list("packs/");
+        listed
+            .iter()
+            .filter(|(k, _)| !k.contains(".moving-"))
+            .count()
+    };
     let before = packs();
 
     // Killed after its first copy: that pack is in both places.
@@ -872,7 +879,14 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
     hold.reached();
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(!cold.list("packs/").is_empty(), "copied");
+    assert!(cold_packs() >= 1, "copied");
+    // What a mover killed inside its copy leaves (a second mover may have
+    // been there): a temporary name, never counted as a pack, gone by gc.
+    let leftover = (cold.list("packs/").first().unwrap().0.clone()) + ".moving-4000000";
+    if env.bucket.is_none() {
+        let file = env.path("cold").join(&leftover);
+        std::fs::write(file, b"half a pack").unwrap();
+    }
     assert_eq!(
         packs(),
         before,
@@ -883,7 +897,7 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
     let out = env.ok(&["tier", "ds", "--older-than", "0s", "--json"]);
     let moved: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(moved["versions"], serde_json::json!([1]), "{moved}");
-    let in_cold = cold.list("packs/").len();
+    let in_cold = cold_packs();
     assert!(
         in_cold >= 1 && packs() + in_cold == before,
         "{in_cold} cold of {before}"
@@ -908,7 +922,18 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
         in_cold,
         "{report}"
     );
-    assert_eq!(report["garbage"], serde_json::json!([]), "{report}");
+    let garbage: Vec<_> = report["garbage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["key"].as_str().unwrap())
+        .collect();
+    let expected: &[&str] = if env.bucket.is_none() {
+        &[&leftover]
+    } else {
+        &[]
+    };
+    assert_eq!(garbage, expected, "{report}");
     // The gateway's health says how much lives where, as its audit counts.
     let g = serve_with(&env, &["--audit-interval", "1s"]);
     let health = || json_of(&curl(&[&format!("{}/health", g.url)]).1);
@@ -931,9 +956,11 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
     env.ok(&["forget", "ds", "v1"]);
     common::next_second();
     env.ok(&["gc", "--grace", "0s"]);
+    let left = cold.list("packs/");
+    assert!(cold_packs() < in_cold, "gc reaches the colder tier");
     assert!(
-        cold.list("packs/").len() < in_cold,
-        "gc reaches the colder tier"
+        !left.iter().any(|(k, _)| k.contains(".moving-")),
+        "{left:?}"
     );
     assert!(env.run(&["cat", "ds", "v2", "new.bin"]).stdout == common::noise(1 << 20, 8));
     env.ok(&["verify"]);

@@ -187,6 +187,17 @@ pub fn pack(id: &PackId) -> String {
 pub fn pack_id(key: &str) -> Option<PackId> {
     key.strip_prefix(PACKS)?.rsplit('/').next()?.parse().ok()
 }
+/// The temporary name pack `key` is copied to in a colder folder before
+/// its rename: a mover killed in between leaves it, and gc deletes it.
+const MOVING: &str = ".moving-";
+pub fn moving(key: &str, mover: u32) -> String {
+    format!("{key}{MOVING}{mover}")
+}
+/// Whether `key` is what a move left unfinished (`moving`).
+pub fn is_moving(key: &str) -> bool {
+    key.rsplit_once(MOVING)
+        .is_some_and(|(pack, mover)| pack_id(pack).is_some() && mover.parse::<u32>().is_ok())
+}
 
 #[cfg(test)]
 mod tests {
@@ -220,5 +231,20 @@ mod tests {
         }
         assert_eq!(Kind::of("elsewhere/x"), None);
         assert!(!sealed("elsewhere/x"));
+    }
+
+    #[test]
+    fn only_a_pack_moving_is_a_leftover_of_a_move() {
+        let key = pack(&PackId::of(b"x"));
+        assert!(is_moving(&moving(&key, 42)));
+        assert_eq!(pack_id(&moving(&key, 42)), None, "never counted as a pack");
+        for other in [
+            key.clone(),
+            format!("{key}.moving-"),
+            format!("{key}.moving-x"),
+            "packs/ab/zz.moving-1".into(),
+        ] {
+            assert!(!is_moving(&other), "{other}");
+        }
     }
 }

@@ -226,7 +226,7 @@ impl Store {
             Tier::Class(class) => return self.rewrite_in_class(key, class),
         };
         if let (Some(here), Some(there)) = (&self.local_root, &cold.local_root) {
-            return self.move_between_folders(key, &here.join(key), &there.join(key));
+            return self.move_between_folders(key, &here.join(key), there);
         }
         let Some(body) = self.get_pack_in(Where::Hot, key)? else {
             return Ok(0);
@@ -282,8 +282,9 @@ impl Store {
         &self,
         key: &str,
         here: &std::path::Path,
-        there: &std::path::Path,
+        cold_root: &std::path::Path,
     ) -> Result<u64> {
+        let there = cold_root.join(key);
         let size = match std::fs::metadata(here) {
             Ok(m) => m.len(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
@@ -291,10 +292,10 @@ impl Store {
         };
         let dir = there.parent().expect("a pack key has folders");
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
-        let tmp = there.with_extension(format!("tmp{}", std::process::id()));
+        let tmp = cold_root.join(keys::moving(key, std::process::id()));
         let copied = std::fs::copy(here, &tmp)
             .and_then(|n| std::fs::File::open(&tmp)?.sync_all().map(|()| n))
-            .and_then(|n| std::fs::rename(&tmp, there).map(|()| n))
+            .and_then(|n| std::fs::rename(&tmp, &there).map(|()| n))
             .map_err(|e| Error::io(there.display(), e));
         if copied.is_err() {
             let _ = std::fs::remove_file(&tmp);
