@@ -52,6 +52,7 @@ pub fn report(repo: &Repo, dataset: &str) -> Result<Value> {
             Err(err) => problems.push(format!("lifecycle entry {seq}: {err}")),
         }
     }
+    let leased = repo.lease_holders(dataset)?;
     let versions: Vec<Value> = history
         .versions
         .iter()
@@ -79,6 +80,9 @@ pub fn report(repo: &Repo, dataset: &str) -> Result<Value> {
                 "erased_paths": erased.get(&v.version).cloned().unwrap_or_default(),
                 // None: no policy, so every user the store's permissions let in.
                 "readers": readers,
+                // Staging areas and open files that stand on it (its data
+                // stays, and the holder reads it, expired or not).
+                "leased_by": leased.get(&v.version).cloned().unwrap_or_default(),
             })
         })
         .collect();

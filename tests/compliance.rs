@@ -23,6 +23,17 @@ fn six_versions(env: &Env) -> std::path::PathBuf {
     src
 }
 
+/// Who the compliance report says leases version `v` (staging on it, or
+/// an open file through a gateway).
+fn leased_by(env: &Env, v: u64) -> Vec<String> {
+    let report = json_of(env.ok(&["report", "ds", "--json"]).as_bytes());
+    let versions = report["versions"].as_array().unwrap();
+    let Some(row) = versions.iter().find(|r| r["version"] == v) else {
+        return Vec::new();
+    };
+    serde_json::from_value(row["leased_by"].clone()).unwrap()
+}
+
 /// The versions `log` lists, newest first.
 fn versions_listed(env: &Env) -> Vec<u64> {
     let mut v: Vec<u64> = env
@@ -58,6 +69,15 @@ fn forget_expires_what_the_rules_do_not_keep_for_every_reader() {
     let g = serve(&env);
     let m = env.mount(&[]);
     let mut open_v3 = std::fs::File::open(m.path("versions/v3/f3")).unwrap();
+    // Through a gateway, the mount leases the version an open file reads
+    // (at its next poll); the report says so.
+    if common::mounts_through_gateway() {
+        within(
+            Duration::from_secs(20),
+            "the open file's version leased",
+            || leased_by(&env, 3).contains(&common::mount_author().to_string()),
+        );
+    }
 
     // No rule yet: nothing expires.
     let out = env.ok(&["forget", "ds", "--dry-run"]);
@@ -109,18 +129,12 @@ fn forget_expires_what_the_rules_do_not_keep_for_every_reader() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     assert!(!listed.contains(&"v1".to_string()) && listed.contains(&"v2".to_string()));
-    // (A gateway serves nothing of an expired version, an open file's
-    // reads included: docs/operations.md.)
-    if !common::local_only(
-        "an open file of an expired version reads on where the host reads the store",
-    ) {
-        let mut bytes = Vec::new();
-        open_v3.read_to_end(&mut bytes).unwrap();
-        assert!(
-            bytes == common::noise(100_003, 43),
-            "the open file reads on"
-        );
-    }
+    let mut bytes = Vec::new();
+    open_v3.read_to_end(&mut bytes).unwrap();
+    assert!(
+        bytes == common::noise(100_003, 43),
+        "the open file reads on"
+    );
 
     // The gateway answers as for a version that never was.
     let v3 = format!("{}/datasets/ds/versions/v3/files/f3", g.url);
@@ -642,11 +656,6 @@ fn a_forget_decided_on_a_stale_log_is_refused_whole() {
 /// lease keeps the version's data through gc until staging moves on.
 #[test]
 fn staging_on_an_expired_version_keeps_its_content_through_gc() {
-    if common::local_only(
-        "a host behind a gateway writes no lease, and the gateway serves nothing of an expired version",
-    ) {
-        return;
-    }
     let env = Env::new();
     let src = env.path("src");
     std::fs::create_dir_all(&src).unwrap();
@@ -798,6 +807,103 @@ fn the_lifecycle_through_a_gateway() {
     );
     // The store's own CLI sees the same.
     assert!(env.ok(&["report", "ds"]).contains("erased f5"));
+}
+
+/// A host behind a gateway leases the versions its staging stands on
+/// through it: the gateway serves a version expired meanwhile to that
+/// lease's holder alone, a lease never takes a version expired before it
+/// (nor another caller's lease), and gc keeps what it names.
+#[test]
+fn a_lease_through_a_gateway_serves_an_expired_version_to_its_holder_alone() {
+    let env = Env::new();
+    six_versions(&env);
+    let g = serve(&env);
+    let (holder, other, reader) = (
+        key(&env, "stager", "read,commit"),
+        key(&env, "another", "read,commit"),
+        key(&env, "analyst", "read"),
+    );
+    let staging = "0123456789abcdef0123456789abcdef";
+    let call = |k: &str, method: &str, at: &str, body: &str| {
+        let auth = format!("Authorization: Bearer {k}");
+        let url = format!("{}{at}", g.url);
+        let mut args = vec!["-X", method, "-H", &auth, &url];
+        if !body.is_empty() {
+            args.extend(["-H", "Content-Type: application/json", "-d", body]);
+        }
+        curl(&args).0
+    };
+    let lease = |k: &str, staging: &str, body: &str| {
+        call(k, "PUT", &format!("/datasets/ds/leases/{staging}"), body)
+    };
+    assert_eq!(lease(&holder, staging, r#"{"versions": [2]}"#), 200);
+    assert_eq!(leased_by(&env, 2), ["key:stager"]);
+    assert_eq!(
+        lease(&reader, staging, r#"{"versions": [2]}"#),
+        403,
+        "a lease is the commit scope's"
+    );
+    for (name, body) in [
+        ("../x", r#"{"versions": [2]}"#),
+        ("zz", r#"{"versions": [2]}"#),
+        (staging, &format!("{{\"versions\": {:?}}}", vec![2; 65])),
+        (staging, r#"{"versions": "2"}"#),
+        (staging, "not json"),
+    ] {
+        let status = lease(&holder, name, body);
+        assert!(status == 400 || status == 404, "{name} {body}: {status}");
+    }
+    env.ok(&["forget", "ds", "v1", "v2"]);
+    let file =
+        |k: &str, v: &str| call(k, "GET", &format!("/datasets/ds/versions/{v}/files/f2"), "");
+    assert_eq!(file(&holder, "v2"), 200, "the holder reads on");
+    assert_eq!(file(&holder, "2"), 200);
+    assert_eq!(
+        file(&holder, "v02"),
+        file(&holder, "v06"),
+        "one spelling per version"
+    );
+    assert_eq!(file(&other, "v2"), 404, "nobody else does");
+    assert_eq!(file(&reader, "v2"), 404);
+    assert_eq!(file(&holder, "v1"), 404, "a version it never leased");
+    // A lease takes no version expired before it, in its own name or
+    // another caller's.
+    assert_eq!(lease(&holder, staging, r#"{"versions": [1]}"#), 404);
+    assert_eq!(lease(&other, staging, r#"{"versions": [2]}"#), 404);
+    let listed = curl(&[
+        "-H",
+        &format!("Authorization: Bearer {holder}"),
+        &format!("{}/datasets/ds/versions", g.url),
+    ])
+    .1;
+    assert!(
+        json_of(&listed)
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["version"] != 2),
+        "an expired version is listed for nobody"
+    );
+    // gc keeps what the lease names; moving on (v2 → v6) keeps v2 too.
+    assert_eq!(lease(&holder, staging, r#"{"versions": [2, 6]}"#), 200);
+    common::next_second();
+    env.ok(&["gc", "--grace", "0s"]);
+    let auth = format!("Authorization: Bearer {holder}");
+    let (status, body) = curl(&[
+        "-H",
+        &auth,
+        &format!("{}/datasets/ds/versions/v2/files/f2", g.url),
+    ]);
+    assert!(status == 200 && body == common::noise(100_002, 42));
+    // Once staging stands on v6 alone, v2 is served to nobody and goes.
+    assert_eq!(lease(&holder, staging, r#"{"versions": [6]}"#), 200);
+    assert_eq!(file(&holder, "v2"), 404);
+    assert_eq!(
+        lease(&holder, staging, r#"{"versions": [2]}"#),
+        404,
+        "not taken back"
+    );
+    env.ok(&["verify"]);
 }
 
 /// A lifecycle log changed in the store breaks its chain: `audit` marks

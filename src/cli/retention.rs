@@ -512,6 +512,15 @@ pub fn report(on: &On<'_>, args: &ReportArgs) -> anyhow::Result<()> {
         for p in v["erased_paths"].as_array().into_iter().flatten() {
             notes.push(format!("erased {}", text(p)));
         }
+        let leased: Vec<String> = v["leased_by"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        if !leased.is_empty() {
+            notes.push(format!("staged on or open by: {}", leased.join(", ")));
+        }
         let readers = match v["readers"].as_array() {
             Some(rs) => rs.iter().map(text).collect::<Vec<_>>().join(" "),
             None => "(no policy: whoever the store lets in)".into(),

@@ -182,6 +182,9 @@ pub struct MountFs {
     trail: Option<crate::access::trail::Trail>,
     /// Tells the kernel to drop a name it keeps (set by the adapter).
     kernel: std::sync::OnceLock<Arc<dyn gate::KernelCache>>,
+    /// Through a gateway: the lease naming the versions open files read
+    /// (its name, and the versions last leased), `lease_open_versions`.
+    open_lease: Mutex<(String, std::collections::BTreeSet<u64>)>,
 }
 
 fn name_str(name: &[u8]) -> String {
@@ -263,6 +266,7 @@ impl MountFs {
             control: control::Control::new(repo.store().clone())?,
             requests: requests::Requests::default(),
             handles: Mutex::new(HashMap::new()),
+            open_lease: Mutex::new((hex::encode(rand::random::<[u8; 16]>()), Default::default())),
             next_fh: AtomicU64::new(1),
             opens_skipped: AtomicBool::new(false),
             started: Mtime::now(),
@@ -375,8 +379,59 @@ impl MountFs {
         } else if !tagged.is_empty() && self.gated() {
             self.forget_names(Some(&tagged));
         }
+        self.lease_open_versions();
         self.staging.follow(&self.versions.records())?;
         self.staging.prune_trash()
+    }
+
+    /// Through a gateway, the versions open files read are leased (that
+    /// gateway then serves them to this caller if they expire): an open
+    /// file of a version expired meanwhile reads on until it is closed,
+    /// as beside the store, where gc's grace keeps its data. Changed at
+    /// each poll, off the kernel's request thread.
+    fn lease_open_versions(&self) {
+        if self.repo.upstream().is_none() {
+            return;
+        }
+        let inos: Vec<u64> = self
+            .handles
+            .lock()
+            .values()
+            .filter_map(|h| match h {
+                Handle::Stored(f) => match f.origin {
+                    Origin::Version(ino) => Some(ino),
+                    Origin::Said(_) => None,
+                },
+                _ => None,
+            })
+            .collect();
+        let open: std::collections::BTreeSet<u64> = inos
+            .into_iter()
+            .filter_map(|ino| self.versions.version_entry_version(ino).ok())
+            .collect();
+        self.lease_versions(open);
+    }
+
+    /// The mount ended: no file is open any more, and no version leased
+    /// for one.
+    pub fn ended(&self) {
+        if self.repo.upstream().is_some() {
+            self.lease_versions(Default::default());
+        }
+    }
+
+    fn lease_versions(&self, open: std::collections::BTreeSet<u64>) {
+        let mut leased = self.open_lease.lock();
+        if leased.1 == open {
+            return;
+        }
+        let versions: Vec<u64> = open.iter().copied().collect();
+        match self.repo.lease_base(&self.dataset, &leased.0, &versions) {
+            Ok(()) => leased.1 = open,
+            Err(e) => {
+                tracing::warn!("the versions of open files ({versions:?}) were not leased: {e}")
+            }
+        }
     }
 
     /// When the newest version was committed (the mount's start if none):

@@ -37,22 +37,35 @@ const PART: usize = 256;
 pub(super) const UNOPENED: usize = 64;
 
 impl MountFs {
+    /// Whether opening a version file decides nothing: no policy applies
+    /// at open, and the mount does not read through a gateway (where an
+    /// open leases its version: `lease_open_versions`). Where it decides
+    /// nothing, `versions/` gets a connection of its own (the adapter).
+    pub fn version_opens_decide_nothing(&self) -> bool {
+        self.opens_decide_nothing(&self.gate.read())
+    }
+
+    fn opens_decide_nothing(&self, gate: &Option<Arc<super::gate::Gate>>) -> bool {
+        gate.is_none() && self.repo.upstream().is_none()
+    }
+
     /// Lets the kernel open files itself if no open here decides anything
-    /// (read-only, no policy); returns whether it may. Asked once, when the
-    /// kernel connects: from then on a policy is not let in (see above).
+    /// (a read-only mount, `version_opens_decide_nothing`); returns whether
+    /// it may. Asked once, when the kernel connects: from then on a policy
+    /// is not let in (see above).
     pub fn skip_opens(&self) -> bool {
         let gate = self.gate.write();
-        let skip = self.read_only() && gate.is_none();
+        let skip = self.read_only() && self.opens_decide_nothing(&gate);
         self.opens_skipped.store(skip, Ordering::Relaxed);
         skip
     }
 
     /// The same choice for `versions/` on a connection of its own (a
-    /// read-write mount's): opens decide nothing there without a policy. A
-    /// policy that comes later detaches that connection (`refresh_policy`).
+    /// read-write mount's). A policy that comes later detaches that
+    /// connection (`refresh_policy`).
     pub fn skip_version_opens(&self) -> bool {
         let gate = self.gate.write();
-        let skip = gate.is_none();
+        let skip = self.opens_decide_nothing(&gate);
         self.versions.apart.store(skip, Ordering::Relaxed);
         skip
     }

@@ -1437,7 +1437,7 @@ pub fn serve(
     let (mut unmounter, main) = run(main, "fuse", || {})?;
     // Mounted once the main connection answers: the kernel looks
     // `versions` up through it.
-    let versions = match fs.read_only() || fs.gated() {
+    let versions = match fs.read_only() || !fs.version_opens_decide_nothing() {
         true => None,
         false => match Session::new(
             Fuse::new(fs.clone(), VERSIONS),
@@ -1524,5 +1524,6 @@ pub fn serve(
     if let Some(t) = versions_thread {
         let _ = t.join();
     }
+    fs.ended();
     res
 }

@@ -583,13 +583,48 @@ impl Api {
             false => self.view(id, asked).await?,
         };
         caller.finds_dataset(id, &view)?;
-        let (record, names) = shown(&view).map_err(|(e, hidden)| {
-            if hidden {
-                caller.hidden();
-            }
-            e
-        })?;
+        let (record, names) = match shown(&view) {
+            Ok(found) => found,
+            Err((e, hidden)) => match self.leased_version(caller, id, v, &view).await? {
+                Some(found) => found,
+                None => {
+                    if hidden {
+                        caller.hidden();
+                    }
+                    return Err(e.into());
+                }
+            },
+        };
         Ok((view, record, names))
+    }
+
+    /// Version `v` (by number) expired meanwhile, if a lease of the
+    /// caller's staging names it (`Repo::leased_record`) and the caller
+    /// may see it: served to it alone, as to a host with the store's key.
+    async fn leased_version(
+        self: &Arc<Self>,
+        caller: &Caller,
+        id: &str,
+        v: &str,
+        view: &View,
+    ) -> Result<Option<(Record, Vec<String>)>, ApiError> {
+        let Some(n) = tag::number_of(v) else {
+            return Ok(None);
+        };
+        if view.records.iter().any(|r| r.version == n) {
+            return Ok(None);
+        }
+        let (dataset, holder) = (id.to_string(), caller.owner().to_string());
+        let Some(record) = self
+            .run(move |repo| Ok(repo.leased_record(&dataset, &holder, n)?))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let names = resources(id, &record, &view.tags);
+        Ok(caller
+            .sees(Action::Versions, &names)
+            .then_some((record, names)))
     }
 
     /// The caller of a request: its API key (`Authorization: Bearer KEY` or
@@ -933,6 +968,7 @@ async fn openapi() -> Response {
             "/datasets/{id}/forget": {"post": op("expires versions: {versions, dry_run}; the plan")},
             "/datasets/{id}/holds": {"post": op("a legal hold: {version, reason}")},
             "/datasets/{id}/releases": {"post": op("ends a legal hold: {version, reason}")},
+            "/datasets/{id}/leases/{staging}": {"put": op("a staging area of the caller's stands on these versions (gc keeps them, expired or not): {versions}")},
             "/datasets/{id}/erase": {"post": op("erases a path from history: {path, reason, from, dry_run}")},
             "/datasets/{id}/report": {"get": op("the compliance report")},
         },
@@ -1075,7 +1111,8 @@ async fn get_version(
     let mut e = record.log_entry_seen(caller.may_hide_paths(&id));
     e["tags"] = json!(tags_of(&view, record.version));
     e["parent"] = json!(record.parent.map(|p| p.to_hex()));
-    Ok(Json(e).into_response())
+    let shown = HeaderValue::from_str(&caller.view()).expect("ascii");
+    Ok(([(crate::remote::VIEW, shown)], Json(e)).into_response())
 }
 
 /// Where a request in a version points: `{id}`, `{v}` and `{*path}` (the

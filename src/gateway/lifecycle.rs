@@ -11,8 +11,11 @@
 //! - `POST /datasets/{id}/erase` `{"path", "reason", "from", "dry_run"}`
 //!   (`dataset:erase`).
 //! - `GET /datasets/{id}/report`: the compliance report (`dataset:admin`).
+//! - `PUT /datasets/{id}/leases/{staging}` `{"versions": [..]}`: a host's
+//!   staging area stands on those versions (`dataset:commit`; the lease is
+//!   the caller's, `repo::leases`).
 
-use super::api::{Api, Caller, Reply, err, read_body};
+use super::api::{Api, Caller, Reply, err, read_body, resources};
 use crate::access::caller::Actor;
 use crate::access::{Action, dataset_resource};
 use crate::repo::lifecycle::Rules;
@@ -20,7 +23,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::Value;
 use std::sync::Arc;
@@ -52,6 +55,10 @@ pub(super) fn routes() -> Router<Arc<Api>> {
         .route(
             "/datasets/{id}/report",
             asking(Asks("dataset:admin", on), get(report)),
+        )
+        .route(
+            "/datasets/{id}/leases/{staging}",
+            asking(Asks("dataset:commit", on), put(lease)),
         )
 }
 
@@ -220,4 +227,39 @@ async fn report(State(api): State<Arc<Api>>, headers: HeaderMap, Path(id): Path<
         .run(move |repo| Ok(crate::report::report(repo, &id)?))
         .await?;
     Ok(Json(out).into_response())
+}
+
+/// A host's staging area stands on `versions`: each one the caller is
+/// served now, or one its lease named already.
+async fn lease(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Path((id, staging)): Path<(String, String)>,
+    body: Body,
+) -> Reply {
+    let caller = allowed(&api, &headers, &id, Action::Commit).await?;
+    let body = read_body(body).await?;
+    let versions: Vec<u64> = body
+        .get("versions")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .ok_or_else(|| bad("\"versions\" is a list of version numbers"))?;
+    let view = api.view(&id, std::time::Instant::now()).await?;
+    caller.finds_dataset(&id, &view)?;
+    let served: std::collections::BTreeSet<u64> = view
+        .records
+        .iter()
+        .filter(|r| caller.sees(Action::Versions, &resources(&id, r, &view.tags)))
+        .map(|r| r.version)
+        .collect();
+    let (owner, name) = (caller.owner().to_string(), caller.name().to_string());
+    let shown = versions.clone();
+    api.run(move |repo| {
+        let holder = crate::repo::leases::Holder {
+            owner: &owner,
+            name: &name,
+        };
+        Ok(repo.lease_for(&id, &holder, &staging, &versions, &served)?)
+    })
+    .await?;
+    Ok(Json(serde_json::json!({ "versions": shown })).into_response())
 }

@@ -247,6 +247,61 @@ impl Gateway {
         super::in_version(&place.dataset, place.version, what, &place.path)
     }
 
+    /// A version row of the gateway's (`detafs log --json`'s), shown under
+    /// `view`, as a record whose tree names its root folder, and its tags.
+    fn record_of(
+        &self,
+        dataset: &str,
+        view: &str,
+        row: &Value,
+        at: &str,
+    ) -> Result<(Record, Vec<Tag>)> {
+        let bad = || Error::malformed(format!("the gateway's answer to {at}"), "a version row");
+        let version = row["version"].as_u64().ok_or_else(bad)?;
+        let text = |k: &str| row[k].as_str().unwrap_or_default().to_string();
+        let figure = |k: &str| row[k].as_u64().unwrap_or(0);
+        let place = Place {
+            dataset: dataset.to_string(),
+            version,
+            path: RelPath::root(),
+            view: view.to_string(),
+            what: "",
+            etag: None,
+        };
+        let root = name_of(b"folder", &place);
+        self.told.remember(root, place);
+        let record = Record {
+            format: crate::store::FORMAT,
+            dataset: dataset.to_string(),
+            version,
+            parent: None,
+            tree: folder_ref(root),
+            time: text("timestamp"),
+            author: text("author"),
+            message: text("message"),
+            stats: Stats {
+                files_added: figure("files_added"),
+                files_changed: figure("files_changed"),
+                files_removed: figure("files_removed"),
+                files_touched: figure("files_touched"),
+                bytes_added: figure("delta_size"),
+            },
+        };
+        let mut tags = Vec::new();
+        for tag in row["tags"].as_array().into_iter().flatten() {
+            tags.push(Tag {
+                dataset: dataset.to_string(),
+                tag: tag.as_str().ok_or_else(bad)?.to_string(),
+                version,
+                record: RecordHash::from_bytes([0; 32]),
+                time: String::new(),
+                author: String::new(),
+                nonce: String::new(),
+            });
+        }
+        Ok((record, tags))
+    }
+
     /// This host's names for a tree's folders and files.
     fn named(&self, at: &Place, mut tree: Tree) -> Result<Tree> {
         // The folder's small files, laid end to end in a pack of their own.
@@ -333,50 +388,11 @@ impl Upstream for Gateway {
         }
         let rows: Vec<Value> = serde_json::from_slice(&answer.body)
             .map_err(|e| Error::malformed(format!("the gateway's answer to {at}"), e))?;
-        let bad = || Error::malformed(format!("the gateway's answer to {at}"), "a version row");
         let (mut records, mut tags) = (Vec::new(), Vec::new());
         for row in &rows {
-            let version = row["version"].as_u64().ok_or_else(bad)?;
-            let text = |k: &str| row[k].as_str().unwrap_or_default().to_string();
-            let figure = |k: &str| row[k].as_u64().unwrap_or(0);
-            let place = Place {
-                dataset: dataset.to_string(),
-                version,
-                path: RelPath::root(),
-                view: view.clone(),
-                what: "",
-                etag: None,
-            };
-            let root = name_of(b"folder", &place);
-            self.told.remember(root, place);
-            records.push(Record {
-                format: crate::store::FORMAT,
-                dataset: dataset.to_string(),
-                version,
-                parent: None,
-                tree: folder_ref(root),
-                time: text("timestamp"),
-                author: text("author"),
-                message: text("message"),
-                stats: Stats {
-                    files_added: figure("files_added"),
-                    files_changed: figure("files_changed"),
-                    files_removed: figure("files_removed"),
-                    files_touched: figure("files_touched"),
-                    bytes_added: figure("delta_size"),
-                },
-            });
-            for tag in row["tags"].as_array().into_iter().flatten() {
-                tags.push(Tag {
-                    dataset: dataset.to_string(),
-                    tag: tag.as_str().ok_or_else(bad)?.to_string(),
-                    version,
-                    record: RecordHash::from_bytes([0; 32]),
-                    time: String::new(),
-                    author: String::new(),
-                    nonce: String::new(),
-                });
-            }
+            let (record, named) = self.record_of(dataset, &view, row, &at)?;
+            records.push(record);
+            tags.extend(named);
         }
         self.told.save()?;
         Ok(History {
@@ -447,6 +463,38 @@ impl Upstream for Gateway {
         let place = self.told.known(chunks.first()?.pack.as_bytes()).ok()??;
         let same = place.what == FILES && place.etag.as_deref() == Some(etag(chunks).as_str());
         same.then_some((place.version, place.path))
+    }
+
+    fn lease(&self, dataset: &str, staging: &str, versions: &[u64]) -> Result<()> {
+        let at = format!(
+            "/datasets/{}/leases/{}",
+            segment(dataset)?,
+            segment(staging)?
+        );
+        let body = serde_json::json!({ "versions": versions }).to_string();
+        self.ask(reqwest::Method::PUT, &at, |r| {
+            r.header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
+        })?
+        .accepted()?;
+        Ok(())
+    }
+
+    fn kept_record(&self, dataset: &str, version: u64) -> Result<Option<Record>> {
+        let at = format!("/datasets/{}/versions/{version}", segment(dataset)?);
+        let answer = match self.fetch(&at, |r| r) {
+            Ok(a) => a,
+            Err(Error::Fs {
+                kind: FsError::NotFound,
+                ..
+            }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let view = answer.view.clone().unwrap_or_default();
+        let row = answer.json(&at)?;
+        let (record, _) = self.record_of(dataset, &view, &row, &at)?;
+        self.told.save()?;
+        Ok(Some(record))
     }
 
     /// Stores what `s` says as an upload: its id, and the bytes sent (none

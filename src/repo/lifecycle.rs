@@ -443,44 +443,6 @@ impl Repo {
         Ok(entry)
     }
 
-    /// Notes in the store that staging area `staging` stands on `versions`
-    /// of `dataset` (its base, before and after a move): gc keeps an
-    /// expired version's data while a lease names it, so staging built on
-    /// a version expired meanwhile keeps working until it moves on. Not
-    /// through a gateway (its hosts' staging has the gc grace).
-    pub fn lease_base(&self, dataset: &str, staging: &str, versions: &[u64]) -> Result<()> {
-        if self.upstream.is_some() {
-            return Ok(());
-        }
-        let body = serde_json::to_vec(&serde_json::json!({
-            "versions": versions,
-            "time": humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-        }))
-        .expect("serializable");
-        self.store
-            .replace(&keys::lease(dataset, staging), body.into())
-    }
-
-    /// The versions of `dataset` staging areas stand on (their leases).
-    pub fn leased(&self, dataset: &str) -> Result<std::collections::BTreeSet<u64>> {
-        #[derive(Deserialize)]
-        struct Lease {
-            versions: Vec<u64>,
-        }
-        let listed = self.store.list(&keys::leases(dataset), None)?;
-        let keys: Vec<String> = listed.into_iter().map(|l| l.key).collect();
-        let mut out = std::collections::BTreeSet::new();
-        for (key, got) in keys.iter().zip(self.store.get_many(&keys)?) {
-            let Some(bytes) = got else { continue };
-            // A lease that does not decode protects nothing, and is said.
-            match serde_json::from_slice::<Lease>(&bytes) {
-                Ok(l) => out.extend(l.versions),
-                Err(e) => tracing::warn!("ignoring lease {key}: {e}"),
-            }
-        }
-        Ok(out)
-    }
-
     /// Copies `old`'s log to `new` as it is (a rename: the entries name no
     /// dataset, so their chain holds under the new name).
     pub(super) fn copy_lifecycle(&self, old: &str, new: &str) -> Result<()> {

@@ -5,6 +5,7 @@ pub mod apikeys;
 pub mod changes;
 pub mod datasets;
 mod history;
+pub mod leases;
 pub mod lifecycle;
 pub mod policies;
 pub mod tag;

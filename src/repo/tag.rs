@@ -252,7 +252,7 @@ pub fn resolve(
 }
 
 /// `v3` or `3` (the CLI's, the gateway's and Python's spellings).
-fn number_of(spec: &str) -> Option<u64> {
+pub fn number_of(spec: &str) -> Option<u64> {
     match spec.strip_prefix('v') {
         Some(_) => version_name(spec.as_bytes()),
         None => digits(spec.as_bytes()),

@@ -52,6 +52,12 @@ pub trait Upstream: Send + Sync {
     /// Where the chunks of a version's file were read from (its version
     /// and path), if this host was told (a file of several chunks).
     fn source_of(&self, chunks: &[BlobRef]) -> Option<(u64, RelPath)>;
+    /// Notes that this host's staging area `staging` stands on `versions`
+    /// of `dataset` (`Repo::lease_base`).
+    fn lease(&self, dataset: &str, staging: &str, versions: &[u64]) -> Result<()>;
+    /// Version `version` of `dataset`, expired meanwhile, if upstream
+    /// keeps it for this host's staging (its lease names it).
+    fn kept_record(&self, dataset: &str, version: u64) -> Result<Option<Record>>;
     /// Commits `changes` onto version `parent` of `dataset` (none: its
     /// first): the new version's number.
     fn commit(

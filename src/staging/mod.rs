@@ -180,14 +180,21 @@ impl Staging {
     }
 
     /// The tree of the version staging stands on (None: none yet), as this
-    /// host knows it without asking (`Repo::known_records`).
+    /// host knows it without asking (`Repo::known_records`), or, expired
+    /// meanwhile, as its lease keeps it (`Repo::kept_record`).
     pub fn base_tree(&self, repo: &Repo) -> Result<Option<BlobRef>> {
         let base = self.base_version()?;
-        Ok(repo
+        if base == 0 {
+            return Ok(None);
+        }
+        let known = repo
             .known_records(&self.dataset)?
             .into_iter()
-            .find(|r| r.version == base)
-            .map(|r| r.tree))
+            .find(|r| r.version == base);
+        Ok(match known {
+            Some(r) => Some(r.tree),
+            None => repo.kept_record(&self.dataset, base)?.map(|r| r.tree),
+        })
     }
 
     /// The tree of a commit under way: if the process dies after the record

@@ -328,37 +328,38 @@ impl Env {
 /// metadata is not part of a version.
 pub fn fingerprint(root: &Path) -> BTreeMap<Vec<u8>, String> {
     let mut out = BTreeMap::new();
-    fp(root, root, &mut out);
-    out
-}
-
-fn fp(root: &Path, dir: &Path, out: &mut BTreeMap<Vec<u8>, String>) {
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        let m = std::fs::symlink_metadata(&p).unwrap();
-        let rel = p
-            .strip_prefix(root)
-            .unwrap()
-            .as_os_str()
-            .as_bytes()
-            .to_vec();
-        let mtime = m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128;
-        let desc = if m.is_dir() {
-            fp(root, &p, out);
-            format!("dir {:o} {mtime}", m.mode() & 0o7777)
-        } else if m.file_type().is_symlink() {
-            let t = std::fs::read_link(&p).unwrap();
-            format!("link {mtime} {:?}", t)
-        } else {
-            let data = std::fs::read(&p).unwrap();
-            format!(
-                "file {:o} {mtime} {}",
-                m.mode() & 0o7777,
-                hex::encode(Sha256::digest(&data))
-            )
-        };
-        out.insert(rel, desc);
+    // A walk with a stack of its own: folders nest 1,000 deep in tests,
+    // more than a test thread's stack holds by recursion.
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let rel = p
+                .strip_prefix(root)
+                .unwrap()
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
+            let mtime = m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128;
+            let desc = if m.is_dir() {
+                todo.push(p);
+                format!("dir {:o} {mtime}", m.mode() & 0o7777)
+            } else if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).unwrap();
+                format!("link {mtime} {:?}", t)
+            } else {
+                let data = std::fs::read(&p).unwrap();
+                format!(
+                    "file {:o} {mtime} {}",
+                    m.mode() & 0o7777,
+                    hex::encode(Sha256::digest(&data))
+                )
+            };
+            out.insert(rel, desc);
+        }
     }
+    out
 }
 
 /// Deterministic pseudo-random bytes.
@@ -545,6 +546,11 @@ pub fn local_only(why: &str) -> bool {
         eprintln!("not through a gateway: {why}");
     }
     remote
+}
+
+/// Whether this run's mounts go through a gateway (`DETAFS_TEST_MOUNT`).
+pub fn mounts_through_gateway() -> bool {
+    Remote::asked()
 }
 
 /// Who a commit through a mount is by: the user, or the gateway's key.
