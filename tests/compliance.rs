@@ -1072,6 +1072,86 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
     env.ok(&["verify"]);
 }
 
+/// What the store says of its colder tier is the store's, and may be
+/// forged (`tiers.json` is not sealed: hosts read it before a key): a
+/// tier that is not JSON, names unknown fields or an unknown scheme is an
+/// error naming the file, and a tier pointed at another folder holding
+/// packs of other bytes serves none of them (each chunk is checked), and
+/// `tier` moves nothing there while the store names it.
+#[test]
+fn a_forged_colder_tier_is_an_error_never_another_files_bytes() {
+    let env = Env::new_local();
+    let old = replaced(&env, "old.bin", "new.bin", 41);
+    let (cold_url, _) = cold_tier(&env);
+    env.ok(&[
+        "tier",
+        "ds",
+        "--older-than",
+        "0s",
+        "--cold-store",
+        &cold_url,
+    ]);
+    assert!(env.run(&["cat", "ds", "v1", "old.bin"]).stdout == old);
+    let tiers = std::path::Path::new(&env.store).join("tiers.json");
+    assert!(tiers.exists(), "the store names its tier");
+    for forged in [
+        "not json".to_string(),
+        r#"{"cold": "/x", "class": "GLACIER"}"#.to_string(),
+        r#"{"cold": "/x", "more": 1}"#.to_string(),
+        r#"{"cold": "ftp://elsewhere/x"}"#.to_string(),
+    ] {
+        std::fs::write(&tiers, &forged).unwrap();
+        let other = env.other_host();
+        let (code, err) = other.fails(&["cat", "ds", "v1", "old.bin"]);
+        assert_eq!(code, 1, "{forged}: {err}");
+        assert!(!err.contains("panicked"), "{forged}: {err}");
+        assert_eq!(
+            other.run(&["cat", "ds", "v2", "new.bin"]).stdout,
+            common::noise(1 << 20, 8),
+            "{forged}: what lives here reads on"
+        );
+    }
+    // Another folder whose packs hold other bytes under the same names.
+    let forged = env.path("forged");
+    for entry in walk(&env.path("cold")) {
+        let rel = entry.strip_prefix(env.path("cold")).unwrap();
+        let to = forged.join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        let mut bytes = std::fs::read(&entry).unwrap();
+        for b in bytes.iter_mut().skip(64).step_by(997) {
+            *b ^= 0x5a;
+        }
+        std::fs::write(to, bytes).unwrap();
+    }
+    std::fs::write(&tiers, format!(r#"{{"cold": "{}"}}"#, forged.display())).unwrap();
+    let other = env.other_host();
+    let out = other.run(&["cat", "ds", "v1", "old.bin"]);
+    assert!(
+        !out.status.success() && out.stdout.len() < old.len(),
+        "no other bytes served"
+    );
+    let (code, _) = other.fails(&["verify"]);
+    assert_ne!(code, 0, "verify finds the forged packs");
+    // The tier named again: all reads back.
+    std::fs::write(&tiers, format!(r#"{{"cold": "{cold_url}"}}"#)).unwrap();
+    assert!(env.other_host().run(&["cat", "ds", "v1", "old.bin"]).stdout == old);
+}
+
+/// Every file below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            match e.file_type().unwrap().is_dir() {
+                true => todo.push(e.path()),
+                false => out.push(e.path()),
+            }
+        }
+    }
+    out
+}
+
 /// A colder tier that fails (its service unreachable): `tier` fails
 /// cleanly, deleting nothing it did not copy, and every version reads on.
 #[test]
