@@ -6,9 +6,12 @@
 //! gateways can serve one store.
 
 pub mod api;
+mod audit;
 mod commits;
+mod compare;
 mod lifecycle;
 mod logline;
+mod preview;
 mod s3;
 mod stall;
 mod table;
@@ -80,6 +83,9 @@ pub fn serve(
         trees::routes()
             .merge(tags::routes())
             .merge(lifecycle::routes())
+            .merge(compare::routes())
+            .merge(preview::routes())
+            .merge(audit::routes())
             .merge(commits::routes()),
     );
     // The audit reads every record and object: a thread of its own, never

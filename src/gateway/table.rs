@@ -169,6 +169,152 @@ fn csv_apply(old: Option<&[u8]>, d: &Delta) -> Result<Vec<u8>> {
     w.into_inner().map_err(|e| bad(format!("{}: {e}", d.path)))
 }
 
+/// How a table file lays its rows out, by its name: what previews and
+/// diffs show as a table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// CSV (`,`) or TSV (tab), a header first.
+    Delimited(u8),
+    /// One JSON value a line.
+    JsonLines,
+}
+
+/// A table as shown: its columns and its rows, each a list of cells.
+pub struct Table {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<Value>>,
+    /// Rows past those read (or a line that did not parse) were left out.
+    pub truncated: bool,
+}
+
+impl Format {
+    pub fn of(path: &str) -> Option<Format> {
+        let lower = path.to_ascii_lowercase();
+        match lower.rsplit_once('.')?.1 {
+            "csv" => Some(Format::Delimited(b',')),
+            "tsv" | "tab" => Some(Format::Delimited(b'\t')),
+            "jsonl" | "ndjson" => Some(Format::JsonLines),
+            _ => None,
+        }
+    }
+
+    /// The first `max` rows of a table file's text.
+    pub fn table(self, text: &str, max: usize) -> Table {
+        match self {
+            Format::Delimited(sep) => {
+                let mut r = csv::ReaderBuilder::new()
+                    .delimiter(sep)
+                    .flexible(true)
+                    .from_reader(text.as_bytes());
+                let columns = r
+                    .headers()
+                    .map(|h| h.iter().map(String::from).collect())
+                    .unwrap_or_default();
+                let mut rows = Vec::new();
+                let mut records = r.records();
+                for rec in records.by_ref().take(max) {
+                    let Ok(rec) = rec else { break };
+                    rows.push(rec.iter().map(|f| Value::String(f.into())).collect());
+                }
+                let truncated = records.next().is_some();
+                Table {
+                    columns,
+                    rows,
+                    truncated,
+                }
+            }
+            Format::JsonLines => {
+                let mut values = Vec::new();
+                let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+                let mut truncated = false;
+                for l in lines.by_ref().take(max) {
+                    match serde_json::from_str::<Value>(l) {
+                        Ok(v) => values.push(v),
+                        Err(_) => {
+                            truncated = true;
+                            break;
+                        }
+                    }
+                }
+                truncated |= lines.next().is_some();
+                let mut columns: Vec<String> = Vec::new();
+                for v in &values {
+                    for k in v.as_object().into_iter().flat_map(|o| o.keys()) {
+                        if !columns.contains(k) && columns.len() < MAX_COLUMNS {
+                            columns.push(k.clone());
+                        }
+                    }
+                }
+                let whole = columns.is_empty();
+                if whole {
+                    columns.push("value".into());
+                }
+                let rows = values
+                    .iter()
+                    .map(|v| match (whole, v.as_object()) {
+                        (false, Some(o)) => columns
+                            .iter()
+                            .map(|c| o.get(c).cloned().unwrap_or(Value::Null))
+                            .collect(),
+                        _ => vec![v.clone()],
+                    })
+                    .collect();
+                Table {
+                    columns,
+                    rows,
+                    truncated,
+                }
+            }
+        }
+    }
+
+    /// The rows `new` has that `old` has not (each as often as it is
+    /// there more), and those `old` has that `new` has not: what a
+    /// commit's `delta` would say, at most `max` each way; and the
+    /// columns of `new` (or of `old`, when there is no `new`).
+    pub fn row_change(
+        self,
+        old: &str,
+        new: &str,
+        max: usize,
+    ) -> (Vec<Vec<Value>>, Vec<Vec<Value>>, Vec<String>) {
+        let (a, b) = (self.table(old, usize::MAX), self.table(new, usize::MAX));
+        let key = |r: &Vec<Value>| serde_json::to_string(r).expect("serializable");
+        let mut counts: std::collections::HashMap<String, i64> = Default::default();
+        for r in &a.rows {
+            *counts.entry(key(r)).or_default() += 1;
+        }
+        let mut added = Vec::new();
+        for r in &b.rows {
+            let n = counts.entry(key(r)).or_default();
+            if *n > 0 {
+                *n -= 1;
+            } else if added.len() < max {
+                added.push(r.clone());
+            }
+        }
+        let mut removed = Vec::new();
+        for r in &a.rows {
+            let n = counts.entry(key(r)).or_default();
+            if *n > 0 {
+                *n -= 1;
+                if removed.len() < max {
+                    removed.push(r.clone());
+                }
+            }
+        }
+        let columns = if b.columns.is_empty() {
+            a.columns
+        } else {
+            b.columns
+        };
+        (added, removed, columns)
+    }
+}
+
+/// Columns a JSON lines table shows at most.
+const MAX_COLUMNS: usize = 100;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,5 +350,24 @@ mod tests {
         );
         let unknown = parse(&json!({"path": "t.csv", "added": [{"town": "x"}]})).unwrap();
         assert!(apply(Some(old), &unknown).is_err());
+    }
+
+    #[test]
+    fn a_table_change_counts_each_row_as_often_as_it_is_there() {
+        let old = "a,b\n1,x\n1,x\n2,y\n";
+        let new = "a,b\n1,x\n3,z\n2,y\n";
+        let (added, removed, columns) = Format::of("t.CSV").unwrap().row_change(old, new, 10);
+        assert_eq!(columns, ["a", "b"]);
+        assert_eq!(added, [vec![json!("3"), json!("z")]]);
+        assert_eq!(removed, [vec![json!("1"), json!("x")]]);
+        let t = Format::JsonLines.table("{\"k\": 1}\n\n{\"j\": true}\n[1]\n", 2);
+        assert_eq!(t.columns, ["k", "j"]);
+        assert_eq!(
+            t.rows,
+            [vec![json!(1), Value::Null], vec![Value::Null, json!(true)]]
+        );
+        assert!(t.truncated);
+        assert_eq!(Format::of("x.tsv"), Some(Format::Delimited(b'\t')));
+        assert_eq!(Format::of("x.txt"), None);
     }
 }

@@ -1,0 +1,351 @@
+//! A file's first rows or lines, over REST (what the web page shows of a
+//! file; any client may ask): `GET
+//! /datasets/{id}/versions/{v}/preview/{path}?rows=N`.
+//!
+//! - CSV, TSV and JSON lines: a table of the first rows, with each
+//!   column's type as its cells suggest (integer, number, boolean, text);
+//! - Parquet: a table of the first rows with the schema's types, the file
+//!   read by ranges (its footer, then the first pages of each column: a
+//!   few MiB of a file of any size, `bytes_read` says how many);
+//! - images (PNG, JPEG, GIF, WebP, by their first bytes): their type;
+//! - text: its first lines;
+//! - anything else: its size and, where its first bytes tell, its type.
+//!
+//! The file is found and checked by the one read rule (`Caller::readable`)
+//! as a download is.
+
+use super::api::{Api, ApiError, InVersion, READS, Reply, err};
+use super::logline::asking;
+use super::table::Format;
+use crate::read::chunks::ChunkCache;
+use crate::snapshot::Node;
+use crate::store::pack::BlobRef;
+use axum::Json;
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use bytes::Bytes;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Rows shown by default, and at most.
+const ROWS: usize = 100;
+const MAX_ROWS: usize = 1_000;
+/// Bytes of a text or table file read for its preview.
+const HEAD: u64 = 1 << 20;
+/// Lines of text shown at most.
+const MAX_LINES: usize = 2_000;
+/// A Parquet reader's reads of the file, at least this many bytes each.
+const WINDOW: u64 = 256 << 10;
+
+pub(super) fn routes() -> Router<Arc<Api>> {
+    Router::new().route(
+        "/datasets/{id}/versions/{v}/preview/{*path}",
+        asking(READS, get(preview)),
+    )
+}
+
+async fn preview(
+    State(api): State<Arc<Api>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+    at: InVersion,
+) -> Reply {
+    let rows = match q.get("rows") {
+        None => ROWS,
+        Some(n) => n
+            .parse::<usize>()
+            .map_err(|_| err(StatusCode::BAD_REQUEST, "invalid", "rows is a number"))?
+            .clamp(1, MAX_ROWS),
+    };
+    let caller = api.caller(&headers).await?;
+    let (_, record, versions) = api.visible_version(&caller, &at.id, &at.v).await?;
+    let cache = api.chunks.clone();
+    let out = api
+        .run(move |repo| {
+            let node = repo.lookup(&record.tree, &at.path)?;
+            let node = caller.readable(&record, &versions, &at.path, node)?;
+            let name = at.path.to_string();
+            match node {
+                Node::File { chunks, size, .. } => {
+                    let file = Ranges::new(cache, chunks, size);
+                    Ok(of_file(&file, &name, rows)?)
+                }
+                Node::Dir { .. } => Err(err(
+                    StatusCode::BAD_REQUEST,
+                    "invalid",
+                    format!("{name} is a folder: list it at files/{name}"),
+                )),
+                Node::Symlink { target, .. } => Ok(json!({
+                    "kind": "symlink",
+                    "target": String::from_utf8_lossy(&target),
+                })),
+                Node::Special { kind, .. } => Ok(json!({"kind": "special", "type": kind})),
+            }
+        })
+        .await?;
+    Ok(Json(out).into_response())
+}
+
+/// A version file's bytes, read by range through the chunk cache (each
+/// chunk verified as it is read), counting what was read.
+struct Ranges {
+    cache: Arc<ChunkCache>,
+    chunks: Vec<BlobRef>,
+    size: u64,
+    read: AtomicU64,
+}
+
+impl Ranges {
+    fn new(cache: Arc<ChunkCache>, chunks: Vec<BlobRef>, size: u64) -> Arc<Ranges> {
+        Arc::new(Ranges {
+            cache,
+            chunks,
+            size,
+            read: AtomicU64::new(0),
+        })
+    }
+
+    fn range(&self, start: u64, end: u64) -> crate::error::Result<Bytes> {
+        let end = end.min(self.size);
+        if start >= end {
+            return Ok(Bytes::new());
+        }
+        let parts = self
+            .cache
+            .slices(&self.chunks, start, end, false)?
+            .expect("all is read when not memory-only");
+        self.read.fetch_add(end - start, Ordering::Relaxed);
+        Ok(match parts.len() {
+            1 => parts.into_iter().next().expect("one"),
+            _ => Bytes::from(parts.concat()),
+        })
+    }
+}
+
+fn of_file(file: &Arc<Ranges>, name: &str, rows: usize) -> Result<Value, ApiError> {
+    let lower = name.to_ascii_lowercase();
+    if lower.ends_with(".parquet") || lower.ends_with(".pq") {
+        return parquet(file, rows).or_else(|e| {
+            Ok(json!({"kind": "binary", "size": file.size, "type": "parquet", "problem": e}))
+        });
+    }
+    let head = file.range(0, HEAD)?;
+    if let Some(image) = image_type(&head) {
+        return Ok(json!({"kind": "image", "size": file.size, "type": image}));
+    }
+    // What is read of it ends at a line's end (or the file's).
+    let whole = file.size <= HEAD;
+    let text = match std::str::from_utf8(&head) {
+        Ok(t) => t,
+        Err(e) if e.error_len().is_none() => {
+            std::str::from_utf8(&head[..e.valid_up_to()]).expect("valid")
+        }
+        Err(_) => "\0",
+    };
+    if text.contains('\0') {
+        return Ok(json!({"kind": "binary", "size": file.size, "type": binary_type(&head)}));
+    }
+    let text = match whole {
+        true => text,
+        false => text.rsplit_once('\n').map_or(text, |(t, _)| t),
+    };
+    if let Some(format) = Format::of(name) {
+        let t = format.table(text, rows);
+        let columns: Vec<Value> = t
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| json!({"name": c, "type": cell_type(t.rows.iter().filter_map(|r| r.get(i)))}))
+            .collect();
+        return Ok(json!({
+            "kind": "table", "size": file.size, "columns": columns, "rows": t.rows,
+            "truncated": t.truncated || !whole,
+        }));
+    }
+    let lines: Vec<&str> = text.lines().take(MAX_LINES).collect();
+    let truncated = !whole || text.lines().nth(MAX_LINES).is_some();
+    Ok(json!({"kind": "text", "size": file.size, "lines": lines, "truncated": truncated}))
+}
+
+/// The type most cells of a column share: integer, number, boolean, text.
+fn cell_type<'a>(cells: impl Iterator<Item = &'a Value>) -> &'static str {
+    let mut kinds = cells.filter_map(|c| {
+        let s = match c {
+            Value::Null => return None,
+            Value::Bool(_) => return Some("boolean"),
+            Value::Number(n) if n.is_i64() || n.is_u64() => return Some("integer"),
+            Value::Number(_) => return Some("number"),
+            Value::String(s) if s.is_empty() => return None,
+            Value::String(s) => s,
+            _ => return Some("json"),
+        };
+        Some(if s.parse::<i64>().is_ok() {
+            "integer"
+        } else if s.parse::<f64>().is_ok() {
+            "number"
+        } else if s == "true" || s == "false" {
+            "boolean"
+        } else {
+            "text"
+        })
+    });
+    let Some(first) = kinds.next() else {
+        return "text";
+    };
+    kinds
+        .try_fold(first, |a, b| match (a, b) {
+            (a, b) if a == b => Some(a),
+            ("integer", "number") | ("number", "integer") => Some("number"),
+            _ => None,
+        })
+        .unwrap_or("text")
+}
+
+/// A raster image's type by its first bytes (SVG is text: it may hold
+/// script, and is shown as such).
+fn image_type(head: &[u8]) -> Option<&'static str> {
+    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if head.starts_with(b"\xff\xd8\xff") {
+        Some("image/jpeg")
+    } else if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if head.len() >= 12 && &head[..4] == b"RIFF" && &head[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+/// What a binary file's first bytes say it is, where they tell.
+fn binary_type(head: &[u8]) -> &'static str {
+    match head {
+        [b'P', b'K', 3, 4, ..] => "zip",
+        [0x1f, 0x8b, ..] => "gzip",
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => "zstd",
+        [b'%', b'P', b'D', b'F', ..] => "pdf",
+        [b'P', b'A', b'R', b'1', ..] => "parquet",
+        [0x7f, b'E', b'L', b'F', ..] => "elf",
+        [b'S', b'Q', b'L', b'i', b't', b'e', ..] => "sqlite",
+        _ => "binary",
+    }
+}
+
+/// The first `rows` rows of a Parquet file, read by ranges.
+fn parquet(file: &Arc<Ranges>, rows: usize) -> Result<Value, String> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let source = Source(file.clone());
+    let reader = SerializedFileReader::new(source).map_err(|e| e.to_string())?;
+    let meta = reader.metadata().file_metadata();
+    let schema = meta.schema_descr();
+    let columns: Vec<Value> = schema
+        .columns()
+        .iter()
+        .map(|c| {
+            let logical = c.logical_type_ref().map(|l| format!("{l:?}"));
+            json!({
+                "name": c.path().string(),
+                "type": logical.unwrap_or_else(|| format!("{}", c.physical_type())),
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for row in reader
+        .get_row_iter(None)
+        .map_err(|e| e.to_string())?
+        .take(rows)
+    {
+        let row = row.map_err(|e| e.to_string())?;
+        out.push(
+            row.get_column_iter()
+                .map(|(_, field)| field.to_json_value())
+                .collect::<Vec<_>>(),
+        );
+    }
+    Ok(json!({
+        "kind": "table", "format": "parquet", "size": file.size, "columns": columns,
+        "rows": out, "total_rows": meta.num_rows(),
+        "truncated": (out.len() as i64) < meta.num_rows(),
+        "bytes_read": file.read.load(Ordering::Relaxed),
+    }))
+}
+
+/// A Parquet reader's view of a file: ranges asked for as they are
+/// needed, never the whole file.
+struct Source(Arc<Ranges>);
+
+impl parquet::file::reader::Length for Source {
+    fn len(&self) -> u64 {
+        self.0.size
+    }
+}
+
+impl parquet::file::reader::ChunkReader for Source {
+    type T = Stream;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Stream> {
+        Ok(Stream {
+            file: self.0.clone(),
+            at: start,
+            buf: Bytes::new(),
+        })
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        let end = start.saturating_add(length as u64);
+        if end > self.0.size {
+            return Err(parquet::errors::ParquetError::EOF(format!(
+                "{length} bytes at {start} of {}",
+                self.0.size
+            )));
+        }
+        self.0
+            .range(start, end)
+            .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+    }
+}
+
+/// The file from an offset on, read a window at a time as it is read.
+struct Stream {
+    file: Arc<Ranges>,
+    at: u64,
+    buf: Bytes,
+}
+
+impl std::io::Read for Stream {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.buf.is_empty() {
+            self.buf = self
+                .file
+                .range(self.at, self.at.saturating_add(WINDOW))
+                .map_err(std::io::Error::other)?;
+            self.at += self.buf.len() as u64;
+        }
+        let n = out.len().min(self.buf.len());
+        out[..n].copy_from_slice(&self.buf[..n]);
+        self.buf = self.buf.slice(n..);
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_columns_type_is_what_its_cells_share() {
+        let cells = |v: &[Value]| cell_type(v.iter());
+        assert_eq!(cells(&[json!("1"), json!("2"), json!("")]), "integer");
+        assert_eq!(cells(&[json!("1"), json!("2.5")]), "number");
+        assert_eq!(cells(&[json!("1"), json!("x")]), "text");
+        assert_eq!(cells(&[json!(true), Value::Null]), "boolean");
+        assert_eq!(cells(&[]), "text");
+        assert_eq!(image_type(b"\x89PNG\r\n\x1a\nrest"), Some("image/png"));
+        assert_eq!(image_type(b"<svg onload=alert(1)>"), None);
+    }
+}
