@@ -19,6 +19,7 @@ mod tags;
 pub mod tls;
 pub mod tokens;
 mod trees;
+mod web;
 
 use crate::access::trail::Trail;
 use crate::error::{Error, Result};
@@ -78,7 +79,7 @@ pub fn serve(
 ) -> Result<()> {
     let trail = Trail::open(&opts.audit, 64 << 20)?;
     let state = Arc::new(api::Api::new(repo.clone(), trail, opts.tokens, opts.policy));
-    let app = api::router(
+    let rest = api::router(
         state.clone(),
         trees::routes()
             .merge(tags::routes())
@@ -88,6 +89,7 @@ pub fn serve(
             .merge(audit::routes())
             .merge(commits::routes()),
     );
+    let app = web::router(rest.clone()).merge(rest);
     // The audit reads every record and object: a thread of its own, never
     // a request's worker. It holds the API weakly and ends with it.
     let audited = Arc::downgrade(&state);

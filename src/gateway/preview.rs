@@ -208,7 +208,7 @@ fn cell_type<'a>(cells: impl Iterator<Item = &'a Value>) -> &'static str {
 
 /// A raster image's type by its first bytes (SVG is text: it may hold
 /// script, and is shown as such).
-fn image_type(head: &[u8]) -> Option<&'static str> {
+pub(super) fn image_type(head: &[u8]) -> Option<&'static str> {
     if head.starts_with(b"\x89PNG\r\n\x1a\n") {
         Some("image/png")
     } else if head.starts_with(b"\xff\xd8\xff") {
