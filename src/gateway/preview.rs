@@ -98,6 +98,9 @@ struct Ranges {
     chunks: Vec<BlobRef>,
     size: u64,
     read: AtomicU64,
+    /// The last window read (its offset): a reader asks for the same
+    /// bytes more than once (Parquet: a page's header, then the page).
+    last: parking_lot::Mutex<(u64, Bytes)>,
 }
 
 impl Ranges {
@@ -107,23 +110,34 @@ impl Ranges {
             chunks,
             size,
             read: AtomicU64::new(0),
+            last: Default::default(),
         })
     }
 
+    /// Bytes `[start, end)`, read a window at least at a time.
     fn range(&self, start: u64, end: u64) -> crate::error::Result<Bytes> {
         let end = end.min(self.size);
         if start >= end {
             return Ok(Bytes::new());
         }
+        let mut last = self.last.lock();
+        let (at, kept) = &*last;
+        if *at <= start && end <= at + kept.len() as u64 {
+            let from = crate::limits::to_usize(start - at);
+            return Ok(kept.slice(from..from + crate::limits::to_usize(end - start)));
+        }
+        let to = end.max(start.saturating_add(WINDOW)).min(self.size);
         let parts = self
             .cache
-            .slices(&self.chunks, start, end, false)?
+            .slices(&self.chunks, start, to, false)?
             .expect("all is read when not memory-only");
-        self.read.fetch_add(end - start, Ordering::Relaxed);
-        Ok(match parts.len() {
+        self.read.fetch_add(to - start, Ordering::Relaxed);
+        let window = match parts.len() {
             1 => parts.into_iter().next().expect("one"),
             _ => Bytes::from(parts.concat()),
-        })
+        };
+        *last = (start, window.clone());
+        Ok(window.slice(..crate::limits::to_usize(end - start)))
     }
 }
 
