@@ -50,6 +50,26 @@ def rest(side, path):
     return (r.status_code, normal(r.text))
 
 
+def page(side, path):
+    """A page of the web page, signed in with the side's reading key: its
+    status, where it sends the browser, and its HTML with what differs
+    between any two stores or sessions taken out."""
+    web = side.get("web")
+    if web is None:
+        web = side["web"] = requests.Session()
+        form = web.get(side["rest"] + "/ui/login", verify=side["ca"]).text
+        csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', form).group(1)
+        r = web.post(side["rest"] + "/ui/login", data={"key": side["rest_key"], "csrf": csrf},
+                     verify=side["ca"], allow_redirects=False)
+        assert r.status_code == 303, r.text
+    r = web.get(side["rest"] + path, verify=side["ca"], allow_redirects=False)
+    text = normal(r.text)
+    text = re.sub(r'name="csrf" value="[0-9a-f]+"', "CSRF", text)
+    text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", "TIME", text)
+    text = re.sub(r"<code>[0-9a-f]{16}</code>", "HASH", text)
+    return (r.status_code, r.headers.get("location"), text)
+
+
 def commit(side, body):
     """A REST commit by the side's writing key."""
     r = requests.post(side["rest"] + "/datasets/ds/commit", json=body,
@@ -139,6 +159,33 @@ for d in datasets:
             for delim in ["/", ""]:
                 kw = {"Prefix": f"{key}/", "Delimiter": delim} if delim else {"Prefix": key}
                 same(f"S3 list {d} {kw}", call(lambda: sa.list_objects_v2(Bucket=d, **kw)), call(lambda: sb.list_objects_v2(Bucket=d, **kw)))
+
+# What changed, previews and the audit over REST, and the web page made
+# of them: hidden is as missing there too.
+def rest_norm(side, path):
+    status, text = rest(side, path)
+    return (status, re.sub(r'"hash":\s*"[0-9a-f]*"', '"hash": H', text))
+
+
+same("page datasets", page(a, "/ui/"), page(b, "/ui/"))
+for d in datasets:
+    same(f"page log {d}", page(a, f"/ui/datasets/{d}"), page(b, f"/ui/datasets/{d}"))
+    same(f"REST audit {d}", rest_norm(a, f"/datasets/{d}/audit"), rest_norm(b, f"/datasets/{d}/audit"))
+    same(f"page audit {d}", page(a, f"/ui/datasets/{d}/audit"), page(b, f"/ui/datasets/{d}/audit"))
+    for r in ["v1..v2", "v2..v1", "v1..v9", "v1..latest"]:
+        same(f"REST diff {d} {r}", rest(a, f"/datasets/{d}/diff/{r}"), rest(b, f"/datasets/{d}/diff/{r}"))
+        same(f"page diff {d} {r}", page(a, f"/ui/datasets/{d}/diff/{r}"), page(b, f"/ui/datasets/{d}/diff/{r}"))
+    for p in paths:
+        same(f"REST history {d} {p}", rest(a, f"/datasets/{d}/history?path={p}"), rest(b, f"/datasets/{d}/history?path={p}"))
+        same(f"page history {d} {p}", page(a, f"/ui/datasets/{d}/history?path={p}"), page(b, f"/ui/datasets/{d}/history?path={p}"))
+        same(f"REST file diff {d} {p}", rest(a, f"/datasets/{d}/diff/v1..v2/files/{p}"), rest(b, f"/datasets/{d}/diff/v1..v2/files/{p}"))
+        same(f"page file diff {d} {p}", page(a, f"/ui/datasets/{d}/diff/v1..v2/files/{p}"), page(b, f"/ui/datasets/{d}/diff/v1..v2/files/{p}"))
+    for v in versions:
+        same(f"page root {d} {v}", page(a, f"/ui/datasets/{d}/versions/{v}/files"), page(b, f"/ui/datasets/{d}/versions/{v}/files"))
+        for p in paths:
+            same(f"REST preview {d} {v} {p}", rest(a, f"/datasets/{d}/versions/{v}/preview/{p}"), rest(b, f"/datasets/{d}/versions/{v}/preview/{p}"))
+            same(f"page {d} {v} {p}", page(a, f"/ui/datasets/{d}/versions/{v}/files/{p}"), page(b, f"/ui/datasets/{d}/versions/{v}/files/{p}"))
+            same(f"page download {d} {v} {p}", page(a, f"/ui/datasets/{d}/versions/{v}/download/{p}"), page(b, f"/ui/datasets/{d}/versions/{v}/download/{p}"))
 
 # Writes by a key that may commit but not read what is hidden: each one
 # answers as on the store without it, and leaves what the caller sees of
