@@ -35,6 +35,17 @@ fn dataset(env: &Env) {
     )
     .unwrap();
     std::fs::write(src.join("private/secret.csv"), "name\nJane\n").unwrap();
+    // A 2x2 PNG, made by its specification's own pieces.
+    common::run_ok(Command::new("python3").args([
+        "-c",
+        "import struct, sys, zlib\n\
+         def chunk(kind, data):\n\
+         \x20   return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))\n\
+         raw = b''.join(b'\\x00' + b'\\xff\\x00\\x00' * 2 for _ in range(2))\n\
+         png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 2, 2, 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b'')\n\
+         open(sys.argv[1], 'wb').write(png)",
+        src.join("plot.png").to_str().unwrap(),
+    ]));
     for i in 0..20_000 {
         std::fs::write(src.join(format!("many/f{i:05}")), "").unwrap();
     }
@@ -90,4 +101,96 @@ fn the_web_page_in_a_real_browser() {
     ] {
         assert!(shots.join(format!("{page}.png")).exists(), "{page}.png");
     }
+}
+
+/// `curl` with a cookie jar: status, headers and body.
+fn browse(jar: &std::path::Path, args: &[&str]) -> (u16, String, String) {
+    let out = Command::new("curl")
+        .args([
+            "-sk",
+            "-D",
+            "-",
+            "-c",
+            jar.to_str().unwrap(),
+            "-b",
+            jar.to_str().unwrap(),
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, head.to_ascii_lowercase(), body.to_string())
+}
+
+/// The session's rules without a browser: its cookie is `HttpOnly`,
+/// `Secure` and `SameSite=Strict`; the sign-in form's CSRF token must come
+/// back with it; sign-out without the session's CSRF token changes
+/// nothing; a key revoked ends its session at the next page.
+#[test]
+fn a_session_is_bound_to_its_key_and_forms_to_their_tokens() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.txt"), "a\n").unwrap();
+    env.commit(&src, "one");
+    let reader = key(&env, "reader", "read");
+    let g = serve(&env);
+    let jar = env.path("jar");
+    let at = |p: &str| format!("{}{p}", g.url);
+    let csrf = |body: &str| {
+        let at = body.find("name=\"csrf\" value=\"").unwrap() + 19;
+        body[at..at + 64].to_string()
+    };
+    let (status, _, _) = browse(&jar, &[&at("/ui/")]);
+    assert_eq!(status, 303, "signed out: to the sign-in page");
+    let (_, head, form) = browse(&jar, &[&at("/ui/login")]);
+    assert!(
+        head.contains("content-security-policy: default-src 'none'"),
+        "{head}"
+    );
+    assert!(csrf(&form).bytes().all(|b| b.is_ascii_hexdigit()));
+    let sign_in = |token: &str| {
+        browse(
+            &jar,
+            &[
+                "--data-urlencode",
+                &format!("key={reader}"),
+                "--data",
+                &format!("csrf={token}"),
+                &at("/ui/login"),
+            ],
+        )
+    };
+    let (status, _, body2) = sign_in(&"0".repeat(64));
+    assert_eq!(status, 401, "a form without its token: {body2}");
+    let token = csrf(&body2);
+    let (status, head, _) = sign_in(&token);
+    assert_eq!(status, 303, "{head}");
+    let cookie = head
+        .lines()
+        .find(|l| l.starts_with("set-cookie: detafs_session="))
+        .unwrap();
+    for flag in [
+        "httponly",
+        "secure",
+        "samesite=strict",
+        "path=/ui",
+        "max-age=3600",
+    ] {
+        assert!(cookie.contains(flag), "{cookie}");
+    }
+    let (status, _, page) = browse(&jar, &[&at("/ui/datasets/ds")]);
+    assert!(status == 200 && page.contains("one"), "{status}");
+    let (status, _, _) = browse(&jar, &["--data", "csrf=nope", &at("/ui/logout")]);
+    assert_eq!(status, 403, "sign-out without the session's token");
+    assert_eq!(browse(&jar, &[&at("/ui/")]).0, 200, "still signed in");
+    env.ok(&["apikey", "revoke", "reader"]);
+    let (status, head, _) = browse(&jar, &[&at("/ui/datasets/ds")]);
+    assert!(
+        status == 303 && head.contains("location: /ui/login"),
+        "{head}"
+    );
+    drop(body);
 }

@@ -146,6 +146,12 @@ go("/ui/datasets/ds/versions/latest/files/%3Cimg%20src%3Dx%20onerror%3Dalert%281
 assert "<img src=y onerror=alert(2)>" in main_text(), main_text()
 no_script_ran()
 
+go("/ui/datasets/ds/versions/latest/files/plot.png")
+image = d.find_element(By.CSS_SELECTOR, "img.image")
+wait.until(lambda _: d.execute_script("return arguments[0].complete", image))
+assert d.execute_script("return arguments[0].naturalWidth", image) == 2, "the image shows"
+shot("image")
+
 go("/ui/datasets/ds/versions/latest/files/tables/t.parquet")
 text = main_text()
 assert "100 rows shown of 1000" in text and "INT64" in text and "n99" in text, text
