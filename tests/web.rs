@@ -192,5 +192,4 @@ fn a_session_is_bound_to_its_key_and_forms_to_their_tokens() {
         status == 303 && head.contains("location: /ui/login"),
         "{head}"
     );
-    drop(body);
 }
