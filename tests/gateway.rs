@@ -464,6 +464,55 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
         let (s, b) = post(&t);
         assert_eq!(s, 401, "{what}: {}", String::from_utf8_lossy(&b));
     }
+    // The web page signs in with a token as with a key: a good one opens a
+    // session whose pages the REST API answers as the token's caller; an
+    // expired one is refused at the form.
+    let jar = env.path("jar");
+    let web = |args: &[&str]| {
+        let out = Command::new("curl")
+            .args([
+                "-sk",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-c",
+                jar.to_str().unwrap(),
+                "-b",
+                jar.to_str().unwrap(),
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let sign_in = |t: &str| {
+        web(&[&format!("{}/ui/login", g.url)]);
+        let cookies = std::fs::read_to_string(&jar).unwrap();
+        let csrf = cookies
+            .lines()
+            .find(|l| l.contains("detafs_login"))
+            .unwrap()
+            .rsplit('\t')
+            .next()
+            .unwrap()
+            .to_string();
+        web(&[
+            "--data-urlencode",
+            &format!("key={t}"),
+            "--data",
+            &format!("csrf={csrf}"),
+            &format!("{}/ui/login", g.url),
+        ])
+    };
+    let mut late = claims("web-reader", "read");
+    late["exp"] = json!(now() - 300);
+    assert_eq!(sign_in(&token(&k1, "k1", late)), "401");
+    assert_eq!(
+        sign_in(&token(&k1, "k1", claims("web-reader", "read"))),
+        "303"
+    );
+    assert_eq!(web(&[&format!("{}/ui/datasets/ds", g.url)]), "200");
     // A key the set does not hold yet: refused, then taken once the set
     // has it (the gateway reads it again).
     let (k2, jwk2) = rsa_key(env.dir.path(), "k2");
