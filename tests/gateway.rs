@@ -372,6 +372,49 @@ fn es256_token(pem: &[u8], kid: &str, claims: Value) -> String {
     .unwrap()
 }
 
+/// `curl` with cookie jar `jar`: the status.
+fn web(jar: &std::path::Path, args: &[&str]) -> String {
+    let jar = jar.to_str().unwrap();
+    let out = Command::new("curl")
+        .args([
+            "-sk",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-c",
+            jar,
+            "-b",
+            jar,
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The web page's sign-in with `credential` (a key or a token), cookies
+/// in `jar`: its status (303 signed in, 401 refused).
+fn web_sign_in(jar: &std::path::Path, url: &str, credential: &str) -> String {
+    web(jar, &[&format!("{url}/ui/login")]);
+    let cookies = std::fs::read_to_string(jar).unwrap();
+    let line = cookies
+        .lines()
+        .find(|l| l.contains("detafs_login"))
+        .unwrap();
+    let csrf = line.rsplit('\t').next().unwrap();
+    web(
+        jar,
+        &[
+            "--data-urlencode",
+            &format!("key={credential}"),
+            "--data",
+            &format!("csrf={csrf}"),
+            &format!("{url}/ui/login"),
+        ],
+    )
+}
+
 #[test]
 fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
     let env = Env::new();
@@ -468,43 +511,7 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
     // session whose pages the REST API answers as the token's caller; an
     // expired one is refused at the form.
     let jar = env.path("jar");
-    let web = |args: &[&str]| {
-        let out = Command::new("curl")
-            .args([
-                "-sk",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "-c",
-                jar.to_str().unwrap(),
-                "-b",
-                jar.to_str().unwrap(),
-            ])
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8(out.stdout).unwrap()
-    };
-    let sign_in = |t: &str| {
-        web(&[&format!("{}/ui/login", g.url)]);
-        let cookies = std::fs::read_to_string(&jar).unwrap();
-        let csrf = cookies
-            .lines()
-            .find(|l| l.contains("detafs_login"))
-            .unwrap()
-            .rsplit('\t')
-            .next()
-            .unwrap()
-            .to_string();
-        web(&[
-            "--data-urlencode",
-            &format!("key={t}"),
-            "--data",
-            &format!("csrf={csrf}"),
-            &format!("{}/ui/login", g.url),
-        ])
-    };
+    let sign_in = |t: &str| web_sign_in(&jar, &g.url, t);
     let mut late = claims("web-reader", "read");
     late["exp"] = json!(now() - 300);
     assert_eq!(sign_in(&token(&k1, "k1", late)), "401");
@@ -512,7 +519,7 @@ fn oauth2_bearer_tokens_are_checked_against_the_jwks() {
         sign_in(&token(&k1, "k1", claims("web-reader", "read"))),
         "303"
     );
-    assert_eq!(web(&[&format!("{}/ui/datasets/ds", g.url)]), "200");
+    assert_eq!(web(&jar, &[&format!("{}/ui/datasets/ds", g.url)]), "200");
     // A key the set does not hold yet: refused, then taken once the set
     // has it (the gateway reads it again).
     let (k2, jwk2) = rsa_key(env.dir.path(), "k2");
