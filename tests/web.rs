@@ -193,3 +193,57 @@ fn a_session_is_bound_to_its_key_and_forms_to_their_tokens() {
         "{head}"
     );
 }
+
+/// The audit page marks a broken chain: a record rewritten in the store
+/// (its message) breaks the next one's link, and the page says a check
+/// failed and which version is broken, to whoever may see that version.
+#[test]
+fn the_audit_page_marks_a_broken_chain() {
+    let env = Env::new_plaintext();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    for v in ["v1", "v2", "v3"] {
+        std::fs::write(src.join("a.txt"), v).unwrap();
+        env.commit(&src, v);
+    }
+    let reader = key(&env, "reader", "read");
+    let g = serve(&env);
+    let jar = env.path("jar");
+    let at = |p: &str| format!("{}{p}", g.url);
+    let (_, _, form) = browse(&jar, &[&at("/ui/login")]);
+    let csrf = {
+        let i = form.find("name=\"csrf\" value=\"").unwrap() + 19;
+        form[i..i + 64].to_string()
+    };
+    let (status, _, _) = browse(
+        &jar,
+        &[
+            "--data-urlencode",
+            &format!("key={reader}"),
+            "--data",
+            &format!("csrf={csrf}"),
+            &at("/ui/login"),
+        ],
+    );
+    assert_eq!(status, 303);
+    let (_, _, page) = browse(&jar, &[&at("/ui/datasets/ds/audit")]);
+    assert!(
+        page.contains("Every chain check holds") && !page.contains("BROKEN"),
+        "{page}"
+    );
+    let record = "datasets/ds/records/00000000000000000002.json";
+    let forged = String::from_utf8(env.objects.read(record))
+        .unwrap()
+        .replace("\"v2\"", "\"rewritten\"");
+    env.objects.write(record, forged.into_bytes());
+    let (status, _, page) = browse(&jar, &[&at("/ui/datasets/ds/audit")]);
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("A check failed") && page.contains("BROKEN"),
+        "{page}"
+    );
+    assert!(
+        page.contains("parent hash does not match record v2"),
+        "{page}"
+    );
+}
