@@ -351,3 +351,61 @@ fn the_check_sees_arrows() {
         ]
     );
 }
+
+/// The gateway's protocols: REST (its router and the modules of its
+/// endpoints), S3 and the web page. Each imports the gateway's core
+/// (`core.rs`, `edits.rs`, `table.rs`, `sniff.rs`, `logline.rs`, …),
+/// never another protocol; `gateway/mod.rs` wires them together.
+fn protocol(m: &Module) -> Option<&'static str> {
+    if m.first().map(String::as_str) != Some("gateway") {
+        return None;
+    }
+    match m.get(1).map(String::as_str)? {
+        "rest" | "trees" | "commits" | "tags" | "lifecycle" | "compare" | "preview" | "audit" => {
+            Some("REST")
+        }
+        "s3" => Some("S3"),
+        "web" => Some("the web page"),
+        _ => None,
+    }
+}
+
+/// The imports from one protocol's module into another protocol's.
+fn crossings(edges: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<String> {
+    let mut wrong = vec![];
+    for (from, to) in edges {
+        for t in to {
+            if let (Some(a), Some(b)) = (protocol(from), protocol(t))
+                && a != b
+            {
+                wrong.push(format!("{} ({a}) -> {} ({b})", from.join("/"), t.join("/")));
+            }
+        }
+    }
+    wrong
+}
+
+#[test]
+fn the_gateways_protocols_import_its_core_never_each_other() {
+    let wrong = crossings(&edges());
+    assert!(
+        wrong.is_empty(),
+        "protocols import one another:\n{}",
+        wrong.join("\n")
+    );
+    // The check itself: a made-up import from S3 into REST, and from the
+    // web page into S3, are found; into the core they are not.
+    let m = |p: &str| -> Module { p.split('/').map(String::from).collect() };
+    let made_up: BTreeMap<Module, BTreeSet<Module>> = [
+        (
+            m("gateway/s3/writes"),
+            [m("gateway/commits"), m("gateway/edits")].into(),
+        ),
+        (
+            m("gateway/web"),
+            [m("gateway/s3"), m("gateway/core")].into(),
+        ),
+    ]
+    .into();
+    assert_eq!(crossings(&made_up).len(), 2, "{:?}", crossings(&made_up));
+}

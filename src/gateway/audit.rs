@@ -5,7 +5,7 @@
 //! policy's changes; others get the problems of the versions they see
 //! (one elsewhere would tell them a hidden version is there).
 
-use super::api::{Api, Reply, resources};
+use super::core::{Api, Reply, resources};
 use super::logline::{Asks, asking};
 use crate::access::{Action, dataset_resource};
 use crate::store::keys;

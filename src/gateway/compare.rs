@@ -14,8 +14,9 @@
 //! rule (`Caller::readable`, `Caller::sees_path`): nothing here decides
 //! what a caller may see.
 
-use super::api::{Api, ApiError, Caller, InVersion, Reply, err, resources};
+use super::core::{Api, ApiError, Caller, Reply, err, resources};
 use super::logline::{Asks, asking};
+use super::rest::InVersion;
 use crate::access::Action;
 use crate::error::Error;
 use crate::relpath::RelPath;

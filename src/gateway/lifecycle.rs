@@ -15,7 +15,7 @@
 //!   staging area stands on those versions (`dataset:commit`; the lease is
 //!   the caller's, `repo::leases`).
 
-use super::api::{Api, Caller, Reply, err, read_body, resources};
+use super::core::{Api, Caller, Reply, err, read_body, resources};
 use crate::access::caller::Actor;
 use crate::access::{Action, dataset_resource};
 use crate::repo::lifecycle::Rules;
@@ -68,7 +68,7 @@ async fn allowed(
     headers: &HeaderMap,
     id: &str,
     action: Action,
-) -> Result<Caller, super::api::ApiError> {
+) -> Result<Caller, super::core::ApiError> {
     let caller = api.caller(headers).await?;
     caller.may(action, &[dataset_resource(id)])?;
     Ok(caller)
@@ -81,7 +81,7 @@ fn actor(caller: &Caller) -> Actor {
     }
 }
 
-fn bad(what: &str) -> super::api::ApiError {
+fn bad(what: &str) -> super::core::ApiError {
     err(StatusCode::BAD_REQUEST, "invalid", what.to_string())
 }
 

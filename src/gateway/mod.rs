@@ -2,17 +2,22 @@
 //! is served by hyper on the store's runtime (the one runtime), with a
 //! bound on connections and on the time a handshake or a request's headers
 //! may take; requests that touch the store run on the blocking pool
-//! (`api.rs`). It keeps no state of its own beyond the cache, so several
-//! gateways can serve one store.
+//! (`core.rs`). Its protocols (REST: `rest.rs` and its endpoints' modules;
+//! S3: `s3/`; the web page: `web/`, over REST in-process) share that core
+//! and never import one another (tests/layering.rs). It keeps no state of
+//! its own beyond the cache, so several gateways can serve one store.
 
-pub mod api;
 mod audit;
 mod commits;
 mod compare;
+mod core;
+mod edits;
 mod lifecycle;
 mod logline;
 mod preview;
+mod rest;
 mod s3;
+mod sniff;
 mod stall;
 mod table;
 mod tags;
@@ -52,10 +57,10 @@ pub struct GatewayOptions {
 }
 
 /// One connection, counted while it is open (`detafs_connections`).
-struct Open<'a>(&'a api::Api);
+struct Open<'a>(&'a core::Api);
 
 impl<'a> Open<'a> {
-    fn count(api: &'a api::Api) -> Open<'a> {
+    fn count(api: &'a core::Api) -> Open<'a> {
         api.connections
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Open(api)
@@ -78,8 +83,13 @@ pub fn serve(
     ready: impl FnOnce(SocketAddr, Option<SocketAddr>),
 ) -> Result<()> {
     let trail = Trail::open(&opts.audit, 64 << 20)?;
-    let state = Arc::new(api::Api::new(repo.clone(), trail, opts.tokens, opts.policy));
-    let rest = api::router(
+    let state = Arc::new(core::Api::new(
+        repo.clone(),
+        trail,
+        opts.tokens,
+        opts.policy,
+    ));
+    let rest = rest::router(
         state.clone(),
         trees::routes()
             .merge(tags::routes())
@@ -163,7 +173,7 @@ async fn bind(at: SocketAddr) -> Result<tokio::net::TcpListener> {
 struct Accept {
     acceptor: tokio_rustls::TlsAcceptor,
     permits: Arc<tokio::sync::Semaphore>,
-    api: Arc<api::Api>,
+    api: Arc<core::Api>,
     stopped: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -216,7 +226,7 @@ impl Accept {
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(HANDSHAKE)
                     .serve_connection(
-                        hyper_util::rt::TokioIo::new(stall::WriteDeadline::new(stream, api::IDLE)),
+                        hyper_util::rt::TokioIo::new(stall::WriteDeadline::new(stream, core::IDLE)),
                         service,
                     )
                     .await;

@@ -14,8 +14,10 @@
 //! The file is found and checked by the one read rule (`Caller::readable`)
 //! as a download is.
 
-use super::api::{Api, ApiError, InVersion, READS, Reply, err};
+use super::core::{Api, ApiError, Reply, err};
 use super::logline::asking;
+use super::rest::{InVersion, READS};
+use super::sniff::{binary_type, image_type};
 use super::table::Format;
 use crate::read::chunks::ChunkCache;
 use crate::snapshot::Node;
@@ -218,36 +220,6 @@ fn cell_type<'a>(cells: impl Iterator<Item = &'a Value>) -> &'static str {
             _ => None,
         })
         .unwrap_or("text")
-}
-
-/// A raster image's type by its first bytes (SVG is text: it may hold
-/// script, and is shown as such).
-pub(super) fn image_type(head: &[u8]) -> Option<&'static str> {
-    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
-        Some("image/png")
-    } else if head.starts_with(b"\xff\xd8\xff") {
-        Some("image/jpeg")
-    } else if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
-        Some("image/gif")
-    } else if head.len() >= 12 && &head[..4] == b"RIFF" && &head[8..12] == b"WEBP" {
-        Some("image/webp")
-    } else {
-        None
-    }
-}
-
-/// What a binary file's first bytes say it is, where they tell.
-fn binary_type(head: &[u8]) -> &'static str {
-    match head {
-        [b'P', b'K', 3, 4, ..] => "zip",
-        [0x1f, 0x8b, ..] => "gzip",
-        [0x28, 0xb5, 0x2f, 0xfd, ..] => "zstd",
-        [b'%', b'P', b'D', b'F', ..] => "pdf",
-        [b'P', b'A', b'R', b'1', ..] => "parquet",
-        [0x7f, b'E', b'L', b'F', ..] => "elf",
-        [b'S', b'Q', b'L', b'i', b't', b'e', ..] => "sqlite",
-        _ => "binary",
-    }
 }
 
 /// The first `rows` rows of a Parquet file, read by ranges.

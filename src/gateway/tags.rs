@@ -3,7 +3,7 @@
 //! on the store; the answer is `{"tag", "version"}`. A tag that exists is
 //! refused naming its version only if the caller may see that version.
 
-use super::api::{Api, Reply, err, read_body};
+use super::core::{Api, Reply, err, read_body};
 use crate::access::{self, Action};
 use crate::repo::tag;
 use axum::body::Body;

@@ -14,8 +14,9 @@
 //! shows, and its ETag (the chunks' ids in that order) says it is the
 //! same on both sides.
 
-use super::api::{Api, InVersion, READS, Reply, visible_entries};
+use super::core::{Api, Reply, visible_entries};
 use super::logline::asking;
+use super::rest::{InVersion, READS};
 use crate::id::{BlobId, PackId};
 use crate::relpath::RelPath;
 use crate::snapshot::Node;
@@ -74,10 +75,10 @@ async fn serve_small(State(api): State<Arc<Api>>, headers: HeaderMap, at: InVers
                 return Ok((tag, None));
             }
             let size = layout.iter().map(BlobRef::data_size).sum();
-            let (start, end) = match super::api::range(&headers, size) {
+            let (start, end) = match super::rest::range(&headers, size) {
                 Some(Ok((a, b))) if b - a <= SMALL_SPAN => (a, b),
                 _ => {
-                    return Err(super::api::err(
+                    return Err(super::core::err(
                         StatusCode::RANGE_NOT_SATISFIABLE,
                         "bad_range",
                         format!("ask for one range of at most {SMALL_SPAN} of the {size} bytes"),
@@ -92,7 +93,7 @@ async fn serve_small(State(api): State<Arc<Api>>, headers: HeaderMap, at: InVers
                 }
                 at += c.data_size();
             }
-            if super::api::fresh(&headers) {
+            if super::rest::fresh(&headers) {
                 cache.forget_span(&layout, start, end);
             }
             let slices = cache
@@ -110,8 +111,8 @@ async fn serve_small(State(api): State<Arc<Api>>, headers: HeaderMap, at: InVers
     Ok(res)
 }
 
-fn not_a_folder(path: &RelPath) -> super::api::ApiError {
-    super::api::err(
+fn not_a_folder(path: &RelPath) -> super::core::ApiError {
+    super::core::err(
         StatusCode::BAD_REQUEST,
         "not_a_folder",
         format!("{path} is not a folder"),

@@ -10,7 +10,7 @@
 
 mod writes;
 
-use super::api::{Api, ApiError, Caller};
+use super::core::{Api, ApiError, Caller};
 use crate::access::{self, Action};
 use crate::error::Error;
 use crate::relpath::RelPath;

@@ -675,7 +675,7 @@ async fn image(
     let Ok(bytes) = axum::body::to_bytes(res.into_body(), MAX_IMAGE).await else {
         return StatusCode::PAYLOAD_TOO_LARGE.into_response();
     };
-    match super::preview::image_type(&bytes) {
+    match super::sniff::image_type(&bytes) {
         Some(kind) => ([(header::CONTENT_TYPE, kind)], bytes).into_response(),
         None => StatusCode::UNSUPPORTED_MEDIA_TYPE.into_response(),
     }
