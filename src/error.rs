@@ -1,5 +1,5 @@
-//! The library's error type. The CLI adds context and maps kinds to exit codes;
-//! the mount (later) maps them to errno values.
+//! The library's error type. The CLI adds context and maps kinds to exit
+//! codes; the FUSE adapter maps them to errno values (`FsError`).
 
 use crate::id::{BlobId, PackId};
 

@@ -153,9 +153,25 @@ fn stage_round(repo: &Repo, st: &Staging, model: &mut BTreeMap<String, Vec<u8>>,
     if round % 3 == 2 {
         let old = format!("r{:03}.bin", round - 2);
         let id = st.lookup(repo, ROOT, old.as_bytes()).unwrap().unwrap().id;
+        // Made writable as the mount does: a plan, its copy written, then
+        // published (again if the file changed meanwhile).
         let path = loop {
-            match st.copy_up(repo, id, true) {
-                Ok(p) => break p,
+            let plan = match st.plan_copy_up(id, true) {
+                Ok(Ok(path)) => break path,
+                Ok(Err(plan)) => plan,
+                Err(e) => {
+                    eprintln!("copy up: {e}");
+                    continue;
+                }
+            };
+            if let Err(e) = plan.write(repo) {
+                eprintln!("copy up: {e}");
+                plan.discard();
+                continue;
+            }
+            match st.publish_copy(plan) {
+                Ok(Some(path)) => break path,
+                Ok(None) => {}
                 Err(e) => eprintln!("copy up: {e}"),
             }
         };

@@ -1065,23 +1065,10 @@ impl Staging {
         })
     }
 
-    /// Makes a file writable: copies its version content to a local file once
-    /// (or starts it empty when the caller truncates it anyway), all under
-    /// the caller's hold of staging. A mount lets the lock go while the copy
-    /// is written (`plan_copy_up`, `CopyPlan::write`, `publish_copy`).
-    pub fn copy_up(&self, repo: &Repo, id: u64, keep_content: bool) -> Result<PathBuf> {
-        match self.plan_copy_up(id, keep_content)? {
-            Ok(path) => Ok(path),
-            Err(plan) => {
-                plan.write(repo)?;
-                self.publish_copy(plan)?
-                    .ok_or_else(|| Error::fs(FsError::NotFound, "the file changed meanwhile"))
-            }
-        }
-    }
-
     /// Row `id`'s staged copy if it has one, else what making one takes: a
-    /// plan whose copy can be written without staging's lock.
+    /// plan whose copy can be written without staging's lock
+    /// (`CopyPlan::write`), then published under it (`publish_copy`): how
+    /// a file is made writable (`fs::overlay::StagingArea::copied_up`).
     pub fn plan_copy_up(&self, id: u64, keep_content: bool) -> Result<Result<PathBuf, CopyPlan>> {
         let n = self.node(id)?;
         if n.kind != Kind::File {
