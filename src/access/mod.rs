@@ -21,11 +21,17 @@ pub fn dataset_resource(dataset: &str) -> String {
     format!("datasets/{dataset}")
 }
 
+/// The policy's name of a version of `dataset` by one of its names
+/// (`v3`, a tag).
+pub fn version_resource(dataset: &str, name: &str) -> String {
+    format!("{}/versions/{name}", dataset_resource(dataset))
+}
+
 /// A version's names, its dataset's first.
 pub fn version_resources(dataset: &str, version: u64, tags: &[String]) -> Vec<String> {
     let names = std::iter::once(format!("v{version}")).chain(tags.iter().cloned());
     std::iter::once(dataset_resource(dataset))
-        .chain(names.map(|v| format!("datasets/{dataset}/versions/{v}")))
+        .chain(names.map(|v| version_resource(dataset, &v)))
         .collect()
 }
 

@@ -430,7 +430,7 @@ impl Policy {
     /// there): then what a version's figures count (files added, changed,
     /// removed, bytes) would tell of what it hides, and they are withheld.
     pub fn may_hide_paths(&self, who: &Who, dataset: &str) -> bool {
-        let ours = format!("datasets/{dataset}/");
+        let ours = format!("{}/", super::dataset_resource(dataset));
         self.path_denials(who, Action::Read).any(|r| {
             let start = r.literal_start();
             start.starts_with(&ours) || ours.starts_with(start)
@@ -463,7 +463,7 @@ impl Policy {
     /// one of those allows is for everyone or names users or groups by a
     /// wildcard (then every caller may be).
     pub fn unix_principals(&self, action: Action, dataset: &str) -> Option<Vec<String>> {
-        let ours = format!("datasets/{dataset}");
+        let ours = super::dataset_resource(dataset);
         let inside = format!("{ours}/");
         // The dataset itself, or a pattern whose text before its first
         // star agrees with a name inside it.

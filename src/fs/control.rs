@@ -10,22 +10,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::ino::{FIRST_CONTROL_FILE, Ino};
+use super::ino::Ino;
+use super::ino::files::{
+    BASE, CANCEL, CHECKOUT, COMMIT, HEALTH, LAST_COMMIT, LAST_ERROR, LOG, PROGRESS, REFRESH,
+    RESTORE, STATUS, UNDO,
+};
 use super::orders::{Due, Order, Process};
-
-const COMMIT: u64 = FIRST_CONTROL_FILE;
-const STATUS: u64 = 6;
-const LOG: u64 = 7;
-const HEALTH: u64 = 8;
-const LAST_ERROR: u64 = 9;
-const LAST_COMMIT: u64 = 10;
-const RESTORE: u64 = 11;
-const CHECKOUT: u64 = 12;
-const PROGRESS: u64 = 13;
-const BASE: u64 = 14;
-const CANCEL: u64 = 15;
-const REFRESH: u64 = 16;
-const UNDO: u64 = 17;
 
 /// `.detafs/`'s state.
 pub(super) struct Control {

@@ -368,7 +368,7 @@ impl MountFs {
     /// Whether a pattern of the policy can tell entry `name` of folder `f`
     /// apart from its version.
     fn told_apart(&self, gate: &Gate, f: &Folder, name: &[u8], dir: bool) -> bool {
-        let ours = format!("datasets/{}/", self.dataset);
+        let ours = format!("{}/", crate::access::dataset_resource(&self.dataset));
         let telling = gate
             .telling
             .lock()
@@ -596,7 +596,7 @@ impl Judge<'_> {
                 let Some(v) = version else { return Ok(false) };
                 let d = self.version_decision(v);
                 if noted && (!d.allowed || self.first_look(v)) {
-                    let r = format!("datasets/{}/versions/v{v}", self.fs.dataset);
+                    let r = crate::access::version_resource(&self.fs.dataset, &format!("v{v}"));
                     self.note(Action::Versions, &r, &d);
                 }
                 d.allowed

@@ -14,8 +14,25 @@ pub const ROOT: u64 = 1;
 pub const VERSIONS: u64 = 2;
 pub(super) const CONTROL: u64 = 3;
 pub(super) const LATEST: u64 = 4;
-pub(super) const FIRST_CONTROL_FILE: u64 = 5;
-pub(super) const LAST_CONTROL_FILE: u64 = 17;
+pub(super) const FIRST_CONTROL_FILE: u64 = files::COMMIT;
+pub(super) const LAST_CONTROL_FILE: u64 = files::UNDO;
+
+/// `.detafs/`'s files, one number each (control.rs says what each does).
+pub(super) mod files {
+    pub(in crate::fs) const COMMIT: u64 = 5;
+    pub(in crate::fs) const STATUS: u64 = 6;
+    pub(in crate::fs) const LOG: u64 = 7;
+    pub(in crate::fs) const HEALTH: u64 = 8;
+    pub(in crate::fs) const LAST_ERROR: u64 = 9;
+    pub(in crate::fs) const LAST_COMMIT: u64 = 10;
+    pub(in crate::fs) const RESTORE: u64 = 11;
+    pub(in crate::fs) const CHECKOUT: u64 = 12;
+    pub(in crate::fs) const PROGRESS: u64 = 13;
+    pub(in crate::fs) const BASE: u64 = 14;
+    pub(in crate::fs) const CANCEL: u64 = 15;
+    pub(in crate::fs) const REFRESH: u64 = 16;
+    pub(in crate::fs) const UNDO: u64 = 17;
+}
 pub(super) const FIRST_TAG_INO: u64 = 1 << 16;
 pub(super) const FIRST_VERSION_INO: u64 = 1 << 20;
 const STAGING_BIT: u64 = 1 << 62;
