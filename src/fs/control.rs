@@ -1,8 +1,9 @@
 //! `.detafs/`: control files. Contents are generated when a file is opened and
 //! served with direct I/O and zero TTL, so readers never see stale status.
 
-use super::{Attr, DirEntry, FileKind, Handle, MountFs, Opened};
+use super::{Attr, DirEntry, Handle, MountFs, Opened};
 use crate::error::{Error, FsError, Result};
+use crate::snapshot::Kind;
 use crate::snapshot::Mtime;
 use crate::snapshot::Record;
 use parking_lot::Mutex;
@@ -85,7 +86,7 @@ pub(super) fn entries() -> Vec<DirEntry> {
         .iter()
         .map(|(name, ino)| DirEntry {
             ino: *ino,
-            kind: FileKind::File,
+            kind: Kind::File,
             name: name.to_vec(),
         })
         .collect()
@@ -121,7 +122,7 @@ pub(super) fn attr(fs: &MountFs, ino: u64) -> Result<Attr> {
     };
     Ok(Attr {
         ino,
-        kind: FileKind::File,
+        kind: Kind::File,
         size,
         // Committing and the staged paths are the mount owner's alone; the
         // history and health are for every reader of the mount. The commit

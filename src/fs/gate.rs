@@ -5,12 +5,13 @@
 //! a name that does not exist, everywhere: lookups, listings, `latest`,
 //! tags and `.detafs/log`.
 
-use super::{Attr, FileKind, Ino, Listing, MountFs, ROOT, VERSIONS, control, version_name};
+use super::{Attr, Ino, Listing, MountFs, ROOT, VERSIONS, control, version_name};
 use crate::access::caller::{self, UnixId};
 use crate::access::policy::{Glob, GlobSet};
 use crate::access::{self, Action, Policy, Who};
 use crate::error::{Error, Result};
 use crate::relpath::RelPath;
+use crate::snapshot::Kind;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -338,7 +339,7 @@ impl MountFs {
                 .folder(parent)
                 .ok()
                 .flatten()
-                .is_none_or(|f| self.told_apart(&gate, &f, name, a.kind == FileKind::Dir)),
+                .is_none_or(|f| self.told_apart(&gate, &f, name, a.kind == Kind::Dir)),
             Ino::Control | Ino::Staged(_) => false,
             Ino::Latest | Ino::Tag(_) | Ino::ControlFile(_) | Ino::Unknown => false,
         };
@@ -414,7 +415,7 @@ impl MountFs {
         }
         let any = l[2..]
             .iter()
-            .any(|(e, _)| self.told_apart(gate, f, &e.name, e.kind == FileKind::Dir));
+            .any(|(e, _)| self.told_apart(gate, f, &e.name, e.kind == Kind::Dir));
         let mut judged = gate.judged.lock();
         if judged.len() >= MAX_JUDGED {
             judged.clear();
@@ -568,11 +569,11 @@ impl Judge<'_> {
 
     /// Whether entry `name` of folder `parent`, of kind `kind`, shows. A
     /// version seen or not, and a path hidden, go to the audit trail.
-    pub fn sees_entry(&self, parent: u64, name: &[u8], kind: FileKind) -> Result<bool> {
+    pub fn sees_entry(&self, parent: u64, name: &[u8], kind: Kind) -> Result<bool> {
         self.sees(parent, name, kind, true)
     }
 
-    fn sees(&self, parent: u64, name: &[u8], kind: FileKind, noted: bool) -> Result<bool> {
+    fn sees(&self, parent: u64, name: &[u8], kind: Kind, noted: bool) -> Result<bool> {
         Ok(match Ino::of(parent) {
             Ino::Staged(_) => true,
             Ino::Root if name == b"staging" => {
@@ -604,7 +605,7 @@ impl Judge<'_> {
             _ => match (self.fs.folder(parent)?, self.gate()) {
                 (Some(f), Some(g)) => {
                     // A name no pattern tells apart shows as its version does.
-                    if self.fs.told_apart(&g, &f, name, kind == FileKind::Dir) {
+                    if self.fs.told_apart(&g, &f, name, kind == Kind::Dir) {
                         self.sees_in(&f, name, kind, noted)
                     } else {
                         self.sees_version(f.version)
@@ -616,11 +617,11 @@ impl Judge<'_> {
     }
 
     /// Whether entry `name` of version folder `f` shows.
-    fn sees_in(&self, f: &Folder, name: &[u8], kind: FileKind, noted: bool) -> bool {
+    fn sees_in(&self, f: &Folder, name: &[u8], kind: Kind, noted: bool) -> bool {
         let Some(path) = f.child(name) else {
             return false;
         };
-        let shown = self.sees_path(f, &path, kind == FileKind::Dir);
+        let shown = self.sees_path(f, &path, kind == Kind::Dir);
         if noted && !shown {
             let r = format!(
                 "datasets/{}/versions/v{}/files/{path}",
@@ -680,7 +681,7 @@ impl Judge<'_> {
             if e.name != b"." && e.name != b".." {
                 let shown = match (&folder, &gate, version_seen) {
                     (Some(f), Some(g), Some(seen)) => {
-                        if self.fs.told_apart(g, f, &e.name, e.kind == FileKind::Dir) {
+                        if self.fs.told_apart(g, f, &e.name, e.kind == Kind::Dir) {
                             a.ttl = Duration::ZERO;
                             self.sees_in(f, &e.name, e.kind, false)
                         } else {

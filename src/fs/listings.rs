@@ -4,10 +4,9 @@
 //! `versions/` (until a version or tag comes), least recently used dropped
 //! first, bounded by their bytes and the memory budget.
 
-use super::{
-    DirEntry, FIRST_VERSION_INO, FileKind, Handle, Listing, MountFs, Opened, VERSIONS, is_staging,
-};
+use super::{DirEntry, FIRST_VERSION_INO, Handle, Listing, MountFs, Opened, VERSIONS, is_staging};
 use crate::error::{Error, FsError, Result};
+use crate::snapshot::Kind;
 use std::sync::Arc;
 
 /// Bytes of version directory listings kept in memory at most (about
@@ -30,7 +29,7 @@ impl MountFs {
         let me = self.getattr(ino)?;
         let dot = |name: &[u8]| DirEntry {
             ino,
-            kind: FileKind::Dir,
+            kind: Kind::Dir,
             name: name.to_vec(),
         };
         let mut listing = vec![(dot(b"."), me.clone()), (dot(b".."), me)];

@@ -31,7 +31,7 @@ use crate::error::{Error, FsError, Result};
 use crate::read::chunks::ChunkCache;
 use crate::repo::Repo;
 use crate::repo::tag::version_name;
-use crate::snapshot::{Mtime, Node, Record, Special};
+use crate::snapshot::{Mtime, Node, Record};
 use crate::staging::{self, Kind, Staging};
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
@@ -85,18 +85,10 @@ impl ReadAhead {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FileKind {
-    Dir,
-    File,
-    Symlink,
-    Special(Special),
-}
-
 #[derive(Clone, Debug)]
 pub struct Attr {
     pub ino: u64,
-    pub kind: FileKind,
+    pub kind: Kind,
     pub size: u64,
     pub perm: u16,
     pub nlink: u32,
@@ -113,7 +105,7 @@ pub struct Attr {
 #[derive(Clone)]
 pub struct DirEntry {
     pub ino: u64,
-    pub kind: FileKind,
+    pub kind: Kind,
     pub name: Vec<u8>,
 }
 
@@ -197,24 +189,6 @@ fn not_found(name: &[u8]) -> Error {
 
 fn read_only() -> Error {
     Error::fs(FsError::ReadOnly, "versions/")
-}
-
-fn node_kind(node: &Node) -> FileKind {
-    match node {
-        Node::File { .. } => FileKind::File,
-        Node::Dir { .. } => FileKind::Dir,
-        Node::Symlink { .. } => FileKind::Symlink,
-        Node::Special { kind, .. } => FileKind::Special(*kind),
-    }
-}
-
-fn staging_kind(k: Kind) -> FileKind {
-    match k {
-        Kind::File => FileKind::File,
-        Kind::Dir => FileKind::Dir,
-        Kind::Symlink => FileKind::Symlink,
-        Kind::Special(s) => FileKind::Special(s),
-    }
 }
 
 impl MountFs {
@@ -448,7 +422,7 @@ impl MountFs {
     fn dir_attr(&self, ino: u64, mtime: Mtime, ttl: Duration) -> Attr {
         Attr {
             ino,
-            kind: FileKind::Dir,
+            kind: Kind::Dir,
             size: 0,
             perm: 0o755,
             nlink: 2,
@@ -544,19 +518,19 @@ impl MountFs {
             Ino::Root => {
                 out.push(DirEntry {
                     ino: VERSIONS,
-                    kind: FileKind::Dir,
+                    kind: Kind::Dir,
                     name: b"versions".to_vec(),
                 });
                 if self.staging.present() {
                     out.push(DirEntry {
                         ino: Ino::staged(staging::ROOT),
-                        kind: FileKind::Dir,
+                        kind: Kind::Dir,
                         name: b"staging".to_vec(),
                     });
                 }
                 out.push(DirEntry {
                     ino: CONTROL,
-                    kind: FileKind::Dir,
+                    kind: Kind::Dir,
                     name: b".detafs".to_vec(),
                 });
             }
@@ -859,7 +833,7 @@ impl MountFs {
         &self,
         parent: u64,
         name: &[u8],
-        kind: FileKind,
+        kind: Kind,
         mode: u32,
         uid: u32,
         gid: u32,
@@ -880,7 +854,7 @@ impl MountFs {
         uid: u32,
         gid: u32,
     ) -> Result<(Attr, Opened)> {
-        let attr = self.make(parent, name, FileKind::File, mode, uid, gid, b"", 0)?;
+        let attr = self.make(parent, name, Kind::File, mode, uid, gid, b"", 0)?;
         let opened = self.open(
             attr.ino,
             flags & !libc::O_TRUNC,

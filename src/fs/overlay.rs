@@ -3,9 +3,7 @@
 //! staged copies open are this namespace's handles.
 
 use super::versions::stored::{Origin, StoredFile};
-use super::{
-    Attr, DirEntry, FileKind, Ino, MUTABLE_TTL, Opened, name_str, not_found, staging_kind,
-};
+use super::{Attr, DirEntry, Ino, MUTABLE_TTL, Opened, name_str, not_found};
 use crate::commit::CommitMeta;
 use crate::error::{Error, FsError, Result};
 use crate::repo::Repo;
@@ -243,7 +241,7 @@ impl StagingArea {
         };
         Ok(Attr {
             ino: Ino::staged(n.id),
-            kind: staging_kind(n.kind),
+            kind: n.kind,
             size: seen.size,
             perm: if n.kind == Kind::Symlink {
                 0o777
@@ -290,7 +288,7 @@ impl StagingArea {
         use std::os::unix::fs::MetadataExt;
         Ok(Attr {
             ino,
-            kind: FileKind::File,
+            kind: Kind::File,
             size: copy.file.size().map_err(io)?,
             perm: (m.mode() & 0o7777) as u16,
             nlink: 0,
@@ -356,7 +354,7 @@ impl StagingArea {
                 let attr = self.attr(&st, &n)?;
                 let entry = DirEntry {
                     ino: Ino::staged(n.id),
-                    kind: staging_kind(n.kind),
+                    kind: n.kind,
                     name: n.name,
                 };
                 Ok((entry, attr))
@@ -371,19 +369,13 @@ impl StagingArea {
         &self,
         parent: u64,
         name: &[u8],
-        kind: FileKind,
+        kind: Kind,
         mode: u32,
         (uid, gid): (u32, u32),
         target: &[u8],
         rdev: u64,
     ) -> Result<Attr> {
         let st = self.lock()?;
-        let kind = match kind {
-            FileKind::File => Kind::File,
-            FileKind::Dir => Kind::Dir,
-            FileKind::Symlink => Kind::Symlink,
-            FileKind::Special(s) => Kind::Special(s),
-        };
         let n = st.create(&self.repo, parent, name, kind, mode, uid, gid, target, rdev)?;
         self.attr(&st, &n)
     }

@@ -24,8 +24,9 @@
 //! until it is mounted again (`gate::refresh_policy`).
 
 use super::versions::stored::StoredFile;
-use super::{DirEntry, FIRST_VERSION_INO, FileKind, Listing, MountFs, VERSIONS, control};
+use super::{DirEntry, FIRST_VERSION_INO, Listing, MountFs, VERSIONS, control};
 use crate::error::{Error, FsError, Result};
+use crate::snapshot::Kind;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -138,7 +139,7 @@ impl MountFs {
                 {
                     let e = DirEntry {
                         ino,
-                        kind: FileKind::Dir,
+                        kind: Kind::Dir,
                         name: dots.to_vec(),
                     };
                     part.push((e, me.clone()));

@@ -4,7 +4,8 @@
 
 use crate::error::{Error, FsError};
 use crate::fs::requests::Op;
-use crate::fs::{Attr, Caller, DirEntry, FileKind, Listing, MountFs, ROOT, VERSIONS};
+use crate::fs::{Attr, Caller, DirEntry, Listing, MountFs, ROOT, VERSIONS};
+use crate::snapshot::Kind;
 use crate::snapshot::{Mtime, Special};
 use fuser::BackingId;
 use fuser::{Config, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
@@ -148,7 +149,7 @@ impl Fuse {
         req: &Request,
         parent: u64,
         name: &OsStr,
-        kind: FileKind,
+        kind: Kind,
         mode: u32,
         target: &[u8],
         rdev: u64,
@@ -297,15 +298,15 @@ fn mtime_of(t: TimeOrNow) -> Mtime {
     }
 }
 
-fn kind(k: FileKind) -> FileType {
+fn kind(k: Kind) -> FileType {
     match k {
-        FileKind::Dir => FileType::Directory,
-        FileKind::File => FileType::RegularFile,
-        FileKind::Symlink => FileType::Symlink,
-        FileKind::Special(Special::Fifo) => FileType::NamedPipe,
-        FileKind::Special(Special::Socket) => FileType::Socket,
-        FileKind::Special(Special::Char) => FileType::CharDevice,
-        FileKind::Special(Special::Block) => FileType::BlockDevice,
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Special(Special::Fifo) => FileType::NamedPipe,
+        Kind::Special(Special::Socket) => FileType::Socket,
+        Kind::Special(Special::Char) => FileType::CharDevice,
+        Kind::Special(Special::Block) => FileType::BlockDevice,
     }
 }
 
@@ -706,8 +707,8 @@ impl Filesystem for Fuse {
         // The kernel passes only these types, and devices only from a caller
         // allowed to make them (CAP_MKNOD); `nodev` keeps them unopenable.
         let kind = match Special::of_mode(mode) {
-            Some(s) => FileKind::Special(s),
-            None if mode & libc::S_IFMT == libc::S_IFREG => FileKind::File,
+            Some(s) => Kind::Special(s),
+            None if mode & libc::S_IFMT == libc::S_IFREG => Kind::File,
             None => {
                 let e = self.fs.refuse(parent, FsError::Invalid, "mknod");
                 reply.error(errno(&e));
@@ -715,7 +716,7 @@ impl Filesystem for Fuse {
             }
         };
         let rdev = match kind {
-            FileKind::Special(s) if s.has_rdev() => u64::from(rdev),
+            Kind::Special(s) if s.has_rdev() => u64::from(rdev),
             _ => 0,
         };
         self.make(
@@ -744,7 +745,7 @@ impl Filesystem for Fuse {
             req,
             self.ids.inward(parent),
             name,
-            FileKind::Dir,
+            Kind::Dir,
             mode & !umask,
             b"",
             0,
@@ -780,7 +781,7 @@ impl Filesystem for Fuse {
             req,
             self.ids.inward(parent),
             link_name,
-            FileKind::Symlink,
+            Kind::Symlink,
             0o777,
             target,
             0,

@@ -8,4 +8,4 @@ pub mod tree;
 pub mod walk;
 
 pub use record::{Record, Stats};
-pub use tree::{Entry, Likeness, Link, Mtime, Node, Special, Tree};
+pub use tree::{Entry, Kind, Likeness, Link, Mtime, Node, Special, Tree};

@@ -51,6 +51,17 @@ impl Mtime {
     }
 }
 
+/// What an entry is, whatever holds it (a version's tree, a staging
+/// row, the mount): the one file-kind type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    /// A FIFO, socket or device node: no data.
+    Special(Special),
+}
+
 /// What a special entry is: kept with its mode and device number, as tar
 /// keeps them, never opened for data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,6 +151,16 @@ pub struct Link {
 }
 
 impl Node {
+    /// What it is.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Node::File { .. } => Kind::File,
+            Node::Dir { .. } => Kind::Dir,
+            Node::Symlink { .. } => Kind::Symlink,
+            Node::Special { kind, .. } => Kind::Special(*kind),
+        }
+    }
+
     /// A FIFO, socket or device as `lstat` described it, if it is one.
     pub fn special_of(
         meta: &std::fs::Metadata,

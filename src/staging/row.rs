@@ -4,14 +4,8 @@ use crate::error::Error;
 use crate::snapshot::{Mtime, Node, Special};
 use crate::store::pack::BlobRef;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    File,
-    Dir,
-    Symlink,
-    /// A FIFO, socket or device node: a row only, no data.
-    Special(Special),
-}
+/// A row's kind is an entry's (a special file's row holds no data).
+pub use crate::snapshot::Kind;
 
 /// One staged file, directory, symlink or special entry, under one of its
 /// names: `row` is that name's row, `id` the inode's (the row of its first

@@ -3,9 +3,9 @@
 //! local store, no kernel) and to a plain folder (`Model`).
 
 use super::{Env, noise};
-use detafs::fs::{Caller, FileKind, MountFs, MountOptions};
+use detafs::fs::{Caller, MountFs, MountOptions};
 use detafs::repo::{Options, Repo};
-use detafs::snapshot::Special;
+use detafs::snapshot::{Kind, Special};
 use detafs::staging::Staging;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -161,7 +161,7 @@ impl<'e> Core<'e> {
         let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
         let ino = self.at("staging", dir)?;
         match self.fs().getattr(ino).map_err(errno)?.kind {
-            FileKind::Dir => Ok((ino, name.as_bytes())),
+            Kind::Dir => Ok((ino, name.as_bytes())),
             _ => Err(libc::ENOTDIR),
         }
     }
@@ -197,7 +197,7 @@ impl<'e> Core<'e> {
         let fs = self.fs();
         let ino = self.at("staging", path)?;
         let a = fs.getattr(ino).map_err(errno)?;
-        if a.kind != FileKind::File {
+        if a.kind != Kind::File {
             return Err(libc::EISDIR);
         }
         let fh = fs
@@ -260,9 +260,9 @@ impl<'e> Core<'e> {
             Op::Mkdir(path) | Op::Symlink(path) | Op::Mkfifo(path) => {
                 let (parent, name) = self.parent(path)?;
                 let (kind, mode, target) = match op {
-                    Op::Mkdir(_) => (FileKind::Dir, 0o755, &b""[..]),
-                    Op::Mkfifo(_) => (FileKind::Special(Special::Fifo), 0o644, &b""[..]),
-                    _ => (FileKind::Symlink, 0o777, &b"nowhere/at/all"[..]),
+                    Op::Mkdir(_) => (Kind::Dir, 0o755, &b""[..]),
+                    Op::Mkfifo(_) => (Kind::Special(Special::Fifo), 0o644, &b""[..]),
+                    _ => (Kind::Symlink, 0o777, &b"nowhere/at/all"[..]),
                 };
                 fs.make(parent, name, kind, mode, 0, 0, target, 0)
                     .map_err(errno)
@@ -318,17 +318,17 @@ impl<'e> Core<'e> {
             for (e, a) in fs.readdir_plus(ino).unwrap() {
                 let path = format!("{prefix}{}", String::from_utf8_lossy(&e.name));
                 let what = match a.kind {
-                    FileKind::Dir => {
+                    Kind::Dir => {
                         todo.push((e.ino, format!("{path}/")));
                         format!("dir {:o}", a.perm)
                     }
-                    FileKind::Symlink => {
+                    Kind::Symlink => {
                         format!(
                             "link {}",
                             String::from_utf8_lossy(&fs.readlink(&ROOT_CALLER, e.ino).unwrap())
                         )
                     }
-                    FileKind::File => {
+                    Kind::File => {
                         let fh = fs.open(e.ino, libc::O_RDONLY, &ROOT_CALLER).unwrap().fh;
                         let mut data = Vec::new();
                         loop {
@@ -342,7 +342,7 @@ impl<'e> Core<'e> {
                         assert_eq!(data.len() as u64, a.size, "{path}: size and bytes disagree");
                         format!("file {:o} {}", a.perm, fingerprint(&data))
                     }
-                    FileKind::Special(s) => format!("{s:?} {:o} {}", a.perm, a.rdev).to_lowercase(),
+                    Kind::Special(s) => format!("{s:?} {:o} {}", a.perm, a.rdev).to_lowercase(),
                 };
                 out.insert(path, what);
             }

@@ -43,7 +43,7 @@ pub(in crate::fs) struct Held {
     lookups: u32,
     mtime_ns: u32,
     mode: u16,
-    kind: crate::fs::FileKind,
+    kind: crate::fs::Kind,
 }
 
 /// A place packed as `folder slot << 32 | index`.
@@ -160,7 +160,7 @@ impl VersionInodes {
                 self.slots[slot]
                     .held
                     .as_ref()
-                    .is_some_and(|h| !h.forgotten && matches!(h.kind, crate::fs::FileKind::File))
+                    .is_some_and(|h| !h.forgotten && matches!(h.kind, crate::fs::Kind::File))
             })
             .map(|slot| self.ino(u32::try_from(slot).expect("slots fit in 32 bits")))
             .collect()
@@ -298,19 +298,19 @@ impl Versions {
             None => {
                 let (kind, mode, folder_of) = match node {
                     // An erased file: only root opens it, and its reads fail.
-                    Node::File { erased: true, .. } => (crate::fs::FileKind::File, 0, None),
-                    Node::File { mode, .. } => (crate::fs::FileKind::File, *mode, None),
+                    Node::File { erased: true, .. } => (crate::fs::Kind::File, 0, None),
+                    Node::File { mode, .. } => (crate::fs::Kind::File, *mode, None),
                     Node::Dir { mode, tree, .. } => (
-                        crate::fs::FileKind::Dir,
+                        crate::fs::Kind::Dir,
                         *mode,
                         Some(Folder {
                             tree: *tree,
                             slots: Vec::new(),
                         }),
                     ),
-                    Node::Symlink { .. } => (crate::fs::FileKind::Symlink, 0o777, None),
+                    Node::Symlink { .. } => (crate::fs::Kind::Symlink, 0o777, None),
                     Node::Special { kind, mode, .. } => {
-                        (crate::fs::FileKind::Special(*kind), *mode, None)
+                        (crate::fs::Kind::Special(*kind), *mode, None)
                     }
                 };
                 let mtime = node.mtime();
@@ -445,7 +445,7 @@ impl Versions {
     pub(in crate::fs) fn version_attr(&self, ino: u64) -> Result<Attr> {
         let t = self.inodes.lock();
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
-        let special = matches!(h.kind, crate::fs::FileKind::Special(_));
+        let special = matches!(h.kind, crate::fs::Kind::Special(_));
         let mtime = Mtime(h.mtime_s, h.mtime_ns);
         let slot = t.slot(ino);
         let atime = slot.and_then(|s| t.atimes.get(&s));
@@ -457,7 +457,7 @@ impl Versions {
             perm: h.mode,
             // A version keeps no count of a folder's subfolders: 1, as
             // btrfs answers, tells find and fts not to rely on it.
-            nlink: if h.kind == crate::fs::FileKind::Dir {
+            nlink: if h.kind == crate::fs::Kind::Dir {
                 1
             } else {
                 names

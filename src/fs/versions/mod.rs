@@ -9,11 +9,11 @@ use self::stored::{Origin, StoredFile};
 use crate::error::{Error, FsError, Result};
 use crate::fs::listings::Listings;
 use crate::fs::{
-    Attr, DirEntry, FileKind, LATEST, PREFETCH_TREES, ReadAhead, VERSIONS, name_str, node_kind,
-    not_found, version_name,
+    Attr, DirEntry, LATEST, PREFETCH_TREES, ReadAhead, VERSIONS, name_str, not_found, version_name,
 };
 use crate::read::chunks::ChunkCache;
 use crate::repo::Repo;
+use crate::snapshot::Kind;
 use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Mtime, Node, Record, Tree};
 use crate::store::pack::BlobRef;
@@ -85,7 +85,7 @@ impl Versions {
     ) -> Attr {
         Attr {
             ino,
-            kind: FileKind::Symlink,
+            kind: Kind::Symlink,
             size: format!("v{version}").len() as u64,
             perm: 0o777,
             nlink: 1,
@@ -177,7 +177,7 @@ impl Versions {
         if !records.is_empty() {
             out.push(DirEntry {
                 ino: LATEST,
-                kind: FileKind::Symlink,
+                kind: Kind::Symlink,
                 name: b"latest".to_vec(),
             });
         }
@@ -185,7 +185,7 @@ impl Versions {
         for r in &records {
             out.push(DirEntry {
                 ino: self.record_root(r, false)?.ino,
-                kind: FileKind::Dir,
+                kind: Kind::Dir,
                 name: format!("v{}", r.version).into_bytes(),
             });
         }
@@ -215,7 +215,7 @@ impl Versions {
             .zip(part.start..)
             .map(|(child, index)| DirEntry {
                 ino: self.version_child((ino, index as u64), version, &child.node, false),
-                kind: node_kind(&child.node),
+                kind: child.node.kind(),
                 name: child.name.clone(),
             })
             .collect())

@@ -2,9 +2,8 @@
 //! move or go, so each keeps the inode it got when first seen.
 
 use crate::error::Result;
-use crate::fs::{
-    Attr, DirEntry, FIRST_VERSION_INO, FileKind, IMMUTABLE_TTL, Ino, not_found, version_name,
-};
+use crate::fs::{Attr, DirEntry, FIRST_VERSION_INO, IMMUTABLE_TTL, Ino, not_found, version_name};
+use crate::snapshot::Kind;
 use crate::snapshot::Mtime;
 use std::collections::HashMap;
 
@@ -135,7 +134,7 @@ impl super::Versions {
             .filter(|(_, (_, version, _))| self.serves(*version))
             .map(|(i, (name, _, _))| DirEntry {
                 ino: Ino::tag(i),
-                kind: FileKind::Symlink,
+                kind: Kind::Symlink,
                 name: name.clone().into_bytes(),
             })
             .collect()
