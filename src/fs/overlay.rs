@@ -480,7 +480,7 @@ impl StagingArea {
                 st.base_version()?
             );
             let file = StoredFile::new(
-                n.chunks.unwrap_or_default(),
+                n.stored_chunks().to_vec(),
                 None,
                 Origin::Said(path),
                 read_ahead,

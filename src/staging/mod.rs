@@ -1085,7 +1085,7 @@ impl Staging {
         ));
         Ok(Err(CopyPlan {
             id,
-            chunks: n.chunks.unwrap_or_default(),
+            chunks: n.stored_chunks().to_vec(),
             mtime: n.mtime,
             keep_content,
             tmp,
@@ -1110,7 +1110,7 @@ impl Staging {
             plan.discard();
             return Ok(Some(path));
         }
-        if n.chunks.as_deref().unwrap_or_default() != plan.chunks || n.mtime != plan.mtime {
+        if n.stored_chunks() != plan.chunks || n.mtime != plan.mtime {
             plan.discard();
             return Ok(None);
         }

@@ -64,6 +64,13 @@ impl Kind {
 }
 
 impl SNode {
+    /// A file not copied up: its chunks in the store. A row without them
+    /// (NULL: a file whose bytes are its local copy, made in staging or
+    /// copied up) has no stored bytes: read from the store, it is empty.
+    pub fn stored_chunks(&self) -> &[BlobRef] {
+        self.chunks.as_deref().unwrap_or_default()
+    }
+
     /// The node as it would appear in a version, if it can be said without
     /// reading local data (upper files and expanded directories cannot);
     /// its link group is the commit's to tell.
@@ -74,7 +81,7 @@ impl SNode {
                 mode: self.mode,
                 mtime: self.mtime,
                 size: self.size,
-                chunks: self.chunks.clone().unwrap_or_default(),
+                chunks: self.stored_chunks().to_vec(),
                 atime,
                 link: None,
                 erased: false,
