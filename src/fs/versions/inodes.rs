@@ -35,7 +35,7 @@ pub(in crate::fs) struct Held {
     forgotten: bool,
     /// Its folder's slot (`ROOTS` for `vN`) and its index in that folder's
     /// tree (the version number for `vN`).
-    place: Place2,
+    place: Packed,
     /// Its size; a special entry's device number (its size is 0).
     size: u64,
     mtime_s: i64,
@@ -46,8 +46,21 @@ pub(in crate::fs) struct Held {
     kind: crate::fs::Kind,
 }
 
-/// A place packed as `folder slot << 32 | index`.
-type Place2 = u64;
+/// A place packed in 8 bytes (a million inodes are kept): its folder's
+/// slot and its index in that folder's tree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Packed(u64);
+
+impl Packed {
+    fn new(folder_slot: u32, index: u32) -> Packed {
+        Packed(u64::from(folder_slot) << 32 | u64::from(index))
+    }
+
+    /// Its folder's slot, and its index there.
+    fn parts(self) -> (u32, u32) {
+        split(self.0)
+    }
+}
 
 /// What a version folder's inode holds beyond a file's (kept apart, by
 /// slot: folders are few, and a file's slot is 8 bytes smaller for it): its
@@ -64,10 +77,6 @@ struct Folder {
 const ROOTS: u32 = u32::MAX;
 /// The folder "slot" of an entry whose folder the kernel had forgotten.
 const UNHELD: u32 = u32::MAX - 1;
-
-fn pack(folder_slot: u32, index: u32) -> Place2 {
-    (folder_slot as u64) << 32 | index as u64
-}
 
 /// The two 32-bit halves of `n`, high first.
 fn split(n: u64) -> (u32, u32) {
@@ -183,8 +192,8 @@ impl VersionInodes {
     }
 
     /// The slot held at `place`, if any.
-    fn at_place(&self, place: Place2) -> Option<u32> {
-        let (folder, index) = split(place);
+    fn at_place(&self, place: Packed) -> Option<u32> {
+        let (folder, index) = place.parts();
         if folder == ROOTS {
             return self.roots.get(&index).copied();
         }
@@ -193,8 +202,8 @@ impl VersionInodes {
     }
 
     /// Records `slot` (or none) as held at `place`.
-    fn set_place(&mut self, place: Place2, slot: Option<u32>) {
-        let (folder, index) = split(place);
+    fn set_place(&mut self, place: Packed, slot: Option<u32>) {
+        let (folder, index) = place.parts();
         if folder == ROOTS {
             match slot {
                 Some(s) => self.roots.insert(index, s),
@@ -230,7 +239,7 @@ impl VersionInodes {
             self.free.push(slot);
             self.atimes.remove(&slot);
             self.links.remove(&slot);
-            let folder = (h.place >> 32) as u32;
+            let (folder, _) = h.place.parts();
             let Some(f) = self
                 .slots
                 .get_mut(folder as usize)
@@ -266,7 +275,7 @@ impl Versions {
         };
         // Far fewer entries than 2^32 fit in a folder (limits::MAX_TREE_BYTES).
         let index = u32::try_from(place.1).expect("an entry index of a folder");
-        let key = pack(folder, index);
+        let key = Packed::new(folder, index);
         // An entry of a folder forgotten meanwhile gets an inode of its own,
         // never shared by place (its reads fail: the folder is gone).
         // Every name of a file in a link group is that file's inode.
@@ -414,7 +423,7 @@ impl Versions {
                 t.by_link.remove(&k);
             }
             t.live -= 1;
-            let parent = match (place >> 32) as u32 {
+            let parent = match place.parts().0 {
                 ROOTS => Some(VERSIONS),
                 folder => t.folder_ino(folder),
             };
@@ -490,7 +499,7 @@ impl Versions {
     fn version_place(&self, ino: u64) -> Result<Place> {
         let t = self.inodes.lock();
         let h = t.get(ino).ok_or_else(|| gone(ino))?;
-        let (folder, index) = split(h.place);
+        let (folder, index) = h.place.parts();
         if folder == ROOTS {
             let tree = t.tree_of(ino).ok_or_else(|| gone(ino))?;
             return Ok(Place::Root {
