@@ -1,8 +1,14 @@
 //! The layering rule of docs/architecture.md, checked from the sources'
-//! paths (`use crate::…`, `super::…`, `crate::…` in code): every module
-//! imports only its own layer or those below, and no files import one
-//! another in a cycle (a file may use the module it belongs to, whose type
-//! it extends, as `repo/tag.rs` does `repo/mod.rs`).
+//! paths (`use crate::…`, `super::…`, `crate::…` in code, and a parent's
+//! paths through its children without `self::`): every module imports
+//! only its own layer or those below, and no files import one another in
+//! a cycle (a file may use the module it belongs to, whose type it
+//! extends, as `repo/tag.rs` does `repo/mod.rs`; but a name that module
+//! re-exports is followed to the file it comes from, so a loop through a
+//! `mod.rs` re-export is seen). Inside a layer the modules are not
+//! ordered: they are peers that call one another's functions (the cycle
+//! check keeps any two from depending on each other). Made-up graphs show
+//! each check finds what it is for.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -181,8 +187,13 @@ fn paths(code: &str) -> Vec<Module> {
     out
 }
 
-/// The file a path names: the longest prefix that is a module of ours.
-fn resolve(files: &BTreeMap<Module, String>, me: &Module, path: &Module) -> Option<Module> {
+/// The file a path names: the longest prefix that is a module of ours,
+/// and what the path names after it.
+fn resolve(
+    files: &BTreeMap<Module, String>,
+    me: &Module,
+    path: &Module,
+) -> Option<(Module, Module)> {
     let mut at: Module = match path.first()?.as_str() {
         "crate" => vec![],
         "self" => me.clone(),
@@ -198,20 +209,124 @@ fn resolve(files: &BTreeMap<Module, String>, me: &Module, path: &Module) -> Opti
     let full: Module = at.into_iter().chain(rest.cloned()).collect();
     (1..=full.len())
         .rev()
-        .map(|n| full[..n].to_vec())
-        .find(|m| files.contains_key(m))
+        .find(|n| files.contains_key(&full[..*n]))
+        .map(|n| (full[..n].to_vec(), full[n..].to_vec()))
+}
+
+/// What each module re-exports (`pub use …`, `pub(super) use …`), by
+/// module and the name it is known by there: the module it comes from.
+fn reexports(files: &BTreeMap<Module, String>) -> BTreeMap<(Module, String), Module> {
+    let mut out = BTreeMap::new();
+    for (me, text) in files {
+        let code = code(text);
+        for (i, _) in code.match_indices("use ") {
+            let head = code[..i].trim_end();
+            if !(head.ends_with("pub") || head.ends_with(')') && head.contains("pub(")) {
+                continue;
+            }
+            let after = &code[i + 4..];
+            let tree = after[..after.find(';').unwrap_or(after.len())].trim();
+            let mut paths = vec![];
+            expand(tree, &[], &mut paths);
+            for mut p in paths {
+                if p.first()
+                    .is_some_and(|f| !["crate", "super", "self"].contains(&f.as_str()))
+                {
+                    p.insert(0, "self".into());
+                }
+                let name = p.last().cloned().unwrap_or_default();
+                if let Some((from, _)) = resolve(files, me, &p)
+                    && &from != me
+                {
+                    out.insert((me.clone(), name), from);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The paths a file names through its own child modules without `self::`
+/// (`gate::Judge` in `fs/mod.rs`), as `self::` paths.
+fn child_paths(files: &BTreeMap<Module, String>, me: &Module, code: &str) -> Vec<Module> {
+    let children: Vec<&String> = files
+        .keys()
+        .filter(|m| m.len() == me.len() + 1 && m.starts_with(me))
+        .map(|m| m.last().unwrap())
+        .collect();
+    let mut out = vec![];
+    for child in children {
+        let at = format!("{child}::");
+        for (i, _) in code.match_indices(&at) {
+            if code[..i]
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+            {
+                continue;
+            }
+            let path: String = code[i..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                .collect();
+            let mut p: Module = vec!["self".into()];
+            p.extend(path.split("::").filter(|s| !s.is_empty()).map(String::from));
+            out.push(p);
+        }
+        // And in use trees: `use gate::{…}`, `pub use gate::X`.
+        for (i, _) in code.match_indices("use ") {
+            let after = &code[i + 4..];
+            let tree = after[..after.find(';').unwrap_or(after.len())].trim();
+            if tree.starts_with(&at) {
+                expand(tree, &["self".to_string()], &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// Where a path leads: its file, or, where that file re-exports the name
+/// the path goes on with, the file it comes from (followed as far as
+/// re-exports go).
+fn target(
+    files: &BTreeMap<Module, String>,
+    again: &BTreeMap<(Module, String), Module>,
+    me: &Module,
+    path: &Module,
+) -> Option<Module> {
+    let (mut at, rest) = resolve(files, me, path)?;
+    if let Some(name) = rest.first() {
+        let mut seen = BTreeSet::new();
+        while let Some(from) = again.get(&(at.clone(), name.clone())) {
+            if !seen.insert(from.clone()) {
+                break;
+            }
+            at = from.clone();
+        }
+    }
+    Some(at)
 }
 
 fn edges() -> BTreeMap<Module, BTreeSet<Module>> {
-    let files = sources();
+    edges_of(&sources())
+}
+
+/// Each file's arrows to the files it imports from, re-exports followed.
+fn edges_of(files: &BTreeMap<Module, String>) -> BTreeMap<Module, BTreeSet<Module>> {
+    let files = files.clone();
+    let again = reexports(&files);
     let mut out: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
     for (me, text) in &files {
         if me.is_empty() || me == &["main"] {
             continue; // lib.rs declares, main.rs starts: both above every layer
         }
+        let code = code(text);
         let targets = out.entry(me.clone()).or_default();
-        for p in paths(&code(text)) {
-            if let Some(t) = resolve(&files, me, &p)
+        for p in paths(&code)
+            .into_iter()
+            .chain(child_paths(&files, me, &code))
+        {
+            if let Some(t) = target(&files, &again, me, &p)
                 && &t != me
                 && !t.is_empty()
             {
@@ -232,16 +347,22 @@ fn layer(m: &Module) -> usize {
         })
 }
 
-#[test]
-fn no_module_imports_a_layer_above_its_own() {
+/// The imports up the layers.
+fn upward(edges: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<String> {
     let mut wrong = vec![];
-    for (from, to) in edges() {
+    for (from, to) in edges {
         for t in to {
-            if layer(&t) > layer(&from) {
+            if layer(t) > layer(from) {
                 wrong.push(format!("{} -> {}", from.join("/"), t.join("/")));
             }
         }
     }
+    wrong
+}
+
+#[test]
+fn no_module_imports_a_layer_above_its_own() {
+    let wrong = upward(&edges());
     assert!(
         wrong.is_empty(),
         "imports up the layers:\n{}",
@@ -249,11 +370,12 @@ fn no_module_imports_a_layer_above_its_own() {
     );
 }
 
-#[test]
-fn no_files_import_one_another_in_a_cycle() {
+/// The files that import one another in a cycle, a line per cycle.
+fn cycles(edges: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<String> {
     // A file's use of a module it is inside (its parent's type) is not an
     // arrow of the graph: the parent's folder is one unit.
-    let graph: BTreeMap<Module, Vec<Module>> = edges()
+    let graph: BTreeMap<Module, Vec<Module>> = edges
+        .clone()
         .into_iter()
         .map(|(from, to)| {
             let to = to.into_iter().filter(|t| !from.starts_with(t)).collect();
@@ -311,6 +433,12 @@ fn no_files_import_one_another_in_a_cycle() {
             }
         }
     }
+    cycles
+}
+
+#[test]
+fn no_files_import_one_another_in_a_cycle() {
+    let cycles = cycles(&edges());
     assert!(
         cycles.is_empty(),
         "files importing one another in a cycle:\n{}",
@@ -408,4 +536,35 @@ fn the_gateways_protocols_import_its_core_never_each_other() {
     ]
     .into();
     assert_eq!(crossings(&made_up).len(), 2, "{:?}", crossings(&made_up));
+}
+
+#[test]
+fn the_checks_find_what_they_are_for() {
+    let m = |p: &str| -> Module { p.split('/').map(String::from).collect() };
+    // A made-up upward import: the store importing the mount.
+    let made_up: BTreeMap<Module, BTreeSet<Module>> =
+        [(m("store/keys"), [m("fs/gate"), m("error")].into())].into();
+    assert_eq!(upward(&made_up), ["store/keys -> fs/gate"]);
+    // A loop through a `mod.rs` re-export: `x/control` takes `J` from `x`,
+    // which re-exports it from `x/gate`, which uses `x/control` by its name
+    // (no `self::`, no `super::` in `x/mod.rs`'s way of saying it).
+    let files: BTreeMap<Module, String> = [
+        (
+            m("x"),
+            "mod control;\nmod gate;\npub use gate::J;\n".to_string(),
+        ),
+        (
+            m("x/gate"),
+            "use super::control;\npub struct J;\nfn f() { control::g() }\n".to_string(),
+        ),
+        (m("x/control"), "use super::J;\npub fn g() {}\n".to_string()),
+    ]
+    .into();
+    let e = edges_of(&files);
+    assert!(e[&m("x/control")].contains(&m("x/gate")), "{e:?}");
+    assert_eq!(cycles(&e), ["x/control, x/gate"]);
+    // Without the loop, none is found.
+    let mut files = files;
+    files.insert(m("x/gate"), "pub struct J;\n".to_string());
+    assert!(cycles(&edges_of(&files)).is_empty());
 }

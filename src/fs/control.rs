@@ -299,7 +299,7 @@ pub(super) fn commit(fs: &MountFs, data: &[u8], uid: u32, pid: u32) -> Result<Re
         Ok(record) => {
             tracing::info!("committed v{} ({})", record.version, record.message);
             fs.control.last_error.lock().clear();
-            *fs.control.last_commit.lock() = log_line(&record, false);
+            *fs.control.last_commit.lock() = record.log_line(false);
             forget_texts(fs);
             Ok(record)
         }
@@ -421,15 +421,6 @@ pub(super) fn failed<T>(fs: &MountFs, e: Error) -> Result<T> {
     *fs.control.last_error.lock() = format!("{}\n", crate::escape::line(e.to_string().as_bytes()));
     forget_texts(fs);
     Err(e)
-}
-
-/// A version's entry in `.detafs/log` and `.detafs/last-commit`: one JSON
-/// line; its figures withheld from a caller a policy may hide paths from
-/// (`Record::log_entry_seen`).
-pub(super) fn log_line(record: &Record, hides_paths: bool) -> Vec<u8> {
-    let mut line = serde_json::to_vec(&record.log_entry_seen(hides_paths)).expect("serializable");
-    line.push(b'\n');
-    line
 }
 
 /// `.detafs/status`: one change, one line, escaped (`escape::unescape`
@@ -619,10 +610,7 @@ fn base(fs: &MountFs) -> Result<Vec<u8>> {
 fn log(fs: &MountFs) -> Vec<u8> {
     let withheld = fs.repo.figures_withheld(&fs.dataset);
     let versions = fs.versions.records.read();
-    versions
-        .iter()
-        .flat_map(|r| log_line(r, withheld))
-        .collect()
+    versions.iter().flat_map(|r| r.log_line(withheld)).collect()
 }
 
 /// From what the store answered lately (the poll asks it every few

@@ -5,7 +5,7 @@
 //! a name that does not exist, everywhere: lookups, listings, `latest`,
 //! tags and `.detafs/log`.
 
-use super::{Attr, Ino, Listing, MountFs, ROOT, VERSIONS, control, version_name};
+use super::{Attr, Ino, Listing, MountFs, ROOT, VERSIONS, version_name};
 use crate::access::caller::{self, UnixId};
 use crate::access::policy::{Glob, GlobSet};
 use crate::access::{self, Action, Policy, Who};
@@ -729,7 +729,7 @@ impl Judge<'_> {
         versions
             .iter()
             .filter(|r| self.sees_version(r.version))
-            .flat_map(|r| control::log_line(r, self.hides_paths()))
+            .flat_map(|r| r.log_line(self.hides_paths()))
             .collect()
     }
 }

@@ -962,7 +962,7 @@ impl MountFs {
     ) -> Result<usize> {
         let res = control::commit(self, data, uid, pid);
         *outcome.lock() = Some(match &res {
-            Ok(record) => control::log_line(record, false),
+            Ok(record) => record.log_line(false),
             Err(_) => Vec::new(),
         });
         res.map(|_| data.len())

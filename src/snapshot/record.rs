@@ -89,6 +89,14 @@ impl Record {
         e
     }
 
+    /// `log_entry_seen` as one JSON line (`.detafs/log`,
+    /// `.detafs/last-commit`).
+    pub fn log_line(&self, hides_paths: bool) -> Vec<u8> {
+        let mut line = serde_json::to_vec(&self.log_entry_seen(hides_paths)).expect("serializable");
+        line.push(b'\n');
+        line
+    }
+
     /// Parses and validates a record read from a store or the local index.
     pub fn decode(bytes: &[u8], what: &str) -> Result<Record> {
         let bad = |detail: String| Error::malformed(what, detail);
