@@ -40,9 +40,9 @@ pub fn hold(name: &str) {
     let _ = name;
 }
 
-/// Whether a test build is asked to fail the store operation at `name`
+/// Whether a test build is asked to fail at `name`
 /// (`FAILPOINTS="NAME=return(fail)"`): a store that fails at that step,
-/// for the crash tests. Never in a release.
+/// for the crash tests, or a kernel feature taken away. Never in a release.
 pub fn failing(name: &str) -> bool {
     #[cfg(feature = "failpoints")]
     return fail::eval(name, |arg| arg.as_deref() == Some("fail")).unwrap_or(false);

@@ -167,6 +167,49 @@ fn a_late_release_still_orders_the_next_command() {
     assert_eq!(String::from_utf8(out.stdout).unwrap(), "11\n1\n11");
 }
 
+/// An append after a checkout that replaced the file goes to the file's
+/// end, even while the kernel still holds the size it had before (what it
+/// is told to drop is held back here, as a loaded kernel may take it late),
+/// with the kernel passing writes through to the copy or not.
+#[test]
+fn an_append_after_a_checkout_goes_to_the_files_end() {
+    for passthrough in [true, false] {
+        appends_to_the_end(passthrough);
+    }
+}
+
+fn appends_to_the_end(passthrough: bool) {
+    let env = Env::new();
+    two_versions(&env);
+    let notices = Hold::new(&env, "kernel-notice");
+    let spec = match passthrough {
+        true => notices.spec.clone(),
+        false => format!("{};passthrough=return(fail)", notices.spec),
+    };
+    let m = env.mount_env(&spec, &[]);
+    std::fs::write(m.path("staging/a.csv"), "t0\n").unwrap();
+    let out = Command::new("sh")
+        .current_dir(&m.dir)
+        .args([
+            "-c",
+            "printf 'v1\\n.\\n' > .detafs/checkout; echo t4 >> staging/a.csv; cat staging/a.csv",
+        ])
+        .output()
+        .unwrap();
+    notices.release();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "1t4\n",
+        "passthrough {passthrough}"
+    );
+    assert_eq!(std::fs::read(m.path("staging/a.csv")).unwrap(), b"1t4\n");
+}
+
 /// The CLI reads back the handle it wrote its request through: it learns
 /// the outcome from the request itself, and a refused one changes nothing.
 #[test]
