@@ -1032,14 +1032,19 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|g| g["key"].as_str().unwrap())
+        .map(|g| {
+            g.as_str()
+                .unwrap_or_else(|| g["key"].as_str().unwrap())
+                .to_string()
+        })
         .collect();
-    let expected: &[&str] = if env.bucket.is_none() {
-        &[&leftover]
-    } else {
-        &[]
-    };
-    assert_eq!(garbage, expected, "{report}");
+    // Only what moves left (the one planted, and one of the killed
+    // mover's second copy if it was under way).
+    assert!(
+        garbage.iter().all(|k| k.contains(".moving-"))
+            && (env.bucket.is_some() || garbage.contains(&leftover)),
+        "{report}"
+    );
     // The gateway's health says how much lives where, as its audit counts.
     let g = serve_with(&env, &["--audit-interval", "1s"]);
     let health = || json_of(&curl(&[&format!("{}/health", g.url)]).1);
