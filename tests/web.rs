@@ -247,3 +247,39 @@ fn the_audit_page_marks_a_broken_chain() {
         "{page}"
     );
 }
+
+/// Crafted table files preview as what they are, never at the gateway's
+/// memory: a Parquet footer claiming a gigabyte, a file that only ends
+/// like Parquet, a CSV whose cells hold markup (text, not HTML).
+#[test]
+fn crafted_files_preview_as_an_error_or_text() {
+    let env = Env::new();
+    let src = env.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let mut bomb = vec![b'P', b'A', b'R', b'1'];
+    bomb.extend(vec![0u8; 4096]);
+    bomb.extend((1u32 << 30).to_le_bytes());
+    bomb.extend(b"PAR1");
+    std::fs::write(src.join("bomb.parquet"), &bomb).unwrap();
+    std::fs::write(src.join("junk.parquet"), b"not a table at all").unwrap();
+    std::fs::write(src.join("t.csv"), "a\n\"<script>x</script>\"\n").unwrap();
+    env.commit(&src, "crafted");
+    let reader = key(&env, "reader", "read");
+    let g = serve(&env);
+    let preview = |p: &str| {
+        let (status, body) = common::gateway::curl(&[
+            "-H",
+            &format!("Authorization: Bearer {reader}"),
+            &format!("{}/datasets/ds/versions/latest/preview/{p}", g.url),
+        ]);
+        (status, common::gateway::json_of(&body))
+    };
+    for p in ["bomb.parquet", "junk.parquet"] {
+        let (status, v) = preview(p);
+        assert_eq!(status, 200, "{p}: {v}");
+        assert_eq!(v["kind"], "binary", "{p}: {v}");
+        assert!(v["problem"].is_string(), "{p}: {v}");
+    }
+    let (_, v) = preview("t.csv");
+    assert_eq!(v["rows"][0][0], "<script>x</script>", "{v}");
+}

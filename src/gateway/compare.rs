@@ -14,7 +14,7 @@
 //! rule (`Caller::readable`, `Caller::sees_path`): nothing here decides
 //! what a caller may see.
 
-use super::core::{Api, ApiError, Caller, Reply, err, resources};
+use super::core::{Api, ApiError, Caller, Reply, err, query_number, resources};
 use super::logline::{Asks, asking};
 use super::rest::InVersion;
 use crate::access::Action;
@@ -81,15 +81,9 @@ async fn sides(
 }
 
 fn page(q: &HashMap<String, String>) -> Result<(usize, usize), ApiError> {
-    let number = |k: &str, default: usize| match q.get(k) {
-        None => Ok(default),
-        Some(v) => v
-            .parse::<usize>()
-            .map_err(|_| bad(format!("{k} is a number"))),
-    };
     Ok((
-        number("offset", 0)?,
-        number("limit", PAGE)?.clamp(1, MAX_PAGE),
+        query_number(q, "offset", 0)?,
+        query_number(q, "limit", PAGE)?.clamp(1, MAX_PAGE),
     ))
 }
 

@@ -881,6 +881,25 @@ pub(super) async fn next_part(
     }
 }
 
+/// Query parameter `key` as a number (`default` without it); 400 if it
+/// is not one.
+pub(super) fn query_number(
+    q: &std::collections::HashMap<String, String>,
+    key: &str,
+    default: usize,
+) -> Result<usize, ApiError> {
+    match q.get(key) {
+        None => Ok(default),
+        Some(v) => v.parse::<usize>().map_err(|_| {
+            err(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                format!("{key} is a number"),
+            )
+        }),
+    }
+}
+
 /// A JSON body of at most `MAX_BODY` bytes; 413 beyond, naming the limit.
 pub(super) async fn read_body(body: Body) -> Result<Value, ApiError> {
     let mut stream = body.into_data_stream();

@@ -14,7 +14,7 @@
 //! The file is found and checked by the one read rule (`Caller::readable`)
 //! as a download is.
 
-use super::core::{Api, ApiError, Reply, err};
+use super::core::{Api, ApiError, Reply, err, query_number};
 use super::logline::asking;
 use super::rest::{InVersion, READS};
 use super::sniff::{binary_type, image_type};
@@ -43,6 +43,11 @@ const HEAD: u64 = 1 << 20;
 const MAX_LINES: usize = 2_000;
 /// A Parquet reader's reads of the file, at least this many bytes each.
 const WINDOW: u64 = 256 << 10;
+/// Most bytes one preview reads of a file, and most bytes of a Parquet
+/// file's footer: a crafted file (a footer or pages claiming gigabytes)
+/// costs an error, not the gateway's memory.
+const MAX_READ: u64 = 64 << 20;
+const MAX_FOOTER: u64 = 16 << 20;
 
 pub(super) fn routes() -> Router<Arc<Api>> {
     Router::new().route(
@@ -57,13 +62,7 @@ async fn preview(
     Query(q): Query<HashMap<String, String>>,
     at: InVersion,
 ) -> Reply {
-    let rows = match q.get("rows") {
-        None => ROWS,
-        Some(n) => n
-            .parse::<usize>()
-            .map_err(|_| err(StatusCode::BAD_REQUEST, "invalid", "rows is a number"))?
-            .clamp(1, MAX_ROWS),
-    };
+    let rows = query_number(&q, "rows", ROWS)?.clamp(1, MAX_ROWS);
     let caller = api.caller(&headers).await?;
     let (_, record, versions) = api.visible_version(&caller, &at.id, &at.v).await?;
     let cache = api.chunks.clone();
@@ -129,6 +128,11 @@ impl Ranges {
             return Ok(kept.slice(from..from + crate::limits::to_usize(end - start)));
         }
         let to = end.max(start.saturating_add(WINDOW)).min(self.size);
+        if self.read.load(Ordering::Relaxed) + (to - start) > MAX_READ {
+            return Err(crate::error::Error::InvalidInput(format!(
+                "a preview reads at most {MAX_READ} bytes of a file"
+            )));
+        }
         let parts = self
             .cache
             .slices(&self.chunks, start, to, false)?
@@ -225,6 +229,19 @@ fn cell_type<'a>(cells: impl Iterator<Item = &'a Value>) -> &'static str {
 /// The first `rows` rows of a Parquet file, read by ranges.
 fn parquet(file: &Arc<Ranges>, rows: usize) -> Result<Value, String> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
+    // The footer's length, checked before the reader takes it.
+    let tail = file
+        .range(file.size.saturating_sub(8), file.size)
+        .map_err(|e| e.to_string())?;
+    let footer = match &tail[..] {
+        [a, b, c, d, b'P', b'A', b'R', b'1'] => u64::from(u32::from_le_bytes([*a, *b, *c, *d])),
+        _ => return Err("not a Parquet file (no PAR1 at its end)".into()),
+    };
+    if footer > MAX_FOOTER {
+        return Err(format!(
+            "a footer of {footer} bytes (at most {MAX_FOOTER} are read)"
+        ));
+    }
     let source = Source(file.clone());
     let reader = SerializedFileReader::new(source).map_err(|e| e.to_string())?;
     let meta = reader.metadata().file_metadata();

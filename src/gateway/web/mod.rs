@@ -297,7 +297,7 @@ async fn login_form(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response
 /// that must agree).
 fn login_page(web: &Web, headers: &HeaderMap, problem: Option<&str>) -> Response {
     let token = session::cookie(headers, LOGIN_COOKIE)
-        .filter(|t| t.len() == 64)
+        .filter(|t| session::is_token(t))
         .map_or_else(session::token, str::to_string);
     let status = match problem {
         Some(_) => StatusCode::UNAUTHORIZED,
@@ -309,10 +309,12 @@ fn login_page(web: &Web, headers: &HeaderMap, problem: Option<&str>) -> Response
         None,
         json!({"login_csrf": token, "problem": problem}),
     );
-    let cookie = session::set_cookie(LOGIN_COOKIE, &token, "/ui/login", Duration::from_secs(3600));
-    res.headers_mut().append(
-        header::SET_COOKIE,
-        HeaderValue::from_str(&cookie).expect("ascii"),
+    session::set_cookie(
+        &mut res,
+        LOGIN_COOKIE,
+        &token,
+        "/ui/login",
+        Duration::from_secs(3600),
     );
     res
 }
@@ -341,16 +343,8 @@ async fn login(
     }
     let token = web.sessions.open(key.to_string());
     let mut out = Redirect::to("/ui/").into_response();
-    let h = out.headers_mut();
-    for cookie in [
-        session::set_cookie(COOKIE, &token, "/ui", session::TTL),
-        session::set_cookie(LOGIN_COOKIE, "", "/ui/login", Duration::ZERO),
-    ] {
-        h.append(
-            header::SET_COOKIE,
-            HeaderValue::from_str(&cookie).expect("ascii"),
-        );
-    }
+    session::set_cookie(&mut out, COOKIE, &token, "/ui", session::TTL);
+    session::set_cookie(&mut out, LOGIN_COOKIE, "", "/ui/login", Duration::ZERO);
     out
 }
 
@@ -374,11 +368,7 @@ async fn logout(
         web.sessions.close(t);
     }
     let mut out = Redirect::to("/ui/login").into_response();
-    let cookie = session::set_cookie(COOKIE, "", "/ui", Duration::ZERO);
-    out.headers_mut().append(
-        header::SET_COOKIE,
-        HeaderValue::from_str(&cookie).expect("ascii"),
-    );
+    session::set_cookie(&mut out, COOKIE, "", "/ui", Duration::ZERO);
     out
 }
 

@@ -95,12 +95,28 @@ pub fn cookie<'h>(headers: &'h axum::http::HeaderMap, name: &str) -> Option<&'h 
         .map(|(_, v)| v)
 }
 
-/// A `Set-Cookie` value: `HttpOnly`, `Secure`, `SameSite=Strict`.
-pub fn set_cookie(name: &str, value: &str, path: &str, max_age: Duration) -> String {
-    format!(
+/// Adds a `Set-Cookie` of `name` (`HttpOnly`, `Secure`, `SameSite=Strict`)
+/// to `res`; `value` is one of ours (hex, or empty to end it).
+pub fn set_cookie(
+    res: &mut axum::response::Response,
+    name: &str,
+    value: &str,
+    path: &str,
+    max_age: Duration,
+) {
+    let cookie = format!(
         "{name}={value}; Path={path}; Max-Age={}; HttpOnly; Secure; SameSite=Strict",
         max_age.as_secs()
-    )
+    );
+    res.headers_mut().append(
+        axum::http::header::SET_COOKIE,
+        axum::http::HeaderValue::from_str(&cookie).expect("ascii"),
+    );
+}
+
+/// Whether `value` is a token as `token` makes them.
+pub fn is_token(value: &str) -> bool {
+    value.len() == 64 && value.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 #[cfg(test)]
@@ -114,6 +130,7 @@ mod tests {
         assert_eq!(s.get(&t).unwrap().bearer, "dtfs_x");
         assert!(s.get(&token()).is_none());
         assert_ne!(s.get(&t).unwrap().csrf, t);
+        assert!(is_token(&t) && !is_token("<b>") && !is_token(&"z".repeat(64)));
         s.close(&t);
         assert!(s.get(&t).is_none());
         let mut h = axum::http::HeaderMap::new();
