@@ -1080,9 +1080,9 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
 /// What the store says of its colder tier is the store's, and may be
 /// forged (`tiers.json` is not sealed: hosts read it before a key): a
 /// tier that is not JSON, names unknown fields or an unknown scheme is an
-/// error naming the file, and a tier pointed at another folder holding
-/// packs of other bytes serves none of them (each chunk is checked), and
-/// `tier` moves nothing there while the store names it.
+/// error (what lives in the store reads on), and a tier pointed at another
+/// folder holding packs of other bytes serves none of them (each chunk is
+/// checked; `verify` finds them).
 #[test]
 fn a_forged_colder_tier_is_an_error_never_another_files_bytes() {
     let env = Env::new_local();
