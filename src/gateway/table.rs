@@ -55,10 +55,11 @@ pub fn parse(v: &Value) -> Result<Delta> {
 /// The table's new bytes: `old` (None: a new table) with the delta applied.
 /// A removed row that is not there is an error (nothing is committed).
 pub fn apply(old: Option<&[u8]>, d: &Delta) -> Result<Vec<u8>> {
-    if d.path.ends_with(".csv") {
-        csv_apply(old, d)
-    } else {
-        jsonl_apply(old, d)
+    // Laid out as previews and diffs read it (`Format::of`); a name of no
+    // table format is JSON lines.
+    match Format::of(&d.path) {
+        Some(Format::Delimited(sep)) => csv_apply(old, d, sep),
+        Some(Format::JsonLines) | None => jsonl_apply(old, d),
     }
 }
 
@@ -124,11 +125,12 @@ fn fields(row: &Value, header: Option<&[String]>, path: &str) -> Result<Vec<Stri
     }
 }
 
-fn csv_apply(old: Option<&[u8]>, d: &Delta) -> Result<Vec<u8>> {
+fn csv_apply(old: Option<&[u8]>, d: &Delta, sep: u8) -> Result<Vec<u8>> {
     let csv_err = |e: csv::Error| bad(format!("{}: {e}", d.path));
     let (mut header, mut rows): (Option<Vec<String>>, Vec<Vec<String>>) = (None, Vec::new());
     if let Some(old) = old.filter(|o| !o.is_empty()) {
         let mut r = csv::ReaderBuilder::new()
+            .delimiter(sep)
             .has_headers(true)
             .flexible(true)
             .from_reader(old);
@@ -158,6 +160,7 @@ fn csv_apply(old: Option<&[u8]>, d: &Delta) -> Result<Vec<u8>> {
         rows.push(fields(r, header.as_deref(), &d.path)?);
     }
     let mut w = csv::WriterBuilder::new()
+        .delimiter(sep)
         .flexible(true)
         .from_writer(Vec::new());
     if let Some(h) = &header {
@@ -369,5 +372,23 @@ mod tests {
         assert!(t.truncated);
         assert_eq!(Format::of("x.tsv"), Some(Format::Delimited(b'\t')));
         assert_eq!(Format::of("x.txt"), None);
+    }
+
+    #[test]
+    fn what_a_delta_writes_a_preview_reads_back() {
+        for path in ["t.csv", "t.TSV", "t.jsonl", "data"] {
+            let d = parse(&json!({
+                "path": path,
+                "added": [{"city": "Rio, RJ", "temp": "30"}, {"city": "Oslo\tN", "temp": "3"}],
+            }))
+            .unwrap();
+            let bytes = apply(None, &d).unwrap();
+            let t = Format::of(path)
+                .unwrap_or(Format::JsonLines)
+                .table(std::str::from_utf8(&bytes).unwrap(), 10);
+            assert_eq!(t.columns, ["city", "temp"], "{path}");
+            assert_eq!(t.rows[1][0], json!("Oslo\tN"), "{path}");
+            assert_eq!(t.rows.len(), 2, "{path}");
+        }
     }
 }
