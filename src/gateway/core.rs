@@ -71,6 +71,10 @@ pub struct Api {
     pub(super) metrics: Mutex<std::collections::BTreeMap<(String, u16), (u64, f64)>>,
     /// The last consistency audit, if one ran.
     pub(super) audit: Mutex<Option<Audited>>,
+    /// Expired versions served to their leases' holders, by dataset,
+    /// owner and number, as last read (a host reading such a version asks
+    /// for many ranges: the store's leases are read once per `FRESH`).
+    leased: Mutex<std::collections::HashMap<(String, String, u64), (Instant, Option<Record>)>>,
 }
 
 /// A consistency audit's result (the `verify` engine).
@@ -404,6 +408,7 @@ impl Api {
             started: Instant::now(),
             metrics: Mutex::default(),
             audit: Mutex::default(),
+            leased: Mutex::default(),
         }
     }
 
@@ -614,17 +619,43 @@ impl Api {
         if view.records.iter().any(|r| r.version == n) {
             return Ok(None);
         }
-        let (dataset, holder) = (id.to_string(), caller.owner().to_string());
-        let Some(record) = self
-            .run(move |repo| Ok(repo.leased_record(&dataset, &holder, n)?))
-            .await?
-        else {
+        let key = (id.to_string(), caller.owner().to_string(), n);
+        let kept = self
+            .leased
+            .lock()
+            .get(&key)
+            .filter(|(at, _)| at.elapsed() < FRESH)
+            .map(|(_, r)| r.clone());
+        let record = match kept {
+            Some(r) => r,
+            None => {
+                let (dataset, holder) = (key.0.clone(), key.1.clone());
+                let r = self
+                    .run(move |repo| Ok(repo.leased_record(&dataset, &holder, n)?))
+                    .await?;
+                let mut leased = self.leased.lock();
+                if leased.len() >= VIEWS {
+                    leased.retain(|_, (at, _)| at.elapsed() < FRESH);
+                }
+                leased.insert(key, (Instant::now(), r.clone()));
+                r
+            }
+        };
+        let Some(record) = record else {
             return Ok(None);
         };
         let names = resources(id, &record, &view.tags);
         Ok(caller
             .sees(Action::Versions, &names)
             .then_some((record, names)))
+    }
+
+    /// Forgets what was read of `owner`'s leases on dataset `id` (this
+    /// gateway wrote one).
+    pub(super) fn leases_changed(&self, id: &str, owner: &str) {
+        self.leased
+            .lock()
+            .retain(|(d, o, _), _| !(d == id && o == owner));
     }
 
     /// The caller of a request: its API key (`Authorization: Bearer KEY` or

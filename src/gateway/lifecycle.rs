@@ -253,6 +253,7 @@ async fn lease(
         .collect();
     let (owner, name) = (caller.owner().to_string(), caller.name().to_string());
     let shown = versions.clone();
+    let (forget_id, forget_owner) = (id.clone(), owner.clone());
     api.run(move |repo| {
         let holder = crate::repo::leases::Holder {
             owner: &owner,
@@ -261,5 +262,6 @@ async fn lease(
         Ok(repo.lease_for(&id, &holder, &staging, &versions, &served)?)
     })
     .await?;
+    api.leases_changed(&forget_id, &forget_owner);
     Ok(Json(serde_json::json!({ "versions": shown })).into_response())
 }
