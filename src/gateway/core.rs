@@ -74,8 +74,12 @@ pub struct Api {
     /// Expired versions served to their leases' holders, by dataset,
     /// owner and number, as last read (a host reading such a version asks
     /// for many ranges: the store's leases are read once per `FRESH`).
-    leased: Mutex<std::collections::HashMap<(String, String, u64), (Instant, Option<Record>)>>,
+    leased: Mutex<std::collections::HashMap<Leased, (Instant, Option<Record>)>>,
 }
+
+/// An expired version a caller may hold a lease on: dataset, the caller's
+/// owner, the version's number.
+type Leased = (String, String, u64);
 
 /// A consistency audit's result (the `verify` engine).
 #[derive(Clone)]
