@@ -4,12 +4,13 @@
 //! shared between threads as it is. `detafs/__init__.py` wraps it.
 
 mod errors;
+mod sys;
 
 use detafs::access::caller::{Actor, current_user};
 use detafs::access::{Action, dataset_resource};
 use detafs::commit::edit::{Content, Edit, commit_edits, edit_path};
 use detafs::commit::{CommitMeta, commit_dir};
-use detafs::read::chunks::{ChunkCache, copy_pieces};
+use detafs::read::chunks::{ChunkCache, spans};
 use detafs::relpath::RelPath;
 use detafs::repo::{Options, Passphrase, Repo};
 use detafs::retention;
@@ -528,10 +529,8 @@ impl Reader {
             .detach(|| self.cache.pieces(&self.chunks, start, end, false))
             .map_err(to_py)?
             .unwrap_or_default();
-        PyBytes::new_with(py, detafs::limits::to_usize(end - start), |buf| {
-            copy_pieces(skip, &pieces, buf);
-            Ok(())
-        })
+        let len = detafs::limits::to_usize(end - start);
+        sys::bytes_of(py, len, spans(skip, &pieces, len))
     }
 }
 

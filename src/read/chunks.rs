@@ -103,17 +103,16 @@ fn covering(chunks: &[BlobRef], start: u64, end: u64) -> (u64, Vec<BlobRef>) {
     (first_at, wanted)
 }
 
-/// Fills `out` with the bytes of `pieces` from `skip` on (what `pieces`
-/// gave: they hold at least that much).
-pub fn copy_pieces(mut skip: usize, pieces: &[Bytes], out: &mut [u8]) {
-    let mut at = 0;
-    for p in pieces {
+/// The bytes of `pieces` from `skip` on, `len` of them at most, as slices
+/// in order (what `pieces` gave holds at least that much).
+pub fn spans(mut skip: usize, pieces: &[Bytes], mut len: usize) -> impl Iterator<Item = &[u8]> {
+    pieces.iter().map(move |p| {
         let take = &p[skip.min(p.len())..];
-        let take = &take[..(out.len() - at).min(take.len())];
-        out[at..at + take.len()].copy_from_slice(take);
-        at += take.len();
         skip = skip.saturating_sub(p.len());
-    }
+        let take = &take[..len.min(take.len())];
+        len -= take.len();
+        take
+    })
 }
 
 /// Largest run of chunks one miss reads.
@@ -380,6 +379,18 @@ mod tests {
             .enumerate()
             .map(|(i, &id)| (BlobId::of(&[id]), buf.slice(i * each..(i + 1) * each)))
             .collect()
+    }
+
+    #[test]
+    fn spans_start_at_skip_and_stop_at_len() {
+        let pieces = [Bytes::from_static(b"abcd"), Bytes::from_static(b"efgh")];
+        let joined = |skip, len| spans(skip, &pieces, len).collect::<Vec<_>>().concat();
+        assert_eq!(joined(0, 8), b"abcdefgh");
+        assert_eq!(joined(2, 4), b"cdef");
+        assert_eq!(joined(5, 2), b"fg");
+        assert_eq!(joined(1, 0), b"");
+        // More asked than the pieces hold: what they hold.
+        assert_eq!(joined(6, 10), b"gh");
     }
 
     #[test]
