@@ -132,8 +132,12 @@ bench_mount() {
     requests() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["requests"]["total"])' "$mnt/.detafs/health"; }
     cp_n=$(timed cp -a "$src/small" "$ROOT/mcopy")
     req0=$(requests)
+    local c0; c0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
     cp_m=$(timed cp -a "$src/small" "$mnt/staging/small-copy")
-    per_file=$(echo "($(requests) - $req0) / $(find "$src/small" | wc -l)" | bc -l)
+    local req1 us_req; req1=$(requests)
+    # The daemon's CPU per request it answered during the copy.
+    us_req=$(awk -v c0="$c0" -v n="$((req1 - req0))" '{print ($14 + $15 - c0) / 100 / n * 1e6}' "/proc/$pid/stat")
+    per_file=$(echo "($req1 - $req0) / $(find "$src/small" | wc -l)" | bc -l)
     local t; t=$(now); echo "copy of the small files" > "$mnt/.detafs/commit"; commit_m=$(since "$t")
     # A 1 GiB file written into staging and read back cold. Written to the
     # page cache, each after a sync, in turns: this host's disk takes a
@@ -167,7 +171,7 @@ bench_mount() {
     "$BIN" umount "$mnt"
     # Put staging back to v1 for the next run.
     "$BIN" commit bench --from "$src" -m "reset $run" >/dev/null 2>&1 || true
-    echo "$run $cold_n $cold_m $warm_n $warm_m $find_n $find_m $ls_n $ls_m $small_n $small_m $cp_n $cp_m $commit_m $rss $ready $folio_n $folio_m $tar_n $tar_m $tar_ro $find_ro $find_wn $find_wro $per_file $w_n $w_m $r_n $r_m $lat_cu $lat_cm $rss2" | tee -a "$mres" >&2
+    echo "$run $cold_n $cold_m $warm_n $warm_m $find_n $find_m $ls_n $ls_m $small_n $small_m $cp_n $cp_m $commit_m $rss $ready $folio_n $folio_m $tar_n $tar_m $tar_ro $find_ro $find_wn $find_wro $per_file $w_n $w_m $r_n $r_m $lat_cu $lat_cm $rss2 $us_req" | tee -a "$mres" >&2
   done
   python3 - "$mres" <<'PY'
 import statistics, sys
@@ -199,7 +203,7 @@ print(f"| commit of those files from `staging/` | | {med(13):.2f} s | |")
 print(f"| daemon peak RSS | | {med(14) / 1024:.0f} MiB ({min(r[14] for r in rows) / 1024:.0f}–{max(r[14] for r in rows) / 1024:.0f}) | |")
 print(f"| mount ready (`detafs mount --daemon` to the first `ls` of `versions/`) | | {med(15):.3f} s | |")
 print(f"| the 512 MiB file's cached pages in large folios (`scripts/folios.py`) | {med(16):.0f}% | {med(17):.0f}% | kernel {__import__('os').uname().release} |")
-print(f"| FUSE requests per file of that `cp -a` (`.detafs/health`) | | {med(24):.1f} ({sp(24)}) | |")
+print(f"| FUSE requests per file of that `cp -a` (`.detafs/health`), the daemon's CPU per request | | {med(24):.1f} ({sp(24)}), {med(38):.0f} µs ({min(r[38] for r in rows):.0f}–{max(r[38] for r in rows):.0f}) | |")
 row("write a 1 GiB file into `staging/` (dd, to the page cache)", 25, 1024)
 row("read it back, cold", 27, 1024)
 print(f"| `stat` + 4 KiB read elsewhere while a 1.5 GB file is copied up: p50 / p99 / max | | {med(30):.2f} / {med(31):.2f} ({sp(31)}) / {med(32):.1f} ms | {med(29):.0f} operations |")
