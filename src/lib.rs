@@ -36,6 +36,7 @@ pub mod remote;
 pub mod repo;
 pub mod report;
 pub mod retention;
+pub mod runtime;
 pub mod schema;
 pub mod snapshot;
 pub mod staging;

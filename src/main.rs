@@ -31,5 +31,13 @@ fn main() -> ExitCode {
     // failpoints and ignores FAILPOINTS.
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
-    cli::run()
+    // The program's one runtime: the store, the gateway client, the mount
+    // and the gateway all run on it.
+    match detafs::runtime::Runtime::new() {
+        Ok(rt) => cli::run(rt),
+        Err(e) => {
+            eprintln!("detafs: {e}");
+            ExitCode::from(1)
+        }
+    }
 }

@@ -18,7 +18,7 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &[
         "error", "escape", "id", "limits", "relpath", "private", "nowait", "hold", "progress",
-        "schema", "sys", "procs",
+        "schema", "sys", "procs", "runtime",
     ],
     &["store"],
     &["snapshot"],

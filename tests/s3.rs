@@ -60,8 +60,13 @@ fn bucket_problems_get_clear_errors() {
 fn the_probe_refuses_a_store_that_ignores_conditional_create() {
     let bucket = objects::new_bucket(objects::S3_ENDPOINT);
     let raw = objects::s3_store(objects::S3_ENDPOINT, &bucket, "");
-    let honest =
-        Store::from_object_store(raw.clone(), "s3://honest", Duration::from_secs(5)).unwrap();
+    let honest = Store::from_object_store(
+        raw.clone(),
+        "s3://honest",
+        Duration::from_secs(5),
+        &detafs::runtime::Runtime::new().unwrap(),
+    )
+    .unwrap();
     honest.probe().unwrap();
     assert!(
         objects::Objects::s3(objects::S3_ENDPOINT, &bucket, "")
@@ -71,7 +76,13 @@ fn the_probe_refuses_a_store_that_ignores_conditional_create() {
     );
 
     let liar = Arc::new(Overwriting(raw));
-    let store = Store::from_object_store(liar, "s3://liar", Duration::from_secs(5)).unwrap();
+    let store = Store::from_object_store(
+        liar,
+        "s3://liar",
+        Duration::from_secs(5),
+        &detafs::runtime::Runtime::new().unwrap(),
+    )
+    .unwrap();
     let err = store.probe().unwrap_err().to_string();
     assert!(
         err.contains("does not honour conditional create") && err.contains("overwrites"),
@@ -192,8 +203,10 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
     ));
     // A deadline this short lets some operations run out of retries, so
     // both outcomes occur.
+    let rt = detafs::runtime::Runtime::new().unwrap();
     let store =
-        Store::from_object_store(faulty.clone(), &env.store, Duration::from_millis(150)).unwrap();
+        Store::from_object_store(faulty.clone(), &env.store, Duration::from_millis(150), &rt)
+            .unwrap();
     let opts = Options {
         store: None,
         cache_dir: Some(env.path("faulty-cache")),
@@ -204,6 +217,7 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
         passphrase: None,
         sse: None,
         object_lock: None,
+        runtime: rt,
     };
     let repo = Repo::with_store(store, &opts).unwrap();
     let staging_dir = env.path("faulty-staging");
@@ -295,6 +309,7 @@ fn two_hundred_commits_under_injected_faults_land_whole_or_fail_cleanly() {
             objects::s3_store(objects::S3_ENDPOINT, &bucket, "store"),
             &env.store,
             Duration::from_secs(30),
+            &opts.runtime,
         )
         .unwrap(),
         &opts,

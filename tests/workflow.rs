@@ -711,6 +711,7 @@ fn open_repo(env: &Env) -> detafs::repo::Repo {
         passphrase: None,
         sse: None,
         object_lock: None,
+        runtime: detafs::runtime::Runtime::new().unwrap(),
     })
     .unwrap()
 }

@@ -172,6 +172,7 @@ impl Store {
             passphrase: Some(passphrase),
             sse,
             object_lock,
+            runtime: runtime()?,
         };
         let repo = Arc::new(py.detach(|| Repo::open(&opts)).map_err(to_py)?);
         let chunks = ChunkCache::new(repo.clone(), repo.cache_memory());
@@ -497,6 +498,28 @@ struct Reader {
     size: u64,
     /// Where the last read ended.
     last_end: AtomicU64,
+}
+
+/// The process's one runtime, made by the first `Store` it opens. A child
+/// made by `fork` (multiprocessing) has none of its parent's threads: it
+/// makes its own.
+fn runtime() -> PyResult<Arc<detafs::runtime::Runtime>> {
+    static MADE: std::sync::Mutex<Option<(u32, Arc<detafs::runtime::Runtime>)>> =
+        std::sync::Mutex::new(None);
+    let mut made = MADE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let me = std::process::id();
+    match &*made {
+        Some((pid, rt)) if *pid == me => Ok(rt.clone()),
+        _ => {
+            let rt = detafs::runtime::Runtime::new().map_err(to_py)?;
+            // A parent's runtime is never dropped here: its drop would
+            // wait for threads this process does not have.
+            std::mem::forget(made.replace((me, rt.clone())));
+            Ok(rt)
+        }
+    }
 }
 
 /// Bytes fetched ahead of a sequential reader.

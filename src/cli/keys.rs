@@ -78,7 +78,7 @@ pub fn init(opts: &Options, sealing: Sealing) -> anyhow::Result<(String, bool, O
         .store
         .clone()
         .unwrap_or_else(|| detafs::repo::default_store().to_string_lossy().into_owned());
-    let store = Store::open(&url, true, opts.store_timeout, &opts.asks())?;
+    let store = Store::open(&url, true, opts.store_timeout, &opts.asks(), &opts.runtime)?;
     let pass = match sealing {
         Sealing::KeyFileAndPassphrase => Some(new_passphrase()?),
         Sealing::Plaintext | Sealing::KeyFile => None,

@@ -650,7 +650,8 @@ pub(super) fn args() -> &'static [std::ffi::OsString] {
     ARGS.get().map_or(&[], Vec::as_slice)
 }
 
-pub fn run() -> ExitCode {
+/// Runs the command line, its work on `rt` (the program's runtime).
+pub fn run(rt: std::sync::Arc<detafs::runtime::Runtime>) -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let argv = match argv.first().is_some_and(|a| fstab::is_helper(a)) {
         // mount(8)'s helper for an fstab line (`fstab.rs`).
@@ -678,7 +679,7 @@ pub fn run() -> ExitCode {
             .unwrap_or_else(mount::default_staging),
         cli.cache_dir.clone().unwrap_or_else(repo::default_cache),
     );
-    match execute(cli) {
+    match execute(cli, rt) {
         Ok(code) => code,
         Err(err) => {
             let full = err
@@ -762,8 +763,9 @@ fn bar(len: u64, what: &str) -> Bar {
     Bar(pb)
 }
 
-fn options(cli: &Cli) -> Options {
+fn options(cli: &Cli, rt: &std::sync::Arc<detafs::runtime::Runtime>) -> Options {
     Options {
+        runtime: rt.clone(),
         store: cli.store.clone(),
         cache_dir: cli.cache_dir.clone(),
         cache_size: cli.cache_size.as_u64(),
@@ -781,7 +783,7 @@ fn options(cli: &Cli) -> Options {
 const MAX_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Runs the command on the store, or through the gateway `--store` names.
-fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
+fn execute(cli: Cli, rt: std::sync::Arc<detafs::runtime::Runtime>) -> anyhow::Result<ExitCode> {
     match cli
         .store
         .as_deref()
@@ -794,7 +796,7 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
                 ca_cert: cli.ca_cert.clone(),
             };
             let here = remote::Here {
-                opts: options(&cli),
+                opts: options(&cli, &rt),
                 staging: cli
                     .staging_dir
                     .clone()
@@ -802,12 +804,12 @@ fn execute(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             remote::execute(cli.command, store, &opts, &here)
         }
-        None => on_store(cli),
+        None => on_store(cli, &rt),
     }
 }
 
-fn on_store(cli: Cli) -> anyhow::Result<ExitCode> {
-    let opts = options(&cli);
+fn on_store(cli: Cli, rt: &std::sync::Arc<detafs::runtime::Runtime>) -> anyhow::Result<ExitCode> {
+    let opts = options(&cli, rt);
     let staging = cli
         .staging_dir
         .clone()

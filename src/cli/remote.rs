@@ -23,7 +23,7 @@ pub fn execute(
     opts: &Options,
     here: &Here,
 ) -> anyhow::Result<ExitCode> {
-    let gateway = || Gateway::connect(store, opts);
+    let gateway = || Gateway::connect(store, opts, &here.opts.runtime);
     match command {
         Command::Dataset(DatasetCmd::List { json: false }) => {
             for name in gateway()?.datasets()? {

@@ -544,6 +544,7 @@ mod tests {
             passphrase: None,
             sse: None,
             object_lock: None,
+            runtime: crate::runtime::Runtime::new().unwrap(),
         };
         let repo = Repo::open_own(&dir.join("store"), Some(&dir.join("key")), &opts).unwrap();
         repo.create_dataset("ds").unwrap();

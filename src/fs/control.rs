@@ -48,7 +48,7 @@ impl Control {
             next_commit: Default::default(),
             withdrawn: Mutex::default(),
             texts: Mutex::default(),
-            sequence: super::orders::Sequence::start(move |job| store.spawn_work(job))
+            sequence: super::orders::Sequence::start(move |job| store.runtime().spawn_work(job))
                 .map_err(|e| Error::io("starting the control files' thread", e))?,
         })
     }

@@ -137,7 +137,7 @@ impl Fuse {
     fn spawn(&self, op: impl FnOnce(&Arc<MountFs>) + Send + 'static) {
         let fs = self.fs.clone();
         if let Some(job) = self.fs.after_orders(Box::new(move || op(&fs))) {
-            self.fs.repo().store().spawn_work(job);
+            self.fs.repo().store().runtime().spawn_work(job);
         }
     }
 

@@ -455,6 +455,7 @@ impl Api {
         let repo = self.repo.clone();
         let store = repo.store().clone();
         store
+            .runtime()
             .work(move || f(&repo))
             .await
             .map_err(|e| err(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?

@@ -309,7 +309,7 @@ impl ChunkCache {
         let me = self.clone();
         // Queued behind reads when the pool is busy; a reader never waits for
         // a queued read-ahead (chunks count as in flight only once it runs).
-        self.repo.store().spawn_work(move || {
+        self.repo.store().runtime().spawn_work(move || {
             if let Err(e) = me.fetch(&run, None) {
                 tracing::debug!("read-ahead failed: {e}");
             }

@@ -45,7 +45,7 @@ pub struct Gateway {
     credentials: Credentials,
     /// The client's one runtime: sync callers cross into it here alone
     /// (on several threads: a mount's readers and read-ahead at once).
-    rt: tokio::runtime::Runtime,
+    rt: std::sync::Arc<crate::runtime::Runtime>,
     /// What a mount through it has been told (`upstream.rs`).
     told: upstream::Told,
     /// Chunks are asked for as the store holds them now, never as the
@@ -71,8 +71,13 @@ fn secret(file: &Path) -> Result<String> {
 }
 
 impl Gateway {
-    /// `url`: one gateway, or several of one store separated by commas.
-    pub fn connect(url: &str, opts: &Options) -> Result<Gateway> {
+    /// `url`: one gateway, or several of one store separated by commas;
+    /// its requests run on `rt`.
+    pub fn connect(
+        url: &str,
+        opts: &Options,
+        rt: &std::sync::Arc<crate::runtime::Runtime>,
+    ) -> Result<Gateway> {
         let bases: Vec<String> = url
             .split(',')
             .map(|u| u.trim().trim_end_matches('/').to_string())
@@ -116,16 +121,12 @@ impl Gateway {
         let client = builder
             .build()
             .map_err(|e| Error::InvalidInput(format!("{url}: {e}")))?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("tokio runtime", e))?;
         Ok(Gateway {
             bases,
             current: Default::default(),
             client,
             credentials,
-            rt,
+            rt: rt.clone(),
             told: Default::default(),
             fresh: false,
             health: Default::default(),

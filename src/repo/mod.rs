@@ -51,6 +51,8 @@ pub struct Options {
     pub sse: Option<crate::store::sse::Sse>,
     /// S3 Object Lock for every object never rewritten (`store::lock`).
     pub object_lock: Option<std::time::Duration>,
+    /// The program's runtime, which the store's work runs on.
+    pub runtime: Arc<crate::runtime::Runtime>,
 }
 
 impl Options {
@@ -287,7 +289,7 @@ impl Repo {
     /// first use, so a new user needs no configuration.
     pub fn open(opts: &Options) -> Result<Repo> {
         let store = match &opts.store {
-            Some(url) => Store::open(url, false, opts.store_timeout, &opts.asks())?,
+            Some(url) => Store::open(url, false, opts.store_timeout, &opts.asks(), &opts.runtime)?,
             None => {
                 let default = default_store();
                 // Made on first use only: not again once deleted.
@@ -310,7 +312,13 @@ impl Repo {
         opts: &Options,
     ) -> Result<Repo> {
         let at = dir.to_string_lossy().into_owned();
-        let store = Store::open(&at, true, opts.store_timeout, &Default::default())?;
+        let store = Store::open(
+            &at,
+            true,
+            opts.store_timeout,
+            &Default::default(),
+            &opts.runtime,
+        )?;
         // A local folder: its create is atomic, nothing to probe.
         let created = store.init(
             false,

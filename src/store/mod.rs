@@ -21,6 +21,7 @@ pub mod sse;
 pub mod tier;
 
 use crate::error::{Error, Result};
+use crate::runtime::Runtime;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::local::LocalFileSystem;
@@ -33,7 +34,6 @@ use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::runtime::Runtime;
 
 /// The newest store format this build reads and writes: 2, sealed
 /// (`codec.rs`); format 1 stores (in the clear) stay format 1.
@@ -124,9 +124,6 @@ pub(crate) fn failed(key: impl std::fmt::Display, source: object_store::Error) -
     }
 }
 
-/// Blocking requests (e.g. from the mount) in flight at once; also the
-/// runtime's blocking threads, each of which holds on to some heap.
-const WORK_PERMITS: usize = 16;
 /// Small objects (records) fetched at once by `get_many`.
 const PARALLEL_GETS: usize = 64;
 
@@ -140,7 +137,6 @@ pub struct Store {
     /// their files straight away (`local_range`).
     local_root: Option<std::path::PathBuf>,
     rt: Arc<Runtime>,
-    work: Arc<tokio::sync::Semaphore>,
     policy: Policy,
     health: Arc<Health>,
     /// How objects are encoded: known once the marker is read (format 1),
@@ -178,10 +174,16 @@ impl Store {
     /// Opens the store at `url`: a path, `file://`, `s3://`, `gs://` or
     /// `az://`, without checking its contents. A local folder is created only
     /// when `create` is set (by `init`). Remote operations are retried through
-    /// transient failures for up to `deadline` each.
-    pub fn open(url: &str, create: bool, deadline: Duration, asks: &Asks) -> Result<Store> {
+    /// transient failures for up to `deadline` each. Its work runs on `rt`.
+    pub fn open(
+        url: &str,
+        create: bool,
+        deadline: Duration,
+        asks: &Asks,
+        rt: &Arc<Runtime>,
+    ) -> Result<Store> {
         let (inner, policy, location) = open_location(url, create, deadline, asks)?;
-        let mut store = Store::with_policy(inner, url, &location, policy)?;
+        let mut store = Store::with_policy(inner, url, &location, policy, rt)?;
         store.local_root = location.strip_prefix("file://").map(Into::into);
         store.lock = asks.lock;
         Ok(store)
@@ -213,9 +215,10 @@ impl Store {
         inner: Arc<dyn ObjectStore>,
         url: &str,
         deadline: Duration,
+        rt: &Arc<Runtime>,
     ) -> Result<Store> {
         let location = url.trim_end_matches('/');
-        Store::with_policy(inner, url, location, Policy::remote(deadline))
+        Store::with_policy(inner, url, location, Policy::remote(deadline), rt)
     }
 
     fn with_policy(
@@ -223,22 +226,14 @@ impl Store {
         url: &str,
         location: &str,
         policy: Policy,
+        rt: &Arc<Runtime>,
     ) -> Result<Store> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .max_blocking_threads(WORK_PERMITS + 4)
-            // Tree walks recurse up to `limits::MAX_DEPTH` levels.
-            .thread_stack_size(8 << 20)
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("tokio runtime", e))?;
         Ok(Store {
             inner,
             url: url.to_string(),
             location: location.to_string(),
             local_root: None,
-            rt: Arc::new(rt),
-            work: Arc::new(tokio::sync::Semaphore::new(WORK_PERMITS)),
+            rt: rt.clone(),
             policy,
             health: Arc::new(Health::default()),
             codec: std::sync::OnceLock::new(),
@@ -636,63 +631,9 @@ impl Store {
         self.wait(self.spawn_put(key.to_string(), body.into()))
     }
 
-    /// Runs blocking work (which may itself wait on the store) on the
-    /// runtime's blocking pool, at most `WORK_PERMITS` at once. Past that the
-    /// work waits its turn in a queue (first come, first served): the caller,
-    /// the kernel's request loop, never runs it or waits for it.
-    pub fn spawn_work(&self, work: impl FnOnce() + Send + 'static) {
-        // A free permit: straight to the pool (one thread hop, not two).
-        let Err(work) = self.try_spawn_work(work) else {
-            return;
-        };
-        let permits = self.work.clone();
-        self.rt.spawn(async move {
-            // The semaphore is never closed, so acquiring only waits.
-            let Ok(permit) = permits.acquire_owned().await else {
-                return;
-            };
-            let _ = tokio::task::spawn_blocking(move || {
-                work();
-                drop(permit);
-            })
-            .await;
-        });
-    }
-
-    /// Runs blocking work for async code (the gateway) on the blocking
-    /// pool, within the same bound as `spawn_work`: the pool keeps threads
-    /// for the store's own blocking calls, which the work waits on.
-    pub async fn work<T: Send + 'static>(
-        &self,
-        work: impl FnOnce() -> T + Send + 'static,
-    ) -> std::result::Result<T, tokio::task::JoinError> {
-        let permit = self
-            .work
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("never closed");
-        tokio::task::spawn_blocking(move || {
-            let done = work();
-            drop(permit);
-            done
-        })
-        .await
-    }
-
-    /// Like `spawn_work`, but hands the work back instead of running it here
-    /// when the pool is full: for work that may be skipped (read-ahead).
-    pub fn try_spawn_work<W: FnOnce() + Send + 'static>(&self, work: W) -> Result<(), W> {
-        match self.work.clone().try_acquire_owned() {
-            Ok(permit) => {
-                self.rt.spawn_blocking(move || {
-                    work();
-                    drop(permit);
-                });
-                Ok(())
-            }
-            Err(_) => Err(work),
-        }
+    /// The runtime its work runs on, which the program handed it.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.rt
     }
 
     /// Runs a future to completion on the runtime (e.g. waiting for signals).

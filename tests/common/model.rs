@@ -125,6 +125,7 @@ impl<'e> Core<'e> {
             passphrase: None,
             sse: None,
             object_lock: None,
+            runtime: detafs::runtime::Runtime::new().unwrap(),
         };
         let repo = Repo::open(&opts).unwrap();
         let staging = Staging::open(&repo, &self.env.path("staging"), "ds").unwrap();

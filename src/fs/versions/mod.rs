@@ -263,7 +263,7 @@ impl Versions {
 /// errors; skipped when busy.
 pub(super) fn prefetch_trees(repo: Arc<Repo>, root: BlobRef) {
     let store = repo.store().clone();
-    let _ = store.try_spawn_work(move || {
+    let _ = store.runtime().try_spawn_work(move || {
         let room = repo.tree_room() / 2;
         let (mut trees, mut bytes) = (0, 0);
         let mut level = vec![root];
