@@ -17,7 +17,7 @@
 
 use crate::access::caller::Actor;
 use crate::access::{Action, dataset_resource};
-use crate::commit::scan::Scanner;
+use crate::commit::sink::Sink;
 use crate::error::{Error, Result};
 use crate::id::PackId;
 use crate::progress::Quiet;
@@ -137,7 +137,7 @@ pub fn erase(repo: &Repo, req: &Request<'_>, by: &Actor) -> Result<Erasure> {
     // tree first; what is live is read once (every other version, every
     // new root); a blob goes with the last batch whose old roots reach it.
     let batches: Vec<&[(Record, u64)]> = plan.chunks(batch_size()).collect();
-    let mut sink = Scanner::new(repo, &Quiet)?;
+    let mut sink = Sink::new(repo, &Quiet)?;
     let mut roots = Vec::with_capacity(batches.len());
     for batch in &batches {
         let mut new = Vec::with_capacity(batch.len());

@@ -3,7 +3,7 @@
 //! a parent that is no longer the newest is rebased onto it, and paths
 //! both changed are a conflict.
 
-use super::{CommitMeta, publish, scan::Scanner};
+use super::{CommitMeta, publish, sink::Sink};
 use crate::error::{Error, Result};
 use crate::progress::Quiet;
 use crate::relpath::RelPath;
@@ -165,10 +165,10 @@ pub fn commit_edits(
     for e in edits {
         root.add(e)?;
     }
-    let mut scanner = Scanner::new(repo, &Quiet)?;
+    let mut scanner = Sink::new(repo, &Quiet)?;
     let tree = base.as_ref().map(|b| b.tree);
     let (ours, _, _) = apply(repo, &mut scanner, tree.as_ref(), &root, "")?;
-    publish(repo, meta, scanner, base, ours)
+    publish(repo, meta, scanner, None, base, ours)
 }
 
 /// The tree of folder `tree` (none: a new folder) with `edits` applied,
@@ -177,7 +177,7 @@ pub fn commit_edits(
 /// name may change from one kind to the other.
 fn apply(
     repo: &Repo,
-    scanner: &mut Scanner,
+    scanner: &mut Sink,
     tree: Option<&BlobRef>,
     edits: &Folder,
     at: &str,

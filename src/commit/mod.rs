@@ -8,11 +8,14 @@
 pub mod edit;
 mod encoder;
 mod listed;
+mod lister;
 mod ordered;
 pub mod pending;
 pub mod scan;
+pub mod sink;
 mod small;
 pub mod staged;
+pub mod stat_rows;
 pub mod through;
 pub mod upload;
 
@@ -26,7 +29,9 @@ use crate::snapshot::tree::TreeSource;
 use crate::snapshot::{Record, Stats};
 use crate::store::keys;
 use crate::store::pack::BlobRef;
-use scan::{PendingStats, Scanner};
+use scan::Scanner;
+use sink::Sink;
+use stat_rows::PendingStats;
 use std::path::Path;
 
 const MAX_ATTEMPTS: u32 = 100;
@@ -82,21 +87,29 @@ pub fn commit_dir(
         repo.index_tree(&b.tree)?;
     }
     let root = scanner.scan_dir(from)?;
-    publish(repo, meta, scanner, base, root)
+    publish(
+        repo,
+        meta,
+        scanner.sink,
+        Some(scanner.stat_rows),
+        base,
+        root,
+    )
 }
 
-/// Claims the next version number for `ours` (built on `base` by `scanner`),
-/// rebasing onto versions that landed meanwhile. Fails without side effects
-/// visible to readers.
+/// Claims the next version number for `ours` (built on `base` into
+/// `sink`), rebasing onto versions that landed meanwhile; `stat_rows` are
+/// kept once it lands. Fails without side effects visible to readers.
 pub fn publish<'r>(
     repo: &'r Repo,
     req: &CommitMeta,
-    mut scanner: Scanner<'r>,
+    mut sink: Sink<'r>,
+    stat_rows: Option<PendingStats<'r>>,
     base: Option<Record>,
     ours: BlobRef,
 ) -> Result<Record> {
     let ours = match &base {
-        Some(b) if req.content_only => diff::keep_times(repo, &mut scanner, &b.tree, &ours)?,
+        Some(b) if req.content_only => diff::keep_times(repo, &mut sink, &b.tree, &ours)?,
         _ => ours,
     };
     if let Some(b) = &base
@@ -106,19 +119,18 @@ pub fn publish<'r>(
         return Err(Error::NothingToCommit(b.version));
     }
     repo.check_store(false)?;
-    let stat_rows = std::mem::replace(&mut scanner.stat_rows, PendingStats::new(repo.index()));
-    let started = scanner.started;
-    let resumed_since = scanner.resumed_since;
-    let gc_mark = scanner.gc_mark.clone();
+    let started = sink.started;
+    let resumed_since = sink.resumed_since;
+    let gc_mark = sink.gc_mark.clone();
     // Everything a record reaches must be durable before the record exists.
-    let mut bytes_added = scanner.finish()?;
+    let mut bytes_added = sink.finish()?;
     let base_version = base.as_ref().map_or(0, |b| b.version);
     let mut parent = base.clone();
     for _ in 0..MAX_ATTEMPTS {
         let root = match &parent {
             Some(p) if p.version != base_version => {
                 // Lost a race: replay our changes (base → ours) onto the winner.
-                let mut sink = Scanner::new(repo, &Quiet)?;
+                let mut sink = Sink::new(repo, &Quiet)?;
                 let merged = diff::merge(
                     repo,
                     &mut sink,
@@ -166,7 +178,7 @@ pub fn publish<'r>(
         // within MAX_COMMIT_AGE of the first upload, or gc may have run.
         // Counted from the oldest upload it reuses, if it resumed another.
         let resumed_age = resumed_since.map_or(std::time::Duration::ZERO, |at| {
-            std::time::Duration::from_secs((scan::unix_now() - at).max(0) as u64)
+            std::time::Duration::from_secs((sink::unix_now() - at).max(0) as u64)
         });
         if started.elapsed().max(resumed_age) + repo.store().deadline()
             > crate::store::grace::MAX_COMMIT_AGE
@@ -192,7 +204,9 @@ pub fn publish<'r>(
             repo.index()
                 .insert_record(req.dataset, version, RecordHash::of(&body), &body)?;
             repo.index_tree(&root)?;
-            stat_rows.land()?;
+            if let Some(rows) = stat_rows {
+                rows.land()?;
+            }
             return Ok(record);
         }
         parent = repo.sync_whole(req.dataset)?.pop();

@@ -1,44 +1,26 @@
-//! Turns a local directory into trees and chunks: walks it, chunks and hashes
-//! every file, packs what the store does not hold yet.
+//! Turns a local directory into trees: walks it (folders listed ahead by
+//! `lister.rs`), takes what the stat cache knows of each file, and puts
+//! the rest through the commit's `Sink`, which chunks, hashes and packs.
 
-use super::encoder::{Encoded, Encoder};
 use super::listed::{open_listed, stat_key};
-use super::ordered::Ordered;
+use super::lister::Lister;
+use super::sink::{Sink, Slot};
 use super::small::{self, SmallFiles, reads_ahead};
-use crate::cache::index::{FolderRow, Index, StatKey};
+use super::stat_rows::PendingStats;
+use crate::cache::index::{FolderRow, StatKey};
 use crate::error::{Error, Result};
 use crate::id::BlobId;
 use crate::limits;
 use crate::progress::Progress;
 use crate::repo::Repo;
-use crate::snapshot::chunker;
-use crate::snapshot::rechunk::{Checks, Chunk, Rechunker};
 use crate::snapshot::tree::TreeSink;
-use crate::snapshot::tree::{check_name, check_node};
 use crate::snapshot::{Entry, Link, Mtime, Node, Tree};
-use crate::store::codec::Codec;
-use crate::store::pack::{BlobKind, BlobRef, PackWriter};
-use crate::store::sealed_file::Sealing;
-use parking_lot::Mutex;
+use crate::store::pack::BlobRef;
 use std::collections::HashMap;
-use std::fs::{File, Metadata};
+use std::fs::Metadata;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::sync::Arc;
-
-/// Blobs a commit remembers having written (about 150 bytes each).
-const WRITTEN: usize = 1 << 17;
-
-/// Target pack size: large enough that a commit of many small files costs few
-/// PUTs, small enough to bound memory (a few packs are in flight at once).
-pub const PACK_SIZE: usize = 16 << 20;
-
-/// How long the chunks an interrupted commit uploaded are offered to the
-/// next commit on this host: well within `crate::store::grace::MAX_COMMIT_AGE`, which the
-/// resumed commit must still land in, counted from those uploads.
-const RESUME_WINDOW: std::time::Duration =
-    std::time::Duration::from_secs(crate::store::grace::MAX_COMMIT_AGE.as_secs() / 2);
 
 /// Files changed this shortly before a scan are not stat-cached: a later
 /// write within the same timestamp tick would leave the stat as it was.
@@ -50,130 +32,23 @@ fn racy_window() -> std::time::Duration {
     crate::hold::test_duration("DETAFS_TEST_RACY_WINDOW", RACY_WINDOW)
 }
 
-/// Now, in unix seconds.
-pub(super) fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
 pub struct Scanner<'r> {
     repo: &'r Repo,
-    data: PackWriter<'r>,
-    trees: PackWriter<'r>,
-    /// Blobs this commit wrote last, so content repeated nearby is
-    /// stored once (bounded: what fell out may be stored again, which
-    /// costs space, never correctness).
-    written: lru::LruCache<BlobId, BlobRef>,
-    /// Where the chunks encoded since the last `settle` were placed.
-    placed: HashMap<BlobId, BlobRef>,
+    /// Where the content it finds goes.
+    pub sink: Sink<'r>,
     /// Stat-cache rows to save once the commit has landed.
     pub stat_rows: PendingStats<'r>,
     /// Files changed within this window before the scan are not stat-cached:
     /// a later write in the same timestamp tick would go unnoticed.
     racy_after_ns: i64,
     progress: &'r dyn Progress,
-    codec: Codec,
-    /// When this commit began uploading (see `crate::store::grace::MAX_COMMIT_AGE`).
-    pub started: std::time::Instant,
-    /// When the oldest chunk it reuses from an interrupted commit was
-    /// uploaded (unix seconds): the commit's age counts from there.
-    pub resumed_since: Option<i64>,
-    /// Started at the first new chunk, on the commit's own thread.
-    encoder: Option<Encoder>,
-    /// Started at the first chunk that can share the hashing; idle
-    /// between files.
-    hasher: Option<Hasher>,
     /// Names of each file with several in the scanned tree, by (device,
     /// inode): their entries form a link group.
     names: Names,
-    /// The newest gc note when this commit began (`Repo::gc_mark`): the
-    /// blobs it reuses were in the store then.
-    pub gc_mark: Option<String>,
     /// Folders listed ahead of `scan_dir`.
     lister: Option<Lister>,
     /// Small files read ahead of `scan_dir`; started at the first.
     small: Option<SmallFiles>,
-}
-
-/// Stat-cache rows of a commit: set aside in the index as the scan goes
-/// (a commit of millions of files holds a few thousand in memory), made
-/// the stat cache's once the commit lands, forgotten if it does not.
-pub struct PendingStats<'r> {
-    index: &'r Index,
-    token: u64,
-    rows: Vec<(Vec<u8>, StatKey, Vec<BlobRef>)>,
-    folders: Vec<FolderRow>,
-    staged: bool,
-}
-
-/// Rows held before they are set aside.
-const STAT_BATCH: usize = 4096;
-
-impl<'r> PendingStats<'r> {
-    pub fn new(index: &'r Index) -> Self {
-        PendingStats {
-            index,
-            token: rand::random(),
-            rows: Vec::new(),
-            folders: Vec::new(),
-            staged: false,
-        }
-    }
-
-    fn push(&mut self, row: (Vec<u8>, StatKey, Vec<BlobRef>)) -> Result<()> {
-        self.rows.push(row);
-        if self.rows.len() >= STAT_BATCH {
-            self.set_aside()?;
-        }
-        Ok(())
-    }
-
-    fn push_folder(&mut self, row: FolderRow) -> Result<()> {
-        self.folders.push(row);
-        if self.folders.len() >= STAT_BATCH {
-            self.set_aside()?;
-        }
-        Ok(())
-    }
-
-    fn set_aside(&mut self) -> Result<()> {
-        if !self.rows.is_empty() || !self.folders.is_empty() {
-            self.staged = true;
-            self.index
-                .stat_stage(self.token, &self.rows, &self.folders)?;
-            self.rows.clear();
-            self.folders.clear();
-        }
-        Ok(())
-    }
-
-    /// Saves the rows: the commit they describe has landed.
-    pub fn land(mut self) -> Result<()> {
-        self.set_aside()?;
-        if self.staged {
-            self.staged = false;
-            self.index.stat_land(self.token)?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for PendingStats<'_> {
-    fn drop(&mut self) {
-        if self.staged
-            && let Err(e) = self.index.stat_discard(self.token)
-        {
-            tracing::warn!("stat-cache rows of a failed commit not forgotten: {e}");
-        }
-    }
-}
-
-/// A chunk of a file being read: where it lives, or its id while it is
-/// being encoded.
-enum Slot {
-    Ready(BlobRef),
-    Encoding(BlobId),
 }
 
 /// An entry of a folder being scanned; a file's chunks may still be
@@ -198,164 +73,28 @@ fn mtime_of(m: &Metadata) -> Mtime {
 }
 
 impl<'r> Scanner<'r> {
-    /// Whether whoever watches asked the commit to stop (`Progress`).
-    pub fn cancelled(&self) -> bool {
-        self.progress.cancelled()
-    }
-
-    /// Counts `bytes` a commit read without cutting them here (a staged
-    /// copy sent through a gateway, which cuts it).
-    pub fn count_read(&self, bytes: u64) {
-        self.progress.advance(bytes);
-    }
-
-    /// A scanner for one commit; first makes the index forget what a gc
-    /// it has not seen may have deleted.
+    /// A scanner for one commit (see `Sink::new`).
     pub fn new(repo: &'r Repo, progress: &'r dyn Progress) -> Result<Self> {
-        let gc_mark = repo.gc_mark()?;
-        repo.index()
-            .forget_uploaded(unix_now() - RESUME_WINDOW.as_secs() as i64)?;
         let now_ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
             .unwrap_or(i64::MAX);
         Ok(Scanner {
             repo,
-            // Each durable pack's chunks are noted in the index, for a
-            // commit that resumes this one if it is interrupted.
-            data: PackWriter::new(repo.store(), PACK_SIZE).on_durable(Box::new(|blobs| {
-                repo.index().insert_uploaded(blobs, unix_now())?;
-                crate::hold::hold("commit-uploads-noted");
-                Ok(())
-            })),
-            trees: PackWriter::new(repo.store(), PACK_SIZE),
-            written: lru::LruCache::new(WRITTEN.try_into().expect("not zero")),
-            placed: HashMap::new(),
+            sink: Sink::new(repo, progress)?,
             stat_rows: PendingStats::new(repo.index()),
             racy_after_ns: now_ns
                 .saturating_sub(i64::try_from(racy_window().as_nanos()).unwrap_or(i64::MAX)),
             progress,
-            codec: repo.codec().clone(),
-            started: std::time::Instant::now(),
-            resumed_since: None,
-            encoder: None,
-            hasher: None,
             names: Names::None,
             lister: None,
             small: None,
-            gc_mark,
         })
-    }
-
-    /// Waits until every pack written so far is durable; returns bytes written.
-    pub fn finish(self) -> Result<u64> {
-        let data = self.data.finish()?;
-        let trees = self.trees.finish()?;
-        Ok(data.iter().chain(&trees).map(|(_, size)| size).sum())
-    }
-
-    /// Where a blob with this id already lives, in this commit or the store.
-    fn known(&mut self, id: &BlobId) -> Result<Option<BlobRef>> {
-        if let Some(r) = self.written.get(id) {
-            return Ok(Some(*r));
-        }
-        if let Some(r) = self.repo.index().blob(id)? {
-            return Ok(Some(r));
-        }
-        // Uploaded by a commit of this host that was interrupted.
-        let since = unix_now() - RESUME_WINDOW.as_secs() as i64;
-        Ok(match self.repo.index().uploaded_blob(id, since)? {
-            Some((r, at)) => {
-                self.resumed_since = Some(self.resumed_since.map_or(at, |s| s.min(at)));
-                Some(r)
-            }
-            None => None,
-        })
-    }
-
-    /// Adds a chunk to the data packs.
-    fn place(&mut self, id: BlobId, bytes: bytes::Bytes, size: usize) -> Result<BlobRef> {
-        let r = self.data.add(id, bytes, size)?;
-        self.written.put(id, r);
-        Ok(r)
-    }
-
-    /// Places a chunk, or queues it to be encoded. A small one may be
-    /// encoded `inline` when the encoders are idle: a file of one small
-    /// chunk read by this thread has nothing to overlap with.
-    fn put_chunk(&mut self, id: BlobId, data: Vec<u8>, inline: bool) -> Result<Slot> {
-        if let Some(r) = self.known(&id)? {
-            return Ok(Slot::Ready(r));
-        }
-        let idle = self.encoder.as_ref().is_none_or(|e| !e.busy());
-        if inline && idle && data.len() < chunker::MIN_SIZE {
-            let bytes = self.codec.encode_blob(BlobKind::Chunk, &id, &data);
-            let r = self.place(id, bytes.into(), data.len())?;
-            return Ok(Slot::Ready(r));
-        }
-        if self.encoder.is_none() {
-            let started = Encoder::start(self.codec.clone())
-                .map_err(|e| Error::io("a thread to encode chunks", e))?;
-            self.encoder = Some(started);
-        }
-        let encoder = self.encoder.as_mut().expect("started above");
-        if !encoder.is_pending(&id) {
-            let done = encoder.submit(id, data);
-            self.pack(done)?;
-        }
-        Ok(Slot::Encoding(id))
-    }
-
-    /// Puts encoded chunks into the data packs, in the order they came.
-    fn pack(&mut self, done: Vec<Encoded>) -> Result<()> {
-        for e in done {
-            let r = self.place(e.id, e.bytes.into(), e.size)?;
-            self.placed.insert(e.id, r);
-        }
-        Ok(())
-    }
-
-    /// Packs every chunk being encoded.
-    fn flush(&mut self) -> Result<()> {
-        if let Some(encoder) = self.encoder.as_mut() {
-            let done = encoder.drain();
-            self.pack(done)?;
-        }
-        Ok(())
-    }
-
-    /// Where each chunk lives (after `flush`).
-    fn refs(&self, slots: Vec<Slot>) -> Vec<BlobRef> {
-        slots
-            .into_iter()
-            .map(|s| match s {
-                Slot::Ready(r) => r,
-                Slot::Encoding(id) => self.placed[&id],
-            })
-            .collect()
-    }
-
-    /// Places every chunk being encoded and turns the slots of `files`
-    /// into locations, so `placed` starts empty again: it never holds more
-    /// than a folder's worth.
-    fn settle(&mut self, files: &mut [(Vec<u8>, Scanned)]) -> Result<()> {
-        self.flush()?;
-        for (_, s) in files {
-            if let Scanned::File { slots, .. } = s {
-                for slot in slots.iter_mut() {
-                    if let Slot::Encoding(id) = slot {
-                        *slot = Slot::Ready(self.placed[id]);
-                    }
-                }
-            }
-        }
-        self.placed.clear();
-        Ok(())
     }
 
     /// Snapshots directory `dir` and everything under it; returns its tree.
     pub fn scan_dir(&mut self, dir: &Path) -> Result<BlobRef> {
-        if self.codec.format() >= 2 {
+        if self.repo.codec().format() >= 2 {
             self.names = Names::Uncounted(dir.to_path_buf());
         }
         self.lister = Some(Lister::start(dir)?);
@@ -460,7 +199,7 @@ impl<'r> Scanner<'r> {
                     link,
                 })
             } else if let Some(mut node) = Node::special_of(&meta, mtime_of(&meta), None)
-                && self.codec.format() >= 2
+                && self.repo.codec().format() >= 2
             {
                 if let Node::Special { link, .. } = &mut node {
                     *link = self.link_of(&meta)?;
@@ -480,7 +219,11 @@ impl<'r> Scanner<'r> {
         }
         // Files' chunks are placed once per folder, not once per file: the
         // next file is hashed while the last one's chunks are encoded.
-        self.settle(&mut scanned)?;
+        self.sink
+            .settle(scanned.iter_mut().flat_map(|(_, s)| match s {
+                Scanned::File { slots, .. } => slots.iter_mut(),
+                Scanned::Node(_) => [].iter_mut(),
+            }))?;
         let mut entries = Vec::with_capacity(scanned.len());
         for (name, s) in scanned {
             let node = match s {
@@ -494,7 +237,7 @@ impl<'r> Scanner<'r> {
                     row_kept,
                     link,
                 } => {
-                    let chunks = self.refs(slots);
+                    let chunks = self.sink.refs(slots);
                     if let Some((path, key)) = stat_row
                         && !row_kept
                     {
@@ -514,7 +257,7 @@ impl<'r> Scanner<'r> {
             entries.push(Entry { name, node });
         }
         let tree = Tree::new(entries);
-        let (r, links) = (self.put_tree(&tree)?, tree.has_links());
+        let (r, links) = (self.sink.put_tree(&tree)?, tree.has_links());
         if keep {
             self.stat_rows.push_folder(FolderRow {
                 path: key,
@@ -530,7 +273,10 @@ impl<'r> Scanner<'r> {
     /// store's index holds no file name in the clear).
     fn local_path(&self, path: &Path) -> Result<Vec<u8>> {
         let absolute = std::path::absolute(path).map_err(|e| Error::io(path.display(), e))?;
-        Ok(self.codec.local_name(absolute.as_os_str().as_bytes()))
+        Ok(self
+            .repo
+            .codec()
+            .local_name(absolute.as_os_str().as_bytes()))
     }
 
     /// A file's name in the index, its stat, and its chunks if the stat
@@ -561,7 +307,7 @@ impl<'r> Scanner<'r> {
             return Ok(());
         }
         if self.small.is_none() {
-            let started = SmallFiles::start(&self.codec)
+            let started = SmallFiles::start(self.repo.codec())
                 .map_err(|e| Error::io("a thread to read files", e))?;
             self.small = Some(started);
         }
@@ -583,7 +329,7 @@ impl<'r> Scanner<'r> {
             }
             (None, Some((id, data))) => {
                 self.progress.advance(key.size);
-                (vec![self.put_chunk(id, data, false)?], key.size)
+                (vec![self.sink.put_chunk(id, data, false)?], key.size)
             }
             (None, None) => {
                 // A large file committed from here before is cut again
@@ -608,142 +354,42 @@ impl<'r> Scanner<'r> {
             link: self.link_of(meta)?,
         })
     }
+
+    /// Chunks a file that must not change while it is read: its size,
+    /// times and inode are compared after the read, and a file written
+    /// meanwhile is read again, then named in an error. What is stored is
+    /// never a mix of bytes from before and after a write.
+    fn chunk_stable(
+        &mut self,
+        path: &Path,
+        mut before: StatKey,
+        previous: Option<&[BlobRef]>,
+    ) -> Result<(Vec<Slot>, u64)> {
+        for _ in 0..STABLE_READS {
+            let file = open_listed(path)?;
+            let (chunks, size) = match previous {
+                Some(previous) => self.sink.chunk_along(file, path, previous)?,
+                None => self.sink.chunk_slots(file, path, u64::MAX)?,
+            };
+            crate::hold::hold("file-read");
+            let after = std::fs::symlink_metadata(path)
+                .map(|m| stat_key(&m))
+                .map_err(|e| Error::io(path.display(), e))?;
+            if after == before && size == after.size {
+                return Ok((chunks, size));
+            }
+            before = after;
+        }
+        Err(Error::InvalidInput(format!(
+            "{} changed while it was read, {STABLE_READS} times; nothing was committed (commit again once it is written)",
+            path.display()
+        )))
+    }
 }
 
 /// A file's name in the index, its stat, and its chunks if the stat cache
 /// knows them.
 type LookedUp = (Vec<u8>, StatKey, Option<Vec<BlobRef>>);
-
-/// A folder's entries with their stats, in name order.
-type Entries = Vec<(std::path::PathBuf, Metadata)>;
-
-/// Lists folders on a thread of its own, in the order the scan visits
-/// them (a folder, then each of its subfolders in name order), a few
-/// folders ahead, and stats their entries on a few threads more: with a
-/// cold page cache each stat waits on the disk, and a million of them one
-/// after the other take twice as long as a few at a time.
-struct Lister {
-    listings: std::sync::mpsc::Receiver<(std::path::PathBuf, Stats)>,
-}
-
-/// A folder's entries, stat'ed by the pool: received when ready.
-type Stats = std::sync::mpsc::Receiver<Result<Entries>>;
-
-/// Folders listed ahead of the scan.
-const LIST_AHEAD: usize = 16;
-
-/// Threads that stat folders' entries.
-const STAT_THREADS: usize = 4;
-
-/// A folder to stat: its path, its entries' names in order, and where
-/// its stats go.
-type StatJob = (
-    std::path::PathBuf,
-    std::io::Result<Vec<std::ffi::OsString>>,
-    std::sync::mpsc::SyncSender<Result<Entries>>,
-);
-
-impl Lister {
-    fn start(root: &Path) -> Result<Lister> {
-        let (tx, listings) = std::sync::mpsc::sync_channel(LIST_AHEAD);
-        let (jobs, queue) = std::sync::mpsc::channel::<StatJob>();
-        let queue = Arc::new(Mutex::new(queue));
-        for _ in 0..STAT_THREADS {
-            let queue = queue.clone();
-            std::thread::Builder::new()
-                .name("detafs-stat".into())
-                .spawn(move || {
-                    loop {
-                        // The queue's lock is let go before the stats.
-                        let job = queue.lock().recv();
-                        let Ok((dir, names, done)) = job else { return };
-                        let _ = done.send(stat_entries(&dir, names));
-                    }
-                })
-                .map_err(|e| Error::io("a thread to stat files", e))?;
-        }
-        let root = root.to_path_buf();
-        std::thread::Builder::new()
-            .name("detafs-list".into())
-            .spawn(move || list_tree(&root, 0, &tx, &jobs))
-            .map_err(|e| Error::io("a thread to list folders", e))?;
-        Ok(Lister { listings })
-    }
-
-    /// The entries of `dir`, the next folder the scan visits.
-    fn next(&mut self, dir: &Path) -> Result<Entries> {
-        let out_of_step = || {
-            Error::io(
-                dir.display(),
-                std::io::Error::other("folder listing out of step"),
-            )
-        };
-        match self.listings.recv() {
-            Ok((listed, stats)) if listed == dir => stats.recv().map_err(|_| out_of_step())?,
-            _ => Err(out_of_step()),
-        }
-    }
-}
-
-/// Lists `dir` and the folders below it in the scan's order, each handed
-/// to the stat pool; false once the scan no longer wants them. Subfolders
-/// are known by the entry types the listing gives (no stat); the scan
-/// follows the stats, so a folder that changed type meanwhile is out of
-/// step, and the commit stops.
-fn list_tree(
-    dir: &Path,
-    depth: usize,
-    tx: &std::sync::mpsc::SyncSender<(std::path::PathBuf, Stats)>,
-    jobs: &std::sync::mpsc::Sender<StatJob>,
-) -> bool {
-    if depth > limits::MAX_DEPTH {
-        return true; // the scan refuses it without asking
-    }
-    let listed = std::fs::read_dir(dir).and_then(|read| {
-        let mut items = read
-            .map(|item| {
-                let item = item?;
-                Ok((item.file_name(), item.file_type()?.is_dir()))
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
-        items.sort();
-        Ok(items)
-    });
-    let subdirs: Vec<_> = match &listed {
-        Ok(items) => items
-            .iter()
-            .filter(|(_, is_dir)| *is_dir)
-            .map(|(name, _)| dir.join(name))
-            .collect(),
-        Err(_) => Vec::new(),
-    };
-    let names = listed.map(|items| items.into_iter().map(|(name, _)| name).collect());
-    let (done, stats) = std::sync::mpsc::sync_channel(1);
-    if jobs.send((dir.to_path_buf(), names, done)).is_err()
-        || tx.send((dir.to_path_buf(), stats)).is_err()
-    {
-        return false;
-    }
-    subdirs
-        .iter()
-        .all(|sub| list_tree(sub, depth + 1, tx, jobs))
-}
-
-/// The entries of `dir` in name order (as trees list them: files read
-/// together then lie together in the packs, and are fetched together),
-/// each stat'ed without following a symlink.
-fn stat_entries(dir: &Path, names: std::io::Result<Vec<std::ffi::OsString>>) -> Result<Entries> {
-    let names = names.map_err(|e| Error::io(dir.display(), e))?;
-    names
-        .into_iter()
-        .map(|name| {
-            let path = dir.join(name);
-            let meta =
-                std::fs::symlink_metadata(&path).map_err(|e| Error::io(path.display(), e))?;
-            Ok((path, meta))
-        })
-        .collect()
-}
 
 /// An entry of a folder being scanned, before its files are read.
 struct Listed {
@@ -838,258 +484,9 @@ fn count_names(dir: &Path) -> Result<NameCounts> {
 /// Reads of a file that keeps changing before `commit --from` gives up.
 const STABLE_READS: usize = 3;
 
-impl Scanner<'_> {
-    /// Chunks a file that must not change while it is read: its size,
-    /// times and inode are compared after the read, and a file written
-    /// meanwhile is read again, then named in an error. What is stored is
-    /// never a mix of bytes from before and after a write.
-    fn chunk_stable(
-        &mut self,
-        path: &Path,
-        mut before: StatKey,
-        previous: Option<&[BlobRef]>,
-    ) -> Result<(Vec<Slot>, u64)> {
-        for _ in 0..STABLE_READS {
-            let file = open_listed(path)?;
-            let (chunks, size) = match previous {
-                Some(previous) => self.chunk_along(file, path, previous)?,
-                None => self.chunk_slots(file, path, u64::MAX)?,
-            };
-            crate::hold::hold("file-read");
-            let after = std::fs::symlink_metadata(path)
-                .map(|m| stat_key(&m))
-                .map_err(|e| Error::io(path.display(), e))?;
-            if after == before && size == after.size {
-                return Ok((chunks, size));
-            }
-            before = after;
-        }
-        Err(Error::InvalidInput(format!(
-            "{} changed while it was read, {STABLE_READS} times; nothing was committed (commit again once it is written)",
-            path.display()
-        )))
-    }
-
-    /// Chunks a file's first `len` bytes (fewer if it is shorter) into
-    /// the data packs.
-    /// A local file's bytes are read as `sealing` keeps them.
-    pub fn chunk_prefix(
-        &mut self,
-        path: &Path,
-        sealing: &Sealing,
-        len: u64,
-    ) -> Result<(Vec<BlobRef>, u64)> {
-        let file = sealing
-            .open(path)
-            .map_err(|e| Error::io(path.display(), e))?;
-        let (slots, size) = self.chunk_slots(file.reader(), path, len)?;
-        self.flush()?;
-        let refs = self.refs(slots);
-        self.placed.clear();
-        Ok((refs, size))
-    }
-
-    /// Cuts `source`, read from a chunk's start in a file (`len` bytes of
-    /// it at most), into the data packs until `stop` says a cut (its
-    /// offset in `source`) meets what is known from there on, or `source`
-    /// ends: the chunks, and the bytes they hold. For a few chunks around
-    /// an edit: each is hashed here.
-    pub fn chunk_until(
-        &mut self,
-        source: impl std::io::Read,
-        len: u64,
-        mut stop: impl FnMut(u64) -> bool,
-    ) -> Result<(Vec<BlobRef>, u64)> {
-        let (mut slots, mut at) = (Vec::new(), 0);
-        for chunk in chunker::chunks(source, len, self.codec.chunker_seed()) {
-            let chunk = chunk.map_err(|e| Error::io("a patched file", e))?;
-            at += chunk.len() as u64;
-            self.progress.advance(chunk.len() as u64);
-            let id = self.codec.blob_id(&chunk);
-            slots.push(self.put_chunk(id, chunk, true)?);
-            if stop(at) {
-                break;
-            }
-        }
-        self.flush()?;
-        let refs = self.refs(slots);
-        self.placed.clear();
-        Ok((refs, at))
-    }
-
-    /// Like `chunk_prefix`, leaving chunks being encoded as they are.
-    fn chunk_slots(
-        &mut self,
-        file: impl std::io::Read,
-        path: &Path,
-        len: u64,
-    ) -> Result<(Vec<Slot>, u64)> {
-        let (mut slots, mut size) = (Vec::new(), 0);
-        // Taken out while this file is read; put back only once drained, so
-        // no result of this file can reach another.
-        let mut hasher = self.hasher.take();
-        for chunk in chunker::chunks(file, len, self.codec.chunker_seed()) {
-            let chunk = chunk.map_err(|e| Error::io(path.display(), e))?;
-            size += chunk.len() as u64;
-            self.progress.advance(chunk.len() as u64);
-            let idle = hasher.as_ref().is_none_or(|h| h.in_flight() == 0);
-            if idle && chunk.len() < chunker::MIN_SIZE {
-                // A small file (most files of a dataset) is hashed here: a
-                // hand-off would cost more than its hash.
-                let id = self.codec.blob_id(&chunk);
-                slots.push(self.put_chunk(id, chunk, true)?);
-                continue;
-            }
-            if hasher.is_none() {
-                hasher = Some(start_hasher(&self.codec)?);
-            }
-            let h = hasher.as_mut().expect("started above");
-            for (id, data) in h.submit(chunk) {
-                slots.push(self.put_chunk(id, data, true)?);
-            }
-        }
-        if let Some(mut h) = hasher {
-            for (id, data) in h.drain() {
-                slots.push(self.put_chunk(id, data, true)?);
-            }
-            self.hasher = Some(h);
-        }
-        Ok((slots, size))
-    }
-}
-
-impl Scanner<'_> {
-    /// Like `chunk_slots` for a whole file, cut again along its `previous`
-    /// chunks: the guesses are hashed on the hashing threads and checked in
-    /// order (`rechunk::Checks`); after a wrong one, guesses already given
-    /// out are dropped and the chunker cuts from where the checks say
-    /// (`snapshot::rechunk`). The chunks are those `chunk_slots` finds,
-    /// without its boundary search where the bytes did not change.
-    fn chunk_along(
-        &mut self,
-        file: File,
-        path: &Path,
-        previous: &[BlobRef],
-    ) -> Result<(Vec<Slot>, u64)> {
-        let io = |e| Error::io(path.display(), e);
-        let len = file.metadata().map_err(io)?.len();
-        let old = previous.iter().map(|r| (r.data_size(), r.id));
-        let mut pieces = Rechunker::new(&file, len, old, self.codec.chunker_seed());
-        let mut hasher = match self.hasher.take() {
-            Some(h) => h,
-            None => start_hasher(&self.codec)?,
-        };
-        let mut checks = Checks::default();
-        let (mut slots, mut size, mut guessed) = (Vec::new(), 0, 0);
-        let mut keep = |this: &mut Self, (id, data, guess): Chunk| -> Result<()> {
-            guessed += usize::from(guess);
-            size += data.len() as u64;
-            this.progress.advance(data.len() as u64);
-            slots.push(this.put_chunk(id, data, true)?);
-            Ok(())
-        };
-        loop {
-            let done = match pieces.next() {
-                Some(piece) => {
-                    let (start, data, want) = piece.map_err(io)?.into_parts();
-                    checks.given(start, want);
-                    hasher.submit(data)
-                }
-                None if checks.all_hashed() => break,
-                None => hasher.drain(),
-            };
-            for (id, data) in done {
-                match checks.hashed(id, data, len) {
-                    Ok(right) => right.into_iter().try_for_each(|c| keep(self, c))?,
-                    Err(at) => {
-                        hasher.drain();
-                        pieces.wrong_guess(at);
-                        break;
-                    }
-                }
-            }
-        }
-        self.hasher = Some(hasher);
-        if let Some(c) = checks.finish() {
-            keep(self, c)?;
-        }
-        tracing::debug!(
-            "{}: cut again along {} previous chunks; {guessed} of {} chunks found in place",
-            path.display(),
-            previous.len(),
-            slots.len()
-        );
-        Ok((slots, size))
-    }
-}
-
 /// Files from this size on are cut again along their previous chunks when
 /// they change: below it a file is a few chunks, found as fast.
 const RECHUNK_FROM: u64 = 1 << 20;
-
-/// Hashes chunks on all the cores while the commit's thread reads and
-/// chunks (SHA-256 or the keyed hash costs more than finding boundaries).
-type Hasher = Ordered<Vec<u8>, (BlobId, Vec<u8>)>;
-
-/// Chunks hashed at once: a few MiB at most (`chunker::MAX_SIZE` each).
-const HASH_DEPTH: usize = 8;
-
-fn start_hasher(codec: &Codec) -> Result<Hasher> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let codec = codec.clone();
-    Ordered::start("detafs-hash", threads, HASH_DEPTH, move |data: Vec<u8>| {
-        (codec.blob_id(&data), data)
-    })
-    .map_err(|e| Error::io("a thread to hash chunks", e))
-}
-
-impl TreeSink for Scanner<'_> {
-    fn put_tree(&mut self, tree: &Tree) -> Result<BlobRef> {
-        // Only what every reader accepts is written (e.g. a file dated after
-        // year 9999 is refused here, not stored for readers to trip on).
-        let format = self.codec.format();
-        for e in &tree.entries {
-            check_name(&e.name)
-                .and_then(|_| check_node(&e.node))
-                .and_then(|_| match e.node {
-                    Node::Special { .. } if format < 2 => {
-                        Err("a format 1 store cannot hold FIFOs, sockets or devices".into())
-                    }
-                    _ if format < 2 && e.node.atime() != e.node.mtime() => {
-                        Err("a format 1 store cannot hold an atime apart from the mtime".into())
-                    }
-                    _ if format < 2 && e.node.link().is_some() => {
-                        Err("a format 1 store cannot hold hard links".into())
-                    }
-                    _ => Ok(()),
-                })
-                .map_err(|why| {
-                    Error::InvalidInput(format!(
-                        "cannot commit {:?}: {why}",
-                        String::from_utf8_lossy(&e.name)
-                    ))
-                })?;
-        }
-        let json = tree.encode();
-        if json.len() as u64 > limits::MAX_TREE_BYTES {
-            return Err(Error::InvalidInput(format!(
-                "a directory of {} entries is larger than the {} MiB a tree may hold",
-                tree.entries.len(),
-                limits::MAX_TREE_BYTES >> 20
-            )));
-        }
-        let id = self.codec.blob_id(&json);
-        if let Some(r) = self.known(&id)? {
-            return Ok(r);
-        }
-        let encoded = self.codec.encode_blob(BlobKind::Tree, &id, &json);
-        let encoded = bytes::Bytes::from(encoded);
-        let r = self.trees.add(id, encoded.clone(), json.len())?;
-        self.written.put(id, r);
-        self.repo.remember_tree(&r, tree.clone(), &encoded);
-        Ok(r)
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,7 @@
 //! version (it came before the freeze, or before its file was read) or
 //! stays staged afterwards; docs/semantics.md says which.
 
-use super::scan::Scanner;
+use super::sink::Sink;
 use super::{CommitMeta, publish};
 use crate::error::{Error, Result};
 use crate::id::BlobId;
@@ -98,7 +98,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     progress: &dyn Progress,
 ) -> Result<Record> {
     let base = frozen.base.clone();
-    let scanner = Scanner::new(repo, progress)?;
+    let scanner = Sink::new(repo, progress)?;
     // Through a gateway, staged copies are sent as they are read, and the
     // trees are built in this host's store to be compared with the base.
     let remote = repo.upstream().map(|_| Remote {
@@ -152,7 +152,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
     let t = std::time::Instant::now();
     let mut paths = None;
     let published = match remote {
-        None => publish(repo, meta, scanner, base, ours),
+        None => publish(repo, meta, scanner, None, base, ours),
         Some(mut r) => scanner.finish().and_then(|_| {
             let sent = (&r.uploads, &mut r.bundler);
             let published = super::through::publish(repo, meta, base.as_ref(), &ours, sent);
@@ -199,7 +199,7 @@ fn build_and_publish<G: Deref<Target = Staging>>(
 /// Builds the trees of a frozen staging area.
 struct Build<'f, 'r> {
     frozen: &'f Frozen,
-    scanner: Scanner<'r>,
+    scanner: Sink<'r>,
     read: Read,
     remote: Option<Remote<'r>>,
 }

@@ -6,7 +6,7 @@
 //! which dataset and path, and when. A commit names uploads; one older than
 //! a commit may take (gc may since have collected its packs) is refused.
 
-use super::scan::Scanner;
+use super::sink::Sink;
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::progress::Quiet;
@@ -60,7 +60,7 @@ pub fn store_upload(
     owner: &str,
 ) -> Result<Upload> {
     repo.check_dataset(dataset)?;
-    let mut scanner = Scanner::new(repo, &Quiet)?;
+    let mut scanner = Sink::new(repo, &Quiet)?;
     let (chunks, size) = scanner.chunk_prefix(file, &Sealing::Plain, u64::MAX)?;
     record(repo, scanner, (dataset, path, owner), chunks, size)
 }
@@ -77,7 +77,7 @@ pub fn store_chunks(
     owner: &str,
 ) -> Result<Upload> {
     repo.check_dataset(dataset)?;
-    let scanner = Scanner::new(repo, &Quiet)?;
+    let scanner = Sink::new(repo, &Quiet)?;
     record(repo, scanner, (dataset, path, owner), chunks, size)
 }
 
@@ -161,7 +161,7 @@ pub fn store_patched(
         e <= size && !dirty(a, e + 1) && (size == base_size || (e < base_size && e < size))
     };
     let file = std::fs::File::open(patch).map_err(|e| Error::io(patch.display(), e))?;
-    let mut scanner = Scanner::new(repo, &Quiet)?;
+    let mut scanner = Sink::new(repo, &Quiet)?;
     let (mut chunks, mut pos, mut k) = (Vec::new(), 0u64, 0usize);
     while pos < size {
         while k < base.len() && starts[k] == pos && kept(k) {
@@ -270,7 +270,7 @@ pub fn copy_upload(
 /// one-entry tree, through `scanner`, and its manifest.
 fn record(
     repo: &Repo,
-    scanner: Scanner,
+    scanner: Sink,
     (dataset, path, owner): (&str, &RelPath, &str),
     chunks: Vec<BlobRef>,
     size: u64,
@@ -295,7 +295,7 @@ fn record(
 /// manifest.
 fn record_tree(
     repo: &Repo,
-    mut scanner: Scanner,
+    mut scanner: Sink,
     (dataset, path, owner): (&str, &RelPath, &str),
     tree: Tree,
     size: u64,
@@ -480,7 +480,7 @@ fn store_parts(
     repo.check_dataset(dataset)?;
     let io = |e| Error::io(file.display(), e);
     let mut from = std::fs::File::open(file).map_err(io)?;
-    let mut scanner = Scanner::new(repo, &Quiet)?;
+    let mut scanner = Sink::new(repo, &Quiet)?;
     let mut entries = Vec::with_capacity(parts.len());
     let (mut at, mut total) = (start, 0u64);
     for (i, &len) in parts.iter().enumerate() {
