@@ -248,14 +248,68 @@ fn the_audit_page_marks_a_broken_chain() {
     );
 }
 
+/// A Parquet file of one column, snappy-compressed, whose first page's
+/// header claims `claimed` bytes decompressed (a header of the same length
+/// as the one written, so every offset stays right).
+#[allow(deprecated)]
+fn parquet_claiming(claimed: i32) -> Vec<u8> {
+    use parquet::file::reader::FileReader;
+    use parquet::thrift::TSerializable;
+    let schema = std::sync::Arc::new(
+        parquet::schema::parser::parse_message_type("message t { required int32 a; }").unwrap(),
+    );
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_dictionary_enabled(false)
+        .set_data_page_size_limit(4 << 20)
+        .set_data_page_row_count_limit(usize::MAX)
+        .set_compression(parquet::basic::Compression::SNAPPY)
+        .build();
+    let mut out = Vec::new();
+    let mut w =
+        parquet::file::writer::SerializedFileWriter::new(&mut out, schema, props.into()).unwrap();
+    let mut rg = w.next_row_group().unwrap();
+    let mut col = rg.next_column().unwrap().unwrap();
+    let values: Vec<i32> = (0..1_500_000).collect();
+    col.typed::<parquet::data_type::Int32Type>()
+        .write_batch(&values, None, None)
+        .unwrap();
+    col.close().unwrap();
+    rg.close().unwrap();
+    w.close().unwrap();
+    let reader =
+        parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(out.clone())).unwrap();
+    let at = reader.metadata().row_group(0).column(0).data_page_offset() as usize;
+    let mut input = thrift::protocol::TCompactInputProtocol::new(&out[at..]);
+    let mut header = parquet::format::PageHeader::read_from_in_protocol(&mut input).unwrap();
+    let mut old = Vec::new();
+    header
+        .write_to_out_protocol(&mut thrift::protocol::TCompactOutputProtocol::new(&mut old))
+        .unwrap();
+    header.uncompressed_page_size = claimed;
+    let mut new = Vec::new();
+    header
+        .write_to_out_protocol(&mut thrift::protocol::TCompactOutputProtocol::new(&mut new))
+        .unwrap();
+    assert_eq!(
+        old.len(),
+        new.len(),
+        "the claim must keep the header's length"
+    );
+    out[at..at + new.len()].copy_from_slice(&new);
+    out
+}
+
 /// Crafted table files preview as what they are, never at the gateway's
-/// memory: a Parquet footer claiming a gigabyte, a file that only ends
-/// like Parquet, a CSV whose cells hold markup (text, not HTML).
+/// memory: a Parquet footer claiming a gigabyte, a page claiming 100 MiB
+/// decompressed (refused before the reader makes a buffer of that size),
+/// a file that only ends like Parquet, a CSV whose cells hold markup
+/// (text, not HTML).
 #[test]
 fn crafted_files_preview_as_an_error_or_text() {
     let env = Env::new();
     let src = env.path("src");
     std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("page.parquet"), parquet_claiming(100 << 20)).unwrap();
     let mut bomb = vec![b'P', b'A', b'R', b'1'];
     bomb.extend(vec![0u8; 4096]);
     bomb.extend((1u32 << 30).to_le_bytes());
@@ -274,12 +328,18 @@ fn crafted_files_preview_as_an_error_or_text() {
         ]);
         (status, common::gateway::json_of(&body))
     };
-    for p in ["bomb.parquet", "junk.parquet"] {
+    for p in ["bomb.parquet", "junk.parquet", "page.parquet"] {
         let (status, v) = preview(p);
         assert_eq!(status, 200, "{p}: {v}");
         assert_eq!(v["kind"], "binary", "{p}: {v}");
         assert!(v["problem"].is_string(), "{p}: {v}");
     }
+    let (_, v) = preview("page.parquet");
+    let problem = v["problem"].as_str().unwrap();
+    assert!(
+        problem.contains(&format!("a page of {} bytes decompressed", 100 << 20)),
+        "{problem}"
+    );
     let (_, v) = preview("t.csv");
     assert_eq!(v["rows"][0][0], "<script>x</script>", "{v}");
 }

@@ -48,6 +48,13 @@ const WINDOW: u64 = 256 << 10;
 /// costs an error, not the gateway's memory.
 const MAX_READ: u64 = 64 << 20;
 const MAX_FOOTER: u64 = 16 << 20;
+/// Most bytes a Parquet page may say it holds decompressed, and most of
+/// them one preview decompresses: a page header is believed (the reader
+/// makes a buffer of the size it claims), so it is read first.
+const MAX_PAGE: u64 = 64 << 20;
+const MAX_DECODED: u64 = 256 << 20;
+/// Most bytes of a page header (its statistics included).
+const MAX_HEADER: u64 = 1 << 20;
 
 pub(super) fn routes() -> Router<Arc<Api>> {
     Router::new().route(
@@ -242,8 +249,14 @@ fn parquet(file: &Arc<Ranges>, rows: usize) -> Result<Value, String> {
             "a footer of {footer} bytes (at most {MAX_FOOTER} are read)"
         ));
     }
-    let source = Source(file.clone());
+    let pages = Arc::new(Pages::default());
+    let source = Source {
+        file: file.clone(),
+        pages: pages.clone(),
+    };
     let reader = SerializedFileReader::new(source).map_err(|e| e.to_string())?;
+    // The footer read: from here on the reader reads pages alone.
+    pages.armed.store(true, Ordering::Relaxed);
     let meta = reader.metadata().file_metadata();
     let schema = meta.schema_descr();
     let columns: Vec<Value> = schema
@@ -279,12 +292,99 @@ fn parquet(file: &Arc<Ranges>, rows: usize) -> Result<Value, String> {
 }
 
 /// A Parquet reader's view of a file: ranges asked for as they are
-/// needed, never the whole file.
-struct Source(Arc<Ranges>);
+/// needed, never the whole file; each page's header checked before the
+/// page is handed over to be decompressed.
+struct Source {
+    file: Arc<Ranges>,
+    pages: Arc<Pages>,
+}
+
+/// What the reader's pages claim. For each page it opens a stream where
+/// the page's header starts and reads the header (perhaps ahead, to
+/// peek), then asks for the page's bytes, which follow the header.
+#[derive(Default)]
+struct Pages {
+    /// Whether the footer is read: every read after it is a page's.
+    armed: std::sync::atomic::AtomicBool,
+    /// Where the reader opened streams lately (pages' headers).
+    opened: parking_lot::Mutex<std::collections::VecDeque<u64>>,
+    /// Bytes the pages handed over claim decompressed.
+    decoded: AtomicU64,
+}
+
+/// Stream openings remembered: more than a row group's columns ever
+/// leave between a peek at a page and its read.
+const OPENINGS: usize = 4096;
+
+impl Pages {
+    fn opened(&self, at: u64) {
+        let mut opened = self.opened.lock();
+        if opened.len() == OPENINGS {
+            opened.pop_front();
+        }
+        opened.push_back(at);
+    }
+
+    /// Bytes `[start, start + length)` asked for: once the footer is
+    /// read, a page's, whose header lies just before it, starting where a
+    /// stream opened, and claims that length. Refused unless the header
+    /// is found and claims no more than a page, and than a preview, may
+    /// decompress.
+    fn check(&self, file: &Ranges, start: u64, length: usize) -> Result<(), String> {
+        if !self.armed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let candidates: Vec<u64> = {
+            let opened = self.opened.lock();
+            let mut near: Vec<u64> = opened
+                .iter()
+                .copied()
+                .filter(|&at| at < start && start - at <= MAX_HEADER)
+                .collect();
+            near.sort_unstable_by(|a, b| b.cmp(a));
+            near.dedup();
+            near
+        };
+        for at in candidates {
+            let header = file.range(at, start).map_err(|e| e.to_string())?;
+            match page_sizes(&header) {
+                Some((claimed, stored)) if usize::try_from(stored) == Ok(length) => {
+                    return self.claim(claimed);
+                }
+                _ => {}
+            }
+        }
+        Err(format!(
+            "{length} bytes at {start} asked for with no page header before them"
+        ))
+    }
+
+    /// A page claiming `claimed` bytes decompressed.
+    fn claim(&self, claimed: i32) -> Result<(), String> {
+        let claimed = u64::try_from(claimed).map_err(|_| "a page of a negative size")?;
+        let total = self.decoded.fetch_add(claimed, Ordering::Relaxed) + claimed;
+        if claimed > MAX_PAGE || total > MAX_DECODED {
+            return Err(format!(
+                "a page of {claimed} bytes decompressed ({total} in all; at most {MAX_PAGE} a page and {MAX_DECODED} in all are decompressed)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The sizes a Parquet page header claims: decompressed, and stored.
+#[allow(deprecated)] // parquet's current reader of page headers is private; this is its published form
+fn page_sizes(header: &[u8]) -> Option<(i32, i32)> {
+    use parquet::thrift::TSerializable;
+    let mut input = thrift::protocol::TCompactInputProtocol::new(header);
+    parquet::format::PageHeader::read_from_in_protocol(&mut input)
+        .ok()
+        .map(|h| (h.uncompressed_page_size, h.compressed_page_size))
+}
 
 impl parquet::file::reader::Length for Source {
     fn len(&self) -> u64 {
-        self.0.size
+        self.file.size
     }
 }
 
@@ -292,24 +392,28 @@ impl parquet::file::reader::ChunkReader for Source {
     type T = Stream;
 
     fn get_read(&self, start: u64) -> parquet::errors::Result<Stream> {
+        self.pages.opened(start);
         Ok(Stream {
-            file: self.0.clone(),
+            file: self.file.clone(),
             at: start,
             buf: Bytes::new(),
         })
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        let external =
+            |e: crate::error::Error| parquet::errors::ParquetError::External(Box::new(e));
         let end = start.saturating_add(length as u64);
-        if end > self.0.size {
+        if end > self.file.size {
             return Err(parquet::errors::ParquetError::EOF(format!(
                 "{length} bytes at {start} of {}",
-                self.0.size
+                self.file.size
             )));
         }
-        self.0
-            .range(start, end)
-            .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+        self.pages
+            .check(&self.file, start, length)
+            .map_err(parquet::errors::ParquetError::General)?;
+        self.file.range(start, end).map_err(external)
     }
 }
 
@@ -350,5 +454,42 @@ mod tests {
         assert_eq!(cells(&[]), "text");
         assert_eq!(image_type(b"\x89PNG\r\n\x1a\nrest"), Some("image/png"));
         assert_eq!(image_type(b"<svg onload=alert(1)>"), None);
+    }
+
+    /// A page header written as Parquet writes them, claiming `size`.
+    #[allow(deprecated)]
+    fn header(size: i32) -> Vec<u8> {
+        use parquet::thrift::TSerializable;
+        let h = parquet::format::PageHeader {
+            type_: parquet::format::PageType::DATA_PAGE,
+            uncompressed_page_size: size,
+            compressed_page_size: 10,
+            crc: None,
+            data_page_header: None,
+            index_page_header: None,
+            dictionary_page_header: None,
+            data_page_header_v2: None,
+        };
+        let mut out = Vec::new();
+        h.write_to_out_protocol(&mut thrift::protocol::TCompactOutputProtocol::new(&mut out))
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn a_page_is_refused_before_it_is_decompressed_past_the_bounds() {
+        let pages = Pages::default();
+        assert_eq!(page_sizes(&header(1000)), Some((1000, 10)));
+        assert_eq!(page_sizes(b"\xff\xff"), None);
+        pages.claim(1 << 20).unwrap();
+        let err = pages.claim(i32::MAX).unwrap_err();
+        assert!(err.contains(&format!("{} bytes", i32::MAX)), "{err}");
+        assert!(pages.claim(-1).is_err());
+        // Pages each within the bound, more than a preview decompresses.
+        let pages = Pages::default();
+        for _ in 0..4 {
+            pages.claim(60 << 20).unwrap();
+        }
+        assert!(pages.claim(60 << 20).is_err());
     }
 }
