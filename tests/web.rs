@@ -278,7 +278,7 @@ fn parquet_claiming(claimed: i32) -> Vec<u8> {
     w.close().unwrap();
     let reader =
         parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(out.clone())).unwrap();
-    let at = reader.metadata().row_group(0).column(0).data_page_offset() as usize;
+    let at = usize::try_from(reader.metadata().row_group(0).column(0).data_page_offset()).unwrap();
     let mut input = thrift::protocol::TCompactInputProtocol::new(&out[at..]);
     let mut header = parquet::format::PageHeader::read_from_in_protocol(&mut input).unwrap();
     let mut old = Vec::new();
