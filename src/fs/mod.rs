@@ -10,6 +10,7 @@
 
 mod control;
 mod gate;
+mod health;
 mod ino;
 mod listings;
 mod orders;
@@ -21,6 +22,7 @@ mod versions;
 
 pub use gate::{Caller, Judge, KernelCache};
 use listings::Listings;
+use orders::Due;
 use versions::inodes::VersionInodes;
 use versions::prefetch_trees;
 use versions::stored::{Origin, StoredFile};
@@ -449,7 +451,7 @@ impl MountFs {
                 _ => Err(not_found(name)),
             },
             Ino::Versions => self.versions.lookup_version(name, self.latest_time()),
-            Ino::Control => control::lookup(self, name),
+            Ino::Control => self.with_seen(|s| self.control.lookup(s, name)),
             Ino::Version(_) => self.versions.lookup_in_version(parent, name),
             Ino::Latest | Ino::Tag(_) | Ino::ControlFile(_) | Ino::Unknown => {
                 Err(Error::fs(FsError::NotDir, name_str(name)))
@@ -497,7 +499,7 @@ impl MountFs {
                 Ok(a)
             }
             Ino::Latest => self.versions.latest_attr(self.latest_time()),
-            Ino::ControlFile(i) => control::attr(self, i),
+            Ino::ControlFile(i) => self.with_seen(|s| self.control.attr(s, i)),
             Ino::Tag(_) => self.versions.tag_attr(ino),
             Ino::Version(_) => self.versions.version_attr(ino),
             Ino::Unknown => Err(Error::fs(FsError::NotFound, format!("inode {ino}"))),
@@ -535,7 +537,7 @@ impl MountFs {
                 });
             }
             Ino::Versions => out = self.versions.list_versions()?,
-            Ino::Control => out.extend(control::entries()),
+            Ino::Control => out.extend(control::Control::entries()),
             Ino::Version(_) => out = self.versions.list_version_dir(ino)?,
             Ino::Latest | Ino::Tag(_) | Ino::ControlFile(_) | Ino::Unknown => {
                 return Err(Error::fs(FsError::NotDir, format!("inode {ino}")));
@@ -592,7 +594,19 @@ impl MountFs {
         let writing = access != libc::O_RDONLY;
         let judge = self.judge(c)?;
         match Ino::of(ino) {
-            Ino::ControlFile(_) => return control::open(self, ino, writing, c, judge.as_ref()),
+            Ino::ControlFile(_) => {
+                let handle =
+                    self.with_seen(|s| self.control.open(s, ino, writing, c, judge.as_ref()))?;
+                // A request's writer's closes are checked (`orders.rs`).
+                let flush = matches!(handle, Handle::Order(..));
+                return Ok(Opened {
+                    fh: self.add_handle(handle),
+                    keep_cache: false,
+                    direct_io: true,
+                    flush,
+                    backing: None,
+                });
+            }
             Ino::Staged(id) => {
                 let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
                 let bytes = self.versions.read_ahead.bytes;
@@ -664,13 +678,10 @@ impl MountFs {
         self.staging.release(fh);
         match handle {
             Some(Handle::Commit(c)) if c.lock().is_none() => {
-                let _: Result<()> = control::failed(
-                    self,
-                    Error::InvalidInput(
-                        "empty commit message: nothing was committed (echo MESSAGE > .detafs/commit)"
-                            .into(),
-                    ),
-                );
+                let _: Result<()> = self.control.failed(Error::InvalidInput(
+                    "empty commit message: nothing was committed (echo MESSAGE > .detafs/commit)"
+                        .into(),
+                ));
             }
             Some(Handle::Order(ino, order, caller)) => {
                 let fs = self.clone();
@@ -679,7 +690,7 @@ impl MountFs {
                     sequence.raise(fh);
                     let fs = fs.clone();
                     sequence.queue(move || {
-                        let _ = control::carry_out(&fs, ino, order.take(), caller.as_ref());
+                        let _ = fs.carry_out(ino, order.take(), caller.as_ref());
                         fs.control.sequence.lower();
                     });
                 };
@@ -735,6 +746,71 @@ impl MountFs {
         }
     }
 
+    /// Runs `f` with what the control files read of the mount.
+    fn with_seen<T>(&self, f: impl FnOnce(&control::Seen) -> T) -> T {
+        let health = |judge: Option<&Judge>| health::report(self, judge);
+        f(&control::Seen {
+            repo: &self.repo,
+            versions: &self.versions,
+            staging: &self.staging,
+            dataset: &self.dataset,
+            owner: (self.opts.uid, self.opts.gid),
+            gated: self.gated(),
+            opens_skipped: self.opens_skipped(),
+            latest_time: self.latest_time(),
+            health: &health,
+        })
+    }
+
+    /// A request at the end of its open (`orders.rs`), carried out:
+    /// `.detafs/last-error` then says why it failed, or nothing.
+    fn carry_out(&self, ino: u64, due: Due, caller: Option<&Caller>) -> Result<()> {
+        use control::Request;
+        let res = match due {
+            Due::Nothing => return Ok(()),
+            Due::Void(why) => Err(Error::InvalidInput(why)),
+            Due::Act(text, writer) => match self.control.request(ino, &text, writer) {
+                Ok(None) => Ok(()),
+                Ok(Some(Request::Refresh)) => self.poll(),
+                Ok(Some(Request::Undo(entry))) => self.undo(entry),
+                Ok(Some(Request::Checkout { version, paths })) => {
+                    self.checkout(version, &paths, caller)
+                }
+                Err(e) => Err(e),
+            },
+        };
+        self.control.outcome(res)
+    }
+
+    /// A read of a request's handle: the request written since the last
+    /// read is carried out now, in order with the others (`orders.rs`), and
+    /// the read answers `done` or fails as it did, once the kernel was told
+    /// what changed; with nothing written since, the read finds the end.
+    fn read_order(
+        self: &Arc<Self>,
+        ino: u64,
+        order: Arc<orders::Order>,
+        caller: Option<Caller>,
+    ) -> Result<Vec<u8>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let fs = self.clone();
+        self.control.sequence.queue(move || {
+            let res = match order.take() {
+                Due::Nothing => Ok(false),
+                due => fs.carry_out(ino, due, caller.as_ref()).map(|()| true),
+            };
+            let _ = tx.send(res);
+        });
+        let acted = rx
+            .recv()
+            .map_err(|_| Error::InvalidInput("the request was not carried out".into()))??;
+        if !acted {
+            return Ok(Vec::new());
+        }
+        self.settle_kernel();
+        Ok(b"done\n".to_vec())
+    }
+
     /// Whether a control-file request the kernel released is not carried
     /// out yet (later requests wait for it).
     pub fn orders_pending(&self) -> bool {
@@ -768,7 +844,7 @@ impl MountFs {
             Handle::Order(ino, order, caller) => {
                 // Carried out first, in turn with other requests.
                 crate::nowait::check()?;
-                out.extend_from_slice(&control::read_order(self, ino, order, caller)?);
+                out.extend_from_slice(&self.read_order(ino, order, caller)?);
             }
             Handle::Stored(f) => self.versions.read_stored(&f, offset, size as u64, out)?,
             Handle::Text(t) => {
@@ -908,7 +984,7 @@ impl MountFs {
     ) -> Result<Attr> {
         match Ino::of(ino) {
             // `echo > commit` truncates first
-            Ino::ControlFile(_) => control::attr(self, ino),
+            Ino::ControlFile(_) => self.with_seen(|s| self.control.attr(s, ino)),
             Ino::Staged(id) => self.staging.setattr(id, mode, uid, gid, size, times, fh),
             _ => Err(read_only()),
         }
@@ -960,7 +1036,14 @@ impl MountFs {
         uid: u32,
         pid: u32,
     ) -> Result<usize> {
-        let res = control::commit(self, data, uid, pid);
+        let message = String::from_utf8_lossy(data);
+        let res = match self.commit_staging(&message, uid, pid) {
+            Ok(record) => {
+                self.control.committed(&record);
+                Ok(record)
+            }
+            Err(e) => self.control.failed(e),
+        };
         *outcome.lock() = Some(match &res {
             Ok(record) => record.log_line(false),
             Err(_) => Vec::new(),
@@ -978,7 +1061,7 @@ impl MountFs {
             author: &author,
         };
         let progress = Arc::new(crate::progress::Counters::default());
-        let told = control::UnderWay::asked(self, &meta, pid, progress.clone());
+        let told = self.control.asked(&meta, pid, progress.clone());
         let record = self.staging.commit(&meta, &progress, || told.running())?;
         drop(told);
         self.poll()?;

@@ -23,8 +23,9 @@
 //! the audit trail), so such a mount then refuses everything of the dataset
 //! until it is mounted again (`gate::refresh_policy`).
 
+use super::control::{self, Control};
 use super::versions::stored::StoredFile;
-use super::{DirEntry, FIRST_VERSION_INO, Listing, MountFs, VERSIONS, control};
+use super::{DirEntry, FIRST_VERSION_INO, Listing, MountFs, VERSIONS};
 use crate::error::{Error, FsError, Result};
 use crate::snapshot::Kind;
 use std::sync::Arc;
@@ -93,11 +94,11 @@ impl MountFs {
 
     /// Appends bytes of a file the kernel opened without asking to `out`.
     pub fn read_unopened(&self, ino: u64, offset: u64, size: u32, out: &mut Vec<u8>) -> Result<()> {
-        if control::is_control(ino) {
+        if Control::is_control(ino) {
             if !self.opens_skipped() {
                 return Err(Error::fs(FsError::Invalid, "bad file handle"));
             }
-            let text = control::text_now(self, ino)?;
+            let text = self.with_seen(|s| self.control.text_now(s, ino))?;
             let start = crate::limits::to_usize(offset).min(text.len());
             let end = (start + size as usize).min(text.len());
             out.extend_from_slice(&text[start..end]);
@@ -118,7 +119,7 @@ impl MountFs {
     /// that listing a huge folder costs a part per request, not its whole
     /// listing (nothing tells when the kernel is done with it).
     pub fn listing_unopened(&self, ino: u64, offset: u64) -> Result<(Listing, u64)> {
-        if control::is_control(ino) && !self.opens_skipped() {
+        if Control::is_control(ino) && !self.opens_skipped() {
             return Err(Error::fs(FsError::Invalid, "bad file handle"));
         }
         if self.gated() && (ino == VERSIONS || ino >= FIRST_VERSION_INO) {
@@ -160,7 +161,7 @@ impl MountFs {
 
     /// What an inode read without an open is, for error messages.
     pub fn describe_unopened(&self, ino: u64) -> String {
-        match control::is_control(ino) {
+        match Control::is_control(ino) {
             true => format!(".detafs/ file (inode {ino})"),
             false => format!("versions/{}", self.versions.version_path(ino)),
         }
