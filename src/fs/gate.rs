@@ -5,17 +5,18 @@
 //! a name that does not exist, everywhere: lookups, listings, `latest`,
 //! tags and `.detafs/log`.
 
-use super::{Attr, Ino, Listing, MountFs, ROOT, VERSIONS, version_name};
+use super::versions::Versions;
+use super::{Attr, Ino, Listing, version_name};
 use crate::access::caller::{self, UnixId};
 use crate::access::policy::{Glob, GlobSet};
 use crate::access::{self, Action, Policy, Who};
 use crate::error::{Error, Result};
 use crate::relpath::RelPath;
+use crate::repo::Repo;
 use crate::snapshot::Kind;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 use std::time::Instant;
 
@@ -34,7 +35,8 @@ const MAX_CALLERS: usize = 4096;
 /// Folders whose entries' judgement is remembered at once.
 const MAX_JUDGED: usize = 100_000;
 
-pub(super) struct Gate {
+/// The policy in force, with what it decided lately.
+pub(super) struct InForce {
     version: u64,
     policy: Policy,
     /// Who may search `versions/` (`Reach`), as the names in the policy
@@ -136,9 +138,9 @@ impl Reach {
     }
 }
 
-impl Gate {
-    fn new(version: u64, policy: Policy, dataset: &str, daemon_gid: u32) -> Gate {
-        Gate {
+impl InForce {
+    fn new(version: u64, policy: Policy, dataset: &str, daemon_gid: u32) -> InForce {
+        InForce {
             version,
             reach: RwLock::new(Arc::new(Reach::of(&policy, dataset, daemon_gid))),
             patterns: policy.patterns(),
@@ -167,91 +169,139 @@ impl Folder {
     }
 }
 
+/// The mount's gate: the policy in force for its dataset, the callers'
+/// principals, and where decisions are written.
+pub(super) struct Gate {
+    dataset: String,
+    /// The daemon's group (`Reach`).
+    daemon_gid: u32,
+    in_force: RwLock<Option<Arc<InForce>>>,
+    callers: Mutex<Callers>,
+    /// Where access decisions are written, if anywhere.
+    trail: Option<crate::access::trail::Trail>,
+}
+
 /// One caller's view under the policy in force.
 pub struct Judge<'a> {
-    fs: &'a MountFs,
+    gate: &'a Gate,
+    versions: &'a Versions,
+    repo: &'a Repo,
     policy: Arc<Policy>,
     who: Who,
     caller: Caller,
 }
 
-/// The version of the gate that refuses everything (`MountFs::shut_gate`).
+/// The version of the gate that refuses everything (`Gate::shut`).
 const SHUT: u64 = u64::MAX;
 
-impl MountFs {
+impl Gate {
+    pub(super) fn new(dataset: &str, daemon_gid: u32) -> Gate {
+        Gate {
+            dataset: dataset.to_string(),
+            daemon_gid,
+            in_force: RwLock::default(),
+            callers: Mutex::default(),
+            trail: None,
+        }
+    }
+
+    /// Writes access decisions to `trail`.
+    pub(super) fn write_to(&mut self, trail: crate::access::trail::Trail) {
+        self.trail = Some(trail);
+    }
+
+    /// Decisions not yet in the trail's file.
+    pub(super) fn unwritten(&self) -> usize {
+        self.trail.as_ref().map_or(0, |t| t.unwritten())
+    }
+
+    /// Writes what the trail holds to its file.
+    pub(super) fn flush(&self) {
+        if let Some(t) = &self.trail {
+            t.flush();
+        }
+    }
+
+    /// Runs `f` with whether no policy is in force, no policy coming in
+    /// meanwhile (`unopened.rs`: the kernel's choice to open files itself).
+    pub(super) fn while_none<T>(&self, f: impl FnOnce(bool) -> T) -> T {
+        let in_force = self.in_force.write();
+        f(in_force.is_none())
+    }
+
     /// Reads the policy in force (at start and at every poll); returns
     /// whether it changed. One that cannot be trusted (a broken history, a
     /// newest policy that does not parse) shuts the gate on everything; a
     /// store that cannot be reached keeps the policy last read.
-    pub(super) fn refresh_policy(&self) -> Result<bool> {
-        let current = self.gate.read().clone();
+    /// `opens_skipped` says whether the kernel opens files without asking
+    /// (then no policy can come in: `unopened.rs`); `coming` runs under the
+    /// gate's lock when one does.
+    pub(super) fn refresh(
+        &self,
+        repo: &Repo,
+        opens_skipped: &dyn Fn() -> bool,
+        coming: &dyn Fn(),
+    ) -> Result<bool> {
+        let current = self.in_force.read().clone();
         let shut = current.as_ref().is_some_and(|g| g.version == SHUT);
-        let next = match self.repo.current_policy() {
+        let next = match repo.current_policy() {
             Ok(None) => return Ok(false),
             Ok(Some((v, _))) if current.as_ref().is_some_and(|g| g.version == v) => {
                 return Ok(false);
             }
-            Ok(Some(_)) if shut && self.opens_skipped() => return Ok(false),
-            Ok(Some((v, policy))) => Gate::new(v, policy, &self.dataset, self.opts.gid),
+            Ok(Some(_)) if shut && opens_skipped() => return Ok(false),
+            Ok(Some((v, policy))) => InForce::new(v, policy, &self.dataset, self.daemon_gid),
             Err(Error::Malformed { .. }) if shut => return Ok(false),
             Err(e @ Error::Malformed { .. }) => {
                 tracing::error!("{e}: every request is refused until the policy is mended");
-                self.shut_gate()
+                self.shut()
             }
             Err(e) => return Err(e),
         };
-        let mut gate = self.gate.write();
+        let mut in_force = self.in_force.write();
         // Checked under the lock `skip_opens` takes: where the kernel opens
         // files without asking, no open could apply a policy (`unopened.rs`).
-        if next.version != SHUT
-            && self.versions.apart.swap(false, Ordering::Relaxed)
-            && let Some(k) = self.kernel.get()
-        {
-            k.versions_judged();
+        if next.version != SHUT {
+            coming();
         }
-        let next = if next.version != SHUT && self.opens_skipped() {
+        let next = if next.version != SHUT && opens_skipped() {
             tracing::error!(
                 "an access policy was set after this mount started: every request is refused until it is mounted again"
             );
-            self.shut_gate()
+            self.shut()
         } else {
             if next.version != SHUT {
                 tracing::info!("policy v{} in force", next.version);
             }
             next
         };
-        *gate = Some(Arc::new(next));
+        *in_force = Some(Arc::new(next));
         Ok(true)
     }
 
     /// The policy in force, for `.detafs/health`: its version, "shut"
     /// (everything is refused: see the daemon's log), or none.
     pub(super) fn policy_in_force(&self) -> serde_json::Value {
-        match self.gate.read().as_ref() {
+        match self.in_force.read().as_ref() {
             Some(g) if g.version == SHUT => "shut".into(),
             Some(g) => g.version.into(),
             None => serde_json::Value::Null,
         }
     }
 
-    /// A gate that refuses everything.
-    fn shut_gate(&self) -> Gate {
-        Gate::new(SHUT, Policy::deny_all(), &self.dataset, self.opts.gid)
-    }
-
-    /// How the kernel is told to drop what it keeps (`forget_names`).
-    pub fn on_kernel_cache(&self, k: Arc<dyn KernelCache>) {
-        let _ = self.kernel.set(k);
+    /// A policy that refuses everything.
+    fn shut(&self) -> InForce {
+        InForce::new(SHUT, Policy::deny_all(), &self.dataset, self.daemon_gid)
     }
 
     /// Resolves the policy's users and groups again (they may have been
     /// made or removed since); returns whether who may search `versions/`
     /// changed.
     pub(super) fn refresh_reach(&self) -> bool {
-        let Some(gate) = self.gate.read().clone() else {
+        let Some(gate) = self.in_force.read().clone() else {
             return false;
         };
-        let now = Reach::of(&gate.policy, &self.dataset, self.opts.gid);
+        let now = Reach::of(&gate.policy, &self.dataset, self.daemon_gid);
         let mut reach = gate.reach.write();
         if **reach == now {
             return false;
@@ -262,62 +312,34 @@ impl MountFs {
 
     /// `versions/`'s owner, group and mode under the policy in force
     /// (`Reach`); None: as without a policy.
-    pub fn versions_owner(&self) -> Option<(u32, u32, u16)> {
-        let gate = self.gate.read().clone()?;
+    pub(super) fn versions_owner(&self) -> Option<(u32, u32, u16)> {
+        let gate = self.in_force.read().clone()?;
         let reach = gate.reach.read().clone();
         reach.owner
     }
 
     /// Whether every caller that may search `versions/` sees `version`:
     /// then its name may stay in the kernel's cache.
-    fn seen_alike(&self, gate: &Gate, version: u64) -> bool {
+    fn seen_alike(&self, versions: &Versions, gate: &InForce, version: u64) -> bool {
         let reach = gate.reach.read().clone();
-        let aliases = access::version_resources(&self.dataset, version, &self.tags_of(version));
+        let tags = versions.tags.read().tags_of(version);
+        let aliases = access::version_resources(&self.dataset, version, &tags);
         let who = reach.owner.is_some().then_some(&reach.principals[..]);
         gate.policy.allows_every(who, Action::Versions, &aliases)
     }
 
-    /// Has the kernel drop what it keeps of `versions/` (of `only` these
-    /// versions, or all and `staging`): each user's next lookup is asked
-    /// again. Dropping a version's entry drops everything below it.
-    pub(super) fn forget_names(&self, only: Option<&[u64]>) {
-        if let Some(gate) = self.gate.read().as_ref() {
+    /// What was weighed of folders' entries is weighed again (a version
+    /// or tag came or went).
+    pub(super) fn forget_judged(&self) {
+        if let Some(gate) = self.in_force.read().as_ref() {
             gate.judged.lock().clear();
-        }
-        // Its owner and mode first: who may search it may have changed, and
-        // `latest`'s time shows differently.
-        self.versions_changed();
-        let Some(kernel) = self.kernel.get() else {
-            return;
-        };
-        let mut names: Vec<Vec<u8>> = match only {
-            Some(vs) => vs
-                .iter()
-                .map(|v| format!("v{v}").into_bytes())
-                .chain(self.versions.tag_names_of(vs))
-                .collect(),
-            None => {
-                let versions = self.versions.records.read();
-                versions
-                    .iter()
-                    .map(|r| format!("v{}", r.version).into_bytes())
-                    .collect()
-            }
-        };
-        if only.is_none() {
-            names.push(b"latest".to_vec());
-            names.extend(self.versions.list_tags().into_iter().map(|e| e.name));
-            kernel.forget_name(ROOT, b"staging");
-        }
-        for name in names {
-            kernel.forget_name(VERSIONS, &name);
         }
     }
 
     /// Whether a policy is in force (then entries are not cached by the
     /// kernel: its caches are shared by every user of the mount).
-    pub fn gated(&self) -> bool {
-        self.gate.read().is_some()
+    pub(super) fn gated(&self) -> bool {
+        self.in_force.read().is_some()
     }
 
     /// How long the kernel may keep the name `name` in folder `parent`
@@ -328,15 +350,23 @@ impl MountFs {
     /// that a pattern tells apart from the version itself. Other names in a
     /// version are reached only through the version's own entry, and are
     /// seen by whoever sees it: they keep their lifetime.
-    pub fn name_ttl(&self, parent: u64, name: &[u8], a: &Attr) -> Duration {
-        let Some(gate) = self.gate.read().clone() else {
+    pub(super) fn name_ttl(
+        &self,
+        versions: &Versions,
+        parent: u64,
+        name: &[u8],
+        a: &Attr,
+    ) -> Duration {
+        let Some(gate) = self.in_force.read().clone() else {
             return a.ttl;
         };
         let per_user = match Ino::of(parent) {
             Ino::Root => name == b"staging",
-            Ino::Versions => !version_name(name).is_some_and(|v| self.seen_alike(&gate, v)),
+            Ino::Versions => {
+                !version_name(name).is_some_and(|v| self.seen_alike(versions, &gate, v))
+            }
             Ino::Version(_) => self
-                .folder(parent)
+                .folder(versions, parent)
                 .ok()
                 .flatten()
                 .is_none_or(|f| self.told_apart(&gate, &f, name, a.kind == Kind::Dir)),
@@ -350,25 +380,25 @@ impl MountFs {
     /// for a whole listing.
     /// None where it cannot be found (judged as hidden); an error only if
     /// finding it must wait where nothing may.
-    fn folder(&self, ino: u64) -> Result<Option<Folder>> {
-        let Ok(version) = self.versions.version_entry_version(ino) else {
+    fn folder(&self, versions: &Versions, ino: u64) -> Result<Option<Folder>> {
+        let Ok(version) = versions.version_entry_version(ino) else {
             return Ok(None);
         };
-        let full = self.versions.version_path_or_wait(ino)?;
+        let full = versions.version_path_or_wait(ino)?;
         let Ok(path) = RelPath::parse(full.split_once('/').map_or("", |(_, p)| p)) else {
             return Ok(None);
         };
-        let versions = access::version_resources(&self.dataset, version, &self.tags_of(version));
+        let tags = versions.tags.read().tags_of(version);
         Ok(Some(Folder {
             version,
             path,
-            versions,
+            versions: access::version_resources(&self.dataset, version, &tags),
         }))
     }
 
     /// Whether a pattern of the policy can tell entry `name` of folder `f`
     /// apart from its version.
-    fn told_apart(&self, gate: &Gate, f: &Folder, name: &[u8], dir: bool) -> bool {
+    fn told_apart(&self, gate: &InForce, f: &Folder, name: &[u8], dir: bool) -> bool {
         let ours = format!("{}/", crate::access::dataset_resource(&self.dataset));
         let telling = gate
             .telling
@@ -409,7 +439,7 @@ impl MountFs {
 
     /// Whether a pattern tells some entry of listing `l` of folder `ino`
     /// (`f`) apart from its version: weighed once per folder and policy.
-    fn any_told_apart(&self, gate: &Gate, ino: u64, f: &Folder, l: &Listing) -> bool {
+    fn any_told_apart(&self, gate: &InForce, ino: u64, f: &Folder, l: &Listing) -> bool {
         if let Some(&any) = gate.judged.lock().get(&ino) {
             return any;
         }
@@ -447,8 +477,13 @@ impl MountFs {
     }
 
     /// The caller's view, if a policy is in force.
-    pub fn judge(&self, c: &Caller) -> Result<Option<Judge<'_>>> {
-        let Some(gate) = self.gate.read().clone() else {
+    pub(super) fn judge<'a>(
+        &'a self,
+        versions: &'a Versions,
+        repo: &'a Repo,
+        c: &Caller,
+    ) -> Result<Option<Judge<'a>>> {
+        let Some(gate) = self.in_force.read().clone() else {
             return Ok(None);
         };
         let who = self.who(c)?;
@@ -463,23 +498,20 @@ impl MountFs {
                 .clone()
         };
         Ok(Some(Judge {
-            fs: self,
+            gate: self,
+            versions,
+            repo,
             policy,
             who,
             caller: *c,
         }))
-    }
-
-    fn tags_of(&self, version: u64) -> Vec<String> {
-        let table = self.versions.tags.read();
-        table.tags_of(version)
     }
 }
 
 impl Judge<'_> {
     /// Writes a decision to the daemon's audit trail.
     fn note(&self, action: Action, resource: &str, d: &access::Decision) {
-        if let Some(trail) = &self.fs.trail {
+        if let Some(trail) = &self.gate.trail {
             trail.record(serde_json::json!({
                 "uid": self.caller.uid,
                 "pid": self.caller.pid,
@@ -492,14 +524,14 @@ impl Judge<'_> {
         }
     }
 
-    fn gate(&self) -> Option<Arc<Gate>> {
-        self.fs.gate.read().clone()
+    fn in_force(&self) -> Option<Arc<InForce>> {
+        self.gate.in_force.read().clone()
     }
 
     /// Whether this process's look at `version` is the first in a second
     /// (a refusal is always written; an allowance once a second).
     fn first_look(&self, version: u64) -> bool {
-        let Some(gate) = self.fs.gate.read().clone() else {
+        let Some(gate) = self.in_force() else {
             return true;
         };
         let mut noted = gate.noted.lock();
@@ -515,8 +547,8 @@ impl Judge<'_> {
     }
 
     fn version_resources(&self, version: u64) -> Vec<String> {
-        let tags = self.fs.tags_of(version);
-        access::version_resources(&self.fs.dataset, version, &tags)
+        let tags = self.versions.tags.read().tags_of(version);
+        access::version_resources(&self.gate.dataset, version, &tags)
     }
 
     /// Whether `path` of version `version` exists for this caller
@@ -544,7 +576,7 @@ impl Judge<'_> {
     }
 
     fn commit_decision(&self) -> (access::Decision, String) {
-        let r = access::dataset_resource(&self.fs.dataset);
+        let r = access::dataset_resource(&self.gate.dataset);
         let d = self
             .policy
             .decide(&self.who, Action::Commit, std::slice::from_ref(&r));
@@ -561,7 +593,7 @@ impl Judge<'_> {
     /// The newest version this caller may see: `latest`'s target.
     pub fn latest(&self) -> Option<u64> {
         let versions: Vec<u64> = {
-            let v = self.fs.versions.records.read();
+            let v = self.versions.records.read();
             v.iter().rev().map(|r| r.version).collect()
         };
         versions.into_iter().find(|&v| self.sees_version(v))
@@ -589,7 +621,7 @@ impl Judge<'_> {
                     return Ok(self.latest().is_some());
                 }
                 let version = version_name(name).or_else(|| {
-                    let tags = self.fs.versions.tags.read();
+                    let tags = self.versions.tags.read();
                     std::str::from_utf8(name)
                         .ok()
                         .and_then(|t| tags.version_of(t))
@@ -597,15 +629,15 @@ impl Judge<'_> {
                 let Some(v) = version else { return Ok(false) };
                 let d = self.version_decision(v);
                 if noted && (!d.allowed || self.first_look(v)) {
-                    let r = crate::access::version_resource(&self.fs.dataset, &format!("v{v}"));
+                    let r = crate::access::version_resource(&self.gate.dataset, &format!("v{v}"));
                     self.note(Action::Versions, &r, &d);
                 }
                 d.allowed
             }
-            _ => match (self.fs.folder(parent)?, self.gate()) {
+            _ => match (self.gate.folder(self.versions, parent)?, self.in_force()) {
                 (Some(f), Some(g)) => {
                     // A name no pattern tells apart shows as its version does.
-                    if self.fs.told_apart(&g, &f, name, kind == Kind::Dir) {
+                    if self.gate.told_apart(&g, &f, name, kind == Kind::Dir) {
                         self.sees_in(&f, name, kind, noted)
                     } else {
                         self.sees_version(f.version)
@@ -625,7 +657,7 @@ impl Judge<'_> {
         if noted && !shown {
             let r = format!(
                 "datasets/{}/versions/v{}/files/{path}",
-                self.fs.dataset, f.version
+                self.gate.dataset, f.version
             );
             let d = access::Decision {
                 allowed: false,
@@ -639,7 +671,11 @@ impl Judge<'_> {
     /// Whether a version's file may be opened (`dataset:read`).
     pub fn may_read(&self, ino: u64) -> Result<bool> {
         // A file's place is found as a folder's is (its path, its version).
-        let Some(f) = self.fs.folder(ino)?.filter(|f| !f.path.is_root()) else {
+        let Some(f) = self
+            .gate
+            .folder(self.versions, ino)?
+            .filter(|f| !f.path.is_root())
+        else {
             return Ok(false);
         };
         let mut all = access::path_resources(&f.versions, &f.path, false);
@@ -647,7 +683,7 @@ impl Judge<'_> {
         let d = self.policy.decide(&self.who, Action::Read, &all);
         let r = format!(
             "datasets/{}/versions/v{}/files/{}",
-            self.fs.dataset, f.version, f.path
+            self.gate.dataset, f.version, f.path
         );
         self.note(Action::Read, &r, &d);
         Ok(d.allowed)
@@ -660,15 +696,15 @@ impl Judge<'_> {
     /// of a version they all see, no entry a pattern tells apart).
     pub fn filter(&self, dir: u64, listing: Listing) -> Result<(Listing, bool)> {
         let folder = match Ino::of(dir) {
-            Ino::Version(_) => self.fs.folder(dir)?,
+            Ino::Version(_) => self.gate.folder(self.versions, dir)?,
             _ => None,
         };
-        let gate = self.gate();
+        let gate = self.in_force();
         // A folder of a version every caller that may reach it sees, with
         // no entry a pattern tells apart: the listing as it is, for all.
         if let (Some(f), Some(g)) = (&folder, &gate)
-            && self.fs.seen_alike(g, f.version)
-            && !self.fs.any_told_apart(g, dir, f, &listing)
+            && self.gate.seen_alike(self.versions, g, f.version)
+            && !self.gate.any_told_apart(g, dir, f, &listing)
             && self.sees_version(f.version)
         {
             return Ok((listing, true));
@@ -681,7 +717,7 @@ impl Judge<'_> {
             if e.name != b"." && e.name != b".." {
                 let shown = match (&folder, &gate, version_seen) {
                     (Some(f), Some(g), Some(seen)) => {
-                        if self.fs.told_apart(g, f, &e.name, e.kind == Kind::Dir) {
+                        if self.gate.told_apart(g, f, &e.name, e.kind == Kind::Dir) {
                             a.ttl = Duration::ZERO;
                             self.sees_in(f, &e.name, e.kind, false)
                         } else {
@@ -689,7 +725,7 @@ impl Judge<'_> {
                         }
                     }
                     _ => {
-                        a.ttl = self.fs.name_ttl(dir, &e.name, &a);
+                        a.ttl = self.gate.name_ttl(self.versions, dir, &e.name, &a);
                         self.sees(dir, &e.name, e.kind, false)?
                     }
                 };
@@ -700,7 +736,7 @@ impl Judge<'_> {
             kept.push((e.clone(), a));
         }
         let hidden = listing.len() - kept.len();
-        if let Some(trail) = &self.fs.trail
+        if let Some(trail) = &self.gate.trail
             && hidden > 0
         {
             trail.record(serde_json::json!({
@@ -720,12 +756,12 @@ impl Judge<'_> {
     /// Whether the policy may hide paths of the dataset from the caller
     /// (a version's figures are then withheld: `Record::log_entry_seen`).
     fn hides_paths(&self) -> bool {
-        self.policy.may_hide_paths(&self.who, &self.fs.dataset)
-            || self.fs.repo.figures_withheld(&self.fs.dataset)
+        self.policy.may_hide_paths(&self.who, &self.gate.dataset)
+            || self.repo.figures_withheld(&self.gate.dataset)
     }
 
     pub fn log(&self) -> Vec<u8> {
-        let versions = self.fs.versions.records.read().clone();
+        let versions = self.versions.records.read().clone();
         versions
             .iter()
             .filter(|r| self.sees_version(r.version))

@@ -169,11 +169,8 @@ pub struct MountFs {
     /// When the mount started: the time of its root and control folder.
     started: Mtime,
     opts: MountOptions,
-    /// The store's access policy, if one is set (`gate.rs`).
-    gate: RwLock<Option<Arc<gate::Gate>>>,
-    callers: Mutex<gate::Callers>,
-    /// Where access decisions are written, if anywhere.
-    trail: Option<crate::access::trail::Trail>,
+    /// The store's access policy, if one is set, and who asks (`gate.rs`).
+    gate: gate::Gate,
     /// Tells the kernel to drop a name it keeps (set by the adapter).
     kernel: std::sync::OnceLock<Arc<dyn gate::KernelCache>>,
     /// Through a gateway: the lease naming the versions open files read
@@ -246,10 +243,8 @@ impl MountFs {
             next_fh: AtomicU64::new(1),
             opens_skipped: AtomicBool::new(false),
             started: Mtime::now(),
+            gate: gate::Gate::new(dataset, opts.gid),
             opts,
-            gate: RwLock::default(),
-            callers: Mutex::default(),
-            trail: None,
             kernel: std::sync::OnceLock::new(),
         };
         fs.versions.refresh_tags()?;
@@ -265,20 +260,18 @@ impl MountFs {
 
     /// Writes access decisions to `trail` (a mount daemon's audit trail).
     pub fn with_trail(mut self, trail: crate::access::trail::Trail) -> MountFs {
-        self.trail = Some(trail);
+        self.gate.write_to(trail);
         self
     }
 
     /// Access decisions not yet written to the audit trail.
     pub fn trail_unwritten(&self) -> usize {
-        self.trail.as_ref().map_or(0, |t| t.unwritten())
+        self.gate.unwritten()
     }
 
     /// Writes out the audit trail's last lines (the daemon is ending).
     pub fn flush_trail(&self) {
-        if let Some(t) = &self.trail {
-            t.flush();
-        }
+        self.gate.flush();
     }
 
     pub fn repo(&self) -> &Repo {
@@ -347,7 +340,7 @@ impl MountFs {
         if new_records || !tagged.is_empty() {
             self.versions_changed();
         }
-        let changed = self.refresh_policy()? | self.refresh_reach() | reshown;
+        let changed = self.refresh_policy()? | self.gate.refresh_reach() | reshown;
         // What the kernel keeps of versions/ may now answer wrongly for
         // some user: a new policy, or a new tag a pattern can name.
         if changed {
@@ -493,7 +486,7 @@ impl MountFs {
             Ino::Root | Ino::Control => Ok(self.dir_attr(ino, self.started, MUTABLE_TTL)),
             Ino::Versions => {
                 let mut a = self.dir_attr(ino, self.latest_time(), MUTABLE_TTL);
-                if let Some((uid, gid, perm)) = self.versions_owner() {
+                if let Some((uid, gid, perm)) = self.gate.versions_owner() {
                     (a.uid, a.gid, a.perm) = (uid, gid, perm);
                 }
                 Ok(a)
@@ -743,6 +736,91 @@ impl MountFs {
     fn settle_kernel(&self) {
         if let Some(k) = self.kernel.get() {
             k.settle();
+        }
+    }
+
+    /// Reads the policy in force (at start and at every poll); returns
+    /// whether it changed. One that cannot be trusted (a broken history, a
+    /// newest policy that does not parse) shuts the gate on everything; a
+    /// store that cannot be reached keeps the policy last read. One coming
+    /// in detaches `versions/`'s own connection, where the kernel opens
+    /// files without asking.
+    fn refresh_policy(&self) -> Result<bool> {
+        let coming = || {
+            if self.versions.apart.swap(false, Ordering::Relaxed)
+                && let Some(k) = self.kernel.get()
+            {
+                k.versions_judged();
+            }
+        };
+        self.gate
+            .refresh(&self.repo, &|| self.opens_skipped(), &coming)
+    }
+
+    /// The policy in force, for `.detafs/health`.
+    pub(super) fn policy_in_force(&self) -> serde_json::Value {
+        self.gate.policy_in_force()
+    }
+
+    /// How the kernel is told to drop what it keeps (`forget_names`).
+    pub fn on_kernel_cache(&self, k: Arc<dyn gate::KernelCache>) {
+        let _ = self.kernel.set(k);
+    }
+
+    /// `versions/`'s owner, group and mode under the policy in force.
+    pub fn versions_owner(&self) -> Option<(u32, u32, u16)> {
+        self.gate.versions_owner()
+    }
+
+    /// Whether a policy is in force (then entries are not cached by the
+    /// kernel: its caches are shared by every user of the mount).
+    pub fn gated(&self) -> bool {
+        self.gate.gated()
+    }
+
+    /// How long the kernel may keep the name `name` in folder `parent`
+    /// (`Gate::name_ttl`).
+    pub fn name_ttl(&self, parent: u64, name: &[u8], a: &Attr) -> Duration {
+        self.gate.name_ttl(&self.versions, parent, name, a)
+    }
+
+    /// The caller's view, if a policy is in force.
+    pub fn judge(&self, c: &Caller) -> Result<Option<Judge<'_>>> {
+        self.gate.judge(&self.versions, &self.repo, c)
+    }
+
+    /// Has the kernel drop what it keeps of `versions/` (of `only` these
+    /// versions, or all and `staging`): each user's next lookup is asked
+    /// again. Dropping a version's entry drops everything below it.
+    pub(super) fn forget_names(&self, only: Option<&[u64]>) {
+        self.gate.forget_judged();
+        // Its owner and mode first: who may search it may have changed, and
+        // `latest`'s time shows differently.
+        self.versions_changed();
+        let Some(kernel) = self.kernel.get() else {
+            return;
+        };
+        let mut names: Vec<Vec<u8>> = match only {
+            Some(vs) => vs
+                .iter()
+                .map(|v| format!("v{v}").into_bytes())
+                .chain(self.versions.tag_names_of(vs))
+                .collect(),
+            None => {
+                let versions = self.versions.records.read();
+                versions
+                    .iter()
+                    .map(|r| format!("v{}", r.version).into_bytes())
+                    .collect()
+            }
+        };
+        if only.is_none() {
+            names.push(b"latest".to_vec());
+            names.extend(self.versions.list_tags().into_iter().map(|e| e.name));
+            kernel.forget_name(ROOT, b"staging");
+        }
+        for name in names {
+            kernel.forget_name(VERSIONS, &name);
         }
     }
 

@@ -44,11 +44,12 @@ impl MountFs {
     /// open leases its version: `lease_open_versions`). Where it decides
     /// nothing, `versions/` gets a connection of its own (the adapter).
     pub fn version_opens_decide_nothing(&self) -> bool {
-        self.opens_decide_nothing(&self.gate.read())
+        self.gate.while_none(|none| self.opens_decide_nothing(none))
     }
 
-    fn opens_decide_nothing(&self, gate: &Option<Arc<super::gate::Gate>>) -> bool {
-        gate.is_none() && self.repo.upstream().is_none()
+    /// With no policy in force (`no_policy`).
+    fn opens_decide_nothing(&self, no_policy: bool) -> bool {
+        no_policy && self.repo.upstream().is_none()
     }
 
     /// Lets the kernel open files itself if no open here decides anything
@@ -56,20 +57,22 @@ impl MountFs {
     /// it may. Asked once, when the kernel connects: from then on a policy
     /// is not let in (see above).
     pub fn skip_opens(&self) -> bool {
-        let gate = self.gate.write();
-        let skip = self.read_only() && self.opens_decide_nothing(&gate);
-        self.opens_skipped.store(skip, Ordering::Relaxed);
-        skip
+        self.gate.while_none(|none| {
+            let skip = self.read_only() && self.opens_decide_nothing(none);
+            self.opens_skipped.store(skip, Ordering::Relaxed);
+            skip
+        })
     }
 
     /// The same choice for `versions/` on a connection of its own (a
     /// read-write mount's). A policy that comes later detaches that
     /// connection (`refresh_policy`).
     pub fn skip_version_opens(&self) -> bool {
-        let gate = self.gate.write();
-        let skip = self.opens_decide_nothing(&gate);
-        self.versions.apart.store(skip, Ordering::Relaxed);
-        skip
+        self.gate.while_none(|none| {
+            let skip = self.opens_decide_nothing(none);
+            self.versions.apart.store(skip, Ordering::Relaxed);
+            skip
+        })
     }
 
     /// `versions/`'s own connection ended: the main one serves it now.
