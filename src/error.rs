@@ -5,6 +5,10 @@ use crate::id::{BlobId, PackId};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// One flat enum, not grouped by who must act: each edge decides by the
+/// variant itself (the CLI's exit codes, the gateway's statuses, errno),
+/// and they group the variants differently, so groups would spare none of
+/// them a match.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{path}: {source}")]
