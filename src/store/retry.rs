@@ -1,6 +1,10 @@
 //! Riding out transient store failures: each request is retried with
 //! exponential backoff and jitter until a deadline, and the store's recent
-//! answers are remembered for `.detafs/health`.
+//! answers are remembered for `.detafs/health`. `Store::call` applies it
+//! around whole operations (a GET and the reading of its body, a listing
+//! drained whole), not as a wrapper of `ObjectStore`'s calls: a wrapper
+//! could retry a GET's request but not the reading of its body, nor let
+//! the caller refuse a body too large before it is read.
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
