@@ -55,7 +55,7 @@ done
 python3 - "$res" <<'PY'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
-steps = ["commit v1", "commit v2", "warm tar | cat, 20,000 files, read-write mount", "cp -a 10,000 files into staging"]
+steps = ["commit v1", "commit v2", "warm `tar` piped to `cat`, 20,000 files, read-write mount", "cp -a 10,000 files into staging"]
 print("| step | old | new |\n|---|---|---|")
 for i, step in enumerate(steps, 1):
     cells = []
