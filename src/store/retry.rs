@@ -2,9 +2,9 @@
 //! exponential backoff and jitter until a deadline, and the store's recent
 //! answers are remembered for `.detafs/health`. `Store::call` applies it
 //! around whole operations (a GET and the reading of its body, a listing
-//! drained whole), not as a wrapper of `ObjectStore`'s calls: a wrapper
-//! could retry a GET's request but not the reading of its body, nor let
-//! the caller refuse a body too large before it is read.
+//! drained whole). (A wrapper of `ObjectStore`'s calls, as issue 52 asks,
+//! would have to resume a body that fails midway with ranged requests of
+//! its own, as object_store's HTTP client does: not built yet.)
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
