@@ -2,7 +2,7 @@
 //! exponential backoff and jitter until a deadline, and the store's recent
 //! answers are remembered for `.detafs/health`. `Store::call` applies it
 //! around whole operations (a GET and the reading of its body, a listing
-//! drained whole). (A wrapper of `ObjectStore`'s calls, as issue 52 asks,
+//! drained whole). (A wrapper of `ObjectStore`'s calls instead
 //! would have to resume a body that fails midway with ranged requests of
 //! its own, as object_store's HTTP client does: not built yet.)
 
