@@ -9,14 +9,6 @@ use crate::error::{Error, FsError, Result};
 use crate::snapshot::Kind;
 use std::sync::Arc;
 
-/// Bytes of version directory listings kept in memory at most (about
-/// 50,000 entries).
-pub(super) const LISTING_BYTES: usize = 8 << 20;
-
-/// Listings of version directories, least recently used dropped first,
-/// bounded by their bytes and the memory budget.
-pub(super) type Listings = crate::cache::weighed::WeighedLru<u64, Listing>;
-
 impl MountFs {
     /// A directory's listing with attributes, `.` and `..` first. Listings of
     /// version directories never change and are kept; so is `versions/`'s

@@ -21,7 +21,6 @@ mod unopened;
 mod versions;
 
 pub use gate::{Caller, Judge, KernelCache};
-use listings::Listings;
 use orders::Due;
 use versions::inodes::VersionInodes;
 use versions::prefetch_trees;
@@ -219,8 +218,8 @@ impl MountFs {
                 repo: repo.clone(),
                 dataset: dataset.to_string(),
                 owner: (opts.uid, opts.gid),
-                listings: Mutex::new(Listings::new(
-                    listings::LISTING_BYTES,
+                listings: Mutex::new(versions::Listings::new(
+                    versions::LISTING_BYTES,
                     repo.budget().clone(),
                     Part::Listings,
                 )),

@@ -7,7 +7,6 @@ pub mod tags;
 use self::inodes::VersionInodes;
 use self::stored::{Origin, StoredFile};
 use crate::error::{Error, FsError, Result};
-use crate::fs::listings::Listings;
 use crate::fs::{
     Attr, DirEntry, LATEST, PREFETCH_TREES, ReadAhead, VERSIONS, name_str, not_found, version_name,
 };
@@ -20,6 +19,14 @@ use crate::store::pack::BlobRef;
 use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+
+/// Bytes of version directory listings kept in memory at most (about
+/// 50,000 entries).
+pub(in crate::fs) const LISTING_BYTES: usize = 8 << 20;
+
+/// Listings of version directories (`listings.rs`), least recently used
+/// dropped first, bounded by their bytes and the memory budget.
+pub(in crate::fs) type Listings = crate::cache::weighed::WeighedLru<u64, crate::fs::Listing>;
 
 /// `versions/`'s state: the versions and tags known, their inodes, the
 /// files the kernel reads without opening, and the chunks read.
