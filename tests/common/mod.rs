@@ -213,8 +213,9 @@ impl Env {
             .env("DETAFS_TEST_GC_NOTE_WAIT", "0s")
             // A control-file request's RELEASE may come late on a loaded
             // machine (two cores, a suite's mounts at once): later
-            // requests wait for it this long, not the second a user's do.
-            .env("DETAFS_TEST_RELEASE_WAIT", "3s")
+            // requests wait for it this long, not the second a user's do
+            // (3 s was once not enough in CI's full run).
+            .env("DETAFS_TEST_RELEASE_WAIT", "10s")
             // A gateway reads keys and the policy again for each request.
             .env("DETAFS_TEST_KEYS_FRESH", "0s");
         match &self.password {
