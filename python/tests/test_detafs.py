@@ -204,6 +204,34 @@ def test_readers_on_eight_threads(two_versions):
     assert errors == []
 
 
+def _read_in_child(url, queue):
+    """A forked worker's read (a DataLoader's, multiprocessing's)."""
+    try:
+        queue.put(detafs.Store(url).dataset("ds").read("table.parquet", "v2"))
+    except Exception as e:  # noqa: BLE001 - the parent reports it
+        queue.put(repr(e))
+
+
+def test_a_forked_worker_reads_with_a_store_of_its_own(two_versions):
+    import multiprocessing
+
+    # The parent's store has started its runtime's threads, which a child
+    # made by fork does not have: the child's own store must work anyway.
+    want = detafs.Store(two_versions.store).dataset("ds").read("table.parquet", "v2")
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_read_in_child, args=(two_versions.store, queue))
+    child.start()
+    try:
+        got = queue.get(timeout=60)
+        child.join(60)
+    finally:
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    assert got == want
+
+
 def test_bad_input_is_a_clear_exception_and_changes_nothing(two_versions, tmp_path):
     fs = fs_of(two_versions)
     store = detafs.Store(two_versions.store)
