@@ -2,7 +2,9 @@
 //! (or per request where the kernel lists directories it did not open:
 //! `unopened.rs`), and kept for version directories (they never change) and
 //! `versions/` (until a version or tag comes), least recently used dropped
-//! first, bounded by their bytes and the memory budget.
+//! first, bounded by their bytes and the memory budget (`Versions` keeps
+//! them). The router's own methods (`MountFs`): a listing may be of any
+//! folder, judged by the gate for its caller.
 
 use super::{DirEntry, FIRST_VERSION_INO, Handle, Listing, MountFs, Opened, VERSIONS, is_staging};
 use crate::error::{Error, FsError, Result};

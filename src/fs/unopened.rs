@@ -21,7 +21,11 @@
 //! The kernel's choice lasts as long as the mount. A policy set later
 //! could not be applied at open (nor the reads it lets through written to
 //! the audit trail), so such a mount then refuses everything of the dataset
-//! until it is mounted again (`gate::refresh_policy`).
+//! until it is mounted again (`MountFs::refresh_policy`).
+//!
+//! These are the router's own methods (`MountFs`), apart by topic: a read
+//! or listing without a handle may be of a control file, a version file
+//! or any folder, so it is routed across the namespaces, as an open is.
 
 use super::control::{self, Control};
 use super::versions::stored::StoredFile;
