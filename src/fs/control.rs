@@ -156,33 +156,30 @@ impl Control {
             LOG | LAST_COMMIT if !s.opens_skipped => s.latest_time,
             _ => Mtime::now(),
         };
-        Ok(Attr {
+        // Committing and the staged paths are the mount owner's alone; the
+        // history and health are for every reader of the mount. The commit
+        // file reads back what its handle's last write committed.
+        // Under a policy, it decides who may (`open`), not the owner's modes.
+        let perm = match (ino, s.gated) {
+            (COMMIT, false) => 0o600,
+            (COMMIT, true) => 0o666,
+            // Readable too: a read of the handle a request was written
+            // through carries it out and says how it went (`orders.rs`).
+            (RESTORE | CHECKOUT | CANCEL | REFRESH | UNDO, false) => 0o600,
+            (RESTORE | CHECKOUT | CANCEL | REFRESH | UNDO, true) => 0o666,
+            (STATUS | LAST_ERROR | PROGRESS, false) => 0o400,
+            _ => 0o444,
+        };
+        Ok(Attr::made_up(
             ino,
-            kind: Kind::File,
+            Kind::File,
             size,
-            // Committing and the staged paths are the mount owner's alone; the
-            // history and health are for every reader of the mount. The commit
-            // file reads back what its handle's last write committed.
-            // Under a policy, it decides who may (`open`), not the owner's modes.
-            perm: match (ino, s.gated) {
-                (COMMIT, false) => 0o600,
-                (COMMIT, true) => 0o666,
-                // Readable too: a read of the handle a request was written
-                // through carries it out and says how it went (`orders.rs`).
-                (RESTORE | CHECKOUT | CANCEL | REFRESH | UNDO, false) => 0o600,
-                (RESTORE | CHECKOUT | CANCEL | REFRESH | UNDO, true) => 0o666,
-                (STATUS | LAST_ERROR | PROGRESS, false) => 0o400,
-                _ => 0o444,
-            },
-            nlink: 1,
-            uid: s.owner.0,
-            gid: s.owner.1,
+            perm,
+            1,
+            s.owner,
             mtime,
-            atime: mtime,
-            ctime: mtime,
-            rdev: 0,
-            ttl: Duration::ZERO,
-        })
+            Duration::ZERO,
+        ))
     }
 
     /// A control file's content as made within the last second, else made

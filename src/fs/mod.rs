@@ -103,6 +103,38 @@ pub struct Attr {
     pub ttl: Duration,
 }
 
+impl Attr {
+    /// An entry the mount makes up (the root, `.detafs/` and its files,
+    /// `versions/`'s links), owned by `owner` (uid, gid): one time for
+    /// all three, no device.
+    #[allow(clippy::too_many_arguments)]
+    pub(in crate::fs) fn made_up(
+        ino: u64,
+        kind: Kind,
+        size: u64,
+        perm: u16,
+        nlink: u32,
+        owner: (u32, u32),
+        mtime: Mtime,
+        ttl: Duration,
+    ) -> Attr {
+        Attr {
+            ino,
+            kind,
+            size,
+            perm,
+            nlink,
+            uid: owner.0,
+            gid: owner.1,
+            mtime,
+            atime: mtime,
+            ctime: mtime,
+            rdev: 0,
+            ttl,
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct DirEntry {
     pub ino: u64,
@@ -414,20 +446,8 @@ impl MountFs {
     }
 
     fn dir_attr(&self, ino: u64, mtime: Mtime, ttl: Duration) -> Attr {
-        Attr {
-            ino,
-            kind: Kind::Dir,
-            size: 0,
-            perm: 0o755,
-            nlink: 2,
-            uid: self.opts.uid,
-            gid: self.opts.gid,
-            mtime,
-            atime: mtime,
-            ctime: mtime,
-            rdev: 0,
-            ttl,
-        }
+        let owner = (self.opts.uid, self.opts.gid);
+        Attr::made_up(ino, Kind::Dir, 0, 0o755, 2, owner, mtime, ttl)
     }
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {

@@ -90,20 +90,8 @@ impl Versions {
         mtime: Mtime,
         ttl: std::time::Duration,
     ) -> Attr {
-        Attr {
-            ino,
-            kind: Kind::Symlink,
-            size: format!("v{version}").len() as u64,
-            perm: 0o777,
-            nlink: 1,
-            uid: self.owner.0,
-            gid: self.owner.1,
-            mtime,
-            atime: mtime,
-            ctime: mtime,
-            rdev: 0,
-            ttl,
-        }
+        let size = format!("v{version}").len() as u64;
+        Attr::made_up(ino, Kind::Symlink, size, 0o777, 1, self.owner, mtime, ttl)
     }
 
     /// A tree of version `version` (the folder `ino`, or the one holding
