@@ -327,9 +327,11 @@ impl Pages {
 
     /// Bytes `[start, start + length)` asked for: once the footer is
     /// read, a page's, whose header lies just before it, starting where a
-    /// stream opened, and claims that length. Refused unless the header
-    /// is found and claims no more than a page, and than a preview, may
-    /// decompress.
+    /// stream opened, exactly up to the page, and claims that length.
+    /// Each header that fits so is weighed (the reader's is among them,
+    /// whichever stream it read it from), the largest claim counted.
+    /// Refused unless one is found and none claims more than a page, or
+    /// the claims more than a preview, may decompress.
     fn check(&self, file: &Ranges, start: u64, length: usize) -> Result<(), String> {
         if !self.armed.load(Ordering::Relaxed) {
             return Ok(());
@@ -341,22 +343,25 @@ impl Pages {
                 .copied()
                 .filter(|&at| at < start && start - at <= MAX_HEADER)
                 .collect();
-            near.sort_unstable_by(|a, b| b.cmp(a));
+            near.sort_unstable();
             near.dedup();
             near
         };
+        let mut claimed = None;
         for at in candidates {
             let header = file.range(at, start).map_err(|e| e.to_string())?;
-            match page_sizes(&header) {
-                Some((claimed, stored)) if usize::try_from(stored) == Ok(length) => {
-                    return self.claim(claimed);
-                }
-                _ => {}
+            if let Some((claim, stored)) = page_sizes(&header)
+                && usize::try_from(stored) == Ok(length)
+            {
+                claimed = claimed.max(Some(claim));
             }
         }
-        Err(format!(
-            "{length} bytes at {start} asked for with no page header before them"
-        ))
+        match claimed {
+            Some(claim) => self.claim(claim),
+            None => Err(format!(
+                "{length} bytes at {start} asked for with no page header before them"
+            )),
+        }
     }
 
     /// A page claiming `claimed` bytes decompressed.
@@ -372,14 +377,19 @@ impl Pages {
     }
 }
 
-/// The sizes a Parquet page header claims: decompressed, and stored.
+/// The sizes a Parquet page header claims, decompressed and stored, if
+/// `header` is one, whole: a header that ends before its last byte is not
+/// the one just before a page.
 #[allow(deprecated)] // parquet's current reader of page headers is private; this is its published form
 fn page_sizes(header: &[u8]) -> Option<(i32, i32)> {
     use parquet::thrift::TSerializable;
-    let mut input = thrift::protocol::TCompactInputProtocol::new(header);
-    parquet::format::PageHeader::read_from_in_protocol(&mut input)
-        .ok()
-        .map(|h| (h.uncompressed_page_size, h.compressed_page_size))
+    let mut rest = header;
+    let h = parquet::format::PageHeader::read_from_in_protocol(
+        &mut thrift::protocol::TCompactInputProtocol::new(&mut rest),
+    )
+    .ok()?;
+    rest.is_empty()
+        .then_some((h.uncompressed_page_size, h.compressed_page_size))
 }
 
 impl parquet::file::reader::Length for Source {
@@ -481,6 +491,10 @@ mod tests {
         let pages = Pages::default();
         assert_eq!(page_sizes(&header(1000)), Some((1000, 10)));
         assert_eq!(page_sizes(b"\xff\xff"), None);
+        // A header followed by more bytes is not the one before a page.
+        let mut longer = header(1000);
+        longer.push(0);
+        assert_eq!(page_sizes(&longer), None);
         pages.claim(1 << 20).unwrap();
         let err = pages.claim(i32::MAX).unwrap_err();
         assert!(err.contains(&format!("{} bytes", i32::MAX)), "{err}");
