@@ -989,7 +989,11 @@ fn old_versions_move_to_the_colder_tier_and_read_on() {
     assert!(cold_packs() >= 1, "copied");
     // What a mover killed inside its copy leaves (a second mover may have
     // been there): a temporary name, never counted as a pack, gone by gc.
-    let leftover = (cold.list("packs/").first().unwrap().0.clone()) + ".moving-4000000";
+    // Named after a pack that was copied whole, not after the killed
+    // mover's own temporary name, which may be listed first.
+    let copied = cold.list("packs/");
+    let copied = copied.iter().find(|(k, _)| !k.contains(".moving-"));
+    let leftover = copied.unwrap().0.clone() + ".moving-4000000";
     if env.bucket.is_none() {
         let file = env.path("cold").join(&leftover);
         std::fs::write(file, b"half a pack").unwrap();
