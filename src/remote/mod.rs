@@ -52,7 +52,7 @@ pub struct Gateway {
     /// gateway read them before (`fresh`).
     fresh: bool,
     /// What its latest answers were (`.detafs/health` of a mount).
-    health: crate::store::retry::Health,
+    health: crate::store::health::Health,
 }
 
 enum Credentials {

@@ -449,7 +449,7 @@ impl Upstream for Gateway {
         self.fresh
     }
 
-    fn health(&self) -> crate::store::retry::HealthReport {
+    fn health(&self) -> crate::store::health::HealthReport {
         self.health.report()
     }
 

@@ -7,6 +7,7 @@
 mod classify;
 pub mod codec;
 pub mod grace;
+pub mod health;
 pub mod keys;
 pub mod lock;
 pub mod pack;
@@ -24,16 +25,16 @@ use crate::error::{Error, Result};
 use crate::runtime::Runtime;
 use bytes::Bytes;
 use futures::TryStreamExt;
+use health::{Health, HealthReport};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use parking_lot::Mutex;
-use retry::{Health, HealthReport, Policy};
+use retry::{Policy, Retrying};
 use serde::{Deserialize, Serialize};
-use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 /// The newest store format this build reads and writes: 2, sealed
 /// (`codec.rs`); format 1 stores (in the clear) stay format 1.
@@ -228,19 +229,26 @@ impl Store {
         policy: Policy,
         rt: &Arc<Runtime>,
     ) -> Result<Store> {
+        let health = Arc::new(Health::default());
         Ok(Store {
-            inner,
+            inner: Arc::new(Retrying::new(inner, policy, health.clone())),
             url: url.to_string(),
             location: location.to_string(),
             local_root: None,
             rt: rt.clone(),
             policy,
-            health: Arc::new(Health::default()),
+            health,
             codec: std::sync::OnceLock::new(),
             presence: Arc::default(),
             cold: tier::Cold::default(),
             lock: None,
         })
+    }
+
+    /// `inner` (its colder tier) retried under `policy`, its answers told
+    /// to this store's health.
+    fn retried(&self, inner: Arc<dyn ObjectStore>, policy: Policy) -> Arc<dyn ObjectStore> {
+        Arc::new(Retrying::new(inner, policy, self.health.clone()))
     }
 
     /// Whether objects live elsewhere (so reads are worth caching locally).
@@ -396,10 +404,7 @@ impl Store {
             return Ok(());
         }
         let path = Path::from(MARKER);
-        match self
-            .rt
-            .block_on(self.call(MARKER, || self.inner.head(&path)))
-        {
+        match self.rt.block_on(self.inner.head(&path)) {
             Ok(_) => {
                 *seen = Some(std::time::Instant::now());
                 self.presence.gone.store(false, Relaxed);
@@ -436,7 +441,7 @@ impl Store {
     fn first_key(&self) -> Result<Option<String>> {
         let first = self
             .rt
-            .block_on(self.call("", || async { self.inner.list(None).try_next().await }))
+            .block_on(self.inner.list(None).try_next())
             .map_err(|e| failed(&self.url, e))?;
         Ok(first.map(|m| m.location.to_string()))
     }
@@ -513,15 +518,14 @@ impl Store {
         max: u64,
     ) -> Result<Option<Bytes>> {
         let path = Path::from(key);
-        let res = self
-            .call(key, || async {
-                let got = inner.get(&path).await?;
-                if got.meta.size > max {
-                    return Ok(Err(got.meta.size));
-                }
-                got.bytes().await.map(Ok)
-            })
-            .await;
+        let res = async {
+            let got = inner.get(&path).await?;
+            if got.meta.size > max {
+                return Ok(Err(got.meta.size));
+            }
+            got.bytes().await.map(Ok)
+        }
+        .await;
         match res {
             Ok(Ok(b)) if b.len() as u64 <= max => Ok(Some(b)),
             Ok(Ok(b)) => Err(too_large(key, b.len() as u64)),
@@ -547,9 +551,7 @@ impl Store {
         }
         let path = Path::from(key);
         let want = range.end - range.start;
-        let res = self.rt.block_on(self.call(key, || async {
-            self.inner.get_range(&path, range.clone()).await
-        }));
+        let res = self.rt.block_on(self.inner.get_range(&path, range));
         match res {
             Ok(b) if b.len() as u64 == want => Ok(Some(b)),
             Ok(b) => Err(Error::malformed(
@@ -584,13 +586,11 @@ impl Store {
         };
         crate::nowait::check()?;
         let path = Path::from(key);
-        let res = self.rt.block_on(self.call(key, || async {
-            let opts = self.put_options(key, PutMode::Create);
-            let payload = PutPayload::from(body.clone());
-            self.inner.put_opts(&path, payload, opts).await.map(|_| ())
-        }));
+        let opts = self.put_options(key, PutMode::Create);
+        let payload = PutPayload::from(body.clone());
+        let res = self.rt.block_on(self.inner.put_opts(&path, payload, opts));
         match res {
-            Ok(()) => Ok(true),
+            Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(self
                 .rt
                 .block_on(self.fetch(key))?
@@ -604,17 +604,14 @@ impl Store {
         if let Err(e) = self.ensure_present() {
             return self.rt.spawn(async move { Err(e) });
         }
-        let (inner, policy, health) = (self.inner.clone(), self.policy, self.health.clone());
+        let inner = self.inner.clone();
         let opts = self.put_options(&key, PutMode::Overwrite);
         self.rt.spawn(async move {
             let path = Path::from(key.as_str());
-            let put = || {
-                let (payload, opts) = (body.clone(), opts.clone());
-                async { inner.put_opts(&path, payload, opts).await.map(|_| ()) }
-            };
-            retrying(policy, &health, &key, put)
-                .await
-                .map_err(|e| failed(&key, e))
+            match inner.put_opts(&path, body, opts).await {
+                Ok(_) => Ok(()),
+                Err(e) => Err(failed(&key, e)),
+            }
         })
     }
 
@@ -670,13 +667,13 @@ impl Store {
         let offset_path = offset.map(Path::from);
         let metas: Vec<_> = self
             .rt
-            .block_on(self.call(prefix, || async {
-                let stream = match &offset_path {
+            .block_on(
+                match &offset_path {
                     Some(o) => inner.list_with_offset(Some(&prefix_path), o),
                     None => inner.list(Some(&prefix_path)),
-                };
-                stream.try_collect::<Vec<_>>().await
-            }))
+                }
+                .try_collect::<Vec<_>>(),
+            )
             .map_err(|e| failed(prefix, e))?;
         let mut out: Vec<Listed> = metas
             .into_iter()
@@ -696,9 +693,7 @@ impl Store {
         let path = Path::from(prefix);
         let res = self
             .rt
-            .block_on(self.call(prefix, || async {
-                self.inner.list_with_delimiter(Some(&path)).await
-            }))
+            .block_on(self.inner.list_with_delimiter(Some(&path)))
             .map_err(|e| failed(prefix, e))?;
         let mut names: Vec<String> = res
             .common_prefixes
@@ -712,10 +707,7 @@ impl Store {
     pub fn delete(&self, key: &str) -> Result<()> {
         self.check_local_folders(key)?;
         let path = Path::from(key);
-        match self
-            .rt
-            .block_on(self.call(key, || self.inner.delete(&path)))
-        {
+        match self.rt.block_on(self.inner.delete(&path)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(failed(key, e)),
         }
@@ -748,14 +740,6 @@ impl Store {
         }
         Ok(())
     }
-
-    /// Runs one store operation under this store's retry policy.
-    async fn call<T, F>(&self, key: &str, op: impl FnMut() -> F) -> object_store::Result<T>
-    where
-        F: Future<Output = object_store::Result<T>>,
-    {
-        retrying(self.policy, &self.health, key, op).await
-    }
 }
 
 /// How the service at `url` is asked to create an object only if none
@@ -765,75 +749,6 @@ fn create_only_precondition(url: &str) -> &'static str {
         Some("gs") => "the generation-match precondition (x-goog-if-generation-match: 0)",
         Some("az" | "azure" | "abfs" | "abfss") => "If-None-Match: * on Put Blob",
         _ => "If-None-Match: *",
-    }
-}
-
-#[cfg(feature = "cloud")]
-use classify::transient;
-
-/// Without the cloud backends every store is a local folder, whose errors
-/// are never retried.
-#[cfg(not(feature = "cloud"))]
-fn transient(_: &object_store::Error) -> bool {
-    false
-}
-
-/// Runs `op` until it succeeds, fails for good, or the deadline passes.
-async fn retrying<T, F>(
-    policy: Policy,
-    health: &Health,
-    key: &str,
-    mut op: impl FnMut() -> F,
-) -> object_store::Result<T>
-where
-    F: Future<Output = object_store::Result<T>>,
-{
-    let start = Instant::now();
-    let mut attempt = 0;
-    let mut last: Option<object_store::Error> = None;
-    loop {
-        let t = Instant::now();
-        let res = match policy.deadline {
-            Some(deadline) => {
-                let left = deadline.saturating_sub(start.elapsed());
-                match tokio::time::timeout(left, op()).await {
-                    Ok(res) => res,
-                    // No answer at all: the store is failing, not answering.
-                    Err(_) => {
-                        let e = retry::deadline_exceeded(deadline, last.as_ref());
-                        health.failed(&e);
-                        return Err(e);
-                    }
-                }
-            }
-            None => op().await,
-        };
-        match res {
-            Err(e) if transient(&e) => {
-                health.failed(&e);
-                let Some(deadline) = policy.deadline else {
-                    return Err(e);
-                };
-                let left = deadline.saturating_sub(start.elapsed());
-                if left < retry::LAST_TRY {
-                    return Err(e);
-                }
-                // The last waits shrink to fit, so the whole deadline is used
-                // and never overshot.
-                let wait = retry::backoff(attempt).min(left / 2);
-                attempt += 1;
-                tracing::warn!(
-                    "{key}: store request failed (retry {attempt} in {:.1} s): {e}",
-                    wait.as_secs_f64()
-                );
-                last = Some(e);
-                tokio::time::sleep(wait).await;
-            }
-            res => {
-                health.answered(t.elapsed());
-                return res;
-            }
-        }
     }
 }
 

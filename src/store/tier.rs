@@ -10,6 +10,7 @@
 use super::{Store, keys, open_location};
 use crate::error::{Error, Result};
 use bytes::Bytes;
+use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parking_lot::Mutex;
@@ -77,10 +78,10 @@ impl Store {
         let tiers: Tiers = serde_json::from_slice(&bytes).map_err(|e| malformed(e.to_string()))?;
         let tier = match (tiers.cold, tiers.class) {
             (Some(url), None) => {
-                let (inner, _, location) =
+                let (inner, policy, location) =
                     open_location(&url, false, self.deadline(), &super::Asks::default())?;
                 Tier::Elsewhere(Arc::new(Backend {
-                    inner,
+                    inner: self.retried(inner, policy),
                     url,
                     local_root: location.strip_prefix("file://").map(Into::into),
                 }))
@@ -164,7 +165,7 @@ impl Store {
         }
         // Opened and listed first: a location that does not answer is not
         // recorded (every read would look there).
-        let (inner, _, location) =
+        let (inner, policy, location) =
             open_location(url, true, self.deadline(), &super::Asks::default())?;
         if location == self.location() {
             return Err(Error::InvalidInput(
@@ -172,15 +173,10 @@ impl Store {
             ));
         }
         let packs = Path::from(keys::PACKS);
-        self.rt
-            .block_on(self.call(url, || async {
-                use futures::StreamExt;
-                match inner.list(Some(&packs)).next().await {
-                    Some(Err(e)) => Err(e),
-                    _ => Ok(()),
-                }
-            }))
-            .map_err(|e| super::failed(url, e))?;
+        let inner = self.retried(inner, policy);
+        if let Some(Err(e)) = self.rt.block_on(inner.list(Some(&packs)).next()) {
+            return Err(super::failed(url, e));
+        }
         self.name_tier(Tiers {
             cold: Some(url.to_string()),
             class: None,
@@ -198,9 +194,7 @@ impl Store {
         }
         let path = Path::from(key);
         let want = range.end - range.start;
-        let res = self.rt.block_on(self.call(key, || async {
-            cold.inner.get_range(&path, range.clone()).await
-        }));
+        let res = self.rt.block_on(cold.inner.get_range(&path, range));
         match res {
             Ok(b) if b.len() as u64 == want => Ok(Some(b)),
             Ok(b) => Err(Error::malformed(
@@ -234,14 +228,11 @@ impl Store {
         let size = body.len() as u64;
         let path = Path::from(key);
         self.rt
-            .block_on(self.call(key, || {
-                let payload = object_store::PutPayload::from(body.clone());
-                async { cold.inner.put(&path, payload).await.map(|_| ()) }
-            }))
+            .block_on(cold.inner.put(&path, body.into()))
             .map_err(|e| super::failed(key, e))?;
         let there = self
             .rt
-            .block_on(self.call(key, || cold.inner.head(&path)))
+            .block_on(cold.inner.head(&path))
             .map_err(|e| super::failed(key, e))?;
         if there.size != size {
             return Err(Error::malformed(
@@ -268,10 +259,7 @@ impl Store {
             object_store::AttributeValue::from(class.to_string()),
         );
         self.rt
-            .block_on(self.call(key, || {
-                let (payload, opts) = (object_store::PutPayload::from(body.clone()), opts.clone());
-                async { self.inner.put_opts(&path, payload, opts).await.map(|_| ()) }
-            }))
+            .block_on(self.inner.put_opts(&path, body.into(), opts))
             .map_err(|e| super::failed(key, e))?;
         Ok(size)
     }
@@ -322,10 +310,7 @@ impl Store {
             return Ok(());
         };
         let path = Path::from(key);
-        match self
-            .rt
-            .block_on(self.call(key, || cold.inner.delete(&path)))
-        {
+        match self.rt.block_on(cold.inner.delete(&path)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(super::failed(key, e)),
         }
@@ -364,10 +349,8 @@ impl Store {
                     .ok_or_else(|| Error::InvalidInput("this store names no colder tier".into()))?;
                 let path = Path::from(key);
                 self.rt
-                    .block_on(self.call(key, || {
-                        let payload = object_store::PutPayload::from(body.clone());
-                        async { cold.inner.put(&path, payload).await.map(|_| ()) }
-                    }))
+                    .block_on(cold.inner.put(&path, body.into()))
+                    .map(|_| ())
                     .map_err(|e| super::failed(key, e))
             }
         }
