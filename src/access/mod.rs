@@ -27,6 +27,12 @@ pub fn version_resource(dataset: &str, name: &str) -> String {
     format!("{}/versions/{name}", dataset_resource(dataset))
 }
 
+/// The policy's name of `path` in the version named `version` (as made
+/// by `version_resource`).
+pub fn file_resource(version: &str, path: &str) -> String {
+    format!("{version}/files/{path}")
+}
+
 /// A version's names, its dataset's first.
 pub fn version_resources(dataset: &str, version: u64, tags: &[String]) -> Vec<String> {
     let names = std::iter::once(format!("v{version}")).chain(tags.iter().cloned());
@@ -44,7 +50,10 @@ pub fn path_resources(versions: &[String], path: &RelPath, dir: bool) -> Vec<Str
     for v in versions.iter().filter(|v| v.contains("/versions/")) {
         for i in 1..=parts.len() {
             let slash = if i < parts.len() || dir { "/" } else { "" };
-            out.push(format!("{v}/files/{}{slash}", parts[..i].join("/")));
+            out.push(file_resource(
+                v,
+                &format!("{}{slash}", parts[..i].join("/")),
+            ));
         }
     }
     out

@@ -433,7 +433,7 @@ impl Gate {
         f.versions
             .iter()
             .filter(|v| v.contains("/versions/"))
-            .map(|v| format!("{v}/files/{child}{slash}"))
+            .map(|v| access::file_resource(v, &format!("{child}{slash}")))
             .any(|p| telling.matches(&p))
     }
 
@@ -655,10 +655,8 @@ impl Judge<'_> {
         };
         let shown = self.sees_path(f, &path, kind == Kind::Dir);
         if noted && !shown {
-            let r = format!(
-                "datasets/{}/versions/v{}/files/{path}",
-                self.gate.dataset, f.version
-            );
+            let v = access::version_resource(&self.gate.dataset, &format!("v{}", f.version));
+            let r = access::file_resource(&v, &path.to_string());
             let d = access::Decision {
                 allowed: false,
                 by: None,
@@ -681,10 +679,8 @@ impl Judge<'_> {
         let mut all = access::path_resources(&f.versions, &f.path, false);
         all.extend(f.versions.iter().cloned());
         let d = self.policy.decide(&self.who, Action::Read, &all);
-        let r = format!(
-            "datasets/{}/versions/v{}/files/{}",
-            self.gate.dataset, f.version, f.path
-        );
+        let v = access::version_resource(&self.gate.dataset, &format!("v{}", f.version));
+        let r = access::file_resource(&v, &f.path.to_string());
         self.note(Action::Read, &r, &d);
         Ok(d.allowed)
     }

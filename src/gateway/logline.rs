@@ -8,6 +8,7 @@
 //! logged at its end: a flag in the request's task, which the caller made
 //! for the request carries.
 
+use crate::access::{self, policy::ALL_DATASETS};
 use serde_json::{Value, json};
 use std::future::Future;
 use std::sync::Arc;
@@ -157,17 +158,16 @@ impl Line {
         };
         let writes = !matches!(req.method().as_str(), "GET" | "HEAD");
         let (action, resource) = match (bucket, key) {
-            ("", _) => ("dataset:versions", "datasets/*".to_string()),
-            (b, "") if !writes => ("dataset:versions", format!("datasets/{b}")),
-            (b, k) if writes || k.starts_with("staging/") => {
-                ("dataset:commit", format!("datasets/{b}/{k}"))
-            }
+            ("", _) => ("dataset:versions", ALL_DATASETS.to_string()),
+            (b, "") if !writes => ("dataset:versions", access::dataset_resource(b)),
+            (b, k) if writes || k.starts_with("staging/") => (
+                "dataset:commit",
+                format!("{}/{k}", access::dataset_resource(b)),
+            ),
             (b, k) => {
                 let (v, file) = k.split_once('/').unwrap_or((k, ""));
-                (
-                    "dataset:read",
-                    format!("datasets/{b}/versions/{v}/files/{file}"),
-                )
+                let version = access::version_resource(b, v);
+                ("dataset:read", access::file_resource(&version, file))
             }
         };
         Line {
