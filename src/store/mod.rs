@@ -518,18 +518,14 @@ impl Store {
         max: u64,
     ) -> Result<Option<Bytes>> {
         let path = Path::from(key);
-        let res = async {
-            let got = inner.get(&path).await?;
-            if got.meta.size > max {
-                return Ok(Err(got.meta.size));
-            }
-            got.bytes().await.map(Ok)
-        }
-        .await;
+        let res = match inner.get(&path).await {
+            Ok(got) if got.meta.size > max => return Err(too_large(key, got.meta.size)),
+            Ok(got) => got.bytes().await,
+            Err(e) => Err(e),
+        };
         match res {
-            Ok(Ok(b)) if b.len() as u64 <= max => Ok(Some(b)),
-            Ok(Ok(b)) => Err(too_large(key, b.len() as u64)),
-            Ok(Err(size)) => Err(too_large(key, size)),
+            Ok(b) if b.len() as u64 <= max => Ok(Some(b)),
+            Ok(b) => Err(too_large(key, b.len() as u64)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(failed(key, e)),
         }
@@ -901,4 +897,24 @@ pub fn local_location(path: &str) -> Option<String> {
         }
     };
     Some(format!("file://{}", canonical.to_string_lossy()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_object_too_large_is_refused_by_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = Runtime::new().unwrap();
+        let url = dir.path().to_str().unwrap();
+        let store = Store::open(url, true, Duration::ZERO, &Asks::default(), &rt).unwrap();
+        let at = dir.path().join(MARKER);
+        let max = usize::try_from(crate::limits::MAX_SMALL_OBJECT).unwrap();
+        std::fs::write(&at, vec![b' '; max + 1]).unwrap();
+        let err = store.get(MARKER).unwrap_err().to_string();
+        assert!(err.contains("more than the"), "{err}");
+        std::fs::write(&at, vec![b' '; max]).unwrap();
+        assert_eq!(store.get(MARKER).unwrap().unwrap().len(), max);
+    }
 }
