@@ -396,6 +396,13 @@ impl Gate {
         }))
     }
 
+    /// The policy's name of `path` in version `version` (as the trail
+    /// says it).
+    fn file_resource(&self, version: u64, path: &str) -> String {
+        let v = access::version_resource(&self.dataset, &format!("v{version}"));
+        access::file_resource(&v, path)
+    }
+
     /// Whether a pattern of the policy can tell entry `name` of folder `f`
     /// apart from its version.
     fn told_apart(&self, gate: &InForce, f: &Folder, name: &[u8], dir: bool) -> bool {
@@ -655,8 +662,7 @@ impl Judge<'_> {
         };
         let shown = self.sees_path(f, &path, kind == Kind::Dir);
         if noted && !shown {
-            let v = access::version_resource(&self.gate.dataset, &format!("v{}", f.version));
-            let r = access::file_resource(&v, &path.to_string());
+            let r = self.gate.file_resource(f.version, &path.to_string());
             let d = access::Decision {
                 allowed: false,
                 by: None,
@@ -679,8 +685,7 @@ impl Judge<'_> {
         let mut all = access::path_resources(&f.versions, &f.path, false);
         all.extend(f.versions.iter().cloned());
         let d = self.policy.decide(&self.who, Action::Read, &all);
-        let v = access::version_resource(&self.gate.dataset, &format!("v{}", f.version));
-        let r = access::file_resource(&v, &f.path.to_string());
+        let r = self.gate.file_resource(f.version, &f.path.to_string());
         self.note(Action::Read, &r, &d);
         Ok(d.allowed)
     }
