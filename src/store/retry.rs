@@ -4,7 +4,9 @@
 //! byte by a ranged request of the same object version (its ETag), and a
 //! listing that fails midway goes on after its last key. Every answer and
 //! failure is told to the store's `Health`. A GET's deadline covers its
-//! body: a reader never waits longer than it for one object.
+//! body: a reader never waits longer than it for one object. (object_store's
+//! HTTP client resumes a body within one request's short retry budget;
+//! this goes on until the store's deadline, as whole operations did.)
 
 use super::health::Health;
 use async_trait::async_trait;
@@ -243,36 +245,42 @@ impl Retrying {
                         return Some((Ok(bytes), Some(s)));
                     }
                 };
-                let what = s.location.to_string();
                 // Failing after its last byte: nothing to resume; without
                 // a version to ask for, bytes of two versions could mix.
                 let etag = match &s.etag {
                     Some(etag) if s.next < s.end => etag.clone(),
                     _ => return Some((Err(e), None)),
                 };
-                if let Err(e) = s.store.again(&what, &mut s.tries, e).await {
+                let what = s.location.as_ref();
+                if let Err(e) = s.store.again(what, &mut s.tries, e).await {
                     return Some((Err(e), None));
                 }
                 let options = GetOptions {
                     range: Some(GetRange::Bounded(s.next..s.end)),
-                    if_match: Some(etag),
+                    if_match: Some(etag.clone()),
                     ..Default::default()
                 };
-                let (inner, location) = (s.store.inner.clone(), s.location.clone());
-                let got = s
-                    .store
-                    .run(&what, &mut s.tries, || {
-                        inner.get_opts(&location, options.clone())
+                let (store, location) = (&s.store, &s.location);
+                let got = store
+                    .run(location.as_ref(), &mut s.tries, || {
+                        store.inner.get_opts(location, options.clone())
                     })
                     .await;
+                // A store that ignores If-Match still says which version
+                // it answered with.
                 match got {
-                    Ok(got) if got.range == (s.next..s.end) => s.body = got.into_stream(),
+                    Ok(got)
+                        if got.range == (s.next..s.end)
+                            && got.meta.e_tag.as_deref() == Some(&*etag) =>
+                    {
+                        s.body = got.into_stream()
+                    }
                     Ok(got) => {
                         let e = object_store::Error::Generic {
                             store: "detafs",
                             source: format!(
-                                "asked to resume at bytes {}..{}, the store answered {:?}",
-                                s.next, s.end, got.range
+                                "asked to resume bytes {}..{} of version {etag}, the store answered bytes {:?} of version {:?}",
+                                s.next, s.end, got.range, got.meta.e_tag
                             )
                             .into(),
                         };
@@ -324,8 +332,8 @@ impl Retrying {
                     }
                     Some(Err(e)) => e,
                 };
-                let what = s.prefix.as_ref().map_or_else(String::new, Path::to_string);
-                if let Err(e) = s.store.again(&what, &mut s.tries, e).await {
+                let what = s.prefix.as_ref().map_or("", Path::as_ref);
+                if let Err(e) = s.store.again(what, &mut s.tries, e).await {
                     return Some((Err(e), None));
                 }
                 s.body = list(&s.store, s.prefix.as_ref(), s.after.as_ref());
@@ -368,8 +376,7 @@ impl ObjectStore for Retrying {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        let what = location.to_string();
-        self.run(&what, &mut Attempts::new(), || {
+        self.run(location.as_ref(), &mut Attempts::new(), || {
             self.inner.put_opts(location, payload.clone(), opts.clone())
         })
         .await
@@ -385,10 +392,9 @@ impl ObjectStore for Retrying {
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        let what = location.to_string();
         let mut tries = Attempts::new();
         let mut got = self
-            .run(&what, &mut tries, || {
+            .run(location.as_ref(), &mut tries, || {
                 self.inner.get_opts(location, options.clone())
             })
             .await?;
@@ -413,9 +419,8 @@ impl ObjectStore for Retrying {
                 let store = store.clone();
                 async move {
                     let location = location?;
-                    let what = location.to_string();
                     store
-                        .run(&what, &mut Attempts::new(), || {
+                        .run(location.as_ref(), &mut Attempts::new(), || {
                             store.inner.delete(&location)
                         })
                         .await
@@ -438,16 +443,15 @@ impl ObjectStore for Retrying {
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        let what = prefix.map_or_else(String::new, Path::to_string);
-        self.run(&what, &mut Attempts::new(), || {
+        let what = prefix.map_or("", Path::as_ref);
+        self.run(what, &mut Attempts::new(), || {
             self.inner.list_with_delimiter(prefix)
         })
         .await
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        let what = to.to_string();
-        self.run(&what, &mut Attempts::new(), || {
+        self.run(to.as_ref(), &mut Attempts::new(), || {
             self.inner.copy_opts(from, to, options.clone())
         })
         .await
@@ -487,6 +491,8 @@ mod tests {
         stall: bool,
         /// Answers without an ETag, as some S3 clones do.
         no_etag: bool,
+        /// Ignores If-Match, as some S3 clones do.
+        no_if_match: bool,
         /// The ranges and ETags asked for, in order.
         asked: parking_lot::Mutex<Vec<(Option<GetRange>, Option<String>)>>,
     }
@@ -538,6 +544,10 @@ mod tests {
         async fn get_opts(&self, p: &Path, options: GetOptions) -> Result<GetResult> {
             let asked = (options.range.clone(), options.if_match.clone());
             self.asked.lock().push(asked);
+            let mut options = options;
+            if self.no_if_match {
+                options.if_match = None;
+            }
             let mut got = self.inner.get_opts(p, options).await?;
             if self.stall {
                 got.payload = GetResultPayload::Stream(futures::stream::pending().boxed());
@@ -651,6 +661,28 @@ mod tests {
                 matches!(err, object_store::Error::Precondition { .. }),
                 "{err}"
             );
+        });
+    }
+
+    #[cfg(feature = "cloud")]
+    #[test]
+    fn a_store_ignoring_if_match_cannot_resume_with_another_version() {
+        let (flaky, store, _) = retrying(
+            Flaky {
+                fail_bodies: 1.into(),
+                after: 10,
+                no_if_match: true,
+                ..Default::default()
+            },
+            Duration::from_secs(10),
+        );
+        let path = Path::from("k");
+        run(async {
+            store.put(&path, vec![1u8; 100].into()).await.unwrap();
+            let got = store.get(&path).await.unwrap();
+            flaky.inner.put(&path, vec![2u8; 100].into()).await.unwrap();
+            let err = got.bytes().await.unwrap_err().to_string();
+            assert!(err.contains("of version"), "{err}");
         });
     }
 
