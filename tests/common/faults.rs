@@ -25,7 +25,7 @@ enum Fault {
     /// Answers late.
     Slow,
     /// Writes part of the object, then fails (plain puts only: a conditional
-    /// create is atomic on S3).
+    /// create is atomic on S3); or reads part of its body, then fails.
     Torn,
 }
 
@@ -137,6 +137,15 @@ impl ObjectStore for Faulty {
             (Fault::Slow, v) => {
                 Self::slow(v).await;
                 self.inner.get_opts(location, options).await
+            }
+            (Fault::Torn, _) if !options.head => {
+                let whole = self.inner.get_opts(location, options.clone()).await?;
+                let whole = whole.bytes().await?;
+                let mut got = self.inner.get_opts(location, options).await?;
+                let half = whole.slice(..whole.len() / 2);
+                let cut = futures::stream::iter([Ok(half), Err(injected("body cut"))]);
+                got.payload = object_store::GetResultPayload::Stream(cut.boxed());
+                Ok(got)
             }
             (Fault::None | Fault::Torn, _) => self.inner.get_opts(location, options).await,
             (Fault::AnswerLost, _) => {
